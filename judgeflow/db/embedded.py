@@ -1,0 +1,215 @@
+"""A private PostgreSQL cluster run from the system's PostgreSQL binaries.
+
+Used when ``JUDGEFLOW_DATABASE_URL`` is unset (the embedded default, under
+``JUDGEFLOW_HOME``, normally ``.judgeflow/``) and by the test suite. No root,
+no system service: ``initdb`` and ``postgres`` refuse to run as root, so when
+judgeflow itself runs as root the cluster is owned and run by the unprivileged
+``postgres`` account through ``runuser``.
+
+The cluster listens on 127.0.0.1 only, on a port chosen at first start and
+kept in the data directory, with trust authentication for the local
+``judgeflow`` superuser: it is a single-user development database, not a
+server to expose.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from judgeflow.errors import ConfigError, DatabaseError
+
+USER = "judgeflow"
+DATABASE = "judgeflow"
+_RUN_AS_WHEN_ROOT = "postgres"
+
+
+def find_pg_bin() -> Path:
+    """Directory holding initdb/pg_ctl/postgres: $PG_BIN, PATH, or Debian's layout."""
+    candidates: list[Path] = []
+    if os.environ.get("PG_BIN"):
+        candidates.append(Path(os.environ["PG_BIN"]))
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        candidates.append(Path(on_path).resolve().parent)
+    versions = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True
+    )
+    candidates += [Path(p) for p in versions]
+    for directory in candidates:
+        if (directory / "initdb").exists() and (directory / "pg_ctl").exists():
+            return directory
+    raise ConfigError(
+        "PostgreSQL server binaries (initdb, pg_ctl) not found; install Debian's 'postgresql' "
+        "package (./scripts/setup --postgres does) or set JUDGEFLOW_DATABASE_URL"
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class EmbeddedPostgres:
+    """One cluster in ``base_dir`` (data in ``base_dir/data``)."""
+
+    def __init__(self, base_dir: Path, *, port: int | None = None):
+        self.base_dir = Path(base_dir).resolve()
+        self.data_dir = self.base_dir / "data"
+        self.log_file = self.base_dir / "postgres.log"
+        self._port_file = self.base_dir / "port"
+        self._requested_port = port
+        self._bin: Path | None = None
+
+    @classmethod
+    def for_settings(cls, settings) -> "EmbeddedPostgres":
+        return cls(Path(settings.home) / "pg")
+
+    # -- facts --------------------------------------------------------------
+    @property
+    def port(self) -> int:
+        if self._port_file.exists():
+            return int(self._port_file.read_text().strip())
+        if self._requested_port:
+            return self._requested_port
+        raise DatabaseError(f"embedded PostgreSQL in {self.base_dir} has not been started")
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def is_initialised(self) -> bool:
+        return (self.data_dir / "PG_VERSION").exists()
+
+    def is_running(self) -> bool:
+        if not self._port_file.exists() or not (self.data_dir / "postmaster.pid").exists():
+            return False
+        return self._run(["pg_ctl", "status", "-D", str(self.data_dir)], check=False).returncode == 0
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self, timeout_s: float = 60.0) -> str:
+        """Initialise if needed, start if not running, create the database.
+        Safe to call from several processes at once. Returns the URL."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            if not self.is_initialised():
+                self._initdb()
+            if not self.is_running():
+                port = self._requested_port or self._previous_port_if_free() or _free_port()
+                self._port_file.write_text(str(port))
+                self._run(
+                    [
+                        "pg_ctl", "start", "-w", "-t", str(int(timeout_s)),
+                        "-D", str(self.data_dir), "-l", str(self.log_file),
+                        "-o", f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=''",
+                    ],
+                    what="start embedded PostgreSQL",
+                )
+            self._create_database()
+        return self.url
+
+    def stop(self, mode: str = "fast") -> None:
+        if self.is_initialised() and self.is_running():
+            self._run(["pg_ctl", "stop", "-w", "-m", mode, "-D", str(self.data_dir)], check=False)
+
+    def kill(self) -> None:
+        """Stop the server abruptly (immediate mode), as a crash would."""
+        self.stop(mode="immediate")
+
+    def destroy(self) -> None:
+        self.stop()
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+
+    # -- internals ----------------------------------------------------------
+    def _previous_port_if_free(self) -> int | None:
+        if self._port_file.exists():
+            port = int(self._port_file.read_text().strip())
+            if not _port_open(port):
+                return port
+        return None
+
+    @contextmanager
+    def _lock(self):
+        with open(self.base_dir / ".lock", "w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _run_as(self) -> str | None:
+        return _RUN_AS_WHEN_ROOT if os.geteuid() == 0 else None
+
+    def _initdb(self) -> None:
+        owner = self._run_as()
+        if owner:
+            try:
+                entry = pwd.getpwnam(owner)
+            except KeyError:
+                raise ConfigError(
+                    f"running as root needs the unprivileged '{owner}' account to own the embedded "
+                    "PostgreSQL cluster (it comes with Debian's postgresql package)"
+                ) from None
+            # the server account must be able to reach and own its directory
+            for parent in [self.base_dir, *self.base_dir.parents]:
+                if parent == Path("/"):
+                    break
+                mode = parent.stat().st_mode
+                if not mode & 0o001:
+                    os.chmod(parent, mode | 0o001)
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            os.chown(self.base_dir, entry.pw_uid, entry.pw_gid)
+            os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.data_dir, 0o700)
+        self._run(
+            ["initdb", "-D", str(self.data_dir), "-U", USER, "--auth=trust", "-E", "UTF8",
+             "--locale=C.UTF-8", "--no-sync"],
+            what="initialise embedded PostgreSQL",
+        )
+        with open(self.data_dir / "postgresql.conf", "a") as conf:
+            # a development cluster: durability traded for speed, a few knobs for tests
+            conf.write("\nfsync = off\nsynchronous_commit = off\nfull_page_writes = off\n")
+            conf.write("max_connections = 200\nshared_buffers = 128MB\n")
+
+    def _create_database(self) -> None:
+        import psycopg
+
+        conninfo = f"host=127.0.0.1 port={self.port} user={USER} dbname=postgres connect_timeout=10"
+        with psycopg.connect(conninfo, autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
+            if not exists:
+                conn.execute(f'CREATE DATABASE "{DATABASE}"')
+
+    def _run(self, argv: list[str], *, what: str = "", check: bool = True) -> subprocess.CompletedProcess:
+        if self._bin is None:
+            self._bin = find_pg_bin()
+        argv = [str(self._bin / argv[0]), *argv[1:]]
+        owner = self._run_as()
+        if owner:
+            argv = ["runuser", "-u", owner, "--", *argv]
+        proc = subprocess.run(argv, capture_output=True, text=True, cwd="/")
+        if check and proc.returncode != 0:
+            log_tail = ""
+            if self.log_file.exists():
+                log_tail = "\n".join(self.log_file.read_text(errors="replace").splitlines()[-10:])
+            raise DatabaseError(
+                f"could not {what or argv[0]} (exit {proc.returncode}): "
+                f"{proc.stderr.strip() or proc.stdout.strip()}\n{log_tail}".strip()
+            )
+        return proc

@@ -1,0 +1,71 @@
+"""judgeflow's own tables, all in the ``judgeflow`` schema.
+
+Alembic migrations in ``judgeflow/db/migrations`` create them; these Core
+table objects are what queries are written against.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+SCHEMA = "judgeflow"
+metadata = MetaData(schema=SCHEMA)
+
+RESULT_STATUSES = ("scored", "skipped", "failed")
+# A (trace, metric) in one of these states is done: never selected again
+# unless re-scoring is asked for. 'failed' is picked up by the next run.
+DONE_STATUSES = ("scored", "skipped")
+
+eval_results = Table(
+    "eval_results",
+    metadata,
+    Column("trace_id", Text, nullable=False),
+    Column("metric", Text, nullable=False),
+    Column("metric_version", Text),
+    Column("status", Text, nullable=False),
+    Column("score", Float),
+    Column("passed", Boolean),
+    Column("threshold", Float),
+    Column("reason", Text),
+    Column("details", JSONB, nullable=False, server_default="{}"),
+    Column("judge_model", Text),
+    Column("prompt_tokens", Integer, nullable=False, server_default="0"),
+    Column("completion_tokens", Integer, nullable=False, server_default="0"),
+    Column("cost_usd", Float),
+    Column("latency_ms", Float),
+    Column("judge_calls", Integer, nullable=False, server_default="0"),
+    Column("error", Text),
+    Column("error_kind", Text),
+    Column("attempts", Integer, nullable=False, server_default="0"),
+    Column("flow_run_id", Text),
+    Column("trace_created_at", DateTime(timezone=True)),
+    Column("scored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    PrimaryKeyConstraint("trace_id", "metric", name="eval_results_pkey"),
+    CheckConstraint("metric IN ('toxicity', 'hallucination')", name="eval_results_metric_check"),
+    CheckConstraint("status IN ('scored', 'skipped', 'failed')", name="eval_results_status_check"),
+    CheckConstraint("score IS NULL OR (score >= 0 AND score <= 1)", name="eval_results_score_check"),
+)
+
+claims = Table(
+    "claims",
+    metadata,
+    Column("trace_id", Text, nullable=False),
+    Column("metric", Text, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("claimed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("trace_id", "metric", name="claims_pkey"),
+)

@@ -1,0 +1,5 @@
+"""The judge: the one seam between metrics and whatever answers their prompts."""
+
+from judgeflow.judge.base import Judge, JudgeReply, JudgeRequest
+
+__all__ = ["Judge", "JudgeReply", "JudgeRequest"]

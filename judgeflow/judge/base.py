@@ -1,0 +1,57 @@
+"""The small judge interface metrics depend on.
+
+A metric builds a :class:`JudgeRequest` per step and hands it to whatever
+:class:`Judge` it was given: the litellm adapter in production, the offline
+judge for key-less runs, or a test double in unit tests. Nothing here imports
+litellm, prefect or sqlalchemy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+from pydantic import BaseModel
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One judge call.
+
+    ``step`` names the metric step (e.g. ``"toxicity.opinions"``) so judges that
+    do not read prompts (the offline judge) know what is asked. ``fields`` holds
+    the untrusted data the prompt was built from, already normalised and
+    truncated. ``response_format`` is the pydantic model the reply must satisfy.
+    """
+
+    step: str
+    messages: list[dict[str, str]]
+    response_format: type[BaseModel]
+    fields: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class JudgeReply:
+    """The raw text a judge returned, plus what the call cost."""
+
+    content: str
+    model: str
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cost_usd: float | None = None
+    latency_s: float = 0.0
+
+
+@runtime_checkable
+class Judge(Protocol):
+    """Answers judge requests. Implementations own timeouts, transient-error
+    retries and the bound on calls in flight; they raise
+    :class:`~judgeflow.errors.TransientJudgeError` once retries are used up and
+    :class:`~judgeflow.errors.PermanentJudgeError` for requests that cannot succeed."""
+
+    @property
+    def model(self) -> str: ...
+
+    def complete(self, request: JudgeRequest) -> JudgeReply: ...
+
+    async def acomplete(self, request: JudgeRequest) -> JudgeReply: ...

@@ -1,0 +1,113 @@
+"""The one settings object. Read once at an entry point (CLI command, flow) and
+passed down; nothing reads the environment anywhere else."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from judgeflow.errors import ConfigError
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '15m', '6h', '7d', '2w' -> seconds."""
+    match = _DURATION.match(text or "")
+    if not match:
+        raise ConfigError(f"not a duration: {text!r} (expected e.g. '30m', '6h', '7d')")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def normalise_database_url(url: str) -> str:
+    """postgres:// and postgresql:// (and +psycopg2) become postgresql+psycopg://."""
+    for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="JUDGEFLOW_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    # --- judge -----------------------------------------------------------
+    judge_model: str = Field("gpt-4o", description="litellm model string, or 'offline'")
+    judge_api_base: str | None = None
+    judge_api_key: SecretStr | None = None
+    judge_timeout_s: float = Field(60.0, gt=0)
+    judge_max_retries: int = Field(4, ge=0, description="adapter retries on transient errors")
+    judge_backoff_base_s: float = Field(1.0, ge=0)
+    judge_backoff_max_s: float = Field(30.0, ge=0)
+    judge_max_repairs: int = Field(2, ge=0, description="re-asks after an invalid reply")
+    max_concurrency: int = Field(8, ge=1, description="judge calls in flight per process")
+
+    # --- metrics ---------------------------------------------------------
+    toxicity_threshold: float = Field(0.5, ge=0, le=1)
+    toxicity_strict_mode: bool = False
+    hallucination_threshold: float = Field(0.5, ge=0, le=1)
+    include_reason: bool = True
+    max_field_chars: int = Field(20_000, ge=100, description="per-field truncation budget")
+
+    # --- database --------------------------------------------------------
+    database_url: SecretStr | None = Field(None, description="unset: the embedded database")
+    traces_table: str = "llm_traces"
+    home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
+    lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
+
+    # --- tasks -----------------------------------------------------------
+    task_retries: int = Field(2, ge=0)
+    task_retry_delay_s: float = Field(2.0, ge=0)
+
+    # --- alerts ----------------------------------------------------------
+    alert_window: str = "24h"
+    toxicity_rate_max: float | None = Field(0.05, ge=0, le=1)
+    hallucination_rate_max: float | None = Field(None, ge=0, le=1)
+    failure_rate_max: float | None = Field(None, ge=0, le=1)
+    alert_min_samples: int = Field(50, ge=1)
+    alert_renotify: str | None = None
+    alert_webhook_url: SecretStr | None = None
+    alert_webhook_secret: SecretStr | None = None
+    alert_slack_webhook_url: SecretStr | None = None
+
+    @field_validator("database_url", mode="before")
+    @classmethod
+    def _normalise_url(cls, value):
+        if value is None or value == "":
+            return None
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+        return SecretStr(normalise_database_url(raw))
+
+    @field_validator("alert_window", "alert_renotify")
+    @classmethod
+    def _check_duration(cls, value):
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @property
+    def uses_embedded_database(self) -> bool:
+        return self.database_url is None
+
+    @property
+    def alert_window_s(self) -> float:
+        return parse_duration(self.alert_window)
+
+    @property
+    def alert_renotify_s(self) -> float | None:
+        return parse_duration(self.alert_renotify) if self.alert_renotify else None
+
+
+def load_settings(**overrides) -> Settings:
+    """Entry points call this once. Overrides win over env and .env."""
+    try:
+        return Settings(**overrides)
+    except ConfigError:
+        raise
+    except Exception as exc:  # pydantic.ValidationError, with secrets already masked
+        raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
