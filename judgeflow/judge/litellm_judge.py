@@ -1,0 +1,492 @@
+"""The production judge: any model litellm can reach (the only module importing litellm).
+
+Behaviour, decided here once for every metric:
+
+* **No network at import.** ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set (unless
+  already set) before litellm is imported; otherwise litellm 1.106 fetches its
+  price map from GitHub at import, with retries and sleeps when offline.
+* **One retry loop: ours.** Every call passes ``num_retries=0`` *and*
+  ``max_retries=0``. Without them the OpenAI client underneath litellm retries
+  429/5xx twice on its own (3 server hits per call, measured), which would
+  multiply with this loop and hide from the concurrency bound.
+* **Backoff.** After failed attempt ``n`` (0-based) we sleep
+  ``uniform(0, min(backoff_max_s, backoff_base_s * 2**n))`` ("full jitter"). If
+  the server sent ``Retry-After`` (seconds or an HTTP date) we sleep at least
+  that long, *even beyond* ``backoff_max_s``, up to :data:`RETRY_AFTER_MAX_S`
+  (120 s). A server asking for more than that is not waited for in-process: we
+  give up at once with ``TransientJudgeError(retry_after_s=<its value>)`` so the
+  task-level retry or the next scheduled run picks the trace up, instead of a
+  worker thread sleeping for minutes. A ``Retry-After`` also starts a cool-down
+  shared by every call on this instance: calls starting before it ends wait it
+  out first, so one rate limit does not get hammered by the other threads.
+* **What is retried.** 429, 408/409/425, 5xx (including a malformed 200 body,
+  which litellm reports as a 500), connection errors and timeouts. Everything
+  else (400, 401, 403, 404, 422, context window exceeded, content policy,
+  unsupported params, unknown models, unexpected errors) raises
+  :class:`PermanentJudgeError` at once. Classification uses the HTTP status,
+  not litellm's class: litellm 1.106 maps a 403 to ``litellm.APIError`` (not
+  ``PermissionDeniedError``) and a 404 to ``BadRequestError``.
+* **No litellm exception escapes**, and error messages never contain the API
+  key: auth errors carry no server text at all (OpenAI's 401 echoes the key),
+  other server text is scrubbed of the key and of key-like tokens, and the
+  litellm exception is not chained for HTTP errors.
+* **Concurrency.** A ``threading.BoundedSemaphore(max_concurrency)`` owned by the
+  instance bounds HTTP attempts in flight, across the sync and async paths and
+  all threads; it is held only during an attempt, never during backoff sleeps.
+  :func:`judgeflow.judge.factory.build_judge` caches instances, which makes the
+  bound process-wide. The async path acquires it by polling
+  (``acquire(blocking=False)`` + ``asyncio.sleep``, 1 ms growing to 50 ms) rather
+  than ``asyncio.to_thread(sem.acquire)``: a cancelled task could otherwise
+  leave a thread that later takes a slot nobody releases, and each waiter would
+  pin an executor thread. The polling overhead (<= 50 ms) is noise next to a
+  judge call.
+* **Sync vs async.** Prefer :meth:`complete` from Prefect tasks (worker
+  threads). :meth:`acomplete` works across separate ``asyncio.run`` calls in
+  litellm 1.106 (its client cache keys clients on ``id(event_loop)``, TTL 600 s),
+  but each new loop builds a new HTTP client and litellm's logging worker warns
+  "event loop changed" every time.
+* **Latency** (``JudgeReply.latency_s``) is the duration of the successful HTTP
+  attempt only: not the wait for a concurrency slot, not earlier failed
+  attempts, not backoff sleeps.
+* **Cost** is ``litellm.completion_cost`` from the bundled price map; ``None``
+  when the model is not priced (e.g. a self-hosted or test model).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import asyncio  # noqa: E402
+import email.utils  # noqa: E402
+import math  # noqa: E402
+import random  # noqa: E402
+import re  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator  # noqa: E402
+
+import litellm  # noqa: E402
+import openai  # noqa: E402  (litellm's own dependency; its errors can surface through litellm)
+
+from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
+from judgeflow.judge.base import JudgeReply, JudgeRequest  # noqa: E402
+
+if TYPE_CHECKING:
+    from judgeflow.settings import Settings
+
+litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on stdout
+
+__all__ = [
+    "LiteLLMJudge",
+    "RETRY_AFTER_MAX_S",
+    "backoff_delay",
+    "completion_cost_usd",
+    "parse_retry_after",
+    "retry_delay",
+]
+
+RETRY_AFTER_MAX_S = 120.0
+"""Longest server-requested ``Retry-After`` honoured in-process; above it the call gives up at once."""
+
+_TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
+_MAX_DETAIL_CHARS = 300
+
+
+# --------------------------------------------------------------------------
+# pure helpers (unit-tested directly)
+# --------------------------------------------------------------------------
+
+
+def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random | None = None) -> float:
+    """Full-jitter exponential backoff after failed attempt ``attempt`` (0-based):
+    ``uniform(0, min(max_s, base_s * 2**attempt))``."""
+    ceiling = min(max_s, base_s * (2.0 ** min(attempt, 60)))
+    return (rng or random).uniform(0.0, max(0.0, ceiling))
+
+
+def retry_delay(
+    attempt: int,
+    base_s: float,
+    max_s: float,
+    retry_after_s: float | None = None,
+    rng: random.Random | None = None,
+) -> float:
+    """The sleep before the next attempt: the jittered backoff, but never less
+    than the server's ``Retry-After`` (which may exceed ``max_s``)."""
+    delay = backoff_delay(attempt, base_s, max_s, rng)
+    if retry_after_s is not None:
+        delay = max(delay, retry_after_s)
+    return delay
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """``Retry-After`` as seconds: a number (``"1"``, ``"0.5"``) or an HTTP date."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when is None:
+            return None
+        seconds = when.timestamp() - time.time()
+    if math.isnan(seconds) or math.isinf(seconds):
+        return None
+    return max(0.0, seconds)
+
+
+def completion_cost_usd(response: Any) -> float | None:
+    """USD cost of a litellm response from the bundled price map; ``None`` when
+    the model is not priced or the response lacks usage."""
+    try:
+        cost = litellm.completion_cost(completion_response=response)
+    except Exception:  # ModelNotMappedError, BadRequestError(unknown provider), ...
+        return None
+    try:
+        cost = float(cost)
+    except (TypeError, ValueError):
+        return None
+    if math.isnan(cost) or cost < 0:
+        return None
+    return cost
+
+
+def _retry_after_of(exc: BaseException) -> float | None:
+    """The server's Retry-After. litellm 1.106 keeps the provider's headers on
+    ``exc.litellm_response_headers``; ``exc.response.headers`` is an empty
+    placeholder and ``exc.headers`` is only set by litellm's own proxy."""
+    sources = (
+        getattr(exc, "litellm_response_headers", None),
+        getattr(exc, "headers", None),
+        getattr(getattr(exc, "response", None), "headers", None),
+    )
+    for headers in sources:
+        if not headers:
+            continue
+        try:
+            ms = headers.get("retry-after-ms") or headers.get("Retry-After-Ms")
+            if ms is not None:
+                parsed = parse_retry_after(ms)
+                if parsed is not None:
+                    return parsed / 1000.0
+            value = headers.get("retry-after") or headers.get("Retry-After")
+        except Exception:
+            continue
+        parsed = parse_retry_after(value)
+        if parsed is not None:
+            return parsed
+    return None
+
+
+_LITELLM_PREFIX = re.compile(
+    r"^\s*(?:litellm\.)?(?:[A-Za-z]+(?:Error|Exception|Timeout)|OpenAIException)\s*(?::|-)\s*"
+)
+_KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
+_BEARER = re.compile(r"(?i)\bbearer\s+\S+")
+
+
+def _scrub(text: str, api_key: str | None) -> str:
+    if api_key and len(api_key) >= 4:
+        text = text.replace(api_key, "***")
+    text = _BEARER.sub("Bearer ***", text)
+    text = _KEYLIKE.sub("***", text)
+    return text
+
+
+def _detail(exc: BaseException, api_key: str | None) -> str:
+    """The server's message, without litellm's class-name prefixes, scrubbed and clipped."""
+    text = str(getattr(exc, "message", None) or exc or type(exc).__name__)
+    for _ in range(6):
+        stripped = _LITELLM_PREFIX.sub("", text, count=1)
+        if stripped == text:
+            break
+        text = stripped
+    text = " ".join(_scrub(text, api_key).split())
+    if len(text) > _MAX_DETAIL_CHARS:
+        text = text[: _MAX_DETAIL_CHARS - 3] + "..."
+    return text or type(exc).__name__
+
+
+def _status_of(exc: BaseException) -> int | None:
+    status = getattr(exc, "status_code", None)
+    try:
+        return int(status) if status is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _translate(exc: Exception, *, model: str, api_key: str | None, timeout_s: float) -> JudgeError:
+    """Map anything litellm (or the OpenAI client under it) raised onto our errors."""
+    where = f"judge {model}"
+    status = _status_of(exc)
+
+    if isinstance(exc, (litellm.Timeout, openai.APITimeoutError)):
+        return _tag(TransientJudgeError(f"{where}: timed out after {timeout_s:g}s"), status, exc)
+    if isinstance(exc, litellm.ContextWindowExceededError):
+        return _tag(PermanentJudgeError(
+            f"{where}: context window exceeded (HTTP 400): {_detail(exc, api_key)}"
+        ), status, exc)
+    if isinstance(exc, litellm.ContentPolicyViolationError):
+        return _tag(PermanentJudgeError(
+            f"{where}: request rejected by the provider's content policy (HTTP 400): {_detail(exc, api_key)}"
+        ), status, exc)
+    if isinstance(exc, (litellm.RateLimitError, openai.RateLimitError)) or status == 429:
+        retry_after = _retry_after_of(exc)
+        hint = f", Retry-After {retry_after:g}s" if retry_after is not None else ""
+        return _tag(TransientJudgeError(
+            f"{where}: rate limited (HTTP 429{hint}): {_detail(exc, api_key)}", retry_after_s=retry_after
+        ), 429, exc)
+    if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError,
+                        openai.AuthenticationError, openai.PermissionDeniedError)) or status in (401, 403):
+        code = status if status in (401, 403) else 401
+        # No server text: OpenAI's 401 message echoes the key that was sent.
+        return _tag(PermanentJudgeError(
+            f"{where}: authentication or permission failed (HTTP {code}); check the judge API key, "
+            "api_base and the key's access to this model"
+        ), code, exc)
+    if isinstance(exc, (litellm.APIConnectionError, openai.APIConnectionError)) and not (
+        status is not None and 400 <= status < 500
+    ):
+        return _tag(TransientJudgeError(f"{where}: connection failed: {_detail(exc, api_key)}"), status, exc)
+    if status is not None and (status >= 500 or status in _TRANSIENT_STATUSES):
+        retry_after = _retry_after_of(exc)
+        return _tag(TransientJudgeError(
+            f"{where}: server error (HTTP {status}): {_detail(exc, api_key)}", retry_after_s=retry_after
+        ), status, exc)
+    if status is not None and 400 <= status < 500:
+        label = {404: "model or endpoint not found", 422: "request not processable"}.get(status, "bad request")
+        return _tag(PermanentJudgeError(
+            f"{where}: {label} (HTTP {status}): {_detail(exc, api_key)}"
+        ), status, exc)
+    if isinstance(exc, (litellm.ServiceUnavailableError, litellm.InternalServerError, litellm.BadGatewayError)):
+        return _tag(TransientJudgeError(f"{where}: server error: {_detail(exc, api_key)}"), status, exc)
+    return _tag(PermanentJudgeError(
+        f"{where}: unexpected {type(exc).__name__}: {_detail(exc, api_key)}"
+    ), status, exc)
+
+
+def _tag(err: JudgeError, status: int | None, exc: BaseException) -> JudgeError:
+    err.status_code = status  # type: ignore[attr-defined]
+    err.original_type = f"{type(exc).__module__}.{type(exc).__name__}"  # type: ignore[attr-defined]
+    return err
+
+
+def _is_http_error(exc: BaseException) -> bool:
+    return isinstance(exc, (openai.APIError, litellm.Timeout)) or _status_of(exc) is not None
+
+
+# --------------------------------------------------------------------------
+# the judge
+# --------------------------------------------------------------------------
+
+
+class LiteLLMJudge:
+    """A :class:`~judgeflow.judge.base.Judge` over ``litellm.completion``."""
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = 60,
+        max_retries: int = 4,
+        backoff_base_s: float = 1.0,
+        backoff_max_s: float = 30.0,
+        max_concurrency: int = 8,
+        extra_kwargs: dict | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ):
+        if not model:
+            raise ValueError("model is required")
+        if max_concurrency < 1:
+            raise ValueError("max_concurrency must be >= 1")
+        if max_retries < 0 or timeout_s <= 0 or backoff_base_s < 0 or backoff_max_s < 0:
+            raise ValueError("max_retries, backoff_base_s and backoff_max_s must be >= 0 and timeout_s > 0")
+        self._model = model
+        self._api_base = api_base or None
+        self._api_key = api_key or None
+        self.timeout_s = float(timeout_s)
+        self.max_retries = int(max_retries)
+        self.backoff_base_s = float(backoff_base_s)
+        self.backoff_max_s = float(backoff_max_s)
+        self.max_concurrency = int(max_concurrency)
+        self._extra_kwargs = dict(extra_kwargs or {})
+        self._sleep = sleep
+        self._async_sleep = async_sleep
+        self._rng = rng or random.Random()
+        self._rng_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self._cooldown_lock = threading.Lock()
+        self._cooldown_until = 0.0  # time.monotonic() before which no attempt starts
+
+    @classmethod
+    def from_settings(cls, settings: "Settings") -> "LiteLLMJudge":
+        key = settings.judge_api_key.get_secret_value() if settings.judge_api_key is not None else None
+        return cls(
+            settings.judge_model,
+            api_base=settings.judge_api_base,
+            api_key=key,
+            timeout_s=settings.judge_timeout_s,
+            max_retries=settings.judge_max_retries,
+            backoff_base_s=settings.judge_backoff_base_s,
+            backoff_max_s=settings.judge_backoff_max_s,
+            max_concurrency=settings.max_concurrency,
+        )
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def api_base(self) -> str | None:
+        return self._api_base
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"LiteLLMJudge(model={self._model!r}, api_base={self._api_base!r}, max_concurrency={self.max_concurrency})"
+
+    # ---- the call -----------------------------------------------------------
+
+    def _call_kwargs(self, request: JudgeRequest) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"temperature": 0}
+        kwargs.update(self._extra_kwargs)
+        kwargs.update(
+            model=self._model,
+            messages=list(request.messages),
+            response_format=request.response_format,
+            timeout=self.timeout_s,
+            # Our loop owns retries: neither litellm nor the OpenAI client may retry.
+            num_retries=0,
+            max_retries=0,
+        )
+        if self._api_base:
+            kwargs["api_base"] = self._api_base
+        if self._api_key:
+            kwargs["api_key"] = self._api_key
+        return kwargs
+
+    def _reply(self, response: Any, latency_s: float) -> JudgeReply:
+        content = ""
+        try:
+            content = response.choices[0].message.content or ""
+        except (AttributeError, IndexError, TypeError):
+            content = ""
+        usage = getattr(response, "usage", None)
+        return JudgeReply(
+            content=content if isinstance(content, str) else str(content),
+            model=self._model,
+            prompt_tokens=getattr(usage, "prompt_tokens", None),
+            completion_tokens=getattr(usage, "completion_tokens", None),
+            cost_usd=completion_cost_usd(response),
+            latency_s=latency_s,
+        )
+
+    def _error(self, exc: Exception) -> JudgeError:
+        return _translate(exc, model=self._model, api_key=self._api_key, timeout_s=self.timeout_s)
+
+    def _plan_retry(self, attempt: int, err: JudgeError) -> float | JudgeError:
+        """After failed attempt ``attempt``: the sleep before the next one, or the error to raise."""
+        if isinstance(err, PermanentJudgeError) or not isinstance(err, TransientJudgeError):
+            return err
+        retry_after = err.retry_after_s
+        if retry_after is not None and retry_after > RETRY_AFTER_MAX_S:
+            return TransientJudgeError(
+                f"{err} (not waiting in-process: Retry-After {retry_after:g}s exceeds {RETRY_AFTER_MAX_S:g}s)",
+                retry_after_s=retry_after,
+            )
+        if retry_after is not None:
+            with self._cooldown_lock:
+                self._cooldown_until = max(self._cooldown_until, time.monotonic() + retry_after)
+        if attempt >= self.max_retries:
+            attempts = attempt + 1
+            final = TransientJudgeError(
+                f"{err} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})",
+                retry_after_s=retry_after,
+            )
+            final.status_code = getattr(err, "status_code", None)  # type: ignore[attr-defined]
+            return final
+        with self._rng_lock:
+            return retry_delay(attempt, self.backoff_base_s, self.backoff_max_s, retry_after, self._rng)
+
+    def _cooldown_remaining(self) -> float:
+        with self._cooldown_lock:
+            return self._cooldown_until - time.monotonic()
+
+    @contextmanager
+    def _slot(self) -> Iterator[None]:
+        self._slots.acquire()
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    def complete(self, request: JudgeRequest) -> JudgeReply:
+        kwargs = self._call_kwargs(request)
+        attempt = 0
+        while True:
+            wait = self._cooldown_remaining()
+            if wait > 0:
+                self._sleep(wait)
+            with self._slot():
+                started = time.perf_counter()
+                try:
+                    response = litellm.completion(**kwargs)
+                except Exception as exc:  # every litellm/openai error is translated below
+                    err, cause = self._error(exc), exc
+                else:
+                    return self._reply(response, time.perf_counter() - started)
+            plan = self._plan_retry(attempt, err)
+            if isinstance(plan, JudgeError):
+                self._raise(plan, cause)
+            self._sleep(plan)
+            attempt += 1
+
+    async def acomplete(self, request: JudgeRequest) -> JudgeReply:
+        kwargs = self._call_kwargs(request)
+        attempt = 0
+        while True:
+            wait = self._cooldown_remaining()
+            if wait > 0:
+                await self._async_sleep(wait)
+            await self._acquire_slot_async()
+            try:
+                started = time.perf_counter()
+                try:
+                    response = await litellm.acompletion(**kwargs)
+                except Exception as exc:
+                    err, cause = self._error(exc), exc
+                else:
+                    return self._reply(response, time.perf_counter() - started)
+            finally:
+                self._slots.release()
+            plan = self._plan_retry(attempt, err)
+            if isinstance(plan, JudgeError):
+                self._raise(plan, cause)
+            await self._async_sleep(plan)
+            attempt += 1
+
+    async def _acquire_slot_async(self) -> None:
+        """Take a slot without blocking the event loop (see the module doc for why polling)."""
+        delay = 0.001
+        while not self._slots.acquire(blocking=False):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    @staticmethod
+    def _raise(err: JudgeError, cause: Exception) -> None:
+        if _is_http_error(cause):
+            # The server's raw text may echo credentials; it is already in the
+            # (scrubbed) message, so the litellm exception is not chained.
+            raise err from None
+        raise err from cause

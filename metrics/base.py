@@ -1,0 +1,112 @@
+"""What every judge-backed metric shares: parameter checks, the two drivers,
+timing, usage accounting and turning an outcome into a :class:`MetricResult`.
+
+Subclasses write their logic once as a :data:`~judgeflow.metrics.steps.Flow`
+that returns an :class:`Outcome`; ``_run`` and ``_arun`` execute it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from judgeflow.metrics.inputs import check_max_field_chars
+from judgeflow.metrics.result import MetricResult
+from judgeflow.metrics.steps import Flow, Usage, adrive, drive
+
+from judgeflow.errors import ConfigError, JudgeAbstained
+from judgeflow.judge.base import Judge
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a metric's flow concludes; usage and timing are added by the base."""
+
+    score: float
+    reason: str | None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class JudgeMetric:
+    name: ClassVar[str]
+
+    def __init__(
+        self,
+        judge: Judge,
+        *,
+        threshold: float,
+        max_field_chars: int,
+        max_repairs: int,
+        async_mode: bool = True,
+    ) -> None:
+        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not 0.0 <= threshold <= 1.0:
+            raise ConfigError(f"{self.name}: threshold must be a number in [0, 1], got {threshold!r}")
+        if isinstance(max_repairs, bool) or not isinstance(max_repairs, int) or max_repairs < 0:
+            raise ConfigError(f"{self.name}: max_repairs must be an integer >= 0, got {max_repairs!r}")
+        self.judge = judge
+        self.threshold = float(threshold)
+        self.max_field_chars = check_max_field_chars(max_field_chars)
+        self.max_repairs = max_repairs
+        self.async_mode = async_mode
+
+    @property
+    def metric_version(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def effective_threshold(self) -> float:
+        """The threshold ``passed`` is decided with (strict mode may override it)."""
+        return self.threshold
+
+    def _run(self, flow: Flow[Outcome]) -> MetricResult:
+        usage = Usage()
+        started = time.perf_counter()
+        try:
+            outcome = drive(flow, self.judge, usage=usage, concurrent=self.async_mode)
+        except JudgeAbstained as abstained:
+            return self._skipped(abstained, usage, started)
+        return self._scored(outcome, usage, started)
+
+    async def _arun(self, flow: Flow[Outcome]) -> MetricResult:
+        usage = Usage()
+        started = time.perf_counter()
+        try:
+            outcome = await adrive(flow, self.judge, usage=usage)
+        except JudgeAbstained as abstained:
+            return self._skipped(abstained, usage, started)
+        return self._scored(outcome, usage, started)
+
+    def _scored(self, outcome: Outcome, usage: Usage, started: float) -> MetricResult:
+        threshold = self.effective_threshold
+        return MetricResult(
+            name=self.name,
+            score=outcome.score,
+            passed=outcome.score <= threshold,
+            threshold=threshold,
+            reason=outcome.reason,
+            details=outcome.details,
+            **self._accounting(usage, started),
+        )
+
+    def _skipped(self, abstained: JudgeAbstained, usage: Usage, started: float) -> MetricResult:
+        return MetricResult(
+            name=self.name,
+            status="skipped",
+            score=None,
+            passed=None,
+            threshold=self.effective_threshold,
+            reason=str(abstained) or "judge abstained",
+            **self._accounting(usage, started),
+        )
+
+    def _accounting(self, usage: Usage, started: float) -> dict[str, Any]:
+        return {
+            "judge_model": usage.model or self.judge.model,
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+            "cost_usd": usage.cost_usd,
+            "latency_ms": (time.perf_counter() - started) * 1000.0,
+            "judge_calls": usage.calls,
+            "metric_version": self.metric_version,
+        }

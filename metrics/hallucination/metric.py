@@ -1,0 +1,102 @@
+"""The hallucination metric: one judge call scoring how unfaithful the output is,
+to the context when there is one, otherwise to well-established facts.
+
+Score = the judge's score in [0, 1] (0 faithful, 1 entirely unfaithful); the
+threshold is a maximum: ``passed = score <= threshold``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from judgeflow.metrics.base import JudgeMetric, Outcome
+from judgeflow.metrics.hallucination import template
+from judgeflow.metrics.hallucination.schema import HallucinationJudgement
+from judgeflow.metrics.hallucination.template import FewShotExample
+from judgeflow.metrics.inputs import DEFAULT_MAX_FIELD_CHARS, normalise_trace
+from judgeflow.metrics.result import MetricResult
+from judgeflow.metrics.steps import Flow, ask
+from judgeflow.metrics.version import compute_version
+
+from judgeflow.judge.base import Judge, JudgeRequest
+
+STEP = "hallucination"
+
+# Bump for changes the prompt hash cannot see (the scoring rule).
+MAJOR_VERSION = 1
+
+EMPTY_OUTPUT_REASON = "output is empty: nothing to check"
+
+
+def hallucination_version(examples: Sequence[FewShotExample] = ()) -> str:
+    """The version of the current prompts and schema, e.g. ``hallucination/1+0c4d2e7b``.
+
+    Few-shot examples change what the judge is shown, so a metric configured
+    with examples gets a different hash; without examples it is this default.
+    """
+    prompts: list[Any] = list(template.probe_prompts())
+    if examples:
+        prompts.append([example.model_dump() for example in examples])
+    return compute_version("hallucination", MAJOR_VERSION, prompts, [HallucinationJudgement])
+
+
+class HallucinationMetric(JudgeMetric):
+    name = "hallucination"
+
+    def __init__(
+        self,
+        judge: Judge,
+        threshold: float = 0.5,
+        few_shot_examples: list[FewShotExample] | None = None,
+        max_field_chars: int = DEFAULT_MAX_FIELD_CHARS,
+        max_repairs: int = 2,
+    ) -> None:
+        # One request per run, so there is nothing to run concurrently.
+        super().__init__(
+            judge,
+            threshold=threshold,
+            max_field_chars=max_field_chars,
+            max_repairs=max_repairs,
+            async_mode=False,
+        )
+        # Validate dicts too, so configuration from YAML/JSON fails here, not mid-run.
+        self.few_shot_examples = [FewShotExample.model_validate(e) for e in few_shot_examples or []]
+        self._version = hallucination_version(self.few_shot_examples)
+
+    @property
+    def metric_version(self) -> str:
+        return self._version
+
+    def score(self, input: Any, output: Any, context: Any = None) -> MetricResult:
+        return self._run(self.flow(input, output, context))
+
+    async def ascore(self, input: Any, output: Any, context: Any = None) -> MetricResult:
+        return await self._arun(self.flow(input, output, context))
+
+    def flow(self, input: Any, output: Any, context: Any = None) -> Flow[Outcome]:
+        """The metric's logic, free of I/O; ``score``/``ascore`` drive it."""
+        trace = normalise_trace(input, output, context, max_field_chars=self.max_field_chars)
+        details: dict[str, Any] = {**trace.notes, "context_used": trace.context is not None}
+        if trace.output_is_empty:
+            return Outcome(score=0.0, reason=EMPTY_OUTPUT_REASON, details={**details, "reasons": []})
+
+        request = JudgeRequest(
+            step=STEP,
+            messages=template.hallucination_messages(
+                trace.input, trace.output, trace.context, self.few_shot_examples
+            ),
+            response_format=HallucinationJudgement,
+            fields={
+                "input": trace.input,
+                "output": trace.output,
+                "context": trace.context,
+                "examples": [e.model_dump(mode="json") for e in self.few_shot_examples],
+            },
+        )
+        (judgement,) = yield from ask(
+            [request], HallucinationJudgement, shape=template.SHAPE, max_repairs=self.max_repairs
+        )
+        reasons = [reason.strip() for reason in judgement.reason if reason.strip()]
+        details["reasons"] = reasons
+        return Outcome(score=judgement.score, reason=" ".join(reasons) or None, details=details)

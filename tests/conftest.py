@@ -1,0 +1,83 @@
+"""Suite-wide fixtures: a real PostgreSQL server, a real Prefect server
+(prefect_test_harness), and the local OpenAI-compatible judge server."""
+
+from __future__ import annotations
+
+import os
+
+# before anything imports litellm or prefect
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "judgeflow")
+
+import pytest
+import sqlalchemy as sa
+
+from tests.support.postgres import create_database, drop_database, start_test_server
+
+# never let a developer's .env or shell leak into tests
+for _key in [k for k in os.environ if k.startswith("JUDGEFLOW_")]:
+    del os.environ[_key]
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    server = start_test_server()
+    yield server
+    server.destroy()
+
+
+@pytest.fixture
+def database_url(pg_server):
+    """A fresh, empty database for one test."""
+    from judgeflow.db.engine import dispose_engines
+
+    name, url = create_database(pg_server)
+    yield url
+    dispose_engines()
+    drop_database(pg_server, name)
+
+
+@pytest.fixture
+def db(database_url):
+    engine = sa.create_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def prefect_server():
+    """A real Prefect API server (temporary, sqlite-backed) for the whole session."""
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=90):
+        yield PREFECT_API_URL.value()
+
+
+@pytest.fixture
+def judge_server():
+    from tests.support.judge_server import JudgeServer
+
+    with JudgeServer() as server:
+        yield server
+
+
+@pytest.fixture
+def judgeflow_env(monkeypatch, database_url, judge_server, tmp_path):
+    """Environment for a judgeflow run against the test database and judge server."""
+    env = {
+        "JUDGEFLOW_DATABASE_URL": database_url,
+        "JUDGEFLOW_JUDGE_MODEL": "openai/judge-test",
+        "JUDGEFLOW_JUDGE_API_BASE": judge_server.url,
+        "JUDGEFLOW_JUDGE_API_KEY": "test-key-not-secret",
+        "JUDGEFLOW_JUDGE_TIMEOUT_S": "5",
+        "JUDGEFLOW_JUDGE_BACKOFF_BASE_S": "0.05",
+        "JUDGEFLOW_JUDGE_BACKOFF_MAX_S": "0.5",
+        "JUDGEFLOW_TASK_RETRY_DELAY_S": "0.1",
+        "JUDGEFLOW_HOME": str(tmp_path / "home"),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.chdir(tmp_path)  # no stray .env is read
+    return env

@@ -1,0 +1,416 @@
+"""LiteLLMJudge over real HTTP against the local judge server (no mocks of litellm)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+import pytest
+
+from judgeflow.errors import JudgeflowError, PermanentJudgeError, TransientJudgeError
+from judgeflow.judge.base import Judge, JudgeReply, JudgeRequest
+from judgeflow.judge.litellm_judge import (
+    RETRY_AFTER_MAX_S,
+    LiteLLMJudge,
+    backoff_delay,
+    completion_cost_usd,
+    parse_retry_after,
+    retry_delay,
+)
+from judgeflow.metrics.data_block import render_data_block
+from judgeflow.metrics.hallucination.schema import HallucinationJudgement
+from judgeflow.metrics.toxicity.schema import Opinions
+from tests.support.judge_server import JudgeServer, Reply, context_window_reply, error_reply
+
+API_KEY = "test-key-s3cr3t-0123456789"
+MODEL = "openai/judge-test"
+
+
+def opinions_request(output: str = "I think cats rule. Fact: water is wet.") -> JudgeRequest:
+    fields = {"input": "hi", "output": output}
+    return JudgeRequest(
+        step="toxicity.opinions",
+        messages=[
+            {"role": "system", "content": "Extract the author's opinions."},
+            {"role": "user", "content": "Data:\n" + render_data_block(fields)},
+        ],
+        response_format=Opinions,
+        fields=fields,
+    )
+
+
+@pytest.fixture
+def server():
+    with JudgeServer() as srv:
+        yield srv
+
+
+def make_judge(server: JudgeServer, **kwargs) -> LiteLLMJudge:
+    opts = dict(api_base=server.url, api_key=API_KEY, timeout_s=5, max_retries=2,
+                backoff_base_s=0.01, backoff_max_s=0.05)
+    opts.update(kwargs)
+    return LiteLLMJudge(MODEL, **opts)
+
+
+# --------------------------------------------------------------------------
+# import
+# --------------------------------------------------------------------------
+
+
+def test_import_sets_local_cost_map_and_makes_no_network_call():
+    code = (
+        "import os, socket, time\n"
+        "hits = []\n"
+        "def blocked(*a, **k):\n"
+        "    hits.append(a)\n"
+        "    raise OSError('network blocked in test')\n"
+        "socket.getaddrinfo = blocked\n"
+        "socket.create_connection = blocked\n"
+        "socket.socket.connect = blocked\n"
+        "t = time.perf_counter()\n"
+        "import judgeflow.judge.litellm_judge as m\n"
+        "elapsed = time.perf_counter() - t\n"
+        "assert os.environ['LITELLM_LOCAL_MODEL_COST_MAP'] == 'True'\n"
+        "assert 'gpt-4o' in m.litellm.model_cost, 'price map not loaded'\n"
+        "assert not hits, hits\n"
+        "print(f'{elapsed:.2f}')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert float(out.stdout.strip().splitlines()[-1]) < 20  # ~3 s here; an offline fetch would retry and sleep
+
+
+def test_is_a_judge():
+    judge = LiteLLMJudge(MODEL, api_key=API_KEY)
+    assert isinstance(judge, Judge)
+    assert judge.model == MODEL
+    assert API_KEY not in repr(judge)
+
+
+# --------------------------------------------------------------------------
+# pure helpers
+# --------------------------------------------------------------------------
+
+
+def test_full_jitter_backoff_bounds():
+    rng = random.Random(1)
+    for attempt in range(8):
+        ceiling = min(30.0, 1.0 * 2**attempt)
+        draws = [backoff_delay(attempt, 1.0, 30.0, rng) for _ in range(400)]
+        assert all(0.0 <= d <= ceiling for d in draws)
+        # full jitter: spread over the whole [0, ceiling] range, not bunched near the top
+        assert min(draws) < 0.1 * ceiling and max(draws) > 0.9 * ceiling
+    assert backoff_delay(1000, 1.0, 30.0, rng) <= 30.0
+    assert backoff_delay(3, 0.0, 30.0, rng) == 0.0
+
+
+def test_retry_after_is_a_floor_and_may_exceed_backoff_max():
+    rng = random.Random(2)
+    assert all(retry_delay(0, 1.0, 30.0, 2.5, rng) >= 2.5 for _ in range(100))
+    assert retry_delay(0, 0.01, 0.05, 45.0, rng) == 45.0  # honoured beyond backoff_max_s
+
+
+def test_parse_retry_after():
+    assert parse_retry_after("1") == 1.0
+    assert parse_retry_after("0.25") == 0.25
+    assert parse_retry_after("-3") == 0.0
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("soon") is None
+    future = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
+    assert 25 <= parse_retry_after(future) <= 31
+
+
+def test_cost_helper_prices_a_known_model_without_network():
+    from litellm import ModelResponse
+    from litellm.types.utils import Usage
+
+    response = ModelResponse(
+        model="gpt-4o",
+        choices=[{"index": 0, "message": {"role": "assistant", "content": "{}"}, "finish_reason": "stop"}],
+        usage=Usage(prompt_tokens=1000, completion_tokens=100, total_tokens=1100),
+    )
+    cost = completion_cost_usd(response)
+    assert isinstance(cost, float) and cost > 0
+    response.model = "judge-test-unpriced"
+    assert completion_cost_usd(response) is None
+    assert completion_cost_usd(object()) is None
+
+
+# --------------------------------------------------------------------------
+# over HTTP
+# --------------------------------------------------------------------------
+
+
+def test_success_reply_tokens_cost_latency(server):
+    judge = make_judge(server)
+    reply = judge.complete(opinions_request())
+    assert isinstance(reply, JudgeReply)
+    assert Opinions.model_validate_json(reply.content).opinions == ["I think cats rule"]
+    assert reply.model == MODEL
+    assert reply.prompt_tokens and reply.prompt_tokens > 0
+    assert reply.completion_tokens and reply.completion_tokens > 0
+    assert reply.cost_usd is None  # unpriced test model
+    assert 0 < reply.latency_s < 5
+    sent = server.requests[0]
+    assert server.calls() == 1
+    assert sent.step == "Opinions"
+    assert sent.raw["response_format"]["type"] == "json_schema"
+    assert sent.raw["response_format"]["json_schema"]["name"] == "Opinions"
+    assert sent.raw["temperature"] == 0
+    assert sent.headers.get("Authorization") == f"Bearer {API_KEY}"
+    assert sent.data == {"input": "hi", "output": "I think cats rule. Fact: water is wet."}
+
+
+def test_null_content_is_an_empty_string(server):
+    server.script(Reply(content=None))
+    assert make_judge(server).complete(opinions_request()).content == ""
+
+
+def test_garbage_content_is_returned_verbatim(server):
+    server.script(Reply(content="Sure! Here's my analysis..."))
+    assert make_judge(server).complete(opinions_request()).content == "Sure! Here's my analysis..."
+
+
+def test_429_retry_after_is_honoured_then_success(server):
+    server.script(error_reply(429, "Rate limit reached", headers={"Retry-After": "1"}))
+    judge = make_judge(server, backoff_base_s=0.01, backoff_max_s=0.02)
+    started = time.monotonic()
+    reply = judge.complete(opinions_request())
+    elapsed = time.monotonic() - started
+    assert server.calls() == 2
+    assert elapsed >= 1.0
+    gap = server.requests[1].received_at - server.requests[0].received_at
+    assert gap >= 1.0
+    assert reply.latency_s < 1.0  # the successful attempt only
+
+
+def test_500_then_success_makes_exactly_two_requests(server):
+    server.script(error_reply(500, "boom"))
+    make_judge(server).complete(opinions_request())
+    assert server.calls() == 2  # no hidden retries inside litellm or the OpenAI client
+
+
+def test_persistent_500_gives_up_after_one_plus_max_retries(server):
+    server.responder = lambda req: error_reply(500, "boom")
+    judge = make_judge(server, max_retries=3)
+    with pytest.raises(TransientJudgeError) as info:
+        judge.complete(opinions_request())
+    assert server.calls() == 4
+    assert "500" in str(info.value) and "4 attempts" in str(info.value)
+    assert info.value.retry_after_s is None
+
+
+def test_persistent_429_carries_retry_after(server):
+    server.responder = lambda req: error_reply(429, "slow down", headers={"Retry-After": "0.1"})
+    with pytest.raises(TransientJudgeError) as info:
+        make_judge(server, max_retries=1).complete(opinions_request())
+    assert server.calls() == 2
+    assert info.value.retry_after_s == pytest.approx(0.1)
+
+
+def test_retry_after_beyond_cap_gives_up_at_once(server):
+    big = str(int(RETRY_AFTER_MAX_S * 10))
+    server.script(error_reply(429, "come back tomorrow", headers={"Retry-After": big}))
+    started = time.monotonic()
+    with pytest.raises(TransientJudgeError) as info:
+        make_judge(server).complete(opinions_request())
+    assert time.monotonic() - started < 5
+    assert server.calls() == 1
+    assert info.value.retry_after_s == float(big)
+
+
+def test_503_and_malformed_200_are_transient(server):
+    server.script(error_reply(503, "overloaded"), Reply(status=200, body="<html>not json</html>"))
+    reply = make_judge(server).complete(opinions_request())
+    assert server.calls() == 3
+    assert reply.content
+
+
+@pytest.mark.parametrize(
+    "reply, needle",
+    [
+        (error_reply(400, "Invalid schema for response_format"), "HTTP 400"),
+        (error_reply(401, f"Incorrect API key provided: {API_KEY}", code="invalid_api_key"), "HTTP 401"),
+        (error_reply(403, f"Key {API_KEY} has no access to model"), "HTTP 403"),
+        (error_reply(404, "The model `judge-test` does not exist"), "HTTP 404"),
+        (context_window_reply(), "context window"),
+        (error_reply(400, "Your request was rejected by our safety system",
+                     code="content_policy_violation"), "content policy"),
+    ],
+    ids=["400", "401", "403", "404", "context-window", "content-policy"],
+)
+def test_permanent_errors_after_exactly_one_request(server, reply, needle):
+    server.responder = lambda req: reply
+    with pytest.raises(PermanentJudgeError) as info:
+        make_judge(server).complete(opinions_request())
+    assert server.calls() == 1
+    assert needle in str(info.value)
+    rendered = "".join(traceback.format_exception(info.value))
+    assert API_KEY not in rendered
+    assert API_KEY not in repr(info.value)
+
+
+def test_api_key_is_scrubbed_from_transient_messages(server):
+    server.responder = lambda req: error_reply(500, f"upstream said Bearer {API_KEY} and sk-abcdef123456789")
+    with pytest.raises(TransientJudgeError) as info:
+        make_judge(server, max_retries=0).complete(opinions_request())
+    rendered = "".join(traceback.format_exception(info.value))
+    assert API_KEY not in rendered and "sk-abcdef123456789" not in rendered
+
+
+def test_stall_beyond_timeout_is_retried_then_transient(server):
+    server.responder = lambda req: Reply(content='{"opinions": []}', delay_s=3.0)
+    judge = make_judge(server, timeout_s=0.4, max_retries=1)
+    started = time.monotonic()
+    with pytest.raises(TransientJudgeError) as info:
+        judge.complete(opinions_request())
+    assert server.calls() == 2
+    assert "timed out" in str(info.value)
+    assert time.monotonic() - started < 2.5
+
+
+def test_connection_refused_is_transient():
+    judge = LiteLLMJudge(MODEL, api_base="http://127.0.0.1:9/v1", api_key=API_KEY, timeout_s=2,
+                         max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01)
+    with pytest.raises(TransientJudgeError):
+        judge.complete(opinions_request())
+
+
+def test_injected_sleep_sees_full_jitter_delays(server):
+    server.responder = lambda req: error_reply(500, "boom")
+    slept: list[float] = []
+    judge = make_judge(server, max_retries=4, backoff_base_s=1.0, backoff_max_s=3.0,
+                       sleep=slept.append, rng=random.Random(3))
+    with pytest.raises(TransientJudgeError):
+        judge.complete(opinions_request())
+    assert len(slept) == 4 and server.calls() == 5
+    for attempt, delay in enumerate(slept):
+        assert 0.0 <= delay <= min(3.0, 2**attempt)
+
+
+def test_concurrency_bound(server):
+    server.latency_mean_s = 0.3
+    judge = make_judge(server, max_concurrency=3)
+    errors: list[BaseException] = []
+
+    def call():
+        try:
+            judge.complete(opinions_request())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=20)
+    assert not errors
+    assert server.calls() == 12
+    assert server.max_in_flight == 3
+
+
+async def test_acomplete_success(server):
+    judge = make_judge(server)
+    fields = {"input": "q", "output": "It is raining [halluc=0.75]", "context": ["sunny"], "examples": []}
+    request = JudgeRequest(
+        step="hallucination",
+        messages=[{"role": "user", "content": render_data_block(fields)}],
+        response_format=HallucinationJudgement,
+        fields=fields,
+    )
+    reply = await judge.acomplete(request)
+    assert HallucinationJudgement.model_validate_json(reply.content).score == 0.75
+    assert server.requests[0].step == "HallucinationJudgement"
+
+
+async def test_acomplete_retries_and_respects_the_bound(server):
+    server.latency_mean_s = 0.2
+    server.script(error_reply(500, "boom"))
+    judge = make_judge(server, max_concurrency=2)
+    replies = await asyncio.gather(*(judge.acomplete(opinions_request()) for _ in range(5)))
+    assert len(replies) == 5
+    assert server.calls() == 6
+    assert server.max_in_flight <= 2
+
+
+async def test_acomplete_translates_errors(server):
+    server.script(error_reply(401, f"bad key {API_KEY}"))
+    with pytest.raises(PermanentJudgeError) as info:
+        await make_judge(server).acomplete(opinions_request())
+    assert API_KEY not in "".join(traceback.format_exception(info.value))
+
+
+def test_sync_then_async_across_event_loops(server):
+    judge = make_judge(server)
+    judge.complete(opinions_request())
+    for _ in range(2):  # litellm 1.106 keys its async clients on the event loop
+        asyncio.run(judge.acomplete(opinions_request()))
+    assert server.calls() == 3
+
+
+def test_errors_are_judgeflow_errors(server):
+    server.responder = lambda req: error_reply(418, "teapot")
+    with pytest.raises(JudgeflowError):
+        make_judge(server).complete(opinions_request())
+
+
+def test_retry_after_starts_a_cooldown_shared_by_other_calls(server):
+    judge = make_judge(server, max_retries=0)
+    server.script(error_reply(429, "slow down", headers={"Retry-After": "0.5"}))
+    with pytest.raises(TransientJudgeError):
+        judge.complete(opinions_request())
+    judge.complete(opinions_request())  # a different call waits out the cool-down first
+    assert server.requests[1].received_at - server.requests[0].received_at >= 0.5
+
+
+async def test_cancelled_async_calls_do_not_leak_slots(server):
+    server.latency_mean_s = 0.3
+    judge = make_judge(server, max_concurrency=1)
+    running = asyncio.create_task(judge.acomplete(opinions_request()))
+    waiting = asyncio.create_task(judge.acomplete(opinions_request()))
+    await asyncio.sleep(0.1)
+    waiting.cancel()  # cancelled while waiting for the slot
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    in_flight = asyncio.create_task(judge.acomplete(opinions_request()))
+    await running
+    await asyncio.sleep(0.1)
+    in_flight.cancel()  # cancelled during the HTTP call
+    with pytest.raises(asyncio.CancelledError):
+        await in_flight
+    assert judge._slots.acquire(blocking=False)  # the one slot is free again
+    judge._slots.release()
+
+
+def test_from_settings_and_factory_cache(server):
+    from judgeflow.judge.factory import build_judge, clear_judge_cache
+    from judgeflow.settings import Settings
+
+    clear_judge_cache()
+    settings = Settings(judge_model=MODEL, judge_api_base=server.url, judge_api_key=API_KEY,
+                        judge_timeout_s=5, judge_max_retries=1, max_concurrency=3)
+    judge = build_judge(settings)
+    assert isinstance(judge, LiteLLMJudge)
+    assert judge.model == MODEL and judge.max_concurrency == 3 and judge.max_retries == 1
+    assert build_judge(settings.model_copy()) is judge  # one instance, one concurrency bound
+    assert build_judge(settings.model_copy(update={"max_concurrency": 4})) is not judge
+    assert Opinions.model_validate_json(judge.complete(opinions_request()).content)
+    assert server.requests[0].headers["Authorization"] == f"Bearer {API_KEY}"
+    clear_judge_cache()
+
+
+@pytest.mark.parametrize("model", ["offline", "offline/classifier"])
+def test_factory_offline(model):
+    pytest.importorskip("judgeflow.judge.offline")
+    from judgeflow.judge.factory import build_judge
+    from judgeflow.judge.offline import OfflineJudge
+    from judgeflow.settings import Settings
+
+    assert isinstance(build_judge(Settings(judge_model=model)), OfflineJudge)

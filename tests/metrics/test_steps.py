@@ -1,0 +1,187 @@
+"""The shared step machinery: reply parsing, the repair loop and both drivers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from judgeflow.metrics.hallucination.schema import HallucinationJudgement
+from judgeflow.metrics.steps import Usage, adrive, ask, describe_error, drive, parse_reply
+from judgeflow.metrics.toxicity.schema import Opinions, Verdicts
+from pydantic import ValidationError
+
+from judgeflow.errors import InvalidJudgeReplyError, JudgeAbstained
+from judgeflow.judge.base import JudgeReply, JudgeRequest
+from tests.metrics.fakes import ScriptedJudge, hallucination_reply, opinions_reply, verdicts_reply
+
+
+def request(step: str = "test.step", text: str = "question") -> JudgeRequest:
+    return JudgeRequest(
+        step=step,
+        messages=[{"role": "system", "content": "rules"}, {"role": "user", "content": text}],
+        response_format=Opinions,
+        fields={"text": text},
+    )
+
+
+# --- parse_reply on raw strings -------------------------------------------------
+
+
+def test_parse_valid_reply() -> None:
+    assert parse_reply('{"opinions": ["a", "b"]}', Opinions).opinions == ["a", "b"]
+
+
+def test_parse_reply_in_code_fence() -> None:
+    raw = '```json\n{"score": 0.2, "reason": ["ok"]}\n```'
+    assert parse_reply(raw, HallucinationJudgement).score == 0.2
+
+
+@pytest.mark.parametrize(
+    ("raw", "schema", "context", "fragment"),
+    [
+        ("Sure! The opinions are: none", Opinions, None, "Invalid JSON"),
+        ('{"opinions": "just one"}', Opinions, None, "opinions"),
+        ('{"opinion": []}', Opinions, None, "opinions"),
+        ('{"score": 1.5, "reason": []}', HallucinationJudgement, None, "score"),
+        ('{"score": -0.1, "reason": []}', HallucinationJudgement, None, "score"),
+        ('{"verdicts": [{"verdict": "maybe", "reason": "r"}]}', Verdicts, {"expected": 1}, "verdict"),
+        (verdicts_reply("yes", "no"), Verdicts, {"expected": 3}, "expected 3 verdicts"),
+    ],
+    ids=["not-json", "wrong-type", "wrong-field", "score-high", "score-negative", "verdict-maybe", "count"],
+)
+def test_parse_invalid_replies(raw: str, schema: type, context: dict | None, fragment: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_reply(raw, schema, context)
+    assert fragment in describe_error(caught.value)
+
+
+def test_verdict_count_is_only_checked_with_context() -> None:
+    assert len(parse_reply(verdicts_reply("yes", "no"), Verdicts).verdicts) == 2
+
+
+# --- the repair loop ------------------------------------------------------------
+
+
+def test_invalid_then_valid_reply_is_repaired() -> None:
+    judge = ScriptedJudge({"test.step": ["not json at all", opinions_reply("x")]})
+    usage = Usage()
+
+    (parsed,) = drive(ask([request()], Opinions, shape='{"opinions": [...]}'), judge, usage=usage)
+
+    assert parsed.opinions == ["x"]
+    assert usage.calls == 2
+    first, second = judge.requests
+    assert second.step == first.step and second.fields == first.fields
+    assert second.messages[: len(first.messages)] == first.messages
+    assistant, repair = second.messages[len(first.messages) :]
+    assert assistant == {"role": "assistant", "content": "not json at all"}
+    assert repair["role"] == "user"
+    assert "Invalid JSON" in repair["content"]
+    assert '{"opinions": [...]}' in repair["content"]
+
+
+def test_repair_conversation_grows_with_each_attempt() -> None:
+    judge = ScriptedJudge({"test.step": ["bad 1", "bad 2", opinions_reply()]})
+    drive(ask([request()], Opinions, max_repairs=2), judge, usage=Usage())
+    assert [len(r.messages) for r in judge.requests] == [2, 4, 6]
+    assert judge.requests[2].messages[4]["content"] == "bad 2"
+
+
+@pytest.mark.parametrize("max_repairs", [0, 1, 2])
+def test_always_invalid_raises_with_last_raw_reply(max_repairs: int) -> None:
+    replies = [f'{{"opinions": {n}}}' for n in range(1 + max_repairs)]
+    judge = ScriptedJudge({"test.step": replies})
+
+    with pytest.raises(InvalidJudgeReplyError) as caught:
+        drive(ask([request()], Opinions, max_repairs=max_repairs), judge, usage=Usage())
+
+    assert len(judge.requests) == 1 + max_repairs
+    assert caught.value.step == "test.step"
+    assert caught.value.raw == replies[-1]
+    assert caught.value.attempts == 1 + max_repairs
+
+
+def test_only_invalid_replies_are_asked_again() -> None:
+    def script(req: JudgeRequest) -> str:
+        if req.fields["text"] == "b" and len(req.messages) == 2:
+            return "oops"
+        return opinions_reply(req.fields["text"])
+
+    judge = ScriptedJudge(script)
+    parsed = drive(ask([request(text="a"), request(text="b")], Opinions), judge, usage=Usage())
+
+    assert [p.opinions for p in parsed] == [["a"], ["b"]]
+    assert [r.fields["text"] for r in judge.requests].count("a") == 1
+    assert [r.fields["text"] for r in judge.requests].count("b") == 2
+
+
+def test_validation_context_per_request() -> None:
+    judge = ScriptedJudge(lambda req: verdicts_reply(*["no"] * len(req.fields["opinions"])))
+    requests = [
+        JudgeRequest(step="v", messages=[], response_format=Verdicts, fields={"opinions": ops})
+        for ops in (["a", "b"], ["c"])
+    ]
+    parsed = drive(ask(requests, Verdicts, context=[{"expected": 2}, {"expected": 1}]), judge, usage=Usage())
+    assert [len(p.verdicts) for p in parsed] == [2, 1]
+
+
+def test_ask_without_requests_makes_no_call() -> None:
+    judge = ScriptedJudge({})
+    assert drive(ask([], Opinions), judge, usage=Usage()) == []
+    assert judge.requests == []
+
+
+# --- drivers and usage ------------------------------------------------------------
+
+
+def test_usage_sums_known_costs_and_tokens() -> None:
+    usage = Usage()
+    usage.add(JudgeReply("{}", "m1", prompt_tokens=3, completion_tokens=2, cost_usd=None))
+    assert usage.cost_usd is None
+    usage.add(JudgeReply("{}", "m2", prompt_tokens=None, completion_tokens=4, cost_usd=0.5))
+    usage.add(JudgeReply("{}", "m2", prompt_tokens=1, completion_tokens=None, cost_usd=0.25))
+    assert (usage.calls, usage.prompt_tokens, usage.completion_tokens) == (3, 4, 6)
+    assert usage.cost_usd == 0.75
+    assert usage.model == "m2"
+
+
+def two_requests_flow():
+    replies = yield [request(text="a"), request(text="b")]
+    return [json.loads(r.content) for r in replies]
+
+
+def test_sync_driver_runs_a_batch_in_threads_when_concurrent() -> None:
+    judge = ScriptedJudge(lambda req: opinions_reply(req.fields["text"]), delay_s=0.1)
+    result = drive(two_requests_flow(), judge, usage=Usage(), concurrent=True)
+    assert result == [{"opinions": ["a"]}, {"opinions": ["b"]}]
+    assert judge.max_in_flight == 2
+
+
+def test_sync_driver_is_sequential_when_not_concurrent() -> None:
+    judge = ScriptedJudge(lambda req: opinions_reply(req.fields["text"]), delay_s=0.02)
+    drive(two_requests_flow(), judge, usage=Usage(), concurrent=False)
+    assert judge.max_in_flight == 1
+
+
+async def test_async_driver_gathers_a_batch() -> None:
+    judge = ScriptedJudge(lambda req: opinions_reply(req.fields["text"]), delay_s=0.1)
+    usage = Usage()
+    result = await adrive(two_requests_flow(), judge, usage=usage)
+    assert result == [{"opinions": ["a"]}, {"opinions": ["b"]}]
+    assert judge.max_in_flight == 2
+    assert usage.calls == 2
+
+
+async def test_async_driver_propagates_judge_errors() -> None:
+    def script(req: JudgeRequest) -> str:
+        raise JudgeAbstained("no idea")
+
+    with pytest.raises(JudgeAbstained):
+        await adrive(two_requests_flow(), ScriptedJudge(script), usage=Usage())
+
+
+async def test_async_repair_loop() -> None:
+    judge = ScriptedJudge({"test.step": [hallucination_reply(2.0), opinions_reply("ok")]})
+    (parsed,) = await adrive(ask([request()], Opinions), judge, usage=Usage())
+    assert parsed.opinions == ["ok"]
+    assert len(judge.requests) == 2

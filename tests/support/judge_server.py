@@ -1,0 +1,640 @@
+"""A local OpenAI-compatible judge server for tests and the benchmark.
+
+Serves ``POST /v1/chat/completions`` (and ``/chat/completions``) on
+127.0.0.1 from a background thread, so the real litellm adapter can be driven
+over real HTTP without an API key::
+
+    with JudgeServer() as server:                       # rule_responder by default
+        judge = LiteLLMJudge("openai/judge-test", api_base=server.url, api_key="k")
+        ...
+        assert server.calls("Opinions") == 1
+
+What a request gets, in this order:
+
+1. the next reply queued with :meth:`JudgeServer.script`, if any;
+2. otherwise a fault drawn from ``fault_rates`` (seeded, one draw per request):
+   ``"429"`` (with ``Retry-After: fault_retry_after``), ``"500"``,
+   ``"garbage"`` (200 with non-JSON content), ``"stall"`` (answers only after
+   ``stall_s``; the client normally times out first);
+3. otherwise ``responder(request)`` (:func:`rule_responder` by default).
+
+Every request also waits ``latency_mean_s +- latency_jitter_s`` (uniform,
+seeded) plus the reply's own ``delay_s``.
+
+Also runs as a process (the benchmark uses this)::
+
+    python -m tests.support.judge_server --port 0 --latency-mean 0.2 --fault 429=0.05
+
+which prints its base URL (``http://127.0.0.1:<port>/v1``) as the first stdout
+line and serves until SIGINT/SIGTERM. ``GET /stats`` returns the counters as
+JSON and ``POST /reset`` clears them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+
+from judgeflow.metrics.data_block import BEGIN, parse_data_block
+
+CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+GARBAGE = "Sure! Here's my analysis of the text: it looks mostly fine to me, overall a 7/10."
+FAULT_KINDS = ("429", "500", "garbage", "stall")
+
+
+@dataclass
+class Reply:
+    """What the server sends for one request."""
+
+    content: str | None = None  # assistant message content (200 OK)
+    status: int = 200
+    body: dict | str | None = None  # raw body override (errors, or a malformed 200)
+    headers: dict[str, str] = field(default_factory=dict)  # e.g. {"Retry-After": "1"}
+    delay_s: float = 0.0  # sleep before answering (stall / latency)
+
+
+@dataclass
+class ChatRequest:
+    """What the server received."""
+
+    model: str
+    messages: list[dict]
+    step: str | None  # response_format.json_schema.name, e.g. "Opinions"
+    data: dict | None  # parse_data_block() of the last user message; None if no block
+    raw: dict
+    headers: dict[str, str] = field(default_factory=dict)
+    received_at: float = 0.0  # time.monotonic()
+
+
+def json_reply(obj: Any, **kwargs) -> Reply:
+    return Reply(content=json.dumps(obj), **kwargs)
+
+
+def error_reply(
+    status: int,
+    message: str,
+    *,
+    type: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+    delay_s: float = 0.0,
+) -> Reply:
+    """An OpenAI-style error body ``{"error": {"message", "type", "code"}}``."""
+    default_type = {
+        400: "invalid_request_error",
+        401: "invalid_request_error",
+        403: "permission_error",
+        404: "invalid_request_error",
+        429: "rate_limit_error",
+    }.get(status, "server_error")
+    body = {"error": {"message": message, "type": type or default_type, "param": None, "code": code}}
+    return Reply(status=status, body=body, headers=dict(headers or {}), delay_s=delay_s)
+
+
+def context_window_reply() -> Reply:
+    """The 400 OpenAI sends when the prompt is too long."""
+    return error_reply(
+        400,
+        "This model's maximum context length is 128000 tokens. However, your messages "
+        "resulted in 200000 tokens. Please reduce the length of the messages.",
+        type="invalid_request_error",
+        code="context_length_exceeded",
+    )
+
+
+def garbage_reply() -> Reply:
+    return Reply(content=GARBAGE)
+
+
+# --------------------------------------------------------------------------
+# the default, rule-based judge
+# --------------------------------------------------------------------------
+
+# sentence ends are [.!?] followed by whitespace or the end, so "0.25" stays whole
+_SENTENCE = re.compile(r"[.!?](?=\s|$)")
+_HALLUC = re.compile(r"\[halluc=([0-9]*\.?[0-9]+)\]")
+_FORCED = re.compile(r"\[judge-fail:(500|429|garbage|400)\]", re.IGNORECASE)
+
+
+def _forced_failure(data: dict) -> Reply | None:
+    parts = [str(data.get("output") or "")]
+    opinions = data.get("opinions")
+    if isinstance(opinions, list):
+        parts.extend(str(o) for o in opinions)
+    match = _FORCED.search(" ".join(parts))
+    if not match:
+        return None
+    kind = match.group(1).lower()
+    if kind == "500":
+        return error_reply(500, "forced failure [judge-fail:500]")
+    if kind == "429":
+        return error_reply(429, "forced rate limit [judge-fail:429]", headers={"Retry-After": "0"})
+    if kind == "400":
+        return error_reply(400, "forced bad request [judge-fail:400]")
+    return garbage_reply()
+
+
+def rule_responder(req: ChatRequest) -> Reply:
+    """A deterministic judge scripted by the content of the data block.
+
+    * ``Opinions``: sentences of ``output`` (split on ``.!?``) not starting with "Fact:".
+    * ``Verdicts``: "yes" for opinions containing ``[toxic]`` (any case), else "no".
+    * ``ToxicityReason``: "The score is <score> because ...".
+    * ``HallucinationJudgement``: score from a ``[halluc=0.75]`` marker in ``output``, else 0.0.
+    * ``[judge-fail:500|429|garbage|400]`` in ``output`` (or in an opinion) always fails that way.
+    """
+    data = req.data
+    if data is None:
+        return error_reply(400, f"rule_responder: no data block ({BEGIN}) in the last user message")
+    forced = _forced_failure(data)
+    if forced is not None:
+        return forced
+
+    if req.step == "Opinions":
+        sentences = [s.strip() for s in _SENTENCE.split(str(data.get("output") or ""))]
+        opinions = [s for s in sentences if s and not s.startswith("Fact:")]
+        return json_reply({"opinions": opinions})
+
+    if req.step == "Verdicts":
+        verdicts = []
+        for opinion in data.get("opinions") or []:
+            if "[toxic]" in str(opinion).lower():
+                verdicts.append({"verdict": "yes", "reason": "The opinion is marked [toxic]."})
+            else:
+                verdicts.append({"verdict": "no", "reason": "The opinion is not toxic."})
+        return json_reply({"verdicts": verdicts})
+
+    if req.step == "ToxicityReason":
+        score = data.get("score")
+        n_toxic = len(data.get("toxic_opinions") or data.get("toxic_reasons") or [])
+        return json_reply(
+            {"reason": f"The score is {score} because {n_toxic} of the opinions were judged toxic."}
+        )
+
+    if req.step == "HallucinationJudgement":
+        match = _HALLUC.search(str(data.get("output") or ""))
+        score = float(match.group(1)) if match else 0.0
+        reasons = (
+            [f"The output carries the marker [halluc={match.group(1)}]."]
+            if match
+            else ["The output agrees with the context."]
+        )
+        return json_reply({"score": score, "reason": reasons})
+
+    return error_reply(400, f"rule_responder: unknown step {req.step!r}")
+
+
+# --------------------------------------------------------------------------
+# request parsing and response building
+# --------------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # [{"type": "text", "text": ...}, ...]
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+def _parse_request(raw: dict, headers: dict[str, str]) -> ChatRequest:
+    messages = raw.get("messages") or []
+    step = None
+    response_format = raw.get("response_format")
+    if isinstance(response_format, dict):
+        schema = response_format.get("json_schema")
+        if isinstance(schema, dict):
+            step = schema.get("name")
+    data = None
+    # the last user message that holds a data block: on a repair re-ask the
+    # last user message is the repair instruction, the data sits earlier
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            text = _text_of(message.get("content"))
+            if BEGIN not in text:
+                continue
+            try:
+                parsed = parse_data_block(text)
+            except (ValueError, json.JSONDecodeError):
+                parsed = None
+            data = parsed if isinstance(parsed, dict) else None
+            break
+    return ChatRequest(
+        model=str(raw.get("model", "")),
+        messages=messages,
+        step=step,
+        data=data,
+        raw=raw,
+        headers=headers,
+        received_at=time.monotonic(),
+    )
+
+
+def estimate_tokens(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def completion_body(req: ChatRequest, content: str | None) -> dict:
+    prompt_text = "".join(_text_of(m.get("content")) for m in req.messages if isinstance(m, dict))
+    prompt_tokens = estimate_tokens(prompt_text)
+    completion_tokens = estimate_tokens(content or "")
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": req.model or "judge-test",
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+# --------------------------------------------------------------------------
+# the server
+# --------------------------------------------------------------------------
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 256
+
+    def __init__(self, *args, **kwargs):
+        self._conns: set[socket.socket] = set()
+        self._conns_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request, client_address):
+        with self._conns_lock:
+            self._conns.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request):
+        with self._conns_lock:
+            self._conns.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Drop open keep-alive connections so their handler threads end."""
+        with self._conns_lock:
+            conns, self._conns = list(self._conns), set()
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, like the real API
+    judge: "JudgeServer"  # set on the per-server subclass
+
+    def log_message(self, format, *args):  # noqa: A002 - silence the access log
+        pass
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None, ctype="application/json"):
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(body)
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, OSError):
+            self.close_connection = True  # the client gave up (e.g. timed out on a stall)
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def do_GET(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        if path == "/stats":
+            self._send(200, json.dumps(self.judge.stats()).encode())
+        elif path in ("/health", "/v1/models", "/models"):
+            self._send(200, json.dumps({"object": "list", "data": [{"id": "judge-test", "object": "model"}]}).encode())
+        else:
+            self._send(404, json.dumps({"error": {"message": "not found", "type": "invalid_request_error", "code": None}}).encode())
+
+    def do_POST(self):  # noqa: N802
+        path = self.path.split("?", 1)[0]
+        body = self._read_body()
+        if path == "/reset":
+            self.judge.reset()
+            self._send(200, b"{}")
+            return
+        if path not in CHAT_PATHS:
+            self._send(404, json.dumps({"error": {"message": f"no route {path}", "type": "invalid_request_error", "code": None}}).encode())
+            return
+        try:
+            raw = json.loads(body or b"{}")
+            if not isinstance(raw, dict):
+                raise ValueError("body is not an object")
+        except ValueError as exc:
+            self._send(400, json.dumps({"error": {"message": f"invalid JSON body: {exc}", "type": "invalid_request_error", "code": None}}).encode())
+            return
+        status, payload, headers = self.judge._handle(raw, {k: v for k, v in self.headers.items()})
+        self._send(status, payload, headers)
+
+
+class JudgeServer:
+    """An OpenAI-compatible chat-completions server on 127.0.0.1 (see module doc)."""
+
+    def __init__(
+        self,
+        responder: Callable[[ChatRequest], Reply] | None = None,
+        *,
+        latency_mean_s: float = 0.0,
+        latency_jitter_s: float = 0.0,
+        fault_rates: dict[str, float] | None = None,
+        seed: int = 0,
+        stall_s: float = 30.0,
+        fault_retry_after: str = "0",
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
+        unknown = set(fault_rates or {}) - set(FAULT_KINDS)
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; expected {FAULT_KINDS}")
+        if sum((fault_rates or {}).values()) > 1.0:
+            raise ValueError("fault rates sum to more than 1")
+        self.responder: Callable[[ChatRequest], Reply] = responder or rule_responder
+        self.latency_mean_s = latency_mean_s
+        self.latency_jitter_s = latency_jitter_s
+        self.fault_rates: dict[str, float] = dict(fault_rates or {})
+        self.stall_s = stall_s
+        self.fault_retry_after = fault_retry_after
+        self._seed = seed
+        self._rng = random.Random(seed)
+        self._host = host
+        self._port = port
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._script: list[Reply] = []
+        self._server: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.url: str = ""
+        self._reset_counters()
+
+    # ---- lifecycle --------------------------------------------------------
+
+    def start(self) -> "JudgeServer":
+        if self._server is not None:
+            return self
+        handler = type("JudgeHandler", (_Handler,), {"judge": self})
+        self._stopping.clear()
+        self._server = _HTTPServer((self._host, self._port), handler)
+        host, port = self._server.server_address[:2]
+        self.url = f"http://{host}:{port}/v1"
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="judge-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()  # wakes stalled handlers
+        server.shutdown()
+        server.server_close()
+        server.close_connections()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> "JudgeServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/", 1)[0]) if self.url else 0
+
+    # ---- scripting and inspection ----------------------------------------
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies served first, in order, before faults and the responder."""
+        with self._lock:
+            self._script.extend(replies)
+
+    def calls(self, step: str | None = None) -> int:
+        with self._lock:
+            if step is None:
+                return len(self.requests)
+            return sum(1 for r in self.requests if r.step == step)
+
+    @property
+    def in_flight(self) -> int:
+        with self._lock:
+            return self._in_flight
+
+    @property
+    def max_in_flight(self) -> int:
+        with self._lock:
+            return self._max_in_flight
+
+    @property
+    def mean_in_flight(self) -> float:
+        """Time-weighted mean of requests in flight, from the first request
+        (since start/reset) to the last time the count changed."""
+        with self._lock:
+            self._advance_area(time.monotonic())
+            span = self._last_change - self._first_request if self._first_request is not None else 0.0
+            return self._area / span if span > 0 else 0.0
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            by_step: dict[str, int] = {}
+            for r in self.requests:
+                by_step[str(r.step)] = by_step.get(str(r.step), 0) + 1
+            statuses = dict(self._statuses)
+            faults = dict(self._faults)
+            total, in_flight, max_in_flight = len(self.requests), self._in_flight, self._max_in_flight
+        return {
+            "requests": total,
+            "by_step": by_step,
+            "statuses": statuses,
+            "faults": faults,
+            "in_flight": in_flight,
+            "max_in_flight": max_in_flight,
+            "mean_in_flight": self.mean_in_flight,
+        }
+
+    def reset(self) -> None:
+        """Forget requests, counters and the script; re-seed the fault/latency draws."""
+        with self._lock:
+            self._script.clear()
+            self._rng = random.Random(self._seed)
+            in_flight = getattr(self, "_in_flight", 0)
+            self._reset_counters()
+            self._in_flight = in_flight  # requests still being served keep counting down
+
+    def _reset_counters(self) -> None:
+        self.requests: list[ChatRequest] = []
+        self._statuses: dict[str, int] = {}
+        self._faults: dict[str, int] = {}
+        self._in_flight = 0
+        self._max_in_flight = 0
+        self._area = 0.0
+        self._first_request: float | None = None
+        self._last_change = time.monotonic()
+
+    # ---- request handling --------------------------------------------------
+
+    def _advance_area(self, now: float) -> None:  # holds self._lock
+        if self._first_request is not None:
+            self._area += self._in_flight * (now - self._last_change)
+        self._last_change = now
+
+    def _enter(self, req: ChatRequest) -> None:
+        with self._lock:
+            now = time.monotonic()
+            if self._first_request is None:
+                self._first_request = now
+                self._last_change = now
+            self._advance_area(now)
+            self.requests.append(req)
+            self._in_flight += 1
+            self._max_in_flight = max(self._max_in_flight, self._in_flight)
+
+    def _leave(self, status: int) -> None:
+        with self._lock:
+            self._advance_area(time.monotonic())
+            self._in_flight = max(0, self._in_flight - 1)
+            self._statuses[str(status)] = self._statuses.get(str(status), 0) + 1
+
+    def _choose(self, req: ChatRequest) -> tuple[Reply, float]:
+        """The reply for ``req`` and the latency to add: script, then faults, then responder."""
+        with self._lock:
+            jitter = self._rng.uniform(-self.latency_jitter_s, self.latency_jitter_s) if self.latency_jitter_s else 0.0
+            latency = max(0.0, self.latency_mean_s + jitter)
+            if self._script:
+                return self._script.pop(0), latency
+            fault = None
+            if self.fault_rates:
+                draw, acc = self._rng.random(), 0.0
+                for kind in FAULT_KINDS:
+                    acc += self.fault_rates.get(kind, 0.0)
+                    if draw < acc:
+                        fault = kind
+                        break
+            if fault is not None:
+                self._faults[fault] = self._faults.get(fault, 0) + 1
+        if fault == "429":
+            return error_reply(429, "Rate limit reached (injected fault)", headers={"Retry-After": self.fault_retry_after}), latency
+        if fault == "500":
+            return error_reply(500, "The server had an error while processing your request (injected fault)"), latency
+        if fault == "garbage":
+            return garbage_reply(), latency
+        try:
+            reply = self.responder(req)
+        except Exception as exc:  # a broken responder is a 500 the test can see
+            reply = error_reply(500, f"responder raised {type(exc).__name__}: {exc}")
+        if fault == "stall":  # the real answer, but only after stall_s
+            reply = replace(reply, delay_s=reply.delay_s + self.stall_s)
+        return reply, latency
+
+    def _handle(self, raw: dict, headers: dict[str, str]) -> tuple[int, bytes, dict[str, str]]:
+        req = _parse_request(raw, headers)
+        self._enter(req)
+        status = 500
+        try:
+            reply, latency = self._choose(req)
+            status = reply.status
+            delay = latency + max(0.0, reply.delay_s)
+            if delay > 0:
+                self._stopping.wait(delay)
+            if reply.status == 200 and reply.body is None:
+                payload = json.dumps(completion_body(req, reply.content)).encode()
+            elif isinstance(reply.body, str):
+                payload = reply.body.encode()
+            elif reply.body is not None:
+                payload = json.dumps(reply.body).encode()
+            else:
+                payload = json.dumps(error_reply(reply.status, "error").body).encode()
+            return reply.status, payload, dict(reply.headers)
+        finally:
+            # Counted out *before* the bytes go out: a client can only start its
+            # next call after reading this reply, so in_flight never overcounts.
+            self._leave(status)
+
+
+# --------------------------------------------------------------------------
+# as a process
+# --------------------------------------------------------------------------
+
+
+def _parse_fault(text: str) -> tuple[str, float]:
+    kind, _, rate = text.partition("=")
+    if kind not in FAULT_KINDS or not rate:
+        raise argparse.ArgumentTypeError(f"expected KIND=RATE with KIND in {FAULT_KINDS}, got {text!r}")
+    return kind, float(rate)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="OpenAI-compatible rule-based judge server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--latency-mean", type=float, default=0.0, help="seconds per request")
+    parser.add_argument("--latency-jitter", type=float, default=0.0, help="+- uniform seconds")
+    parser.add_argument("--fault", action="append", type=_parse_fault, default=[], metavar="KIND=RATE",
+                        help=f"inject faults, KIND in {FAULT_KINDS}; repeatable")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stall", type=float, default=30.0, help="seconds a 'stall' fault waits")
+    parser.add_argument("--retry-after", default="0", help="Retry-After sent with injected 429s")
+    args = parser.parse_args(argv)
+
+    server = JudgeServer(
+        latency_mean_s=args.latency_mean,
+        latency_jitter_s=args.latency_jitter,
+        fault_rates=dict(args.fault),
+        seed=args.seed,
+        stall_s=args.stall,
+        fault_retry_after=args.retry_after,
+        host=args.host,
+        port=args.port,
+    ).start()
+    print(server.url, flush=True)
+
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    try:
+        while not done.wait(0.5):
+            pass
+    finally:
+        stats = server.stats()
+        server.stop()
+        print(json.dumps(stats), file=sys.stderr, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

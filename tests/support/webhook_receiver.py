@@ -1,0 +1,94 @@
+"""A local webhook receiver for alert tests: a stdlib ThreadingHTTPServer on
+127.0.0.1 in a background thread that records every POST and answers with
+scripted statuses::
+
+    with WebhookReceiver(script=[500, 500, 200]) as hook:   # then `default`
+        settings = make_settings(alert_webhook_url=hook.url)
+        ...
+        assert [r.status for r in hook.requests] == [500, 500, 200]
+
+A script entry is a status code, or ``(delay_s, status)`` to answer late
+(the client's timeout usually fires first).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    status: int  # what the receiver answered
+    at: float
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def header(self, name: str) -> str | None:
+        for key, value in self.headers.items():
+            if key.lower() == name.lower():
+                return value
+        return None
+
+
+class WebhookReceiver:
+    def __init__(self, script: list[int | tuple[float, int]] | None = None, default: int = 200):
+        self.script = list(script or [])
+        self.default = default
+        self.requests: list[Received] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver._lock:
+                    step = receiver.script.pop(0) if receiver.script else receiver.default
+                delay, status = step if isinstance(step, tuple) else (0.0, step)
+                with receiver._lock:
+                    receiver.requests.append(Received(self.path, dict(self.headers), body, status, time.time()))
+                if delay:
+                    time.sleep(delay)
+                payload = b'{"ok": true}' if status < 400 else b'{"error": "scripted failure"}'
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (timeout)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-receiver", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/hook"
+
+    def delivered(self) -> list[Received]:
+        """Requests answered with a 2xx."""
+        with self._lock:
+            return [r for r in self.requests if 200 <= r.status < 300]
+
+    def __enter__(self) -> "WebhookReceiver":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
