@@ -1,8 +1,47 @@
-"""The judgeflow command line."""
+"""The judgeflow command line. Every command reads the settings once and
+passes them down; errors from judgeflow are printed as one clear line."""
+
+from __future__ import annotations
+
+import os
+
+# before litellm or prefect are imported anywhere: no network at import, no
+# analytics, and judgeflow's own log lines shown in the Prefect UI
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "judgeflow")
+
+import functools
+import sys
+from typing import Optional
 
 import typer
 
+from judgeflow.errors import JudgeflowError
+
 app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
+db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+def clear_errors(fn):
+    """Turn judgeflow's own errors into one line on stderr and exit code 2."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except JudgeflowError as error:
+            typer.secho(f"judgeflow: {error}", fg="red", err=True)
+            raise typer.Exit(2)
+
+    return wrapper
+
+
+def _settings():
+    from judgeflow.settings import load_settings
+
+    return load_settings()
 
 
 @app.command()
@@ -11,3 +50,138 @@ def version() -> None:
     from judgeflow import __version__
 
     typer.echo(__version__)
+
+
+@app.command()
+@clear_errors
+def score(
+    limit: Optional[int] = typer.Option(None, help="score at most this many traces"),
+    since: Optional[str] = typer.Option(None, help="only traces created at/after this (ISO time or e.g. 7d)"),
+    until: Optional[str] = typer.Option(None, help="only traces created before this"),
+    batch_size: int = typer.Option(100, help="(trace, metric) pairs claimed per batch"),
+    sample_rate: float = typer.Option(1.0, help="score this deterministic share of traces"),
+    max_concurrency: Optional[int] = typer.Option(None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"),
+    alerts: bool = typer.Option(True, help="evaluate alert rules after scoring"),
+) -> None:
+    """Score every trace without a result, once, now."""
+    from judgeflow.flows.scoring import score_new_traces
+    from judgeflow.timeparse import parse_when
+
+    settings = _settings()
+    _announce_database(settings)
+    summary = score_new_traces(
+        batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
+        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
+    )
+    typer.echo(summary.markdown())
+
+
+@app.command()
+@clear_errors
+def backfill(
+    since: str = typer.Option(..., help="start of the range (ISO time or e.g. 30d)"),
+    until: str = typer.Option(..., help="end of the range, exclusive (ISO time or e.g. 0s for now)"),
+    rescore: bool = typer.Option(False, help="also re-score traces that already have a result"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+    batch_size: int = typer.Option(100),
+    max_concurrency: Optional[int] = typer.Option(None),
+) -> None:
+    """Score (or with --rescore, re-score) every trace in a time range."""
+    from datetime import datetime, timezone
+
+    from judgeflow.flows.backfill import backfill_traces
+    from judgeflow.db.status import estimate_backfill
+    from judgeflow.timeparse import parse_when
+
+    settings = _settings()
+    start, end = parse_when(since), parse_when(until)
+    if start >= end:
+        raise typer.BadParameter("--since must be before --until")
+    estimate = estimate_backfill(settings, since=start, until=end, rescore=rescore)
+    typer.echo(estimate.describe())
+    if estimate.pairs == 0:
+        return
+    if not yes and not typer.confirm("Start the backfill?", default=False):
+        typer.echo("aborted; nothing was scored")
+        raise typer.Exit(1)
+    summary = backfill_traces(since=start, until=end, rescore=rescore, batch_size=batch_size,
+                              max_concurrency=max_concurrency)
+    typer.echo(summary.markdown())
+
+
+@app.command()
+@clear_errors
+def status() -> None:
+    """Results per metric and status, and what is still pending."""
+    from judgeflow.db.status import result_counts
+
+    settings = _settings()
+    _announce_database(settings)
+    counts = result_counts(settings)
+    typer.echo(f"{'metric':<15}{'scored':>8}{'passed':>8}{'skipped':>9}{'failed':>8}{'pending':>9}")
+    for metric, row in counts.items():
+        typer.echo(
+            f"{metric:<15}{row['scored']:>8}{row['passed']:>8}{row['skipped']:>9}{row['failed']:>8}{row['pending']:>9}"
+        )
+
+
+def _announce_database(settings) -> None:
+    from judgeflow.db.engine import database_url, redact
+
+    where = "embedded" if settings.uses_embedded_database else "configured"
+    typer.echo(f"database ({where}): {redact(database_url(settings))}", err=True)
+
+
+# --- db ------------------------------------------------------------------------
+@db_app.command("upgrade")
+@clear_errors
+def db_upgrade() -> None:
+    """Create or migrate judgeflow's own tables (schema 'judgeflow')."""
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+
+    settings = _settings()
+    _announce_database(settings)
+    typer.echo(f"judgeflow schema at revision {migrate.upgrade(engine_for(settings))}")
+
+
+@db_app.command("check")
+@clear_errors
+def db_check() -> None:
+    """Check the trace source and judgeflow's schema; exit 1 if anything is missing."""
+    from judgeflow.db.check import check_database
+
+    settings = _settings()
+    _announce_database(settings)
+    report = check_database(settings)
+    for line in report.lines():
+        typer.echo(line)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@db_app.command("start")
+@clear_errors
+def db_start() -> None:
+    """Start the embedded PostgreSQL (under JUDGEFLOW_HOME) if it is not running."""
+    from judgeflow.db.embedded import EmbeddedPostgres
+
+    typer.echo(EmbeddedPostgres.for_settings(_settings()).start())
+
+
+@db_app.command("stop")
+@clear_errors
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL."""
+    from judgeflow.db.embedded import EmbeddedPostgres
+
+    EmbeddedPostgres.for_settings(_settings()).stop()
+    typer.echo("embedded PostgreSQL stopped")
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

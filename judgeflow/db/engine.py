@@ -27,13 +27,21 @@ def redact(url: str) -> str:
         return "<unparseable database URL>"
 
 
+_embedded_urls: dict[str, str] = {}
+
+
 def database_url(settings: Settings) -> str:
-    """The configured URL, or the embedded database's when none is set."""
+    """The configured URL, or the embedded database's when none is set
+    (started on first use in this process, then remembered)."""
     if settings.database_url is not None:
         return settings.database_url.get_secret_value()
     from judgeflow.db.embedded import EmbeddedPostgres
 
-    return EmbeddedPostgres.for_settings(settings).url
+    home = str(settings.home.resolve())
+    with _lock:
+        if home not in _embedded_urls:
+            _embedded_urls[home] = EmbeddedPostgres.for_settings(settings).start()
+        return _embedded_urls[home]
 
 
 def get_engine(url: str, *, pool_size: int = 10) -> Engine:
@@ -70,3 +78,4 @@ def dispose_engines() -> None:
         for engine in _engines.values():
             engine.dispose()
         _engines.clear()
+        _embedded_urls.clear()

@@ -1,0 +1,33 @@
+"""On-demand re-scoring of a time range (run from the CLI or the Prefect UI)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from prefect import flow
+
+from judgeflow.flows.scoring import MAX_THREADS, score_traces
+from judgeflow.settings import load_settings
+from judgeflow.tasks.reporting import RunSummary
+from judgeflow.tasks.work import METRIC_NAMES
+
+from prefect.task_runners import ThreadPoolTaskRunner
+
+
+@flow(name="backfill-traces", task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS))
+def backfill_traces(
+    since: datetime,
+    until: datetime,
+    rescore: bool = False,
+    batch_size: int = 100,
+    metrics: list[str] = list(METRIC_NAMES),
+    max_concurrency: int | None = None,
+) -> RunSummary:
+    """Score every trace created in [since, until) that lacks a result; with
+    ``rescore`` also those already scored (e.g. after a metric version change)."""
+    overrides = {"max_concurrency": max_concurrency} if max_concurrency else {}
+    settings = load_settings(**overrides)
+    return score_traces(
+        settings, batch_size=batch_size, limit=None, since=since, until=until,
+        sample_rate=1.0, metrics=list(metrics), rescore=rescore,
+    )

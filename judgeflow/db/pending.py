@@ -1,0 +1,70 @@
+"""Which (trace, metric) pairs still need a score: one definition, used by
+claiming, counting, progress and backfill estimates."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+
+from judgeflow.db.schema import DONE_STATUSES
+from judgeflow.db.source import SourceTable
+
+
+def pending_where(
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    sample_rate: float = 1.0,
+    rescore_before: datetime | None = None,
+    after: tuple[datetime, str, str] | None = None,
+) -> tuple[str, dict[str, Any]]:
+    """WHERE clause over ``source t CROSS JOIN unnest(:metrics) m(metric)``."""
+    params: dict[str, Any] = {"done": list(DONE_STATUSES)}
+    done = (
+        "NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = t.id::text "
+        "AND r.metric = m.metric AND r.status = ANY(:done)"
+    )
+    if rescore_before is not None:
+        # re-scoring: results written before this run count as not done
+        done += " AND r.scored_at >= :rescore_before"
+        params["rescore_before"] = rescore_before
+    clauses = [
+        done + ")",
+        "NOT EXISTS (SELECT 1 FROM judgeflow.claims c WHERE c.trace_id = t.id::text "
+        "AND c.metric = m.metric AND c.lease_expires_at > now())",
+    ]
+    if since is not None:
+        clauses.append("t.created_at >= :since")
+        params["since"] = since
+    if until is not None:
+        clauses.append("t.created_at < :until")
+        params["until"] = until
+    if sample_rate < 1.0:
+        # deterministic per trace id: the same traces are in the sample every run
+        clauses.append("(('x' || substr(md5(t.id::text), 1, 8))::bit(32)::bigint / 4294967296.0) < :rate")
+        params["rate"] = sample_rate
+    if after is not None:
+        clauses.append("(t.created_at, t.id::text, m.metric) > (:c_at, :c_id, :c_metric)")
+        params.update(c_at=after[0], c_id=after[1], c_metric=after[2])
+    return " AND ".join(clauses), params
+
+
+def count_pending(
+    conn: Connection, source: SourceTable, metrics: list[str], *, limit_pairs: int | None = None, **filters
+) -> dict[str, int]:
+    """Pending pairs per metric."""
+    where, params = pending_where(**filters)
+    params["metrics"] = list(metrics)
+    inner = (
+        f"SELECT m.metric FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric) "
+        f"WHERE {where}"
+    )
+    if limit_pairs is not None:
+        inner += " ORDER BY t.created_at LIMIT :n"
+        params["n"] = limit_pairs
+    rows = conn.execute(text(f"SELECT metric, count(*) FROM ({inner}) q GROUP BY metric"), params).all()
+    counts = {m: 0 for m in metrics}
+    counts.update({metric: n for metric, n in rows})
+    return counts

@@ -1,0 +1,57 @@
+"""What flows hand to tasks and tasks hand back: plain, picklable values
+(never engines or connections)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+MetricName = Literal["toxicity", "hallucination"]
+METRIC_NAMES: tuple[MetricName, ...] = ("toxicity", "hallucination")
+
+
+class TraceWork(BaseModel):
+    """One claimed (trace, metric) pair with the trace's content."""
+
+    trace_id: str
+    metric: MetricName
+    created_at: datetime
+    input: str | None = None
+    output: str | None = None
+    context: Any = None
+    metadata: Any = None
+
+
+class Cursor(BaseModel):
+    """Keyset position in the source: work is taken in (created_at, trace_id,
+    metric) order, so a run never re-reads rows it has passed."""
+
+    created_at: datetime
+    trace_id: str
+    metric: str
+
+
+class ClaimedBatch(BaseModel):
+    items: list[TraceWork]
+    # position of the last candidate looked at (claimed or not); None = source exhausted
+    cursor: Cursor | None
+
+
+class ScoreOutcome(BaseModel):
+    """What happened to one (trace, metric), for the run summary."""
+
+    trace_id: str
+    metric: MetricName
+    status: Literal["scored", "skipped", "failed", "superseded"]
+    score: float | None = None
+    passed: bool | None = None
+    reason: str | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    judge_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    attempts: int = 1
