@@ -132,6 +132,51 @@ def _announce_database(settings) -> None:
     typer.echo(f"database ({where}): {redact(database_url(settings))}", err=True)
 
 
+@app.command()
+@clear_errors
+def demo(
+    reset: bool = typer.Option(False, "--reset", help="delete the embedded database and start over"),
+) -> None:
+    """Run the whole product on demo traces: embedded PostgreSQL, scoring flow, alerts, summary."""
+    import time
+
+    from judgeflow.demo import run as demo_run
+    from judgeflow.demo.report import build_report, render
+
+    started = time.monotonic()
+    settings = _settings()
+    if not settings.uses_embedded_database:
+        typer.echo("demo: JUDGEFLOW_DATABASE_URL is set; the demo uses its own embedded database instead", err=True)
+    overrides = {"database_url": None}
+    judge_note = f"{settings.judge_model} (JUDGEFLOW_JUDGE_MODEL)"
+    if "JUDGEFLOW_JUDGE_MODEL" not in os.environ:
+        overrides["judge_model"] = "offline"
+        judge_note = (
+            "offline (no judge configured: a trained profanity classifier and a context-overlap check; "
+            "set JUDGEFLOW_JUDGE_MODEL for an LLM judge)"
+        )
+    # the flow reads its settings from the environment at its own entry point
+    os.environ["JUDGEFLOW_DATABASE_URL"] = ""
+    if "judge_model" in overrides:
+        os.environ["JUDGEFLOW_JUDGE_MODEL"] = overrides["judge_model"]
+    settings = settings.model_copy(update=overrides)
+    if reset:
+        demo_run.reset(settings)
+        typer.echo("demo: embedded database and Prefect state removed", err=True)
+    prefect_home = demo_run.prepare_environment(settings)
+    typer.echo(f"demo: judge = {judge_note}", err=True)
+    typer.echo(f"demo: starting embedded PostgreSQL under {settings.home}", err=True)
+    inserted = demo_run.load_traces(settings)
+    typer.echo(f"demo: {inserted} new demo traces loaded into llm_traces", err=True)
+    typer.echo("demo: scoring on Prefect's local server (the first start takes ~10 s)", err=True)
+
+    from judgeflow.flows.scoring import score_new_traces
+
+    score_new_traces(evaluate_alerts=True)
+    typer.echo(render(build_report(settings), judge_note=judge_note, prefect_home=str(prefect_home),
+                      ran_s=time.monotonic() - started))
+
+
 # --- db ------------------------------------------------------------------------
 @db_app.command("upgrade")
 @clear_errors

@@ -1,0 +1,109 @@
+"""The demo's closing summary, read from the database (not from the run), so a
+second, idempotent run shows the same figures as the first."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sqlalchemy import text
+
+from judgeflow.db.engine import database_url, engine_for, redact
+from judgeflow.settings import Settings
+
+
+@dataclass
+class DemoReport:
+    traces: int = 0
+    scored: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    fail_rate: dict[str, float | None] = field(default_factory=dict)
+    alerts: list[dict] = field(default_factory=list)
+    worst: list[dict] = field(default_factory=list)
+    judge_models: list[str] = field(default_factory=list)
+    database: str = ""
+
+
+def build_report(settings: Settings) -> DemoReport:
+    report = DemoReport(database=redact(database_url(settings)))
+    with engine_for(settings).connect() as conn:
+        report.traces = conn.execute(text("SELECT count(*) FROM llm_traces")).scalar_one()
+        for metric, status, n, not_passed in conn.execute(
+            text(
+                "SELECT metric, status, count(*), count(*) FILTER (WHERE passed IS FALSE) "
+                "FROM judgeflow.eval_results GROUP BY metric, status"
+            )
+        ):
+            getattr(report, status)[metric] = n
+            if status == "scored":
+                report.fail_rate[metric] = not_passed / n if n else None
+        report.judge_models = [
+            m for (m,) in conn.execute(text("SELECT DISTINCT judge_model FROM judgeflow.eval_results "
+                                            "WHERE judge_model IS NOT NULL ORDER BY 1"))
+        ]
+        has_alerts = conn.execute(text("SELECT to_regclass('judgeflow.alerts') IS NOT NULL")).scalar_one()
+        if has_alerts:
+            report.alerts = [
+                dict(r)
+                for r in conn.execute(
+                    text("SELECT rule, state, value, threshold, sample_size, opened_at FROM judgeflow.alerts ORDER BY rule")
+                ).mappings()
+            ]
+        report.worst = [
+            dict(r)
+            for r in conn.execute(
+                text(
+                    """
+                    SELECT r.trace_id, r.metric, r.score, r.reason, left(t.output, 90) AS output
+                    FROM judgeflow.eval_results r JOIN llm_traces t ON t.id = r.trace_id
+                    WHERE r.status = 'scored' AND r.passed IS FALSE
+                    ORDER BY r.score DESC, (r.metric = 'toxicity') DESC, r.trace_created_at DESC
+                    LIMIT 5
+                    """
+                )
+            ).mappings()
+        ]
+    return report
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def render(report: DemoReport, *, judge_note: str, prefect_home: str, ran_s: float) -> str:
+    lines = [
+        "",
+        "judgeflow demo: summary",
+        "=======================",
+        f"judge: {judge_note}",
+        f"traces in llm_traces: {report.traces}",
+    ]
+    for metric in ("toxicity", "hallucination"):
+        lines.append(
+            f"{metric:<14} scored {report.scored.get(metric, 0):>4}   failed {report.failed.get(metric, 0):>3}   "
+            f"skipped {report.skipped.get(metric, 0):>4}   failing rate {_pct(report.fail_rate.get(metric))}"
+        )
+    lines.append("")
+    if not report.alerts:
+        lines.append("alerts: no rule evaluated yet")
+    for alert in report.alerts:
+        state = str(alert["state"]).upper()
+        lines.append(
+            f"alert {alert['rule']}: {state}  (rate {_pct(alert['value'])} over {alert['sample_size']} traces "
+            f"in the window, maximum {_pct(alert['threshold'])})"
+        )
+    lines += ["", "five worst traces:"]
+    for row in report.worst:
+        reason = " ".join(str(row["reason"] or "").split())[:160]
+        lines.append(f"  {row['trace_id']}  {row['metric']:<13} score {row['score']:.2f}  {reason}")
+        lines.append(f"      output: {row['output']!r}")
+    lines += [
+        "",
+        f"results: table judgeflow.eval_results in {report.database}",
+        "  browse:  .venv/bin/judgeflow status   |   psql "
+        + report.database.replace("postgresql+psycopg://", "postgresql://"),
+        f"Prefect UI: PREFECT_HOME={prefect_home} .venv/bin/prefect server start   then open http://127.0.0.1:4200/runs",
+        "embedded database left running; stop it with: .venv/bin/judgeflow db stop",
+        f"demo finished in {ran_s:.0f} s",
+    ]
+    return "\n".join(lines)

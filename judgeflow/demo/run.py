@@ -1,0 +1,63 @@
+"""`judgeflow demo`: the whole product on one machine with nothing set up.
+
+Embedded PostgreSQL under JUDGEFLOW_HOME, the default ``llm_traces`` table
+filled with the demo traces, the scoring flow on Prefect's local server, the
+alert rules, and a readable summary. Idempotent: a second run loads nothing
+new and scores nothing twice; ``reset`` starts over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import text
+
+from judgeflow.db.embedded import EmbeddedPostgres
+from judgeflow.db.engine import dispose_engines, engine_for
+from judgeflow.db.source import CREATE_DEFAULT_TABLE
+from judgeflow.demo import load_demo_traces
+from judgeflow.settings import Settings
+
+
+def prepare_environment(settings: Settings) -> Path:
+    """Keep the demo's Prefect state beside its database (unless the user
+    points Prefect elsewhere), so the UI can be opened on these runs later."""
+    prefect_home = (Path(settings.home) / "prefect").resolve()
+    if "PREFECT_API_URL" not in os.environ:
+        os.environ.setdefault("PREFECT_HOME", str(prefect_home))
+    return Path(os.environ.get("PREFECT_HOME", prefect_home))
+
+
+def reset(settings: Settings) -> None:
+    """Stop and delete the embedded database and the demo's Prefect state."""
+    EmbeddedPostgres.for_settings(settings).destroy()
+    dispose_engines()
+    shutil.rmtree(Path(settings.home) / "prefect", ignore_errors=True)
+
+
+def load_traces(settings: Settings, now: datetime | None = None) -> int:
+    """Create the default source table and insert the demo traces that are not
+    there yet; returns how many were inserted."""
+    rows = load_demo_traces(now or datetime.now(timezone.utc))
+    with engine_for(settings).begin() as conn:
+        conn.exec_driver_sql(CREATE_DEFAULT_TABLE)
+        result = conn.execute(
+            text(
+                "INSERT INTO llm_traces (id, created_at, input, output, context, metadata) "
+                "VALUES (:id, :created_at, :input, :output, CAST(:context AS jsonb), CAST(:metadata AS jsonb)) "
+                "ON CONFLICT (id) DO NOTHING"
+            ),
+            [
+                {
+                    **row,
+                    "context": None if row["context"] is None else json.dumps(row["context"]),
+                    "metadata": json.dumps(row["metadata"]),
+                }
+                for row in rows
+            ],
+        )
+        return max(result.rowcount, 0)
