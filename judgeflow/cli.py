@@ -10,6 +10,8 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "judgeflow")
+# judgeflow's log lines outside a flow run (alerts check, status) are not run logs
+os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 import functools
 import sys
@@ -22,6 +24,15 @@ from judgeflow.errors import JudgeflowError
 app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
 db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
+
+
+def _mount_alerts() -> None:
+    from judgeflow.alerts.cli import alerts_app
+
+    app.add_typer(alerts_app, name="alerts", help="Alert rules: current state, history, evaluate now.")
+
+
+_mount_alerts()
 
 
 def clear_errors(fn):

@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     alert_webhook_url: SecretStr | None = None
     alert_webhook_secret: SecretStr | None = None
     alert_slack_webhook_url: SecretStr | None = None
+    alert_webhook_timeout_s: float = Field(10.0, gt=0, description="per attempt, webhook and Slack")
+    alert_webhook_retries: int = Field(3, ge=0, description="retries after the first attempt (5xx, 429, timeouts)")
+    alert_webhook_backoff_s: float = Field(1.0, ge=0, description="first retry delay; doubles each retry")
+    alert_webhook_backoff_max_s: float = Field(30.0, ge=0)
+    alert_prefect_events: bool = Field(True, description="emit judgeflow.alert.* Prefect events")
 
     @field_validator("database_url", mode="before")
     @classmethod

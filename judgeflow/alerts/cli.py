@@ -1,0 +1,173 @@
+"""`judgeflow alerts` (list current and past alerts) and `judgeflow alerts check`.
+
+The lead mounts :data:`alerts_app` with ``app.add_typer(alerts_app, name="alerts")``.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import datetime, timezone
+from typing import Optional
+
+import typer
+
+from judgeflow.errors import DatabaseError, JudgeflowError
+
+alerts_app = typer.Typer(
+    help="Alert rules: current state and past alerts; `check` evaluates them now.",
+    invoke_without_command=True,
+)
+
+
+def _errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from sqlalchemy.exc import SQLAlchemyError
+
+        try:
+            return fn(*args, **kwargs)
+        except JudgeflowError as error:
+            typer.secho(f"judgeflow: {error}", fg="red", err=True)
+            raise typer.Exit(2)
+        except SQLAlchemyError as error:
+            message = getattr(error, "orig", None) or error
+            typer.secho(f"judgeflow: {DatabaseError(f'database error: {message}')}", fg="red", err=True)
+            raise typer.Exit(2)
+
+    return wrapper
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ") if value else "-"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _table(headers: list[str], rows: list[list[str]]) -> str:
+    cells = [headers] + [[str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _outcome(outcome: str | None) -> str:
+    return {"not_enough_data": "not enough data", None: "-"}.get(outcome, outcome or "-")
+
+
+def _delivery(status: str | None, error: str | None) -> str:
+    if status is None:
+        return "-"
+    return f"{status}: {error[:80]}" if error else status
+
+
+@alerts_app.callback()
+@_errors
+def list_alerts(
+    ctx: typer.Context,
+    limit: int = typer.Option(20, min=1, help="how many past alerts to show"),
+    rule: Optional[str] = typer.Option(None, help="only this rule's past alerts"),
+) -> None:
+    """List each rule's current state and the most recent alerts (fired, reminder, resolved)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from judgeflow.alerts.rules import all_rules
+    from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
+    from judgeflow.db.engine import engine_for
+    from judgeflow.settings import load_settings
+
+    settings = load_settings()
+    rules = all_rules(settings)
+    with engine_for(settings).connect() as conn:
+        if not alert_tables_exist(conn):
+            rows, history = {}, []
+        else:
+            rows = {row.rule: row for row in current_alerts(conn)}
+            history = alert_history(conn, limit=limit, rule=rule)
+
+    typer.echo(
+        f"Alert rules (window {settings.alert_window}, at least {settings.alert_min_samples} samples, "
+        f"re-notify {settings.alert_renotify or 'never'})"
+    )
+    table = []
+    names = [r.name for r in rules] + sorted(set(rows) - {r.name for r in rules})
+    by_name = {r.name: r for r in rules}
+    for name in names:
+        spec, row = by_name.get(name), rows.get(name)
+        maximum = spec.maximum if spec else None
+        enabled = spec is not None and spec.enabled
+        state = (row.state.upper() if row else "OK") if enabled else "disabled"
+        if row is None:
+            table.append([name, state, "never evaluated" if enabled else "-", "-", _pct(maximum), "-", "-", "-", "-", "-"])
+            continue
+        table.append([
+            name, state, _outcome(row.last_outcome), _pct(row.value), _pct(maximum if enabled else row.threshold),
+            f"{row.sample_size}/{row.min_samples or '-'}", str(row.failed_count),
+            _when(row.opened_at) if row.state == "firing" else _when(row.resolved_at) if row.resolved_at else "-",
+            _when(row.last_notified_at), _delivery(row.delivery_status, row.delivery_error),
+        ])
+    typer.echo(_table(
+        ["rule", "state", "last evaluation", "value", "max", "samples/min", "failed", "since", "last notified", "delivery"],
+        table,
+    ))
+    typer.echo("")
+    if not history:
+        typer.echo("No alerts yet." if rule is None else f"No alerts yet for {rule}.")
+        return
+    typer.echo(f"Past alerts (newest first, up to {limit})")
+    typer.echo(_table(
+        ["id", "when", "rule", "alert", "value", "max", "samples", "failed", "flow run", "delivery"],
+        [
+            [str(h.id), _when(h.occurred_at), h.rule, h.kind, _pct(h.value), _pct(h.threshold), str(h.sample_size),
+             str(h.failed_count), h.flow_run_id or "-", _delivery(h.delivery_status, h.delivery_error)]
+            for h in history
+        ],
+    ))
+
+
+@alerts_app.command("check")
+@_errors
+def check(
+    fail_on_firing: bool = typer.Option(False, "--fail-on-firing", help="exit with code 1 when a rule is firing"),
+) -> None:
+    """Evaluate every enabled rule now and send the notifications due."""
+    from judgeflow.alerts.service import evaluate_rules
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+    from judgeflow.settings import load_settings
+
+    settings = load_settings()
+    engine = engine_for(settings)
+    migrate.upgrade(engine)
+    results = evaluate_rules(settings, engine=engine, include_disabled=True)
+    if any((r.deliveries.get("prefect_event") or {}).get("status") == "delivered" for r in results):
+        _flush_prefect_events()
+
+    typer.echo(_table(
+        ["rule", "state", "evaluation", "value", "max", "samples/min", "failed", "notification"],
+        [
+            [r.rule, "disabled", "-", "-", "-", "-", "-", "-"] if not r.enabled else [
+                r.rule, (r.state or "").upper(), _outcome(r.outcome), _pct(r.value), _pct(r.threshold),
+                f"{r.sample_size}/{r.min_samples}", str(r.failed_count),
+                f"{r.transition} ({_delivery(r.delivery_status, r.delivery_error)})" if r.transition else "-",
+            ]
+            for r in results
+        ],
+    ))
+    for r in results:
+        if r.delivery_status in ("failed", "partial"):
+            typer.secho(f"{r.rule}: notification delivery {r.delivery_status}: {r.delivery_error}", fg="yellow", err=True)
+    if fail_on_firing and any(r.state == "firing" for r in results):
+        raise typer.Exit(1)
+
+
+def _flush_prefect_events() -> None:
+    """A CLI process exits right away: send queued events before it does."""
+    try:
+        from prefect.events.worker import EventsWorker
+
+        EventsWorker.drain_all(timeout=10)
+    except Exception:
+        pass

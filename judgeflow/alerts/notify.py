@@ -1,0 +1,342 @@
+"""Where alert notifications go: a Prefect event, a generic signed webhook, Slack.
+
+Every channel is best effort: a channel's failure is returned as a
+:class:`ChannelResult`, never raised, so a delivery problem never fails the
+scoring run. HTTP channels retry with exponential backoff on 5xx, 408, 429,
+timeouts and connection errors, a bounded number of times.
+
+Webhook requests carry
+
+- ``X-Judgeflow-Event``: ``judgeflow.alert.fired`` or ``judgeflow.alert.resolved``
+- ``X-Judgeflow-Delivery``: the alert id, the same on every retry (receivers
+  can de-duplicate on it)
+- ``X-Judgeflow-Timestamp``: Unix seconds of this attempt
+- ``X-Judgeflow-Signature``: ``sha256=<hex>``, HMAC-SHA256 with
+  ``JUDGEFLOW_ALERT_WEBHOOK_SECRET`` over ``<timestamp>.<raw body>`` (only when
+  a secret is set)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal
+
+import httpx
+
+from judgeflow import __version__
+from judgeflow.alerts.evaluation import iso_utc
+from judgeflow.alerts.state import Decision
+from judgeflow.settings import Settings
+
+log = logging.getLogger("judgeflow.alerts")
+
+EVENT_FIRED = "judgeflow.alert.fired"
+EVENT_RESOLVED = "judgeflow.alert.resolved"
+SIGNATURE_HEADER = "X-Judgeflow-Signature"
+TIMESTAMP_HEADER = "X-Judgeflow-Timestamp"
+EVENT_HEADER = "X-Judgeflow-Event"
+DELIVERY_HEADER = "X-Judgeflow-Delivery"
+RETRYABLE_STATUS = frozenset({408, 425, 429})
+
+ChannelStatus = Literal["delivered", "failed", "skipped"]
+
+
+@dataclass
+class ChannelResult:
+    channel: str
+    status: ChannelStatus
+    attempts: int = 0
+    http_status: int | None = None
+    error: str | None = None
+    detail: str | None = None
+
+
+@dataclass
+class DeliveryReport:
+    results: list[ChannelResult] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        tried = [r for r in self.results if r.status != "skipped"]
+        if not tried:
+            return "skipped"
+        if all(r.status == "delivered" for r in tried):
+            return "delivered"
+        if all(r.status == "failed" for r in tried):
+            return "failed"
+        return "partial"
+
+    @property
+    def attempts(self) -> int:
+        return sum(r.attempts for r in self.results)
+
+    @property
+    def error(self) -> str | None:
+        errors = [f"{r.channel}: {r.error}" for r in self.results if r.status == "failed"]
+        return "; ".join(errors) or None
+
+    def as_json(self) -> dict:
+        return {r.channel: {k: v for k, v in asdict(r).items() if k != "channel"} for r in self.results}
+
+
+# --- the payload ---------------------------------------------------------------
+
+
+def event_name(decision: Decision) -> str:
+    return EVENT_RESOLVED if decision.transition == "resolved" else EVENT_FIRED
+
+
+def build_payload(decision: Decision, *, run_url: str | None = None) -> dict[str, Any]:
+    """The JSON body of the webhook and the payload of the Prefect event."""
+    rule, figures = decision.rule, decision.figures
+    return {
+        "event": event_name(decision),
+        "notification": decision.transition,  # fired | reminder | resolved
+        "alert_id": decision.alert_event_id,
+        "rule": rule.name,
+        "metric": rule.metric,
+        "description": rule.description,
+        "state": decision.state,
+        "rate": None if figures.value is None else round(figures.value, 6),
+        "threshold": rule.maximum,
+        "window": rule.window,
+        "window_start": iso_utc(figures.window_start),
+        "evaluated_at": iso_utc(figures.evaluated_at),
+        "sample_size": figures.sample_size,
+        "violations": figures.violations,
+        "failed_count": figures.failed,
+        "min_samples": rule.min_samples,
+        "opened_at": iso_utc(decision.opened_at),
+        "resolved_at": iso_utc(decision.resolved_at),
+        "flow_run_id": decision.flow_run_id,
+        "run_url": run_url,
+        "worst_traces": [w.as_json() for w in figures.worst],
+    }
+
+
+# --- signing ---------------------------------------------------------------------
+
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """``sha256=<hex>`` of HMAC-SHA256(secret, ``<timestamp>.<body>``)."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"sha256={digest}"
+
+
+def verify_signature(
+    secret: str, timestamp: str, body: bytes, signature: str, *, tolerance_s: float | None = 300, now: float | None = None
+) -> bool:
+    """What a receiver does: recompute and compare in constant time; reject stale timestamps."""
+    if tolerance_s is not None:
+        try:
+            age = abs((time.time() if now is None else now) - float(timestamp))
+        except ValueError:
+            return False
+        if age > tolerance_s:
+            return False
+    return hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+# --- Slack -------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1%}"
+
+
+def _slack_escape(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
+    """A readable Slack incoming-webhook message for a notification payload."""
+    rule = payload["rule"]
+    label = rule.replace("_", " ").capitalize()
+    kind = payload["notification"]
+    if kind == "resolved":
+        head = f":white_check_mark: *judgeflow alert resolved: {rule}*"
+        relation = "is back at or below"
+    elif kind == "reminder":
+        head = f":rotating_light: *judgeflow alert still firing: {rule}*"
+        relation = "is above"
+    else:
+        head = f":rotating_light: *judgeflow alert firing: {rule}*"
+        relation = "is above"
+    lines = [
+        head,
+        f"{label} {_pct(payload['rate'])} {relation} the maximum {_pct(payload['threshold'])} "
+        f"over the last {payload['window']} ({payload['sample_size']} results"
+        + (f"; {payload['failed_count']} failed scorings not counted" if payload.get("metric") and payload["failed_count"] else "")
+        + ").",
+    ]
+    if payload["worst_traces"] and kind != "resolved":
+        lines.append("Worst traces:")
+        for w in payload["worst_traces"]:
+            score = "" if w["score"] is None else f" ({w['score']:.2f})"
+            reason = _slack_escape((w["reason"] or "")[:150])
+            lines.append(f"• `{_slack_escape(w['trace_id'])}`{score} {reason}".rstrip())
+    if payload.get("run_url"):
+        lines.append(f"Flow run: <{payload['run_url']}|{payload['flow_run_id']}>")
+    elif payload.get("flow_run_id"):
+        lines.append(f"Flow run: `{payload['flow_run_id']}`")
+    text = "\n".join(lines)
+    return {"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]}
+
+
+# --- Prefect events ---------------------------------------------------------------
+
+Emitter = Callable[..., Any]
+
+
+def prefect_api_available() -> bool:
+    """True when an event can reach a Prefect API without starting a server
+    just for it: an API URL is configured, or we run inside a flow or task run."""
+    from prefect.context import FlowRunContext, TaskRunContext
+    from prefect.settings import get_current_settings
+
+    return bool(get_current_settings().api.url) or FlowRunContext.get() is not None or TaskRunContext.get() is not None
+
+
+def _prefect_emit(**kwargs: Any) -> Any:
+    from prefect.events import emit_event
+
+    return emit_event(**kwargs)
+
+
+def event_resource(payload: dict[str, Any]) -> dict[str, str]:
+    resource = {
+        "prefect.resource.id": f"judgeflow.rule.{payload['rule']}",
+        "prefect.resource.name": payload["rule"],
+        "judgeflow.state": payload["state"],
+    }
+    if payload.get("metric"):
+        resource["judgeflow.metric"] = payload["metric"]
+    return resource
+
+
+# --- the notifier -------------------------------------------------------------------
+
+
+class Notifier:
+    """Sends one notification to every configured channel. Injectable pieces
+    (``emitter``, ``sleep``, ``http``) exist for tests and embedding."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        emitter: Emitter | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        http: httpx.Client | None = None,
+    ):
+        self.settings = settings
+        self._emitter = emitter
+        self._sleep = sleep
+        self._http = http
+
+    # each channel returns a result and never raises
+    def deliver(self, payload: dict[str, Any]) -> DeliveryReport:
+        report = DeliveryReport()
+        for send in (self._send_event, self._send_webhook, self._send_slack):
+            try:
+                report.results.append(send(payload))
+            except Exception as error:  # a bug in a channel must not fail the run either
+                log.exception("alert channel %s crashed", send.__name__)
+                report.results.append(ChannelResult(send.__name__.removeprefix("_send_"), "failed", error=repr(error)[:300]))
+        return report
+
+    def _send_event(self, payload: dict[str, Any]) -> ChannelResult:
+        if not self.settings.alert_prefect_events:
+            return ChannelResult("prefect_event", "skipped", detail="JUDGEFLOW_ALERT_PREFECT_EVENTS is off")
+        emitter = self._emitter
+        if emitter is None:
+            if not prefect_api_available():
+                return ChannelResult("prefect_event", "skipped", detail="no Prefect API configured")
+            emitter = _prefect_emit
+        event = emitter(event=payload["event"], resource=event_resource(payload), payload=payload)
+        if event is None:
+            return ChannelResult("prefect_event", "skipped", attempts=1, detail="Prefect events are not being sent")
+        return ChannelResult("prefect_event", "delivered", attempts=1, detail=str(getattr(event, "id", "")) or None)
+
+    def _send_webhook(self, payload: dict[str, Any]) -> ChannelResult:
+        if self.settings.alert_webhook_url is None:
+            return ChannelResult("webhook", "skipped", detail="JUDGEFLOW_ALERT_WEBHOOK_URL is not set")
+        body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
+        secret = self.settings.alert_webhook_secret.get_secret_value() if self.settings.alert_webhook_secret else None
+
+        def headers() -> dict[str, str]:
+            timestamp = str(int(time.time()))
+            h = {
+                "Content-Type": "application/json",
+                "User-Agent": f"judgeflow/{__version__}",
+                EVENT_HEADER: payload["event"],
+                DELIVERY_HEADER: str(payload.get("alert_id")),
+                TIMESTAMP_HEADER: timestamp,
+            }
+            if secret:
+                h[SIGNATURE_HEADER] = sign(secret, timestamp, body)
+            return h
+
+        return self._post("webhook", self.settings.alert_webhook_url.get_secret_value(), body, headers)
+
+    def _send_slack(self, payload: dict[str, Any]) -> ChannelResult:
+        if self.settings.alert_slack_webhook_url is None:
+            return ChannelResult("slack", "skipped", detail="JUDGEFLOW_ALERT_SLACK_WEBHOOK_URL is not set")
+        body = json.dumps(slack_message(payload)).encode()
+        return self._post(
+            "slack",
+            self.settings.alert_slack_webhook_url.get_secret_value(),
+            body,
+            lambda: {"Content-Type": "application/json", "User-Agent": f"judgeflow/{__version__}"},
+        )
+
+    def _post(self, channel: str, url: str, body: bytes, headers: Callable[[], dict[str, str]]) -> ChannelResult:
+        """POST with bounded retries. Error texts never include the URL (Slack's holds a token)."""
+        s = self.settings
+        client = self._http or httpx.Client(timeout=httpx.Timeout(s.alert_webhook_timeout_s), follow_redirects=False)
+        attempts, http_status, error = 0, None, None
+        try:
+            for attempt in range(s.alert_webhook_retries + 1):
+                attempts += 1
+                retry_after = None
+                try:
+                    response = client.post(url, content=body, headers=headers())
+                except httpx.TimeoutException:
+                    http_status, error = None, f"timed out after {s.alert_webhook_timeout_s:g}s"
+                except httpx.TransportError as exc:
+                    http_status, error = None, f"{type(exc).__name__}: {exc}"[:300]
+                except httpx.HTTPError as exc:  # invalid URL and the like: retrying cannot help
+                    http_status, error = None, f"{type(exc).__name__}: {exc}"[:300]
+                    break
+                else:
+                    http_status = response.status_code
+                    if 200 <= http_status < 300:
+                        return ChannelResult(channel, "delivered", attempts=attempts, http_status=http_status)
+                    snippet = " ".join(response.text[:200].split())
+                    error = f"HTTP {http_status}" + (f": {snippet}" if snippet else "")
+                    if http_status < 500 and http_status not in RETRYABLE_STATUS:
+                        break
+                    retry_after = _retry_after(response)
+                if attempt < s.alert_webhook_retries:
+                    delay = min(s.alert_webhook_backoff_s * 2**attempt, s.alert_webhook_backoff_max_s)
+                    if retry_after is not None:
+                        delay = min(max(delay, retry_after), s.alert_webhook_backoff_max_s)
+                    log.warning("alert %s delivery attempt %d failed (%s); retrying in %.1fs", channel, attempts, error, delay)
+                    self._sleep(delay)
+        finally:
+            if self._http is None:
+                client.close()
+        log.error("alert %s delivery failed after %d attempt(s): %s", channel, attempts, error)
+        return ChannelResult(channel, "failed", attempts=attempts, http_status=http_status, error=error)
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    try:
+        return max(0.0, float(response.headers["Retry-After"]))
+    except (KeyError, ValueError):
+        return None

@@ -1,0 +1,207 @@
+"""The per-rule state machine and its persistence in ``judgeflow.alerts``.
+
+One short transaction per rule:
+
+1. make sure the rule's row exists (``INSERT ... ON CONFLICT DO NOTHING``),
+2. lock it (``SELECT ... FOR UPDATE``): concurrent evaluators of the same rule
+   queue here, so exactly one of them sees any given state,
+3. compute the figures and decide (:func:`decide`),
+4. when a notification is due, write its ``alert_events`` row (delivery
+   'pending') and set ``last_notified_at`` - this *claims* the notification,
+5. commit.
+
+Delivery happens after the commit, outside any lock (:mod:`judgeflow.alerts.notify`),
+and its outcome is written back by :func:`record_delivery`. A notification is
+therefore sent at most once per transition: an evaluator that comes second sees
+the new state and the fresh ``last_notified_at`` and stays quiet. A delivery
+that fails after its bounded retries is recorded, not retried by later runs
+(a receiver that timed out may well have got it); while the rule keeps firing,
+``JUDGEFLOW_ALERT_RENOTIFY`` sends reminders, which is the recovery path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from sqlalchemy import Connection, Engine, func, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from judgeflow.alerts.evaluation import Figures, compute_figures
+from judgeflow.alerts.rules import Rule
+from judgeflow.db.alert_tables import alert_events, alerts
+from judgeflow.db.schema import SCHEMA
+
+State = Literal["ok", "firing"]
+Outcome = Literal["ok", "firing", "not_enough_data"]
+Transition = Literal["fired", "reminder", "resolved"]
+
+
+@dataclass(frozen=True)
+class Decision:
+    rule: Rule
+    figures: Figures
+    outcome: Outcome
+    state_before: State
+    state: State
+    transition: Transition | None
+    alert_event_id: int | None
+    opened_at: datetime | None
+    resolved_at: datetime | None
+    last_notified_at: datetime | None
+    flow_run_id: str | None = None
+
+    @property
+    def notify(self) -> bool:
+        return self.transition is not None
+
+
+def decide(
+    rule: Rule, figures: Figures, *, state: State, last_notified_at: datetime | None, now: datetime
+) -> tuple[Outcome, State, Transition | None]:
+    """The state machine: (what the figures say, the new state, the notification due)."""
+    if figures.sample_size < rule.min_samples or figures.value is None:
+        return "not_enough_data", state, None  # neither fires nor resolves
+    assert rule.maximum is not None, "disabled rules are never evaluated"
+    if figures.value > rule.maximum:
+        if state != "firing":
+            return "firing", "firing", "fired"
+        if rule.renotify_s is not None and (
+            last_notified_at is None or (now - last_notified_at).total_seconds() >= rule.renotify_s
+        ):
+            return "firing", "firing", "reminder"
+        return "firing", "firing", None
+    if state == "firing":
+        return "ok", "ok", "resolved"
+    return "ok", "ok", None
+
+
+def evaluate_rule(engine: Engine, rule: Rule, *, flow_run_id: str | None = None) -> Decision:
+    """Evaluate one enabled rule and record the outcome, under the rule's row lock."""
+    with engine.begin() as conn:
+        conn.execute(
+            pg_insert(alerts).values(rule=rule.name, state="ok").on_conflict_do_nothing(index_elements=["rule"])
+        )
+        current = conn.execute(select(alerts).where(alerts.c.rule == rule.name).with_for_update()).one()
+        # the time after the lock was granted: evaluators serialised on the lock
+        # see increasing times (now() would be each transaction's start)
+        now = conn.execute(select(func.clock_timestamp())).scalar_one()
+        figures = compute_figures(conn, rule, now=now)
+        outcome, state, transition = decide(
+            rule, figures, state=current.state, last_notified_at=current.last_notified_at, now=now
+        )
+
+        opened_at, resolved_at, last_notified_at = current.opened_at, current.resolved_at, current.last_notified_at
+        if transition == "fired":
+            opened_at, resolved_at = now, None
+        elif transition == "resolved":
+            resolved_at = now
+
+        values = dict(
+            state=state,
+            last_outcome=outcome,
+            value=figures.value,
+            threshold=rule.maximum,
+            window=rule.window,
+            sample_size=figures.sample_size,
+            violations=figures.violations,
+            failed_count=figures.failed,
+            min_samples=rule.min_samples,
+            opened_at=opened_at,
+            resolved_at=resolved_at,
+            last_evaluated_at=now,
+            updated_at=now,
+        )
+        event_id = None
+        if transition is not None:
+            last_notified_at = now
+            event_id = conn.execute(
+                alert_events.insert()
+                .values(
+                    rule=rule.name,
+                    kind=transition,
+                    state=state,
+                    occurred_at=now,
+                    value=figures.value,
+                    threshold=rule.maximum,
+                    window=rule.window,
+                    sample_size=figures.sample_size,
+                    violations=figures.violations,
+                    failed_count=figures.failed,
+                    worst=[w.as_json() for w in figures.worst],
+                    flow_run_id=flow_run_id,
+                    delivery_status="pending",
+                )
+                .returning(alert_events.c.id)
+            ).scalar_one()
+            values.update(
+                last_notified_at=now,
+                last_event_id=event_id,
+                delivery_status="pending",
+                delivered_at=None,
+                delivery_error=None,
+                delivery_attempts=0,
+            )
+        conn.execute(update(alerts).where(alerts.c.rule == rule.name).values(**values))
+
+    return Decision(
+        rule=rule,
+        figures=figures,
+        outcome=outcome,
+        state_before=current.state,
+        state=state,
+        transition=transition,
+        alert_event_id=event_id,
+        opened_at=opened_at,
+        resolved_at=resolved_at,
+        last_notified_at=last_notified_at,
+        flow_run_id=flow_run_id,
+    )
+
+
+def record_delivery(
+    engine: Engine,
+    alert_event_id: int,
+    rule_name: str,
+    *,
+    status: str,
+    attempts: int,
+    error: str | None,
+    deliveries: dict,
+) -> None:
+    """Write a notification's delivery outcome to its history row and, unless a
+    newer notification has replaced it meanwhile, to the rule's row."""
+    values = dict(
+        delivery_status=status,
+        delivered_at=func.now() if status in ("delivered", "partial") else None,
+        delivery_error=error,
+        delivery_attempts=attempts,
+    )
+    with engine.begin() as conn:
+        conn.execute(
+            update(alert_events).where(alert_events.c.id == alert_event_id).values(**values, deliveries=deliveries)
+        )
+        conn.execute(
+            update(alerts)
+            .where(alerts.c.rule == rule_name, alerts.c.last_event_id == alert_event_id)
+            .values(**values)
+        )
+
+
+# --- reading, for `judgeflow alerts` ------------------------------------------
+
+
+def alert_tables_exist(conn: Connection) -> bool:
+    return bool(conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": f"{SCHEMA}.alerts"}).scalar())
+
+
+def current_alerts(conn: Connection) -> list:
+    return list(conn.execute(select(alerts).order_by(alerts.c.rule)))
+
+
+def alert_history(conn: Connection, *, limit: int = 20, rule: str | None = None) -> list:
+    query = select(alert_events).order_by(alert_events.c.occurred_at.desc(), alert_events.c.id.desc()).limit(limit)
+    if rule is not None:
+        query = query.where(alert_events.c.rule == rule)
+    return list(conn.execute(query))

@@ -1,0 +1,94 @@
+"""Core table objects for the alert state tables (migration 0002).
+
+``alerts`` holds the current state of each rule, one row per rule;
+``alert_events`` holds one row per notification (fired, reminder, resolved)
+with the figures sent and how their delivery went.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    Float,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    Table,
+    Text,
+    func,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+from judgeflow.db.schema import SCHEMA, metadata
+
+ALERT_STATES = ("ok", "firing")
+# what the last evaluation found; 'not_enough_data' never changes the state
+ALERT_OUTCOMES = ("ok", "firing", "not_enough_data")
+NOTIFICATION_KINDS = ("fired", "reminder", "resolved")
+DELIVERY_STATUSES = ("pending", "delivered", "partial", "failed", "skipped")
+
+alert_events = Table(
+    "alert_events",
+    metadata,
+    Column("id", BigInteger, Identity(always=False), primary_key=True),
+    Column("rule", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("occurred_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("value", Float),
+    Column("threshold", Float),
+    Column("window", Text),
+    Column("sample_size", Integer, nullable=False, server_default="0"),
+    Column("violations", Integer, nullable=False, server_default="0"),
+    Column("failed_count", Integer, nullable=False, server_default="0"),
+    Column("worst", JSONB, nullable=False, server_default="[]"),
+    Column("flow_run_id", Text),
+    Column("delivery_status", Text, nullable=False, server_default="pending"),
+    Column("delivered_at", DateTime(timezone=True)),
+    Column("delivery_error", Text),
+    Column("delivery_attempts", Integer, nullable=False, server_default="0"),
+    Column("deliveries", JSONB, nullable=False, server_default="{}"),
+    CheckConstraint("kind IN ('fired', 'reminder', 'resolved')", name="alert_events_kind_check"),
+    CheckConstraint("state IN ('ok', 'firing')", name="alert_events_state_check"),
+    CheckConstraint(
+        "delivery_status IN ('pending', 'delivered', 'partial', 'failed', 'skipped')",
+        name="alert_events_delivery_status_check",
+    ),
+    Index("alert_events_rule_occurred_idx", "rule", "occurred_at"),
+    schema=SCHEMA,
+)
+
+alerts = Table(
+    "alerts",
+    metadata,
+    Column("rule", Text, primary_key=True),
+    Column("state", Text, nullable=False, server_default="ok"),
+    Column("last_outcome", Text),
+    Column("value", Float),
+    Column("threshold", Float),
+    Column("window", Text),
+    Column("sample_size", Integer, nullable=False, server_default="0"),
+    Column("violations", Integer, nullable=False, server_default="0"),
+    Column("failed_count", Integer, nullable=False, server_default="0"),
+    Column("min_samples", Integer),
+    Column("opened_at", DateTime(timezone=True)),
+    Column("resolved_at", DateTime(timezone=True)),
+    Column("last_notified_at", DateTime(timezone=True)),
+    Column("last_evaluated_at", DateTime(timezone=True)),
+    Column("last_event_id", BigInteger, ForeignKey(f"{SCHEMA}.alert_events.id", ondelete="SET NULL")),
+    Column("delivery_status", Text),
+    Column("delivered_at", DateTime(timezone=True)),
+    Column("delivery_error", Text),
+    Column("delivery_attempts", Integer, nullable=False, server_default="0"),
+    Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    CheckConstraint("state IN ('ok', 'firing')", name="alerts_state_check"),
+    CheckConstraint(
+        "last_outcome IS NULL OR last_outcome IN ('ok', 'firing', 'not_enough_data')",
+        name="alerts_last_outcome_check",
+    ),
+    schema=SCHEMA,
+)

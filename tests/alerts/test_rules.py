@@ -1,0 +1,86 @@
+"""Rules built from settings, and the state machine's decisions (pure)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from judgeflow.alerts.evaluation import Figures
+from judgeflow.alerts.rules import RULE_SPECS, all_rules, enabled_rules
+from judgeflow.alerts.state import decide
+from judgeflow.settings import Settings
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+
+
+def settings(**values) -> Settings:
+    return Settings(_env_file=None, **values)
+
+
+def figures(value, samples):
+    return Figures(
+        value=value, violations=int((value or 0) * samples), sample_size=samples, failed=0, worst=[],
+        evaluated_at=NOW, window_start=NOW - timedelta(days=1),
+    )
+
+
+def test_rules_from_settings():
+    rules = {r.name: r for r in all_rules(settings(alert_window="6h", alert_min_samples=20, alert_renotify="2h"))}
+    assert list(rules) == ["toxicity_rate", "hallucination_rate", "judge_failure_rate"]
+    tox = rules["toxicity_rate"]
+    assert (tox.kind, tox.metric, tox.maximum, tox.enabled) == ("not_passed_rate", "toxicity", 0.05, True)
+    assert (tox.window, tox.window_s, tox.min_samples, tox.renotify_s) == ("6h", 21600, 20, 7200)
+    assert tox.env_var == "JUDGEFLOW_TOXICITY_RATE_MAX" and tox.resource_id == "judgeflow.rule.toxicity_rate"
+    assert not rules["hallucination_rate"].enabled and not rules["judge_failure_rate"].enabled
+    assert (rules["judge_failure_rate"].kind, rules["judge_failure_rate"].metric) == ("failure_rate", None)
+
+
+def test_each_rule_is_enabled_by_its_own_maximum():
+    s = settings(toxicity_rate_max=None, hallucination_rate_max=0.2, failure_rate_max=0.1)
+    assert [(r.name, r.maximum) for r in enabled_rules(s)] == [("hallucination_rate", 0.2), ("judge_failure_rate", 0.1)]
+    assert enabled_rules(settings(toxicity_rate_max=None)) == []
+
+
+def test_every_spec_names_a_setting():
+    for spec in RULE_SPECS:
+        assert spec.setting in Settings.model_fields
+
+
+def test_settings_from_the_environment(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUDGEFLOW_HALLUCINATION_RATE_MAX", "0.3")
+    monkeypatch.setenv("JUDGEFLOW_ALERT_WINDOW", "7d")
+    monkeypatch.setenv("JUDGEFLOW_ALERT_WEBHOOK_RETRIES", "5")
+    s = Settings()
+    assert [r.name for r in enabled_rules(s)] == ["toxicity_rate", "hallucination_rate"]
+    assert all_rules(s)[0].window_s == 7 * 86400 and s.alert_webhook_retries == 5
+
+
+@pytest.mark.parametrize(
+    "state, value, samples, last_notified_ago, expected",
+    [
+        ("ok", 0.04, 100, None, ("ok", "ok", None)),
+        ("ok", 0.05, 100, None, ("ok", "ok", None)),  # at the maximum is not above it
+        ("ok", 0.06, 100, None, ("firing", "firing", "fired")),
+        ("ok", 0.90, 49, None, ("not_enough_data", "ok", None)),
+        ("firing", 0.90, 49, 10, ("not_enough_data", "firing", None)),
+        ("firing", None, 0, 10, ("not_enough_data", "firing", None)),
+        ("firing", 0.06, 100, 10, ("firing", "firing", None)),
+        ("firing", 0.05, 100, 10, ("ok", "ok", "resolved")),
+    ],
+)
+def test_decide(state, value, samples, last_notified_ago, expected):
+    rule = all_rules(settings(alert_min_samples=50))[0]
+    last = NOW - timedelta(seconds=last_notified_ago) if last_notified_ago is not None else None
+    assert decide(rule, figures(value, samples), state=state, last_notified_at=last, now=NOW) == expected
+
+
+def test_decide_reminds_only_after_the_interval():
+    rule = all_rules(settings(alert_min_samples=50, alert_renotify="1h"))[0]
+    f = figures(0.5, 100)
+    just_before = NOW - timedelta(minutes=59, seconds=59)
+    assert decide(rule, f, state="firing", last_notified_at=just_before, now=NOW)[2] is None
+    assert decide(rule, f, state="firing", last_notified_at=NOW - timedelta(hours=1), now=NOW)[2] == "reminder"
+    # a reminder is never sent while there is not enough data
+    assert decide(rule, figures(0.5, 10), state="firing", last_notified_at=NOW - timedelta(days=1), now=NOW)[2] is None

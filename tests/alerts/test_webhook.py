@@ -1,0 +1,202 @@
+"""Webhook and Slack delivery over real HTTP to a local receiver: retries,
+failure recording, the HMAC signature, the payload's content."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+
+import pytest
+
+from judgeflow.alerts import evaluate_rules
+from judgeflow.alerts.notify import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, slack_message, verify_signature
+from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings, migrated
+from tests.support.webhook_receiver import WebhookReceiver
+
+SECRET = "s3cret-for-tests"
+
+
+@pytest.fixture
+def engine(db):
+    return migrated(db)
+
+
+def toxicity(results):
+    return next(r for r in results if r.rule == "toxicity_rate")
+
+
+def test_500_twice_then_200_gets_the_alert(engine, database_url):
+    with WebhookReceiver(script=[500, 500, 200]) as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_retries=3)
+        add_results(engine, not_passed=20)
+        result = toxicity(evaluate_rules(settings, engine=engine))
+
+    assert [r.status for r in hook.requests] == [500, 500, 200]
+    assert len(hook.delivered()) == 1
+    # the same delivery id on every retry, so a receiver can de-duplicate
+    assert len({r.header("X-Judgeflow-Delivery") for r in hook.requests}) == 1
+    assert result.delivery_status == "delivered"
+    assert result.deliveries["webhook"]["attempts"] == 3
+    row = alert_row(engine)
+    assert (row.delivery_status, row.delivery_attempts, row.delivery_error) == ("delivered", 3, None)
+    assert row.delivered_at is not None
+
+
+def test_timeout_is_retried(engine, database_url):
+    with WebhookReceiver(script=[(1.0, 200), 200]) as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_timeout_s=0.2)
+        add_results(engine, not_passed=20)
+        result = toxicity(evaluate_rules(settings, engine=engine))
+    assert len(hook.requests) == 2
+    assert result.delivery_status == "delivered"
+    assert result.deliveries["webhook"]["attempts"] == 2
+
+
+def test_always_failing_receiver_is_recorded_and_not_raised(engine, database_url):
+    with WebhookReceiver(default=503) as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_retries=2)
+        add_results(engine, not_passed=20)
+        result = toxicity(evaluate_rules(settings, engine=engine))  # does not raise
+        assert len(hook.requests) == 3  # 1 + 2 retries, then it gives up
+
+        assert result.state == "firing" and result.delivery_status == "failed"
+        assert "HTTP 503" in result.delivery_error
+        row = alert_row(engine)
+        assert row.state == "firing"
+        assert (row.delivery_status, row.delivery_attempts) == ("failed", 3)
+        assert row.delivered_at is None and "webhook: HTTP 503" in row.delivery_error
+        [event] = alert_events_rows(engine)
+        assert event.delivery_status == "failed" and event.deliveries["webhook"]["http_status"] == 503
+
+        # the failed notification is not re-sent by the next evaluation
+        toxicity(evaluate_rules(settings, engine=engine))
+        assert len(hook.requests) == 3
+
+
+def test_client_errors_are_not_retried(engine, database_url):
+    with WebhookReceiver(default=400) as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url)
+        add_results(engine, not_passed=20)
+        result = toxicity(evaluate_rules(settings, engine=engine))
+    assert len(hook.requests) == 1
+    assert result.delivery_status == "failed" and result.delivery_error.startswith("webhook: HTTP 400")
+
+
+def test_unreachable_receiver_is_recorded(engine, database_url):
+    with WebhookReceiver() as hook:
+        url = hook.url
+    # the receiver is gone: connection refused on every attempt
+    settings = make_settings(database_url, alert_webhook_url=url, alert_webhook_retries=1)
+    add_results(engine, not_passed=20)
+    result = toxicity(evaluate_rules(settings, engine=engine))
+    assert result.delivery_status == "failed"
+    assert result.deliveries["webhook"]["attempts"] == 2
+    assert alert_row(engine).delivery_status == "failed"
+
+
+def test_hmac_signature_verifies_with_the_secret(engine, database_url):
+    with WebhookReceiver() as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_secret=SECRET)
+        add_results(engine, not_passed=20)
+        evaluate_rules(settings, engine=engine)
+    [request] = hook.requests
+    timestamp = request.header(TIMESTAMP_HEADER)
+    signature = request.header(SIGNATURE_HEADER)
+    assert signature.startswith("sha256=")
+    assert abs(int(timestamp) - time.time()) < 60
+
+    # what a receiver computes, with nothing but the stdlib
+    expected = hmac.new(SECRET.encode(), timestamp.encode() + b"." + request.body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(signature, f"sha256={expected}")
+    assert verify_signature(SECRET, timestamp, request.body, signature)
+    assert not verify_signature("wrong-secret", timestamp, request.body, signature)
+    assert not verify_signature(SECRET, timestamp, request.body.replace(b"firing", b"ok"), signature)
+    assert not verify_signature(SECRET, str(int(timestamp) - 3600), request.body, signature)
+
+
+def test_unsigned_without_a_secret(engine, database_url):
+    with WebhookReceiver() as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url)
+        add_results(engine, not_passed=20)
+        evaluate_rules(settings, engine=engine)
+    assert hook.requests[0].header(SIGNATURE_HEADER) is None
+    assert hook.requests[0].header(TIMESTAMP_HEADER) is not None
+
+
+def test_payload_carries_figures_and_the_five_worst_traces_without_texts(engine, database_url):
+    long_reason = "The output insults the user. " * 40
+    with WebhookReceiver() as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url)
+        add_results(engine, passed=10)
+        bad = add_results(engine, not_passed=8, scores=[0.6, 0.99, 0.7, 0.95, 0.8, 0.65, 0.9, 0.75], reason=long_reason)
+        add_results(engine, failed=3)
+        evaluate_rules(settings, engine=engine, flow_run_id="0b5f6b1c-run")
+    body = hook.requests[0].json()
+    assert hook.requests[0].header("X-Judgeflow-Event") == "judgeflow.alert.fired"
+    assert body["rule"] == "toxicity_rate" and body["state"] == "firing" and body["notification"] == "fired"
+    assert (body["sample_size"], body["violations"], body["failed_count"]) == (18, 8, 3)
+    assert body["rate"] == pytest.approx(8 / 18, abs=1e-6)
+    assert body["threshold"] == 0.05 and body["window"] == "24h" and body["min_samples"] == 10
+    assert body["flow_run_id"] == "0b5f6b1c-run"
+    assert body["opened_at"] and body["alert_id"] == alert_events_rows(engine)[0].id
+
+    worst = body["worst_traces"]
+    assert [w["score"] for w in worst] == [0.99, 0.95, 0.9, 0.8, 0.75]
+    assert [w["trace_id"] for w in worst] == [bad[1], bad[3], bad[6], bad[4], bad[7]]
+    assert set(worst[0]) == {"trace_id", "metric", "score", "reason", "trace_created_at"}
+    assert all(len(w["reason"]) <= 300 for w in worst)
+    # no trace texts anywhere
+    assert "input" not in json.dumps(body) and "output\"" not in json.dumps(body)
+
+
+def test_slack_gets_a_readable_message(engine, database_url):
+    with WebhookReceiver() as slack, WebhookReceiver() as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url, alert_slack_webhook_url=slack.url)
+        add_results(engine, passed=90, not_passed=10, reason="calls the user <an idiot> & worse")
+        result = toxicity(evaluate_rules(settings, engine=engine))
+        add_results(engine, passed=500)
+        toxicity(evaluate_rules(settings, engine=engine))
+    assert result.deliveries["slack"]["status"] == "delivered"
+    fired, resolved = [r.json() for r in slack.requests]
+    assert fired["text"].startswith(":rotating_light: *judgeflow alert firing: toxicity_rate*")
+    assert "Toxicity rate 10.0% is above the maximum 5.0% over the last 24h (100 results)" in fired["text"]
+    assert "&lt;an idiot&gt; &amp; worse" in fired["text"]
+    assert fired["blocks"][0]["text"]["type"] == "mrkdwn"
+    assert resolved["text"].startswith(":white_check_mark: *judgeflow alert resolved: toxicity_rate*")
+    assert "is back at or below the maximum 5.0%" in resolved["text"]
+    assert len(hook.requests) == 2
+
+
+def test_slack_failure_alone_makes_a_partial_delivery(engine, database_url):
+    with WebhookReceiver(default=500) as slack, WebhookReceiver() as hook:
+        settings = make_settings(
+            database_url, alert_webhook_url=hook.url, alert_slack_webhook_url=slack.url, alert_webhook_retries=1
+        )
+        add_results(engine, not_passed=20)
+        result = toxicity(evaluate_rules(settings, engine=engine))
+    assert result.delivery_status == "partial"
+    assert result.delivery_error.startswith("slack: HTTP 500")
+    assert alert_row(engine).delivery_status == "partial"
+
+
+def test_slack_message_for_a_reminder_links_the_run():
+    payload = {
+        "rule": "judge_failure_rate", "notification": "reminder", "rate": 0.25, "threshold": 0.1, "window": "6h",
+        "sample_size": 40, "failed_count": 10, "metric": None, "flow_run_id": "abc",
+        "run_url": "http://prefect.local/runs/flow-run/abc",
+        "worst_traces": [{"trace_id": "t1", "score": None, "reason": "judge_error: timeout"}],
+    }
+    text = slack_message(payload)["text"]
+    assert "still firing: judge_failure_rate" in text
+    assert "Judge failure rate 25.0% is above the maximum 10.0% over the last 6h (40 results)." in text
+    assert "• `t1` judge_error: timeout" in text
+    assert "<http://prefect.local/runs/flow-run/abc|abc>" in text
+
+
+def test_sign_is_hmac_sha256_over_timestamp_and_body():
+    body = b'{"rule":"toxicity_rate"}'
+    assert sign("k", "1700000000", body) == "sha256=" + hmac.new(b"k", b"1700000000." + body, hashlib.sha256).hexdigest()
+    assert verify_signature("k", "1700000000", body, sign("k", "1700000000", body), tolerance_s=None)
+    assert not verify_signature("k", "not-a-time", body, sign("k", "not-a-time", body))

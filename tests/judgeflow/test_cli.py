@@ -1,0 +1,77 @@
+"""The CLI's own behaviour: clear errors, db check, backfill's estimate and confirmation."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from judgeflow.cli import app
+from tests.support.traces import BASE_TIME, insert_traces, scripted_trace
+
+runner = CliRunner()
+
+
+def test_a_refused_table_name_is_one_clear_line_and_exit_code_2(judgeflow_env, monkeypatch):
+    monkeypatch.setenv("JUDGEFLOW_TRACES_TABLE", "x; drop table y")
+    result = runner.invoke(app, ["db", "check"])
+    assert result.exit_code == 2
+    assert "JUDGEFLOW_TRACES_TABLE" in result.output
+
+
+def test_db_check_reports_a_missing_index_and_schema(judgeflow_env, db):
+    with db.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE llm_traces (id text, created_at timestamptz, output text)"))
+    result = runner.invoke(app, ["db", "check"])
+    assert result.exit_code == 1
+    assert "[MISSING] index on llm_traces(created_at)" in result.output
+    assert "run `judgeflow db upgrade`" in result.output
+    with db.begin() as conn:
+        conn.execute(sa.text("CREATE INDEX ON llm_traces (created_at)"))
+    assert runner.invoke(app, ["db", "upgrade"]).exit_code == 0
+    result = runner.invoke(app, ["db", "check"])
+    assert result.exit_code == 0, result.output
+    assert "[ok] index on llm_traces(created_at)" in result.output
+
+
+def test_database_password_never_printed(judgeflow_env, monkeypatch):
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", "postgresql://judgeflow:hunter2secret@127.0.0.1:1/none")
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 2
+    assert "hunter2secret" not in result.output
+    assert "***" in result.output
+
+
+def test_backfill_estimates_then_asks_and_aborts_without_yes(judgeflow_env, db, prefect_server):
+    insert_traces(db, [scripted_trace(i)[0] for i in range(10)])
+    result = runner.invoke(
+        app, ["backfill", "--since", BASE_TIME.isoformat(), "--until", "0s"], input="n\n"
+    )
+    assert result.exit_code == 1
+    assert "10 traces to score (toxicity: 10, hallucination: 10)" in result.output
+    assert "estimated cost unknown" in result.output
+    assert "aborted" in result.output
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.eval_results")).scalar_one() == 0
+
+
+def test_backfill_with_rescore_rescored_everything_in_range(judgeflow_env, db, prefect_server, judge_server):
+    insert_traces(db, [scripted_trace(i)[0] for i in range(6)])
+    assert runner.invoke(app, ["score", "--no-alerts"]).exit_code == 0
+    with db.connect() as conn:
+        before = dict(conn.execute(sa.text("SELECT trace_id || metric, scored_at FROM judgeflow.eval_results")).all())
+    calls = judge_server.calls()
+
+    result = runner.invoke(
+        app, ["backfill", "--since", BASE_TIME.isoformat(), "--until", "0s", "--rescore", "--yes"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "6 traces to score" in result.output
+    with db.connect() as conn:
+        after = dict(conn.execute(sa.text("SELECT trace_id || metric, scored_at FROM judgeflow.eval_results")).all())
+    assert after.keys() == before.keys() and all(after[k] > before[k] for k in before)
+    assert judge_server.calls() == 2 * calls  # every pair judged exactly once more
+
+    # without --rescore nothing is left to do
+    result = runner.invoke(app, ["backfill", "--since", BASE_TIME.isoformat(), "--until", "0s", "--yes"])
+    assert result.exit_code == 0 and "0 traces to score" in result.output
