@@ -43,6 +43,14 @@ def _first_step_calls(server: JudgeServer) -> collections.Counter:
     return counter
 
 
+def _prepare(db, n: int) -> None:
+    """Source rows plus judgeflow's schema, so progress can be polled from the start."""
+    from judgeflow.db import migrate
+
+    insert_traces(db, [scripted_trace(i)[0] for i in range(n)])
+    migrate.upgrade(db)
+
+
 def _count(db, where: str = "true") -> int:
     with db.connect() as conn:
         return conn.execute(sa.text(f"SELECT count(*) FROM judgeflow.eval_results WHERE {where}")).scalar_one()
@@ -50,7 +58,7 @@ def _count(db, where: str = "true") -> int:
 
 def test_two_runs_started_together_never_score_the_same_pair_twice(prefect_server, judgeflow_env, db, judge_server):
     judge_server.latency_mean_s = 0.02
-    insert_traces(db, [scripted_trace(i)[0] for i in range(120)])
+    _prepare(db, 120)
     env = _env(judgeflow_env, prefect_server)
 
     procs = [_start_score(env, "--batch-size", "20", "--max-concurrency", "4") for _ in range(2)]
@@ -69,7 +77,7 @@ def test_a_run_killed_mid_way_is_completed_by_the_next_run_without_rescoring(
     prefect_server, judgeflow_env, db, judge_server
 ):
     judge_server.latency_mean_s = 0.1
-    insert_traces(db, [scripted_trace(i)[0] for i in range(60)])
+    _prepare(db, 60)
     env = _env(judgeflow_env, prefect_server, JUDGEFLOW_LEASE_TIMEOUT_S="3")
 
     proc = _start_score(env, "--batch-size", "10", "--max-concurrency", "2")
@@ -99,7 +107,7 @@ def test_a_run_killed_mid_way_is_completed_by_the_next_run_without_rescoring(
 
 def test_database_going_away_mid_run_loses_nothing(prefect_server, judgeflow_env, db, judge_server, pg_server):
     judge_server.latency_mean_s = 0.1
-    insert_traces(db, [scripted_trace(i)[0] for i in range(60)])
+    _prepare(db, 60)
     env = _env(judgeflow_env, prefect_server, JUDGEFLOW_LEASE_TIMEOUT_S="3")
 
     proc = _start_score(env, "--batch-size", "10", "--max-concurrency", "2")
