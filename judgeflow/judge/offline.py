@@ -38,7 +38,7 @@ in a trace cannot steer it. What it does per step:
 It is a free, private pre-screen, not a replacement for an LLM judge: it does
 not understand negation, paraphrase with new vocabulary, put-downs phrased
 without offensive words outside its patterns (recall 0.1 on unseen ones), or
-claims assembled from true pieces. See docs/offline-judge.md for the measured
+claims assembled from true pieces. See the README ("The offline judge") for the measured
 figures.
 """
 
@@ -61,7 +61,7 @@ from judgeflow.judge.base import JudgeReply, JudgeRequest
 MODEL_NAME = "offline/profanity-svm+overlap-v1"
 
 # Calibrated on the "dev" split of tests/judge/data/offline_labelled.jsonl with
-# ``python -m judgeflow.judge.offline_eval --sweep`` (see docs/offline-judge.md).
+# ``python -m judgeflow.judge.offline_eval --sweep`` (see the README, "The offline judge").
 TOXIC_PROB_THRESHOLD = 0.40
 # A sentence this likely to be offensive is treated as an opinion even without
 # other markers, so the verdict step gets to see it.

@@ -1,7 +1,7 @@
 """The offline judge: each step's reply validates against its schema, it
 abstains without context, it is deterministic, and its measured quality on the
 labelled set does not regress (floors a little below the figures in
-docs/offline-judge.md)."""
+README.md, "The offline judge")."""
 
 from __future__ import annotations
 
@@ -266,7 +266,7 @@ def test_split_sentences(text, expected):
 
 # --- measured quality on the labelled set ------------------------------------------
 
-# Measured on 2026-11-22 (docs/offline-judge.md). Floors sit a few points below,
+# Measured on 2026-11-22 (README.md, "The offline judge"). Floors sit a few points below,
 # so a change that loses more than about one or two items fails here.
 FLOORS = {
     "toxicity (pipeline)": {"precision": 0.92, "recall": 0.78, "accuracy": 0.87},  # 0.953 / 0.820 / 0.900
