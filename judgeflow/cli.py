@@ -13,13 +13,12 @@ os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "judgeflow")
 # judgeflow's log lines outside a flow run (alerts check, status) are not run logs
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
-import functools
 import sys
 from typing import Optional
 
 import typer
 
-from judgeflow.errors import JudgeflowError
+from judgeflow.cli_errors import clear_errors
 
 app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
 db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True)
@@ -33,20 +32,6 @@ def _mount_alerts() -> None:
 
 
 _mount_alerts()
-
-
-def clear_errors(fn):
-    """Turn judgeflow's own errors into one line on stderr and exit code 2."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except JudgeflowError as error:
-            typer.secho(f"judgeflow: {error}", fg="red", err=True)
-            raise typer.Exit(2)
-
-    return wrapper
 
 
 def _settings():
@@ -98,7 +83,6 @@ def backfill(
     max_concurrency: Optional[int] = typer.Option(None),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
-    from datetime import datetime, timezone
 
     from judgeflow.flows.backfill import backfill_traces
     from judgeflow.db.status import estimate_backfill

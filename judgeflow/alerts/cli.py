@@ -5,36 +5,17 @@ The lead mounts :data:`alerts_app` with ``app.add_typer(alerts_app, name="alerts
 
 from __future__ import annotations
 
-import functools
 from datetime import datetime, timezone
 from typing import Optional
 
 import typer
 
-from judgeflow.errors import DatabaseError, JudgeflowError
+from judgeflow.cli_errors import clear_errors
 
 alerts_app = typer.Typer(
     help="Alert rules: current state and past alerts; `check` evaluates them now.",
     invoke_without_command=True,
 )
-
-
-def _errors(fn):
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from sqlalchemy.exc import SQLAlchemyError
-
-        try:
-            return fn(*args, **kwargs)
-        except JudgeflowError as error:
-            typer.secho(f"judgeflow: {error}", fg="red", err=True)
-            raise typer.Exit(2)
-        except SQLAlchemyError as error:
-            message = getattr(error, "orig", None) or error
-            typer.secho(f"judgeflow: {DatabaseError(f'database error: {message}')}", fg="red", err=True)
-            raise typer.Exit(2)
-
-    return wrapper
 
 
 def _when(value: datetime | None) -> str:
@@ -64,7 +45,7 @@ def _delivery(status: str | None, error: str | None) -> str:
 
 
 @alerts_app.callback()
-@_errors
+@clear_errors
 def list_alerts(
     ctx: typer.Context,
     limit: int = typer.Option(20, min=1, help="how many past alerts to show"),
@@ -128,7 +109,7 @@ def list_alerts(
 
 
 @alerts_app.command("check")
-@_errors
+@clear_errors
 def check(
     fail_on_firing: bool = typer.Option(False, "--fail-on-firing", help="exit with code 1 when a rule is firing"),
 ) -> None:

@@ -21,7 +21,6 @@ import pwd
 import shutil
 import socket
 import subprocess
-import time
 from contextlib import contextmanager
 from pathlib import Path
 

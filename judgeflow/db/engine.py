@@ -51,7 +51,7 @@ def get_engine(url: str, *, pool_size: int = 10) -> Engine:
         if engine is None:
             try:
                 parsed = make_url(url)
-            except Exception as exc:
+            except Exception:
                 raise ConfigError("JUDGEFLOW_DATABASE_URL is not a valid SQLAlchemy URL") from None
             if not parsed.drivername.startswith("postgresql"):
                 raise ConfigError(f"judgeflow needs PostgreSQL, got {parsed.drivername!r}")

@@ -517,8 +517,8 @@ def devdocs_doc(rng: random.Random):
             rng.choice([f"What port does {tool} serve use?", "the preview server port is taken, what do I do?"]),
             f"`{tool} serve` uses port {port} by default; use --port to pick another one.",
             f"`{tool} serve` uses port {wrong_port} by default, and --port picks another one.",
-            f"The preview server picks a random free port and prints it to the browser console, so "
-            f"there's nothing to configure.",
+            "The preview server picks a random free port and prints it to the browser console, so "
+            "there's nothing to configure.",
         ),
     ]
     return "devdocs-rag", context, qas
