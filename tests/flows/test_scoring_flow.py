@@ -9,8 +9,7 @@ import json
 import pytest
 
 from judgeflow.flows.scoring import score_new_traces
-from tests.support.judge_server import JudgeServer
-from tests.support.traces import insert_traces, results, scripted_trace
+from tests.support.traces import first_step_calls, insert_traces, results, scripted_trace
 
 
 @pytest.fixture
@@ -20,15 +19,6 @@ def run(prefect_server, judgeflow_env):
         return score_new_traces(**params)
 
     return _run
-
-
-def _calls_per_trace(server: JudgeServer) -> collections.Counter:
-    """(output text, step) -> number of judge calls, for the first step of each metric."""
-    counter = collections.Counter()
-    for req in server.requests:
-        if req.step in ("Opinions", "HallucinationJudgement") and req.data:
-            counter[(req.data["output"], req.step)] += 1
-    return counter
 
 
 def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, judge_server):
@@ -50,8 +40,8 @@ def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, j
             assert got["trace_created_at"] == row["created_at"]
     assert summary.scored == 400 and summary.failed == 0 and summary.traces == 200
     # every trace reached the judge once per metric, never twice
-    assert set(_calls_per_trace(judge_server).values()) == {1}
-    assert len(_calls_per_trace(judge_server)) == 400
+    assert set(first_step_calls(judge_server).values()) == {1}
+    assert len(first_step_calls(judge_server)) == 400
     # toxicity details carry the intermediate steps
     first = stored[("tr-0000", "toxicity")]
     assert len(first["details"]["opinions"]) == 2

@@ -11,11 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
-from tests.support.judge_server import JudgeServer
-from tests.support.traces import insert_traces, results, scripted_trace
+from tests.support.traces import first_step_calls, insert_traces, results, scripted_trace
 
 REPO = Path(__file__).resolve().parents[2]
 JUDGEFLOW = [sys.executable, "-m", "judgeflow.cli"]
@@ -33,14 +31,6 @@ def _start_score(env: dict, *args: str) -> subprocess.Popen:
         [*JUDGEFLOW, "score", "--no-alerts", *args],
         env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-
-
-def _first_step_calls(server: JudgeServer) -> collections.Counter:
-    counter = collections.Counter()
-    for req in server.requests:
-        if req.step in ("Opinions", "HallucinationJudgement") and req.data:
-            counter[(req.data["output"], req.step)] += 1
-    return counter
 
 
 def _prepare(db, n: int) -> None:
@@ -66,7 +56,7 @@ def test_two_runs_started_together_never_score_the_same_pair_twice(prefect_serve
 
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert len(results(db)) == 240
-    calls = _first_step_calls(judge_server)
+    calls = first_step_calls(judge_server)
     assert len(calls) == 240 and set(calls.values()) == {1}, "a (trace, metric) reached the judge twice"
     # both runs did real work (the claims split it rather than one run doing all)
     per_run = collections.Counter(r["flow_run_id"] for r in results(db).values())
@@ -88,7 +78,7 @@ def test_a_run_killed_mid_way_is_completed_by_the_next_run_without_rescoring(
     proc.wait()
     done_before = {k for k, v in results(db).items() if v["status"] == "scored"}
     assert 20 <= len(done_before) < 120, "the kill must land mid-run"
-    calls_before = _first_step_calls(judge_server)
+    calls_before = first_step_calls(judge_server)
 
     time.sleep(3.5)  # the killed run's leases expire
     rerun = _start_score(env, "--batch-size", "10", "--max-concurrency", "4")
@@ -97,7 +87,7 @@ def test_a_run_killed_mid_way_is_completed_by_the_next_run_without_rescoring(
 
     stored = results(db)
     assert len(stored) == 120 and all(r["status"] == "scored" for r in stored.values())
-    calls_after = _first_step_calls(judge_server)
+    calls_after = first_step_calls(judge_server)
     outputs = {row["id"]: row["output"] for row in (scripted_trace(i)[0] for i in range(60))}
     step = {"toxicity": "Opinions", "hallucination": "HallucinationJudgement"}
     for trace_id, metric in done_before:

@@ -73,3 +73,15 @@ def results(engine: sa.Engine) -> dict[tuple[str, str], dict[str, Any]]:
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT * FROM judgeflow.eval_results")).mappings().all()
     return {(r["trace_id"], r["metric"]): dict(r) for r in rows}
+
+
+def first_step_calls(server) -> "collections.Counter[tuple[str, str]]":
+    """(trace output, step) -> judge calls for the first step of each metric
+    (toxicity's opinions, hallucination's judgement): one per scoring."""
+    import collections
+
+    counter: collections.Counter = collections.Counter()
+    for req in server.requests:
+        if req.step in ("Opinions", "HallucinationJudgement") and req.data:
+            counter[(req.data["output"], req.step)] += 1
+    return counter
