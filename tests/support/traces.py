@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
@@ -75,12 +76,10 @@ def results(engine: sa.Engine) -> dict[tuple[str, str], dict[str, Any]]:
     return {(r["trace_id"], r["metric"]): dict(r) for r in rows}
 
 
-def first_step_calls(server) -> "collections.Counter[tuple[str, str]]":
+def first_step_calls(server) -> Counter[tuple[str, str]]:
     """(trace output, step) -> judge calls for the first step of each metric
     (toxicity's opinions, hallucination's judgement): one per scoring."""
-    import collections
-
-    counter: collections.Counter = collections.Counter()
+    counter: Counter[tuple[str, str]] = Counter()
     for req in server.requests:
         if req.step in ("Opinions", "HallucinationJudgement") and req.data:
             counter[(req.data["output"], req.step)] += 1
