@@ -1,0 +1,25 @@
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from judgeflow.errors import ConfigError
+from judgeflow.timeparse import parse_when
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+
+
+def test_durations_mean_ago():
+    assert parse_when("7d", now=NOW) == NOW - timedelta(days=7)
+    assert parse_when("0s", now=NOW) == NOW
+
+
+def test_iso_times_naive_ones_are_utc():
+    assert parse_when("2026-11-01", now=NOW) == datetime(2026, 11, 1, tzinfo=timezone.utc)
+    aware = parse_when("2026-11-01T02:00:00+01:00", now=NOW)
+    assert aware == datetime(2026, 11, 1, 1, 0, tzinfo=timezone.utc)
+
+
+def test_empty_is_none_and_garbage_is_a_clear_error():
+    assert parse_when(None) is None and parse_when("") is None
+    with pytest.raises(ConfigError, match="not a time"):
+        parse_when("last tuesday")
