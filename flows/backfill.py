@@ -14,7 +14,11 @@ from judgeflow.tasks.work import METRIC_NAMES
 from prefect.task_runners import ThreadPoolTaskRunner
 
 
-@flow(name="backfill-traces", task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS))
+@flow(
+    name="backfill-traces",
+    flow_run_name="backfill-{since:%Y-%m-%d}..{until:%Y-%m-%d}",
+    task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS),
+)
 def backfill_traces(
     since: datetime,
     until: datetime,

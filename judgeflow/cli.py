@@ -106,6 +106,22 @@ def backfill(
 
 @app.command()
 @clear_errors
+def serve(
+    timezone: Optional[str] = typer.Option(
+        None, help="IANA timezone of the 02:00 schedule (default JUDGEFLOW_SCHEDULE_TIMEZONE, else UTC)"
+    ),
+    limit: Optional[int] = typer.Option(None, help="at most this many flow runs at once in this process"),
+) -> None:
+    """Run the nightly schedule (02:00) and the on-demand backfill in this process, without a work pool."""
+    from judgeflow.serve import serve as serve_deployments
+
+    settings = _settings()
+    _announce_database(settings)
+    serve_deployments(settings, timezone=timezone, limit=limit)
+
+
+@app.command()
+@clear_errors
 def status() -> None:
     """Results per metric and status, and what is still pending."""
     from judgeflow.db.status import result_counts

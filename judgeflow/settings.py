@@ -80,6 +80,20 @@ class Settings(BaseSettings):
     alert_webhook_backoff_max_s: float = Field(30.0, ge=0)
     alert_prefect_events: bool = Field(True, description="emit judgeflow.alert.* Prefect events")
 
+    # --- schedule --------------------------------------------------------
+    schedule_timezone: str = Field("UTC", description="IANA timezone of the nightly 02:00 schedule")
+
+    @field_validator("schedule_timezone")
+    @classmethod
+    def _check_timezone(cls, value):
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"unknown timezone {value!r} (use an IANA name like Europe/Berlin)") from None
+        return value
+
     @field_validator("database_url", mode="before")
     @classmethod
     def _normalise_url(cls, value):
@@ -111,8 +125,13 @@ class Settings(BaseSettings):
 def load_settings(**overrides) -> Settings:
     """Entry points call this once. Overrides win over env and .env."""
     try:
-        return Settings(**overrides)
+        settings = Settings(**overrides)
     except ConfigError:
         raise
     except Exception as exc:  # pydantic.ValidationError, with secrets already masked
         raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
+    # secrets may be references to Prefect Secret blocks (prefect-secret://name);
+    # Prefect is only contacted when one is present
+    from judgeflow.secrets import resolve_secrets
+
+    return resolve_secrets(settings)
