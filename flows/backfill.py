@@ -6,7 +6,7 @@ from datetime import datetime
 
 from prefect import flow
 
-from judgeflow.flows.scoring import MAX_THREADS, score_traces
+from judgeflow.flows.scoring import MAX_THREADS, Fanout, score_traces
 from judgeflow.settings import load_settings
 from judgeflow.tasks.reporting import RunSummary
 from judgeflow.tasks.work import METRIC_NAMES
@@ -26,6 +26,7 @@ def backfill_traces(
     batch_size: int = 100,
     metrics: list[str] = list(METRIC_NAMES),
     max_concurrency: int | None = None,
+    fanout: Fanout = "pair",
 ) -> RunSummary:
     """Score every trace created in [since, until) that lacks a result; with
     ``rescore`` also those already scored (e.g. after a metric version change)."""
@@ -33,5 +34,5 @@ def backfill_traces(
     settings = load_settings(**overrides)
     return score_traces(
         settings, batch_size=batch_size, limit=None, since=since, until=until,
-        sample_rate=1.0, metrics=list(metrics), rescore=rescore,
+        sample_rate=1.0, metrics=list(metrics), rescore=rescore, fanout=fanout,
     )

@@ -1,5 +1,8 @@
 """The scoring flow: claim new traces in batches, fan each (trace, metric) out
-to a retrying task, write results as they arrive, report, evaluate alerts.
+to a retrying task (or, with ``fanout="batch"``, each batch to one task that
+scores its pairs concurrently), write results as they arrive, report,
+evaluate alerts. Claiming continues while earlier work is scored, so the
+judge never waits for the database.
 
 Flows only wire: every database read/write and judge call happens in a task.
 Settings are read here, at the entry point, and passed down; flow parameters
@@ -8,9 +11,11 @@ carry only non-secret run configuration.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from datetime import datetime, timezone
+from typing import Literal
 
 from prefect import flow, get_run_logger
 from prefect.futures import as_completed
@@ -21,12 +26,14 @@ from judgeflow.errors import ConfigError
 from judgeflow.settings import Settings, load_settings
 from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_pending_work
 from judgeflow.tasks.database import ensure_schema
-from judgeflow.tasks.reporting import Progress, RunSummary, publish_run_summary
-from judgeflow.tasks.scoring import score_and_store
-from judgeflow.tasks.work import METRIC_NAMES, ScoreOutcome, TraceWork
+from judgeflow.tasks.reporting import Progress, RunSummary, SummaryBuilder, publish_run_summary
+from judgeflow.tasks.scoring import score_and_store, score_batch
+from judgeflow.tasks.work import METRIC_NAMES, TraceWork
 
-# Hard ceiling on worker threads; the flow keeps at most max_concurrency tasks
-# submitted at once, so this only guards against a misconfigured parameter.
+Fanout = Literal["pair", "batch"]
+
+# Hard ceiling on max_concurrency (pairs scored at once per process); only
+# guards against a misconfigured parameter.
 MAX_THREADS = 128
 
 
@@ -48,14 +55,24 @@ def score_traces(
     sample_rate: float,
     metrics: list[str],
     rescore: bool,
+    fanout: Fanout = "pair",
 ) -> RunSummary:
-    """The body shared by the nightly and the backfill flows."""
+    """The body shared by the nightly and the backfill flows.
+
+    ``fanout="pair"`` submits one retrying Prefect task per (trace, metric),
+    named ``<metric>:<trace id>`` in the UI. ``fanout="batch"`` submits one
+    task per claimed batch whose pairs run concurrently in-process with the
+    same retries: a Prefect task run costs milliseconds of client and server
+    CPU, which bounds pair mode to roughly a tenth of batch mode's throughput
+    on a small machine (see the README's benchmark)."""
     logger = get_run_logger()
     for metric in metrics:
         if metric not in METRIC_NAMES:
             raise ConfigError(f"unknown metric {metric!r}; choose from {', '.join(METRIC_NAMES)}")
     if not 0.0 < sample_rate <= 1.0:
         raise ConfigError("sample_rate must be in (0, 1]")
+    if fanout not in ("pair", "batch"):
+        raise ConfigError(f"fanout must be 'pair' or 'batch', not {fanout!r}")
     if settings.max_concurrency > MAX_THREADS:
         raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
 
@@ -68,19 +85,32 @@ def score_traces(
     ensure_schema(settings)
     pending = count_pending_work(settings, metrics, limit=limit, **filters)
     logger.info("%d (trace, metric) pairs pending in %s", pending, settings.traces_table)
-    progress = Progress(pending)
-    scorer = score_and_store.with_options(retries=settings.task_retries, retry_delay_seconds=_retry_delays(settings))
+    progress = Progress(pending, every=batch_size)
+    if fanout == "batch":
+        # Batches queued behind the one being scored: enough pairs to keep every
+        # slot busy while the oldest batch finishes its tail, plus one so a batch
+        # held up by a slow pair (a retry, a stall) does not starve the others.
+        window = 2 + math.ceil(settings.max_concurrency / batch_size)
+    else:
+        # one task per pair: never more submitted than judge calls allowed in flight
+        window = settings.max_concurrency
+    pair_scorer = score_and_store.with_options(
+        retries=settings.task_retries, retry_delay_seconds=_retry_delays(settings)
+    )
 
-    outcomes: list[ScoreOutcome] = []
-    traces_seen: set[str] = set()
-    in_flight: set = set()
+    totals = SummaryBuilder()
+    traces_seen: set[str] = set()  # only kept for --limit
+    running: list = []
     cursor = None
     batch_no = 0
 
-    def collect_one() -> None:
-        future = next(as_completed(list(in_flight)))
-        in_flight.discard(future)
-        outcomes.append(future.result())
+    def collect() -> None:
+        done = next(as_completed(list(running)))  # whichever finishes first
+        running.remove(done)
+        result = done.result()
+        outcomes = result if isinstance(result, list) else [result]
+        totals.add(outcomes)
+        progress.advance(len(outcomes), batch=batch_no)
 
     with LeaseKeeper(settings, owner):
         while True:
@@ -99,23 +129,29 @@ def score_traces(
             if limit is not None:
                 allowed = set(sorted({w.trace_id for w in items} - traces_seen)[: limit - len(traces_seen)])
                 items = [w for w in items if w.trace_id in allowed or w.trace_id in traces_seen]
-            for work in items:
-                traces_seen.add(work.trace_id)
-                while len(in_flight) >= settings.max_concurrency:
-                    collect_one()
-                in_flight.add(
-                    scorer.submit(
+                traces_seen.update(w.trace_id for w in items)
+            if items and fanout == "batch":
+                running.append(
+                    score_batch.submit(
+                        items, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
+                        retry_delays=_retry_delays(settings),
+                    )
+                )
+            for work in items if fanout == "pair" else ():
+                while len(running) >= window:
+                    collect()
+                running.append(
+                    pair_scorer.submit(
                         work, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
                         max_attempts=settings.task_retries + 1,
                     )
                 )
-            progress.advance(len(items), batch=batch_no)
-        while in_flight:
-            collect_one()
+            while len(running) >= window:
+                collect()
+        while running:
+            collect()
 
-    summary = RunSummary.from_outcomes(
-        outcomes, duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending
-    )
+    summary = totals.build(duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending)
     publish_run_summary(summary)
     return summary
 
@@ -130,6 +166,7 @@ def score_new_traces(
     metrics: list[str] = list(METRIC_NAMES),
     max_concurrency: int | None = None,
     evaluate_alerts: bool = True,
+    fanout: Fanout = "pair",
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules."""
@@ -137,7 +174,7 @@ def score_new_traces(
     settings = load_settings(**overrides)
     summary = score_traces(
         settings, batch_size=batch_size, limit=limit, since=since, until=until,
-        sample_rate=sample_rate, metrics=list(metrics), rescore=False,
+        sample_rate=sample_rate, metrics=list(metrics), rescore=False, fanout=fanout,
     )
     if evaluate_alerts:
         from judgeflow.tasks.alerting import evaluate_alert_rules

@@ -58,6 +58,7 @@ def score(
     sample_rate: float = typer.Option(1.0, help="score this deterministic share of traces"),
     max_concurrency: Optional[int] = typer.Option(None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"),
     alerts: bool = typer.Option(True, help="evaluate alert rules after scoring"),
+    fanout: str = typer.Option("pair", help="'pair': a Prefect task per (trace, metric); 'batch': a task per batch (faster)"),
 ) -> None:
     """Score every trace without a result, once, now."""
     from judgeflow.flows.scoring import score_new_traces
@@ -67,7 +68,7 @@ def score(
     _announce_database(settings)
     summary = score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
-        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
+        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
     )
     typer.echo(summary.markdown())
 
@@ -81,6 +82,7 @@ def backfill(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     batch_size: int = typer.Option(100),
     max_concurrency: Optional[int] = typer.Option(None),
+    fanout: str = typer.Option("pair", help="'pair' or 'batch' (see `judgeflow score --help`)"),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
 
@@ -100,7 +102,7 @@ def backfill(
         typer.echo("aborted; nothing was scored")
         raise typer.Exit(1)
     summary = backfill_traces(since=start, until=end, rescore=rescore, batch_size=batch_size,
-                              max_concurrency=max_concurrency)
+                              max_concurrency=max_concurrency, fanout=fanout)
     typer.echo(summary.markdown())
 
 

@@ -53,6 +53,12 @@ def claim_traces(
         since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
         after=(cursor.created_at, cursor.trace_id, cursor.metric) if cursor else None,
     )
+    if cursor:
+        # The row comparison on (created_at, id, metric) cannot bound the index
+        # scan (metric is not in the index), so without this the scan started at
+        # the oldest trace on every batch: a batch half-way through a 100k-trace
+        # backlog walked 50k index entries (32 ms instead of ~2 ms; bench/).
+        where += " AND t.created_at >= :c_at"
     params.update(metrics=list(metrics), n=batch_size, owner=owner, lease=settings.lease_timeout_s)
     try:
         with engine_for(settings).begin() as conn:

@@ -48,37 +48,9 @@ class RunSummary(BaseModel):
     def from_outcomes(
         cls, outcomes: list[ScoreOutcome], *, duration_s: float, flow_run_id: str | None, pending_at_start: int
     ) -> "RunSummary":
-        statuses = Counter(o.status for o in outcomes)
-        by_metric: dict[str, dict[str, int]] = {}
-        pass_rate: dict[str, float | None] = {}
-        for metric in sorted({o.metric for o in outcomes}):
-            mine = [o for o in outcomes if o.metric == metric]
-            counts = Counter(o.status for o in mine)
-            judged = [o for o in mine if o.status == "scored"]
-            by_metric[metric] = {
-                "scored": counts["scored"], "skipped": counts["skipped"], "failed": counts["failed"],
-                "passed": sum(1 for o in judged if o.passed),
-            }
-            pass_rate[metric] = (by_metric[metric]["passed"] / len(judged)) if judged else None
-        costs = [o.cost_usd for o in outcomes if o.cost_usd is not None]
-        return cls(
-            flow_run_id=flow_run_id,
-            pending_at_start=pending_at_start,
-            traces=len({o.trace_id for o in outcomes}),
-            scored=statuses["scored"], skipped=statuses["skipped"], failed=statuses["failed"],
-            superseded=statuses["superseded"],
-            by_metric=by_metric, pass_rate=pass_rate,
-            judge_calls=sum(o.judge_calls for o in outcomes),
-            prompt_tokens=sum(o.prompt_tokens for o in outcomes),
-            completion_tokens=sum(o.completion_tokens for o in outcomes),
-            cost_usd=round(sum(costs), 6) if costs else None,
-            duration_s=round(duration_s, 2),
-            failures=[
-                {"trace_id": o.trace_id, "metric": o.metric, "kind": o.error_kind, "error": (o.error or "")[:200]}
-                for o in outcomes
-                if o.status == "failed"
-            ][:20],
-        )
+        builder = SummaryBuilder()
+        builder.add(outcomes)
+        return builder.build(duration_s=duration_s, flow_run_id=flow_run_id, pending_at_start=pending_at_start)
 
     def table(self) -> list[dict]:
         def pct(value):
@@ -111,6 +83,64 @@ class RunSummary(BaseModel):
         return "\n".join(lines)
 
 
+class SummaryBuilder:
+    """Folds outcomes into the run's figures batch by batch, so a run holds
+    counters (and the distinct trace ids), never every outcome."""
+
+    MAX_FAILURES = 20
+
+    def __init__(self) -> None:
+        self._trace_ids: set[str] = set()
+        self._statuses: Counter = Counter()
+        self._by_metric: dict[str, Counter] = {}
+        self._judge_calls = self._prompt_tokens = self._completion_tokens = 0
+        self._cost: float | None = None
+        self._failures: list[dict] = []
+
+    def add(self, outcomes: list[ScoreOutcome]) -> None:
+        for o in outcomes:
+            self._trace_ids.add(o.trace_id)
+            self._statuses[o.status] += 1
+            counts = self._by_metric.setdefault(o.metric, Counter())
+            counts[o.status] += 1
+            if o.status == "scored" and o.passed:
+                counts["passed"] += 1
+            self._judge_calls += o.judge_calls
+            self._prompt_tokens += o.prompt_tokens
+            self._completion_tokens += o.completion_tokens
+            if o.cost_usd is not None:
+                self._cost = (self._cost or 0.0) + o.cost_usd
+            if o.status == "failed" and len(self._failures) < self.MAX_FAILURES:
+                self._failures.append(
+                    {"trace_id": o.trace_id, "metric": o.metric, "kind": o.error_kind, "error": (o.error or "")[:200]}
+                )
+
+    def build(self, *, duration_s: float, flow_run_id: str | None, pending_at_start: int) -> RunSummary:
+        by_metric: dict[str, dict[str, int]] = {}
+        pass_rate: dict[str, float | None] = {}
+        for metric in sorted(self._by_metric):
+            counts = self._by_metric[metric]
+            by_metric[metric] = {
+                "scored": counts["scored"], "skipped": counts["skipped"], "failed": counts["failed"],
+                "passed": counts["passed"],
+            }
+            pass_rate[metric] = (counts["passed"] / counts["scored"]) if counts["scored"] else None
+        return RunSummary(
+            flow_run_id=flow_run_id,
+            pending_at_start=pending_at_start,
+            traces=len(self._trace_ids),
+            scored=self._statuses["scored"], skipped=self._statuses["skipped"], failed=self._statuses["failed"],
+            superseded=self._statuses["superseded"],
+            by_metric=by_metric, pass_rate=pass_rate,
+            judge_calls=self._judge_calls,
+            prompt_tokens=self._prompt_tokens,
+            completion_tokens=self._completion_tokens,
+            cost_usd=round(self._cost, 6) if self._cost is not None else None,
+            duration_s=round(duration_s, 2),
+            failures=list(self._failures),
+        )
+
+
 @task(name="publish-run-summary", cache_policy=NO_CACHE, persist_result=False)
 def publish_run_summary(summary: RunSummary) -> None:
     create_table_artifact(key=SUMMARY_KEY, table=summary.table(), description="judgeflow run summary")
@@ -123,11 +153,14 @@ def publish_run_summary(summary: RunSummary) -> None:
 
 
 class Progress:
-    """A Prefect progress artifact plus a log line per batch."""
+    """A Prefect progress artifact plus a log line, at most once per ``every``
+    pairs done (a batch's worth), however the pairs arrive."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, *, every: int = 100):
         self.total = total
         self.done = 0
+        self._every = max(1, every)
+        self._reported = 0
         self._artifact_id: UUID | None = None
         try:
             self._artifact_id = create_progress_artifact(
@@ -138,6 +171,9 @@ class Progress:
 
     def advance(self, n: int, *, batch: int) -> None:
         self.done += n
+        if self.done - self._reported < self._every and self.done < self.total:
+            return
+        self._reported = self.done
         pct = 100.0 if not self.total else min(100.0, 100.0 * self.done / self.total)
         log.info("batch %d: %d/%d pairs done (%.0f%%)", batch, self.done, self.total, pct)
         if self._artifact_id is not None:

@@ -1,23 +1,43 @@
-"""Scoring one (trace, metric) and storing the outcome, in one task.
+"""Scoring claimed (trace, metric) pairs and storing the outcomes.
 
-The task owns its transaction: the result row is upserted and the claim
-released together, so a crash leaves either both or neither. A bad judge
-reply, a bad trace or a judge that keeps failing becomes a 'failed' row with
-its error (picked up again by the next run), never a failed flow.
+Two task shapes, chosen by the flow's ``fanout`` parameter:
+
+- ``score-trace`` (fanout "pair", the default): one Prefect task run per pair,
+  named ``<metric>:<trace id>``, retried by Prefect on transient judge errors.
+  The task owns its transaction: the result row is upserted and the claim
+  released together.
+- ``score-batch`` (fanout "batch"): one task per claimed batch. Its pairs run
+  as coroutines on the process's judge event loop (at most ``max_concurrency``
+  at once across every batch in flight), each retried in-process on the same
+  schedule (``JUDGEFLOW_TASK_RETRIES`` retries, ``JUDGEFLOW_TASK_RETRY_DELAY_S``
+  doubling), and outcomes are written a few at a time within
+  ``FLUSH_INTERVAL_S``, each write upserting rows and releasing their claims in
+  one transaction. A crash loses at most the pairs in flight and the last
+  fraction of a second of results (their claims expire and the next run scores
+  them again). Why it exists: a Prefect task run costs ~5 ms of the scoring
+  process's CPU and ~30 ms of the Prefect server's (measured in ``bench/``),
+  which holds a 2-core machine to ~10 traces/s with an instant judge.
+
+Either way a bad judge reply, a bad trace or a judge that keeps failing
+becomes a 'failed' row with its error (picked up again by the next run),
+never a failed flow.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from datetime import datetime
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from judgeflow.db.engine import engine_for
 from judgeflow.errors import (
@@ -38,43 +58,46 @@ from judgeflow.tasks.work import ScoreOutcome, TraceWork
 log = logging.getLogger("judgeflow.scoring")
 
 _ERROR_TEXT_MAX = 2000
-_WRITE_ATTEMPTS = 4
+_WRITE_ATTEMPTS = 6  # 0.5 + 1 + 2 + 4 + 8 s: rides through a database restart
+FLUSH_INTERVAL_S = 0.25  # a known result waits at most this long to be written
+FLUSH_ROWS = 50  # ... or until this many are waiting
 
 
-def run_metric(work: TraceWork, settings: Settings) -> MetricResult:
-    """Score ``work`` with its metric, as configured by ``settings``."""
+def build_metrics(settings: Settings) -> dict[str, ToxicityMetric | HallucinationMetric]:
+    """The configured metrics, built once per batch (building one hashes its
+    prompts and schemas for the metric version)."""
     judge = build_judge(settings)
-    if work.output is None:
-        raise InvalidTraceError("trace output is null: nothing to score")
-    if work.metric == "toxicity":
-        metric = ToxicityMetric(
+    return {
+        "toxicity": ToxicityMetric(
             judge,
             threshold=settings.toxicity_threshold,
             strict_mode=settings.toxicity_strict_mode,
             include_reason=settings.include_reason,
             max_field_chars=settings.max_field_chars,
             max_repairs=settings.judge_max_repairs,
-        )
-        return metric.score(input=work.input or "", actual_output=work.output)
-    metric = HallucinationMetric(
-        judge,
-        threshold=settings.hallucination_threshold,
-        max_field_chars=settings.max_field_chars,
-        max_repairs=settings.judge_max_repairs,
-    )
-    return metric.score(input=work.input or "", output=work.output, context=work.context)
+        ),
+        "hallucination": HallucinationMetric(
+            judge,
+            threshold=settings.hallucination_threshold,
+            max_field_chars=settings.max_field_chars,
+            max_repairs=settings.judge_max_repairs,
+        ),
+    }
 
 
+_COLUMNS = (
+    "trace_id text, metric text, metric_version text, status text, score float8, passed boolean, "
+    "threshold float8, reason text, details jsonb, judge_model text, prompt_tokens int, "
+    "completion_tokens int, cost_usd float8, latency_ms float8, judge_calls int, error text, "
+    "error_kind text, attempts int, flow_run_id text, trace_created_at timestamptz"
+)
+_NAMES = ", ".join(c.split()[0] for c in _COLUMNS.split(", "))
+
+# Many rows in one statement: the rows travel as one JSON array.
 _UPSERT = text(
-    """
-    INSERT INTO judgeflow.eval_results AS r (
-        trace_id, metric, metric_version, status, score, passed, threshold, reason, details,
-        judge_model, prompt_tokens, completion_tokens, cost_usd, latency_ms, judge_calls,
-        error, error_kind, attempts, flow_run_id, trace_created_at, scored_at)
-    VALUES (
-        :trace_id, :metric, :metric_version, :status, :score, :passed, :threshold, :reason,
-        CAST(:details AS jsonb), :judge_model, :prompt_tokens, :completion_tokens, :cost_usd,
-        :latency_ms, :judge_calls, :error, :error_kind, :attempts, :flow_run_id, :trace_created_at, now())
+    f"""
+    INSERT INTO judgeflow.eval_results AS r ({_NAMES}, scored_at)
+    SELECT {_NAMES}, now() FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS x({_COLUMNS})
     ON CONFLICT (trace_id, metric) DO UPDATE SET
         metric_version = excluded.metric_version, status = excluded.status, score = excluded.score,
         passed = excluded.passed, threshold = excluded.threshold, reason = excluded.reason,
@@ -87,34 +110,72 @@ _UPSERT = text(
     -- a done result is only replaced when re-scoring; never by a late duplicate
     WHERE r.status = 'failed' OR (CAST(:rescore_before AS timestamptz) IS NOT NULL
                                   AND r.scored_at < CAST(:rescore_before AS timestamptz))
-    RETURNING 1
+    RETURNING r.trace_id, r.metric
     """
 )
-_RELEASE = text("DELETE FROM judgeflow.claims WHERE trace_id = :trace_id AND metric = :metric AND owner = :owner")
+_RELEASE = text(
+    """
+    DELETE FROM judgeflow.claims c
+    USING unnest(CAST(:trace_ids AS text[]), CAST(:metrics AS text[])) AS k(trace_id, metric)
+    WHERE c.trace_id = k.trace_id AND c.metric = k.metric AND c.owner = :owner
+    """
+)
 
 
-def store_outcome(settings: Settings, row: dict, *, owner: str, rescore_before: datetime | None) -> bool:
-    """Upsert one result row and release its claim in one transaction.
-    Retries briefly so a restarting database does not cost a judge call.
-    Returns False when a done row already existed (nothing replaced)."""
-    params = {**row, "rescore_before": rescore_before, "owner": owner}
+def _json_default(value):
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: datetime | None) -> set[tuple[str, str]]:
+    payload = json.dumps(rows, default=_json_default)
+    with engine_for(settings).begin() as conn:
+        written = conn.execute(_UPSERT, {"rows": payload, "rescore_before": rescore_before}).all()
+        conn.execute(
+            _RELEASE,
+            {"trace_ids": [r["trace_id"] for r in rows], "metrics": [r["metric"] for r in rows], "owner": owner},
+        )
+    return {(t, m) for t, m in written}
+
+
+def store_outcomes(
+    settings: Settings, rows: list[dict], *, owner: str, rescore_before: datetime | None
+) -> set[tuple[str, str]]:
+    """Upsert result rows and release their claims in one transaction; returns
+    the (trace, metric) pairs written (a pair missing had a done row already).
+    Retries with backoff so a restarting database does not cost judge calls.
+    A row the database refuses (not a connection problem) is isolated by
+    writing the rows one at a time, so it cannot take the others down with it."""
+    if not rows:
+        return set()
     delay = 0.5
     for attempt in range(1, _WRITE_ATTEMPTS + 1):
         try:
-            with engine_for(settings).begin() as conn:
-                written = conn.execute(_UPSERT, params).first() is not None
-                conn.execute(_RELEASE, params)
-                return written
-        except DBAPIError as exc:
+            return _write(settings, rows, owner, rescore_before)
+        except OperationalError as exc:
             if attempt == _WRITE_ATTEMPTS:
                 raise DatabaseError(
-                    f"could not store result for trace {row['trace_id']!r} ({row['metric']}): "
-                    f"{type(exc.orig).__name__}: {exc.orig}"
+                    f"could not store {len(rows)} result(s) (first: trace {rows[0]['trace_id']!r}, "
+                    f"{rows[0]['metric']}): {type(exc.orig).__name__}: {exc.orig}"
                 ) from None
-            log.warning("storing result failed (%s), retrying in %.1fs", type(exc.orig).__name__, delay)
+            log.warning("storing results failed (%s), retrying in %.1fs", type(exc.orig).__name__, delay)
             time.sleep(delay)
             delay *= 2
+        except DBAPIError as exc:
+            if len(rows) == 1:
+                raise DatabaseError(
+                    f"could not store result for trace {rows[0]['trace_id']!r} ({rows[0]['metric']}): "
+                    f"{type(exc.orig).__name__}: {exc.orig}"
+                ) from None
+            written: set[tuple[str, str]] = set()
+            for row in rows:
+                written |= store_outcomes(settings, [row], owner=owner, rescore_before=rescore_before)
+            return written
     raise AssertionError("unreachable")
+
+
+def store_outcome(settings: Settings, row: dict, *, owner: str, rescore_before: datetime | None) -> bool:
+    """One row (see :func:`store_outcomes`); False when a done row already existed."""
+    return bool(store_outcomes(settings, [row], owner=owner, rescore_before=rescore_before))
 
 
 def _result_row(work: TraceWork, result: MetricResult, attempts: int, flow_run_id: str | None) -> dict:
@@ -122,7 +183,7 @@ def _result_row(work: TraceWork, result: MetricResult, attempts: int, flow_run_i
         "trace_id": work.trace_id, "metric": work.metric, "metric_version": result.metric_version,
         "status": result.status, "score": result.score, "passed": result.passed,
         "threshold": result.threshold, "reason": result.reason,
-        "details": json.dumps(result.details, default=str), "judge_model": result.judge_model,
+        "details": result.details, "judge_model": result.judge_model,
         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
         "cost_usd": result.cost_usd, "latency_ms": result.latency_ms, "judge_calls": result.judge_calls,
         "error": None, "error_kind": None, "attempts": attempts, "flow_run_id": flow_run_id,
@@ -137,7 +198,7 @@ def _failure_row(work: TraceWork, error: Exception, kind: str, attempts: int, fl
     return {
         "trace_id": work.trace_id, "metric": work.metric, "metric_version": None, "status": "failed",
         "score": None, "passed": None, "threshold": None, "reason": None,
-        "details": json.dumps(details), "judge_model": None, "prompt_tokens": 0, "completion_tokens": 0,
+        "details": details, "judge_model": None, "prompt_tokens": 0, "completion_tokens": 0,
         "cost_usd": None, "latency_ms": None, "judge_calls": 0,
         "error": f"{type(error).__name__}: {error}"[:_ERROR_TEXT_MAX], "error_kind": kind,
         "attempts": attempts, "flow_run_id": flow_run_id, "trace_created_at": work.created_at,
@@ -156,6 +217,69 @@ def _error_kind(error: Exception) -> str:
     return "internal"
 
 
+def _metric_call(work: TraceWork, metrics: dict, *, asynchronous: bool):
+    """The metric's score() (or ascore() coroutine) for ``work``."""
+    if work.output is None:
+        raise InvalidTraceError("trace output is null: nothing to score")
+    metric = metrics[work.metric]
+    score = metric.ascore if asynchronous else metric.score
+    if work.metric == "toxicity":
+        return score(input=work.input or "", actual_output=work.output)
+    return score(input=work.input or "", output=work.output, context=work.context)
+
+
+async def score_pair(
+    work: TraceWork,
+    settings: Settings,
+    metrics: dict,
+    *,
+    flow_run_id: str | None,
+    retry_delays: list[float],
+) -> tuple[dict, ScoreOutcome]:
+    """Score one claimed (trace, metric): the row to store and the outcome to
+    report (its status assuming the row is written). Never raises: transient
+    judge errors are retried after ``retry_delays`` and stored as 'failed'
+    once they run out; every other error is stored as 'failed' at once."""
+    max_attempts = len(retry_delays) + 1
+    for attempt in range(1, max_attempts + 1):
+        try:
+            result = await _metric_call(work, metrics, asynchronous=True)
+        except TransientJudgeError as error:
+            if attempt < max_attempts:
+                log.info("%s for trace %s: %s; retrying in %.1fs", work.metric, work.trace_id, error,
+                         retry_delays[attempt - 1])
+                await asyncio.sleep(retry_delays[attempt - 1])
+                continue
+            return _failure(work, error, attempt, flow_run_id)
+        except JudgeflowError as error:
+            return _failure(work, error, attempt, flow_run_id)
+        except Exception as error:  # a bug must not sink the run; it is stored and visible
+            log.exception("unexpected error scoring %s/%s", work.trace_id, work.metric)
+            return _failure(work, error, attempt, flow_run_id)
+        return _success(work, result, attempt, flow_run_id)
+    raise AssertionError("unreachable")
+
+
+def _success(work: TraceWork, result: MetricResult, attempt: int, flow_run_id: str | None) -> tuple[dict, ScoreOutcome]:
+    row = _result_row(work, result, attempt, flow_run_id)
+    return row, ScoreOutcome(
+        trace_id=work.trace_id, metric=work.metric, status=result.status,
+        score=result.score, passed=result.passed, reason=result.reason, judge_calls=result.judge_calls,
+        prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
+        cost_usd=result.cost_usd, attempts=attempt,
+    )
+
+
+def _failure(work: TraceWork, error: Exception, attempt: int, flow_run_id: str | None) -> tuple[dict, ScoreOutcome]:
+    kind = _error_kind(error)
+    log.warning("%s for trace %s failed (%s): %s", work.metric, work.trace_id, kind, error)
+    row = _failure_row(work, error, kind, attempt, flow_run_id)
+    return row, ScoreOutcome(
+        trace_id=work.trace_id, metric=work.metric, status="failed",
+        error=row["error"], error_kind=kind, attempts=attempt,
+    )
+
+
 @task(
     name="score-trace",
     task_run_name="{work.metric}:{work.trace_id}",
@@ -170,43 +294,112 @@ def score_and_store(
     rescore_before: datetime | None = None,
     max_attempts: int = 1,
 ) -> ScoreOutcome:
-    """Score one claimed (trace, metric) and store the result as soon as it is known.
+    """Score one claimed (trace, metric) and store the result as soon as it is
+    known (fanout "pair": one task run per pair, findable by name in the UI).
 
     Transient judge errors are raised while task retries remain (Prefect retries
-    the task with backoff); on the last attempt they are stored as 'failed'.
-    """
+    the task with backoff); on the last attempt they are stored as 'failed'."""
     attempt = task_run.run_count or 1
     try:
-        result = run_metric(work, settings)
+        row, outcome = _success(work, _metric_call(work, build_metrics(settings), asynchronous=False), attempt,
+                                flow_run_id)
     except TransientJudgeError as error:
         if attempt < max_attempts:
             raise
-        return _store_failure(work, settings, error, attempt, owner, flow_run_id, rescore_before)
-    except DatabaseError:
-        raise
+        row, outcome = _failure(work, error, attempt, flow_run_id)
     except JudgeflowError as error:
-        return _store_failure(work, settings, error, attempt, owner, flow_run_id, rescore_before)
+        row, outcome = _failure(work, error, attempt, flow_run_id)
     except Exception as error:  # a bug must not sink the run; it is stored and visible
         log.exception("unexpected error scoring %s/%s", work.trace_id, work.metric)
-        return _store_failure(work, settings, error, attempt, owner, flow_run_id, rescore_before)
-
-    written = store_outcome(
-        settings, _result_row(work, result, attempt, flow_run_id), owner=owner, rescore_before=rescore_before
-    )
-    return ScoreOutcome(
-        trace_id=work.trace_id, metric=work.metric, status=result.status if written else "superseded",
-        score=result.score, passed=result.passed, reason=result.reason, judge_calls=result.judge_calls,
-        prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-        cost_usd=result.cost_usd, attempts=attempt,
-    )
+        row, outcome = _failure(work, error, attempt, flow_run_id)
+    if not store_outcome(settings, row, owner=owner, rescore_before=rescore_before):
+        outcome = outcome.model_copy(update={"status": "superseded"})
+    return outcome
 
 
-def _store_failure(work, settings, error, attempt, owner, flow_run_id, rescore_before) -> ScoreOutcome:
-    kind = _error_kind(error)
-    log.warning("%s for trace %s failed (%s): %s", work.metric, work.trace_id, kind, error)
-    row = _failure_row(work, error, kind, attempt, flow_run_id)
-    written = store_outcome(settings, row, owner=owner, rescore_before=rescore_before)
-    return ScoreOutcome(
-        trace_id=work.trace_id, metric=work.metric, status="failed" if written else "superseded",
-        error=row["error"], error_kind=kind, attempts=attempt,
-    )
+class _JudgeLoop:
+    """The process's event loop for judge calls, in its own thread.
+
+    Every pair of every batch in flight is a coroutine here: one thread does
+    all the HTTP work instead of ``max_concurrency`` threads taking turns at
+    the GIL (measured with an instant judge: 41 instead of 34 traces/s, the
+    process being CPU-bound on litellm), a retry's backoff holds no thread,
+    and litellm keeps one HTTP client (it caches clients per event loop)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._slots: dict[int, asyncio.Semaphore] = {}
+        threading.Thread(target=self.loop.run_forever, name="judgeflow-judge-loop", daemon=True).start()
+
+    async def _bounded(self, size: int, coro_fn, *args, **kwargs):
+        slots = self._slots.get(size)
+        if slots is None:
+            slots = self._slots[size] = asyncio.Semaphore(size)
+        async with slots:  # at most max_concurrency pairs at once, across all batches
+            return await coro_fn(*args, **kwargs)
+
+    def submit(self, size: int, coro_fn, *args, **kwargs) -> Future:
+        # the coroutine runs in a copy of the caller's context (run_coroutine_threadsafe
+        # schedules it from this thread), so its log lines belong to the calling task run
+        return asyncio.run_coroutine_threadsafe(self._bounded(size, coro_fn, *args, **kwargs), self.loop)
+
+
+_judge_loop: _JudgeLoop | None = None
+_judge_loop_lock = threading.Lock()
+
+
+def judge_loop() -> _JudgeLoop:
+    global _judge_loop
+    with _judge_loop_lock:
+        if _judge_loop is None:
+            _judge_loop = _JudgeLoop()
+        return _judge_loop
+
+
+@task(name="score-batch", cache_policy=NO_CACHE, persist_result=False)
+def score_batch(
+    items: list[TraceWork],
+    settings: Settings,
+    owner: str,
+    flow_run_id: str | None = None,
+    rescore_before: datetime | None = None,
+    retry_delays: list[float] | None = None,
+) -> list[ScoreOutcome]:
+    """Score a claimed batch of (trace, metric) pairs and store each result as
+    soon as it is known (within ``FLUSH_INTERVAL_S``); see the module doc."""
+    metrics = build_metrics(settings)
+    loop = judge_loop()
+    delays = list(retry_delays or [])
+    pending: set[Future] = {
+        loop.submit(settings.max_concurrency, score_pair, work, settings, metrics,
+                    flow_run_id=flow_run_id, retry_delays=delays)
+        for work in items
+    }
+
+    outcomes: list[ScoreOutcome] = []
+    buffered: list[tuple[dict, ScoreOutcome]] = []
+    oldest = 0.0  # time.monotonic() the oldest buffered result arrived
+
+    def flush() -> None:
+        written = store_outcomes(settings, [row for row, _ in buffered], owner=owner, rescore_before=rescore_before)
+        for row, outcome in buffered:
+            if (row["trace_id"], row["metric"]) not in written:
+                outcome = outcome.model_copy(update={"status": "superseded"})
+            outcomes.append(outcome)
+        buffered.clear()
+
+    try:
+        while pending:
+            timeout = None if not buffered else max(0.0, oldest + FLUSH_INTERVAL_S - time.monotonic())
+            done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)
+            if done and not buffered:
+                oldest = time.monotonic()
+            buffered.extend(future.result() for future in done)
+            if buffered and (
+                not pending or len(buffered) >= FLUSH_ROWS or time.monotonic() - oldest >= FLUSH_INTERVAL_S
+            ):
+                flush()
+    finally:
+        for future in pending:  # the batch failed (its writes): do not start what is still queued
+            future.cancel()
+    return outcomes
