@@ -1,0 +1,1 @@
+"""judgeflow's benchmarks (not part of the test suite): ``python -m bench.run --help``."""

@@ -1,0 +1,212 @@
+"""judgeflow's benchmark: ``.venv/bin/python -m bench.run [--case ...]`` (or
+``./scripts/bench``). Not part of the test suite.
+
+Starts its own PostgreSQL (a private cluster in a temporary directory), one
+Prefect API server (its start-up is reported apart, never measured), and per
+case a local OpenAI-compatible judge server as a separate process with the
+configured latency, jitter and fault rates; loads synthetic traces with COPY,
+runs the real ``judgeflow score`` as subprocesses, and prints the tables
+(Markdown). See bench/RESULTS.md for figures and how to read them.
+
+Cases (``--case``, repeatable; default: all):
+
+* ``instant``   judge answers at once: judgeflow's own overhead, 1 process
+* ``instant2``  the same with two scoring processes at once (one per core)
+* ``latency``   200 ms +- 50 ms judge, 32 calls in flight
+* ``instant-pair``, ``latency-pair``  the same with ``--fanout pair`` (a Prefect
+                task per (trace, metric), the default shape), 1,000 traces
+* ``custom``    your own: ``--traces --latency --jitter --fault 429=0.05 --concurrency --fanout``
+* ``backlog``   1k / 10k / 100k traces in the source: claim time per batch, plans, memory
+* ``scaleout``  1, 2, 4 processes at once on one backlog, 200 ms judge
+
+``--profile`` records the scoring process of the throughput cases with py-spy
+(``--gil``: where its one core of Python time goes) and prints a summary.
+``--quick`` shrinks every case for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.harness import Stack
+
+ALL = ("instant", "instant2", "latency", "instant-pair", "latency-pair", "backlog", "scaleout")
+
+
+def markdown_table(rows: list[dict[str, str]]) -> str:
+    if not rows:
+        return ""
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    lines += ["| " + " | ".join(r[k] for k in keys) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def median_rows(results) -> list[dict[str, str]]:
+    """Per case (repetition suffix dropped), the median of each numeric column."""
+    import statistics
+
+    groups: dict[str, list[dict[str, str]]] = {}
+    for r in results:
+        groups.setdefault((r.case.name.rsplit(" #", 1)[0], r.case.fanout), []).append(r.row())
+    out = []
+    for (name, fanout), rows in groups.items():
+        merged = {"case": name, "fan-out": fanout}
+        for key in rows[0]:
+            if key in ("case", "fan-out"):
+                continue
+            try:
+                values = [float(row[key].rstrip("%")) for row in rows]
+            except ValueError:
+                merged[key] = rows[0][key] if len({row[key] for row in rows}) == 1 else "/".join(row[key] for row in rows)
+                continue
+            m = statistics.median(values)
+            merged[key] = f"{m:.0f}%" if rows[0][key].endswith("%") else f"{m:.1f}"
+        merged["runs"] = str(len(rows))
+        out.append(merged)
+    return out
+
+
+def machine(stack: Stack | None = None) -> str:
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    pg = "?"
+    if stack is not None:
+        import psycopg
+
+        with psycopg.connect(stack.admin_conninfo()) as conn:
+            pg = conn.execute("SHOW server_version").fetchone()[0]
+    from importlib.metadata import version
+
+    return (
+        f"{datetime.now(timezone.utc):%Y-%m-%d}, {os.cpu_count()} cores, {platform.machine()}, {cpu}, "
+        f"{round(os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30)} GiB RAM; "
+        f"Linux {platform.release()}; Python {platform.python_version()}; PostgreSQL {pg}; "
+        f"prefect {version('prefect')}, litellm {version('litellm')}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--case", action="append", choices=[*ALL, "custom"], help="default: all but custom")
+    parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    parser.add_argument("--profile", action="store_true", help="py-spy the scoring process (throughput cases)")
+    parser.add_argument("--traces", type=int, help="traces per throughput case (default 3000; quick 300)")
+    parser.add_argument("--latency", type=float, default=0.2, help="custom: judge latency mean, s")
+    parser.add_argument("--jitter", type=float, default=0.05, help="custom: judge latency jitter (+-), s")
+    parser.add_argument("--fault", action="append", default=[], metavar="KIND=RATE",
+                        help="custom: injected faults (429, 500, garbage, stall), repeatable")
+    parser.add_argument("--concurrency", type=int, default=32, help="custom: calls in flight per process")
+    parser.add_argument("--processes", type=int, default=1, help="custom: scoring processes at once")
+    parser.add_argument("--fanout", choices=["batch", "pair"], default="batch", help="custom: judgeflow score --fanout")
+    parser.add_argument("--judge-model", default="openai/gpt-4o-mini",
+                        help="model name the local judge answers as; a priced name makes litellm price "
+                             "the calls as it would in production (default: %(default)s)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run each throughput case this many times (the machine's speed varies)")
+    parser.add_argument("--out", type=Path, help="keep logs, plans and profiles here (default: a temp dir)")
+    parser.add_argument("--markdown", type=Path, help="also write the report to this file")
+    args = parser.parse_args(argv)
+
+    from bench.backlog import run_backlog
+    from bench.scaleout import run_scaleout
+    from bench.throughput import Case, run_case
+
+    cases = args.case or list(ALL)
+    n = args.traces or (300 if args.quick else 3000)
+    out = args.out or Path(tempfile.mkdtemp(prefix="judgeflow-bench-out-"))
+    out.mkdir(parents=True, exist_ok=True)
+    report: list[str] = []
+
+    def say(text: str = "") -> None:
+        print(text, flush=True)
+        report.append(text)
+
+    t0 = time.perf_counter()
+    with Stack() as stack:
+        say(f"# judgeflow benchmark\n\nMachine: {machine(stack)}\n")
+        say(f"Helpers started in {stack.startup_s:.1f} s (PostgreSQL, Prefect API server; not measured). "
+            f"Logs, plans and profiles: {out}\n")
+        model = args.judge_model
+        throughput = []
+        if "instant" in cases:
+            throughput.append(Case("instant judge, 1 process", n, concurrency=8, judge_model=model))
+        if "instant2" in cases:
+            throughput.append(Case("instant judge, 2 processes", n, concurrency=8, processes=2, judge_model=model))
+        if "latency" in cases:
+            throughput.append(Case("200 ms judge, 32 in flight", n, latency_s=0.2, jitter_s=0.05,
+                                   concurrency=32, judge_model=model))
+        n_pair = min(n, 1000)  # a task run per pair: ~8x slower, and the Prefect server lags behind
+        if "instant-pair" in cases:
+            throughput.append(Case("instant judge, 1 process", n_pair, concurrency=8, judge_model=model,
+                                   fanout="pair"))
+        if "latency-pair" in cases:
+            throughput.append(Case("200 ms judge, 32 in flight", n_pair, latency_s=0.2, jitter_s=0.05,
+                                   concurrency=32, judge_model=model, fanout="pair"))
+        if "custom" in cases:
+            faults = dict((k, float(v)) for k, _, v in (f.partition("=") for f in args.fault))
+            throughput.append(Case(f"custom {args.latency * 1000:.0f} ms, {args.concurrency} in flight"
+                                   + (f", faults {faults}" if faults else ""), n,
+                                   latency_s=args.latency, jitter_s=args.jitter, concurrency=args.concurrency,
+                                   processes=args.processes, faults=faults, judge_model=model,
+                                   fanout=args.fanout))
+        results = []
+        for repetition in range(args.repeat):
+            for case in throughput:
+                if args.repeat > 1:
+                    case = dataclasses.replace(case, name=f"{case.name} #{repetition + 1}")
+                if case.fanout == "pair" and repetition:
+                    continue  # once is enough to show the shape's cost
+                results.append(run_case(stack, case, out=out))
+        if results:
+            say("## Throughput\n")
+            say(markdown_table([r.row() for r in results]))
+            for r in results:
+                say(f"\n{r.case.name}: rows {r.rows}; first-step judge calls per (trace, metric): {r.pair_calls}")
+            if args.repeat > 1:
+                say("\nMedian over the repetitions:\n")
+                say(markdown_table(median_rows(results)))
+            if args.profile:
+                for case in throughput:
+                    if case.processes == 1:
+                        profiled = run_case(stack, case, out=out, profile=True, quiet=True)
+                        say(f"\n### Profile: {case.name} (py-spy --gil; this run's own figures are skewed by the "
+                            f"profiler)\n\n{profiled.profile}")
+        if "backlog" in cases:
+            sizes = [1000, 10000] if args.quick else [1000, 10000, 100000]
+            backlog = run_backlog(stack, sizes, out=out, limit=200 if args.quick else 500)
+            say("\n## Backlog\n")
+            say(markdown_table([b.row() for b in backlog]))
+            for b in backlog:
+                say(f"\n{b.shape} {b.size:,}: {b.index_scan}")
+            middle = next((b for b in reversed(backlog) if b.shape == "pending"), None)
+            if middle:
+                say(f"\nClaim query at the middle of the {middle.size:,}-trace pending backlog "
+                    f"(EXPLAIN (ANALYZE, BUFFERS)):\n\n```\n{middle.plan}\n```")
+        if "scaleout" in cases:
+            scale = run_scaleout(stack, out=out, traces=200 if args.quick else 1600,
+                                 counts=(1, 2) if args.quick else (1, 2, 4))
+            say("\n## Scale-out (200 ms judge, 8 in flight per process, batch 20)\n")
+            say(markdown_table([s.row() for s in scale]))
+    say(f"\nTotal benchmark time {time.perf_counter() - t0:.0f} s.")
+    if args.markdown:
+        args.markdown.write_text("\n".join(report) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
