@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
+import statistics
 import os
 import platform
 import sys
@@ -50,11 +52,13 @@ def markdown_table(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def median_rows(results) -> list[dict[str, str]]:
-    """Per case (repetition suffix dropped), the median of each numeric column."""
-    import statistics
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 
-    groups: dict[str, list[dict[str, str]]] = {}
+
+def median_rows(results) -> list[dict[str, str]]:
+    """Per case (repetition suffix dropped), the median of every number in each
+    cell, component by component ("8 (19.7)", "108.8/7.4/1.8/12.6")."""
+    groups: dict[tuple[str, str], list[dict[str, str]]] = {}
     for r in results:
         groups.setdefault((r.case.name.rsplit(" #", 1)[0], r.case.fanout), []).append(r.row())
     out = []
@@ -63,13 +67,17 @@ def median_rows(results) -> list[dict[str, str]]:
         for key in rows[0]:
             if key in ("case", "fan-out"):
                 continue
-            try:
-                values = [float(row[key].rstrip("%")) for row in rows]
-            except ValueError:
-                merged[key] = rows[0][key] if len({row[key] for row in rows}) == 1 else "/".join(row[key] for row in rows)
+            template = _NUMBER.sub("{}", rows[0][key])
+            numbers = [_NUMBER.findall(row[key]) for row in rows]
+            if any(_NUMBER.sub("{}", row[key]) != template for row in rows) or not numbers[0]:
+                merged[key] = rows[0][key]
                 continue
-            m = statistics.median(values)
-            merged[key] = f"{m:.0f}%" if rows[0][key].endswith("%") else f"{m:.1f}"
+            medians = []
+            for i, first in enumerate(numbers[0]):
+                m = statistics.median(float(n[i]) for n in numbers)
+                decimals = len(first.split(".")[1]) if "." in first else 0
+                medians.append(f"{m:.{decimals}f}")
+            merged[key] = template.format(*medians)
         merged["runs"] = str(len(rows))
         out.append(merged)
     return out
