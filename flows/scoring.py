@@ -127,7 +127,9 @@ def score_traces(
             batch_no += 1
             items: list[TraceWork] = batch.items
             if limit is not None:
-                allowed = set(sorted({w.trace_id for w in items} - traces_seen)[: limit - len(traces_seen)])
+                # new traces in the batch's (oldest first) order, up to the limit
+                new = [t for t in dict.fromkeys(w.trace_id for w in items) if t not in traces_seen]
+                allowed = set(new[: limit - len(traces_seen)])
                 items = [w for w in items if w.trace_id in allowed or w.trace_id in traces_seen]
                 traces_seen.update(w.trace_id for w in items)
             if items and fanout == "batch":
