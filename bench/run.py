@@ -6,7 +6,7 @@ Prefect API server (its start-up is reported apart, never measured), and per
 case a local OpenAI-compatible judge server as a separate process with the
 configured latency, jitter and fault rates; loads synthetic traces with COPY,
 runs the real ``judgeflow score`` as subprocesses, and prints the tables
-(Markdown). See bench/RESULTS.md for figures and how to read them.
+(Markdown). The README's "Benchmark" section has the figures and how to read them.
 
 Cases (``--case``, repeatable; default: all):
 
