@@ -33,6 +33,7 @@ from pathlib import Path
 
 import psycopg
 
+from judgeflow.db.source import CREATE_DEFAULT_TABLE
 from judgeflow.db.embedded import EmbeddedPostgres
 
 REPO = Path(__file__).resolve().parents[1]
@@ -250,17 +251,6 @@ def synthetic_output(i: int) -> str:
     return text + _FILLER + f" Fact: marker [halluc={halluc}]."
 
 
-SOURCE_DDL = """
-CREATE TABLE IF NOT EXISTS llm_traces (
-    id          text PRIMARY KEY,
-    created_at  timestamptz NOT NULL DEFAULT now(),
-    input       text,
-    output      text,
-    context     jsonb,
-    metadata    jsonb
-);
-CREATE INDEX IF NOT EXISTS llm_traces_created_at_idx ON llm_traces (created_at);
-"""
 
 
 def load_traces(conninfo: str, n: int, *, start: int = 0, base_time: datetime = BASE_TIME) -> float:
@@ -268,7 +258,7 @@ def load_traces(conninfo: str, n: int, *, start: int = 0, base_time: datetime = 
     ``llm_traces``; returns the seconds it took."""
     t0 = time.perf_counter()
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        conn.execute(SOURCE_DDL)
+        conn.execute(CREATE_DEFAULT_TABLE)
         with conn.cursor() as cur:
             with cur.copy("COPY llm_traces (id, created_at, input, output, context, metadata) FROM STDIN") as copy:
                 for i in range(start, start + n):
