@@ -1,15 +1,9 @@
 """The test judge server (``tests.support.judge_server``) as the benchmark runs
 it: ``python -m bench.judge_server --port 0 --latency-mean 0.2 ...`` (same
-options), with two changes.
+options), with one addition (the server itself turns Nagle's algorithm off:
+with it on, every call to an "instant" judge took ~45 ms on the wire, measured
+48.8 ms per call against 5.8 ms without).
 
-* **Nagle's algorithm off.** ``http.server`` writes a reply's headers and its
-  body in two ``send()`` calls; with Nagle on, the body waits for the client's
-  ACK of the headers, which the client delays by up to 40 ms. Every call to an
-  "instant" judge took ~45 ms on the wire (measured: 48.8 ms per call with
-  Nagle, 5.8 ms without), invisible in the server's own counters (a request
-  counts as answered before its bytes go out). Real API endpoints do not do
-  this. (``_Handler.disable_nagle_algorithm = True`` in
-  ``tests/support/judge_server.py`` would fix it for the test suite too.)
 * **``GET /pair-calls``**: how many first-step calls (``Opinions`` for
   toxicity, ``HallucinationJudgement`` for hallucination) each trace output
   received, summarised: ``{"pairs": n, "max_calls_per_pair": m,
@@ -26,7 +20,6 @@ from tests.support import judge_server
 
 FIRST_STEPS = ("Opinions", "HallucinationJudgement")
 
-judge_server._Handler.disable_nagle_algorithm = True
 _plain_get = judge_server._Handler.do_GET
 
 

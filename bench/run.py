@@ -11,11 +11,13 @@ runs the real ``judgeflow score`` as subprocesses, and prints the tables
 Cases (``--case``, repeatable; default: all):
 
 * ``instant``   judge answers at once: judgeflow's own overhead, 1 process
+* ``instant-jp`` the same, one run with ``--judge-processes 2`` (judge calls in two workers)
 * ``instant2``  the same with two scoring processes at once (one per core)
 * ``latency``   200 ms +- 50 ms judge, 32 calls in flight
 * ``instant-pair``, ``latency-pair``  the same with ``--fanout pair`` (a Prefect
                 task per (trace, metric), the default shape), 1,000 traces
-* ``custom``    your own: ``--traces --latency --jitter --fault 429=0.05 --concurrency --fanout``
+* ``custom``    your own: ``--traces --latency --jitter --fault 429=0.05 --concurrency --fanout
+                --judge-processes``
 * ``backlog``   1k / 10k / 100k traces in the source: claim time per batch, plans, memory
 * ``scaleout``  1, 2, 4 processes at once on one backlog, 200 ms judge
 
@@ -40,7 +42,7 @@ from pathlib import Path
 
 from bench.harness import Stack
 
-ALL = ("instant", "instant2", "latency", "instant-pair", "latency-pair", "backlog", "scaleout")
+ALL = ("instant", "instant-jp", "instant2", "latency", "instant-pair", "latency-pair", "backlog", "scaleout")
 
 
 def markdown_table(rows: list[dict[str, str]]) -> str:
@@ -120,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="custom: injected faults (429, 500, garbage, stall), repeatable")
     parser.add_argument("--concurrency", type=int, default=32, help="custom: calls in flight per process")
     parser.add_argument("--processes", type=int, default=1, help="custom: scoring processes at once")
+    parser.add_argument("--judge-processes", type=int, default=1,
+                        help="custom: judgeflow score --judge-processes")
     parser.add_argument("--fanout", choices=["batch", "pair"], default="batch", help="custom: judgeflow score --fanout")
     parser.add_argument("--judge-model", default="openai/gpt-4o-mini",
                         help="model name the local judge answers as; a priced name makes litellm price "
@@ -153,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         throughput = []
         if "instant" in cases:
             throughput.append(Case("instant judge, 1 process", n, concurrency=8, judge_model=model))
+        if "instant-jp" in cases:
+            throughput.append(Case("instant judge, 1 process", n, concurrency=8, judge_model=model,
+                                   judge_processes=2))
         if "instant2" in cases:
             throughput.append(Case("instant judge, 2 processes", n, concurrency=8, processes=2, judge_model=model))
         if "latency" in cases:
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                                    + (f", faults {faults}" if faults else ""), n,
                                    latency_s=args.latency, jitter_s=args.jitter, concurrency=args.concurrency,
                                    processes=args.processes, faults=faults, judge_model=model,
-                                   fanout=args.fanout))
+                                   fanout=args.fanout, judge_processes=args.judge_processes))
         results = []
         for repetition in range(args.repeat):
             for case in throughput:

@@ -11,8 +11,9 @@ Figures per case:
 * **ideal s** = judge calls x mean latency / calls allowed in flight, and
   **ideal/flow** (the issue's target: >= 80% with a 200 ms judge);
 * **mean in flight**: time-weighted, from the judge server;
-* **peak RSS** of the scoring process (``wait4``), and the CPU seconds each
-  process used: on 2 cores the judge server, PostgreSQL and the Prefect server
+* **peak RSS** of the scoring process (``wait4``; with judge processes, the
+  largest of it and its workers), and the CPU seconds each process used (a
+  scoring process's includes its judge workers'): on 2 cores the judge server, PostgreSQL and the Prefect server
   share the machine with the measured process.
 """
 
@@ -47,6 +48,7 @@ class Case:
     judge_model: str = "openai/gpt-4o-mini"
     faults: dict[str, float] = field(default_factory=dict)
     fanout: str = "batch"  # judgeflow score --fanout: "batch" (a task per batch) or "pair" (per pair)
+    judge_processes: int = 1  # judgeflow score --judge-processes: worker processes making the judge calls
 
 
 @dataclass
@@ -89,7 +91,7 @@ class Result:
         ideal = self.ideal_s
         return {
             "case": c.name,
-            "fan-out": c.fanout,
+            "fan-out": c.fanout + (f", {c.judge_processes} judge processes" if c.judge_processes > 1 else ""),
             "traces": str(self.traces),
             "judge calls/trace": f"{self.calls / max(self.traces, 1):.2f}",
             "in flight max (mean)": f"{c.concurrency * c.processes} ({self.stats.get('mean_in_flight', 0):.1f})",
@@ -134,7 +136,7 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
     with JudgeProcess(latency_mean=case.latency_s, latency_jitter=case.jitter_s, faults=case.faults) as judge:
         env = stack.score_env(url, judge.url, JUDGEFLOW_JUDGE_MODEL=case.judge_model)
         args = ["--batch-size", str(case.batch_size), "--max-concurrency", str(case.concurrency),
-                "--fanout", case.fanout]
+                "--fanout", case.fanout, "--judge-processes", str(case.judge_processes)]
         stack.prefect.wait_idle()  # a previous case's events must not be processed during this one
         calibration = calibrate_ms()
         before = {"judge": judge.cpu_s(), "postgres": stack.pg_cpu_s(), "prefect": stack.prefect.cpu_s(),

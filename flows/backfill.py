@@ -6,8 +6,7 @@ from datetime import datetime
 
 from prefect import flow
 
-from judgeflow.flows.scoring import MAX_THREADS, Fanout, score_traces
-from judgeflow.settings import load_settings
+from judgeflow.flows.scoring import MAX_THREADS, Fanout, run_settings, score_traces
 from judgeflow.tasks.reporting import RunSummary
 from judgeflow.tasks.work import METRIC_NAMES
 
@@ -27,11 +26,11 @@ def backfill_traces(
     metrics: list[str] = list(METRIC_NAMES),
     max_concurrency: int | None = None,
     fanout: Fanout = "pair",
+    judge_processes: int | None = None,
 ) -> RunSummary:
     """Score every trace created in [since, until) that lacks a result; with
     ``rescore`` also those already scored (e.g. after a metric version change)."""
-    overrides = {"max_concurrency": max_concurrency} if max_concurrency else {}
-    settings = load_settings(**overrides)
+    settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes)
     return score_traces(
         settings, batch_size=batch_size, limit=None, since=since, until=until,
         sample_rate=1.0, metrics=list(metrics), rescore=rescore, fanout=fanout,

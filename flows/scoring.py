@@ -41,6 +41,12 @@ def _run_name() -> str:
     return f"score-{datetime.now(timezone.utc):%Y-%m-%dT%H:%M}"
 
 
+def run_settings(*, max_concurrency: int | None, judge_processes: int | None) -> Settings:
+    """The settings of a run: the environment's, with the run's parameters on top."""
+    overrides = {"max_concurrency": max_concurrency, "judge_processes": judge_processes}
+    return load_settings(**{k: v for k, v in overrides.items() if v})
+
+
 def _retry_delays(settings: Settings) -> list[float]:
     return [settings.task_retry_delay_s * 2**i for i in range(settings.task_retries)]
 
@@ -169,11 +175,15 @@ def score_new_traces(
     max_concurrency: int | None = None,
     evaluate_alerts: bool = True,
     fanout: Fanout = "pair",
+    judge_processes: int | None = None,
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
-    oldest first, then evaluate the alert rules."""
-    overrides = {"max_concurrency": max_concurrency} if max_concurrency else {}
-    settings = load_settings(**overrides)
+    oldest first, then evaluate the alert rules.
+
+    ``max_concurrency`` and ``judge_processes`` override
+    ``JUDGEFLOW_MAX_CONCURRENCY`` (judge calls in flight) and
+    ``JUDGEFLOW_JUDGE_PROCESSES`` (worker processes making them)."""
+    settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes)
     summary = score_traces(
         settings, batch_size=batch_size, limit=limit, since=since, until=until,
         sample_rate=sample_rate, metrics=list(metrics), rescore=False, fanout=fanout,

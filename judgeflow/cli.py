@@ -59,6 +59,9 @@ def score(
     max_concurrency: Optional[int] = typer.Option(None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"),
     alerts: bool = typer.Option(True, help="evaluate alert rules after scoring"),
     fanout: str = typer.Option("pair", help="'pair': a Prefect task per (trace, metric); 'batch': a task per batch (faster)"),
+    judge_processes: Optional[int] = typer.Option(
+        None, help="worker processes making judge calls, e.g. one per core (default JUDGEFLOW_JUDGE_PROCESSES)"
+    ),
 ) -> None:
     """Score every trace without a result, once, now."""
     from judgeflow.flows.scoring import score_new_traces
@@ -69,6 +72,7 @@ def score(
     summary = score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
+        judge_processes=judge_processes,
     )
     typer.echo(summary.markdown())
 
@@ -83,6 +87,7 @@ def backfill(
     batch_size: int = typer.Option(100),
     max_concurrency: Optional[int] = typer.Option(None),
     fanout: str = typer.Option("pair", help="'pair' or 'batch' (see `judgeflow score --help`)"),
+    judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
 
@@ -102,7 +107,7 @@ def backfill(
         typer.echo("aborted; nothing was scored")
         raise typer.Exit(1)
     summary = backfill_traces(since=start, until=end, rescore=rescore, batch_size=batch_size,
-                              max_concurrency=max_concurrency, fanout=fanout)
+                              max_concurrency=max_concurrency, fanout=fanout, judge_processes=judge_processes)
     typer.echo(summary.markdown())
 
 

@@ -45,7 +45,12 @@ class Settings(BaseSettings):
     judge_backoff_base_s: float = Field(1.0, ge=0)
     judge_backoff_max_s: float = Field(30.0, ge=0)
     judge_max_repairs: int = Field(2, ge=0, description="re-asks after an invalid reply")
-    max_concurrency: int = Field(8, ge=1, description="judge calls in flight per process")
+    max_concurrency: int = Field(8, ge=1, description="judge calls in flight per scoring run (per process)")
+    judge_processes: int = Field(
+        1, ge=1, le=32,
+        description="worker processes making the judge calls of a run (litellm costs ~5 ms of CPU per call, "
+        "so one process tops out at one core); max_concurrency is shared between them",
+    )
 
     # --- metrics ---------------------------------------------------------
     toxicity_threshold: float = Field(0.5, ge=0, le=1)

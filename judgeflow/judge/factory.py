@@ -3,8 +3,10 @@
 ``offline`` / ``offline/...`` selects the key-less offline judge; anything else
 is a litellm model string. LiteLLM judges are cached per process so that every
 caller with the same configuration shares one instance, and therefore one
-bound on calls in flight (``max_concurrency``). Both judge modules are imported
-lazily: an offline run never imports litellm.
+bound on calls in flight (``max_concurrency``). With ``judge_processes`` > 1
+the judge is a :class:`~judgeflow.judge.process_pool.JudgeProcessPool` whose
+workers each hold a litellm judge. The judge modules are imported lazily: an
+offline run never imports litellm.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def _key(settings: "Settings") -> tuple:
         float(settings.judge_backoff_base_s),
         float(settings.judge_backoff_max_s),
         int(settings.max_concurrency),
+        int(settings.judge_processes),
     )
 
 
@@ -50,14 +53,24 @@ def build_judge(settings: "Settings") -> Judge:
     with _lock:
         judge = _cache.get(key)
         if judge is None:
-            from judgeflow.judge.litellm_judge import LiteLLMJudge
+            if settings.judge_processes > 1:
+                from judgeflow.judge.process_pool import JudgeProcessPool
 
-            judge = LiteLLMJudge.from_settings(settings)
+                judge = JudgeProcessPool(settings)
+            else:
+                from judgeflow.judge.litellm_judge import LiteLLMJudge
+
+                judge = LiteLLMJudge.from_settings(settings)
             _cache[key] = judge
         return judge
 
 
 def clear_judge_cache() -> None:
-    """Forget cached judges (tests)."""
+    """Forget cached judges, stopping any judge worker processes (tests)."""
     with _lock:
+        judges = list(_cache.values())
         _cache.clear()
+    for judge in judges:
+        close = getattr(judge, "close", None)
+        if close is not None:
+            close()

@@ -22,12 +22,14 @@ def run(prefect_server, judgeflow_env):
     return _run
 
 
-@pytest.mark.parametrize("fanout", ["pair", "batch"])
-def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, judge_server, fanout):
+@pytest.mark.parametrize(
+    "fanout, judge_processes", [("pair", None), ("batch", None), ("batch", 2)], ids=["pair", "batch", "batch-2procs"]
+)
+def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, judge_server, fanout, judge_processes):
     rows, expected = zip(*(scripted_trace(i) for i in range(200)))
     insert_traces(db, rows)
 
-    summary = run(batch_size=50, max_concurrency=8, fanout=fanout)
+    summary = run(batch_size=50, max_concurrency=8, fanout=fanout, judge_processes=judge_processes)
 
     stored = results(db)
     assert len(stored) == 400

@@ -118,3 +118,43 @@ def test_database_going_away_mid_run_loses_nothing(prefect_server, judgeflow_env
     assert rerun.returncode == 0, out
     stored = results(db)
     assert len(stored) == 120 and all(r["status"] == "scored" for r in stored.values())
+
+
+def _judge_workers(parent: int) -> list[int]:
+    """PIDs of the judge worker processes started by ``parent``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == parent and b"judgeflow.judge.worker" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_judge_worker_killed_mid_run_costs_retries_not_results(prefect_server, judgeflow_env, db, judge_server):
+    judge_server.latency_mean_s = 0.1
+    _prepare(db, 60)
+    env = _env(judgeflow_env, prefect_server)
+
+    proc = _start_score(env, "--fanout", "batch", "--judge-processes", "2", "--batch-size", "20",
+                        "--max-concurrency", "6")
+    deadline = time.monotonic() + 120
+    while _count(db) < 20 and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    workers = _judge_workers(proc.pid)
+    assert len(workers) == 2, "the run should make its judge calls in two worker processes"
+    os.kill(workers[0], signal.SIGKILL)
+    out = proc.communicate(timeout=240)[0]
+
+    assert proc.returncode == 0, out
+    assert "judge worker 0 exited" in out
+    stored = results(db)
+    assert len(stored) == 120 and all(r["status"] == "scored" for r in stored.values()), out
+    # the calls the dead worker had in flight were retried by their pairs, in this run
+    assert max(r["attempts"] for r in stored.values()) == 2
+    assert len({r["flow_run_id"] for r in stored.values()}) == 1

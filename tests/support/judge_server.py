@@ -308,6 +308,9 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, like the real API
+    # http.server sends a reply's headers and body in two send() calls; with
+    # Nagle on, the body waits for the client's delayed ACK (~40 ms per call).
+    disable_nagle_algorithm = True
     judge: "JudgeServer"  # set on the per-server subclass
 
     def log_message(self, format, *args):  # noqa: A002 - silence the access log

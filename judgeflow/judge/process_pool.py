@@ -1,0 +1,301 @@
+"""A judge whose calls run in worker processes (``JUDGEFLOW_JUDGE_PROCESSES``).
+
+Why: litellm and the OpenAI client under it cost ~5 ms of CPU per call
+(measured in ``bench/``: two thirds of a scoring process's CPU with a fast
+judge). Python runs that on one core however many threads or coroutines make
+the calls, so one scoring process cannot go faster than one core allows. This
+judge keeps the run's Prefect tasks, claims, metrics and writes where they are
+and moves only the litellm calls into ``processes`` children
+(``python -m judgeflow.judge.worker``), each owning one
+:class:`~judgeflow.judge.litellm_judge.LiteLLMJudge` and one event loop.
+
+Behaviour:
+
+* **One bound.** ``max_concurrency`` is split between the workers (6 over 4
+  workers: 2, 2, 1, 1), each enforcing its share, so the run never has more
+  calls in flight than with one process; a call goes to the worker with the
+  fewest outstanding.
+* **Same errors, same retries.** Each worker's adapter retries transient
+  errors as in-process; what it finally raises crosses back as the same
+  :mod:`judgeflow.errors` class with its attributes (``retry_after_s``,
+  ``status_code``).
+* **A worker that dies** (killed, out of memory) fails the calls it had with
+  :class:`~judgeflow.errors.TransientJudgeError`, which the scoring tasks
+  retry; the next call starts a new worker. Nothing it was doing is lost: the
+  pairs' claims are still held by the run.
+* **Workers die with the run.** A worker exits when its stdin closes, which
+  happens when the run ends (:meth:`JudgeProcessPool.close`, also at exit)
+  and when the run's process is killed.
+
+Wire format: length-prefixed pickles over the child's stdin/stdout (the child
+moves its own ``sys.stdout`` to stderr so nothing else writes to the pipe).
+Nothing here imports litellm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import logging
+import struct
+import subprocess
+import sys
+import threading
+from concurrent.futures import Future
+from typing import IO, TYPE_CHECKING, Any
+
+import cloudpickle
+
+from judgeflow import errors
+from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
+from judgeflow.judge.base import JudgeReply, JudgeRequest
+
+if TYPE_CHECKING:
+    from judgeflow.settings import Settings
+
+log = logging.getLogger("judgeflow.judge")
+
+__all__ = ["JudgeProcessPool", "split_concurrency", "read_frame", "write_frame", "encode_error", "decode_error"]
+
+_HEADER = struct.Struct(">I")
+_CLOSE_WAIT_S = 10.0
+
+
+# --------------------------------------------------------------------------
+# the wire (shared with judgeflow.judge.worker)
+# --------------------------------------------------------------------------
+
+
+def write_frame(stream: IO[bytes], obj: Any) -> None:
+    payload = cloudpickle.dumps(obj)
+    stream.write(_HEADER.pack(len(payload)) + payload)
+    stream.flush()
+
+
+def read_frame(stream: IO[bytes]) -> Any:
+    """The next object, or ``EOFError`` when the other side has gone."""
+    header = stream.read(_HEADER.size)
+    if len(header) < _HEADER.size:
+        raise EOFError
+    (size,) = _HEADER.unpack(header)
+    payload = stream.read(size)
+    if len(payload) < size:
+        raise EOFError
+    return cloudpickle.loads(payload)
+
+
+def encode_error(exc: BaseException) -> tuple[str, str, dict]:
+    """An error as (class name, message, attributes): judgeflow's errors take
+    keyword-only arguments, which plain pickling cannot rebuild."""
+    if isinstance(exc, JudgeError):
+        attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (str, int, float, bool, type(None)))}
+        return type(exc).__name__, str(exc), attrs
+    return "PermanentJudgeError", f"judge worker: unexpected {type(exc).__name__}: {exc}", {}
+
+
+def decode_error(name: str, message: str, attrs: dict) -> JudgeError:
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, JudgeError)):
+        cls = PermanentJudgeError
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    if cls is TransientJudgeError or issubclass(cls, TransientJudgeError):
+        err.retry_after_s = None  # type: ignore[attr-defined]
+    vars(err).update(attrs)
+    return err
+
+
+def split_concurrency(total: int, processes: int) -> list[int]:
+    """``total`` calls in flight shared by at most ``processes`` workers, each >= 1."""
+    n = max(1, min(processes, total))
+    return [total // n + (1 if i < total % n else 0) for i in range(n)]
+
+
+# --------------------------------------------------------------------------
+# one worker, seen from the run's process
+# --------------------------------------------------------------------------
+
+
+class _Worker:
+    """One worker slot: its current process, restarted on the next call after it died."""
+
+    def __init__(self, index: int, settings: "Settings") -> None:
+        self.index = index
+        self._settings = settings
+        self._lock = threading.Lock()  # guards the process, pipe writes and the pending maps
+        self._proc: subprocess.Popen | None = None
+        # calls sent to the current process; each process's reader owns its own map,
+        # so a call can never wait on a process that is already gone
+        self._pending: dict[int, Future] = {}
+        self.calls = 0  # calls sent over this slot's lifetime (tests, benchmark)
+        self.starts = 0
+
+    @property
+    def outstanding(self) -> int:
+        return len(self._pending)
+
+    @property
+    def pid(self) -> int | None:
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def _start(self) -> None:
+        # -m with this interpreter: the child imports judgeflow from the same
+        # environment; its stderr is ours, so its log lines reach the run's log.
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "judgeflow.judge.worker"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+        )
+        write_frame(proc.stdin, self._settings)
+        self.starts += 1
+        self._proc, self._pending = proc, {}
+        threading.Thread(target=self._read_replies, args=(proc, self._pending),
+                         name=f"judgeflow-judge-worker-{self.index}", daemon=True).start()
+
+    def ensure_started(self) -> None:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start()
+
+    def send(self, call_id: int, request: JudgeRequest, future: Future) -> None:
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start()
+            pending = self._pending
+            pending[call_id] = future
+            self.calls += 1
+            try:
+                write_frame(self._proc.stdin, (call_id, request))
+            except (OSError, ValueError) as exc:  # the worker died under us
+                pending.pop(call_id, None)
+                future.set_exception(TransientJudgeError(f"judge worker {self.index} is gone: {exc}"))
+
+    def _read_replies(self, proc: subprocess.Popen, pending: dict[int, Future]) -> None:
+        try:
+            while True:
+                call_id, ok, payload = read_frame(proc.stdout)
+                with self._lock:
+                    future = pending.pop(call_id, None)
+                if future is None or future.done():
+                    continue  # e.g. its caller was cancelled
+                if ok:
+                    future.set_result(payload)
+                else:
+                    future.set_exception(decode_error(*payload))
+        except (EOFError, OSError, ValueError):
+            pass
+        code = proc.wait()
+        with self._lock:
+            lost = list(pending.values())
+            pending.clear()
+            if self._proc is proc:
+                self._proc = None
+        if lost:
+            log.warning("judge worker %d exited (code %s) with %d call(s) in flight; they will be retried",
+                        self.index, code, len(lost))
+        for future in lost:
+            if not future.done():
+                future.set_exception(TransientJudgeError(f"judge worker {self.index} exited (code {code})"))
+
+    def close(self) -> None:
+        with self._lock:
+            proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        try:
+            proc.stdin.close()  # a worker exits when its stdin closes
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=_CLOSE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# --------------------------------------------------------------------------
+# the pool
+# --------------------------------------------------------------------------
+
+
+class JudgeProcessPool:
+    """A :class:`~judgeflow.judge.base.Judge` that sends each call to one of
+    ``processes`` worker processes (see the module doc). Workers start
+    together on the first call (or :meth:`start`): each takes seconds to import
+    litellm."""
+
+    def __init__(self, settings: "Settings", processes: int | None = None) -> None:
+        processes = processes or settings.judge_processes
+        shares = split_concurrency(settings.max_concurrency, processes)
+        self._model = settings.judge_model
+        self.max_concurrency = settings.max_concurrency
+        self._workers = [
+            _Worker(i, settings.model_copy(update={"max_concurrency": share, "judge_processes": 1}))
+            for i, share in enumerate(shares)
+        ]
+        self._ids = itertools.count()
+        self._dispatch_lock = threading.Lock()
+        self._started = False
+        self._closed = False
+        atexit.register(self.close)
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    @property
+    def processes(self) -> int:
+        return len(self._workers)
+
+    def worker_pids(self) -> list[int | None]:
+        return [w.pid for w in self._workers]
+
+    def calls_per_worker(self) -> list[int]:
+        return [w.calls for w in self._workers]
+
+    def worker_starts(self) -> list[int]:
+        return [w.starts for w in self._workers]
+
+    def __repr__(self) -> str:
+        return f"JudgeProcessPool(model={self._model!r}, processes={self.processes}, max_concurrency={self.max_concurrency})"
+
+    def start(self) -> "JudgeProcessPool":
+        """Start every worker (they import litellm in parallel)."""
+        for worker in self._workers:
+            worker.ensure_started()
+        self._started = True
+        return self
+
+    def _submit(self, request: JudgeRequest) -> Future:
+        if self._closed:
+            raise PermanentJudgeError("the judge process pool is closed")
+        if not self._started:
+            self.start()
+        future: Future = Future()
+        with self._dispatch_lock:
+            # fewest outstanding; ties go to the one that has had fewest calls
+            worker = min(self._workers, key=lambda w: (w.outstanding, w.calls))
+            call_id = next(self._ids)
+        worker.send(call_id, request, future)
+        return future
+
+    def complete(self, request: JudgeRequest) -> JudgeReply:
+        return self._submit(request).result()
+
+    async def acomplete(self, request: JudgeRequest) -> JudgeReply:
+        return await asyncio.wrap_future(self._submit(request))
+
+    def close(self) -> None:
+        """Stop the workers (waiting for them, so their CPU time is accounted to this process)."""
+        self._closed = True
+        for worker in self._workers:
+            worker.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "JudgeProcessPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+

@@ -1,0 +1,215 @@
+"""JudgeProcessPool: judge calls made by worker processes, over real HTTP to the
+local judge server (each worker runs the real litellm adapter)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError, TransientJudgeError
+from judgeflow.judge.factory import build_judge, clear_judge_cache
+from judgeflow.judge.process_pool import JudgeProcessPool, decode_error, encode_error, split_concurrency
+from judgeflow.settings import Settings
+from tests.judge.test_litellm_judge import API_KEY, MODEL, opinions_request
+from tests.support.judge_server import JudgeServer, error_reply, json_reply
+
+
+def pool_settings(server: JudgeServer, **overrides) -> Settings:
+    values = dict(judge_model=MODEL, judge_api_base=server.url, judge_api_key=API_KEY, judge_timeout_s=10,
+                  judge_max_retries=1, judge_backoff_base_s=0.01, judge_backoff_max_s=0.05,
+                  max_concurrency=4, judge_processes=2)
+    values.update(overrides)
+    return Settings(**values)
+
+
+@pytest.fixture
+def server():
+    with JudgeServer() as srv:
+        yield srv
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie (exited, not yet reaped by its parent) counts as gone
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_gone(pid: int, timeout: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# ---- pure parts --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "total, processes, shares",
+    [(8, 2, [4, 4]), (6, 4, [2, 2, 1, 1]), (3, 4, [1, 1, 1]), (1, 2, [1]), (5, 1, [5])],
+)
+def test_max_concurrency_is_shared_between_workers_never_exceeded(total, processes, shares):
+    assert split_concurrency(total, processes) == shares
+    assert sum(shares) == total
+
+
+def test_judge_errors_cross_the_process_boundary_with_their_attributes():
+    transient = TransientJudgeError("judge x: rate limited (HTTP 429)", retry_after_s=2.5)
+    transient.status_code = 429
+    back = decode_error(*encode_error(transient))
+    assert type(back) is TransientJudgeError
+    assert str(back) == str(transient) and back.retry_after_s == 2.5 and back.status_code == 429
+
+    reply = decode_error(*encode_error(InvalidJudgeReplyError("bad", step="s", raw="{", attempts=2)))
+    assert type(reply) is InvalidJudgeReplyError and (reply.step, reply.raw, reply.attempts) == ("s", "{", 2)
+
+    bug = decode_error(*encode_error(KeyError("boom")))
+    assert type(bug) is PermanentJudgeError and "unexpected KeyError" in str(bug)
+    # a name that is not one of judgeflow's judge errors cannot be smuggled in
+    assert type(decode_error("SystemExit", "x", {})) is PermanentJudgeError
+
+
+# ---- over HTTP ---------------------------------------------------------------
+
+
+def test_calls_are_answered_by_two_workers_within_the_shared_bound(server):
+    server.latency_mean_s = 0.1
+    with JudgeProcessPool(pool_settings(server, max_concurrency=4, judge_processes=2)) as pool:
+        outputs = [f"I think option {i} is best. Fact: it has {i} parts." for i in range(40)]
+
+        async def all_calls():
+            return await asyncio.gather(*(pool.acomplete(opinions_request(o)) for o in outputs))
+
+        replies = asyncio.run(all_calls())
+
+        assert [r.content for r in replies] == [
+            f'{{"opinions": ["I think option {i} is best"]}}' for i in range(40)
+        ]
+        assert all(r.model == MODEL and r.prompt_tokens and r.latency_s >= 0.09 for r in replies)
+        assert pool.processes == 2
+        pids = pool.worker_pids()
+        assert len(set(pids)) == 2 and os.getpid() not in pids and None not in pids
+        assert all(n >= 10 for n in pool.calls_per_worker()), pool.calls_per_worker()
+        assert server.calls("Opinions") == 40
+        assert server.max_in_flight == 4  # the bound is the run's, not each worker's
+    for pid in pids:
+        assert _wait_gone(pid), f"worker {pid} still running after close()"
+
+
+def test_sync_calls_from_many_threads(server):
+    with JudgeProcessPool(pool_settings(server)) as pool:
+        replies: list = [None] * 12
+
+        def call(i: int) -> None:
+            replies[i] = pool.complete(opinions_request(f"I think thread {i} won."))
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert [r.content for r in replies] == [f'{{"opinions": ["I think thread {i} won"]}}' for i in range(12)]
+
+
+def test_errors_raised_in_a_worker_reach_the_caller_as_judgeflow_errors(server):
+    with JudgeProcessPool(pool_settings(server, judge_processes=2, judge_max_retries=1)) as pool:
+        server.script(error_reply(401, f"Incorrect API key provided: {API_KEY}"))
+        with pytest.raises(PermanentJudgeError) as denied:
+            pool.complete(opinions_request())
+        assert denied.value.status_code == 401 and API_KEY not in str(denied.value)
+
+        server.script(*[error_reply(429, "slow down", headers={"Retry-After": "0.2"})] * 2)
+        with pytest.raises(TransientJudgeError) as limited:
+            pool.complete(opinions_request())
+        assert limited.value.retry_after_s == pytest.approx(0.2)
+        assert "gave up after 2 attempts" in str(limited.value)
+
+        server.script(json_reply({"opinions": ["fine"]}))
+        assert pool.complete(opinions_request()).content == '{"opinions": ["fine"]}'
+
+
+def test_a_killed_worker_fails_its_calls_as_transient_and_is_replaced(server):
+    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
+        pool.complete(opinions_request())
+        pool.complete(opinions_request())  # both workers started
+        server.latency_mean_s = 5.0  # the next calls hang in the workers
+
+        async def doomed():
+            calls = asyncio.gather(*(pool.acomplete(opinions_request()) for _ in range(2)), return_exceptions=True)
+            return await asyncio.wait_for(calls, 30)  # a lost call must fail, not hang
+
+        def kill_a_worker() -> None:
+            deadline = time.monotonic() + 10
+            while server.in_flight < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            os.kill(pool.worker_pids()[0], signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_a_worker)
+        killer.start()
+        outcomes = asyncio.run(doomed())
+        killer.join()
+        lost = [o for o in outcomes if isinstance(o, Exception)]
+        assert len(lost) == 1 and isinstance(lost[0], TransientJudgeError), outcomes
+        assert "exited" in str(lost[0])
+
+        server.latency_mean_s = 0.0
+        starts = pool.worker_starts()
+        for _ in range(4):
+            assert pool.complete(opinions_request()).content
+        assert sum(pool.worker_starts()) == sum(starts) + 1  # one new worker in the dead one's place
+
+
+def test_workers_exit_when_the_run_process_is_killed(server, tmp_path):
+    script = textwrap.dedent(
+        f"""
+        from judgeflow.judge.process_pool import JudgeProcessPool
+        from judgeflow.settings import Settings
+        from tests.judge.test_litellm_judge import opinions_request
+        pool = JudgeProcessPool(Settings(judge_model={MODEL!r}, judge_api_base={server.url!r},
+                                         judge_api_key="k", max_concurrency=2, judge_processes=2))
+        pool.complete(opinions_request())
+        pool.complete(opinions_request())
+        print(*pool.worker_pids(), flush=True)
+        import time; time.sleep(600)
+        """
+    )
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert len(pids) == 2 and all(_alive(p) for p in pids)
+        proc.kill()
+        proc.wait()
+        for pid in pids:
+            assert _wait_gone(pid), f"worker {pid} outlived its run"
+    finally:
+        proc.kill()
+
+
+def test_settings_select_the_pool_and_the_cache_shares_it(server):
+    clear_judge_cache()
+    try:
+        settings = pool_settings(server, judge_processes=3, max_concurrency=6)
+        judge = build_judge(settings)
+        assert isinstance(judge, JudgeProcessPool) and judge.processes == 3
+        assert build_judge(settings.model_copy()) is judge
+        assert not isinstance(build_judge(settings.model_copy(update={"judge_processes": 1})), JudgeProcessPool)
+        assert judge.complete(opinions_request()).content
+        pid = [p for p in judge.worker_pids() if p][0]
+    finally:
+        clear_judge_cache()  # stops the workers
+    assert _wait_gone(pid)
