@@ -27,7 +27,7 @@ from judgeflow.settings import Settings, load_settings
 from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_pending_work
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.reporting import Progress, RunSummary, SummaryBuilder, publish_run_summary
-from judgeflow.tasks.scoring import score_and_store, score_batch
+from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
 from judgeflow.tasks.work import METRIC_NAMES, TraceWork
 
 Fanout = Literal["pair", "batch"]
@@ -88,6 +88,7 @@ def score_traces(
     rescore_before = datetime.now(timezone.utc) if rescore else None
     filters = dict(since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before)
 
+    judge_started = start_judge.submit(settings)  # imports litellm / starts judge workers meanwhile
     ensure_schema(settings)
     pending = count_pending_work(settings, metrics, limit=limit, **filters)
     logger.info("%d (trace, metric) pairs pending in %s", pending, settings.traces_table)
@@ -158,6 +159,7 @@ def score_traces(
                 collect()
         while running:
             collect()
+    judge_started.wait()
 
     summary = totals.build(duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending)
     publish_run_summary(summary)

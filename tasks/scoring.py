@@ -85,6 +85,23 @@ def build_metrics(settings: Settings) -> dict[str, ToxicityMetric | Hallucinatio
     }
 
 
+@task(name="start-judge", cache_policy=NO_CACHE, persist_result=False)
+def start_judge(settings: Settings) -> str:
+    """Build the run's judge and start its worker processes, if any, while the
+    run checks the schema and claims its first batch: importing litellm takes
+    seconds, in the run's process or in each judge worker. Never fails the run:
+    a judge that cannot be built fails the pairs' tasks, which record why."""
+    try:
+        judge = build_judge(settings)
+        start = getattr(judge, "start", None)
+        if start is not None:
+            start()
+    except Exception as error:  # reported by every pair it would have scored
+        log.warning("the judge could not be started ahead of the run: %s", error)
+        return "not started"
+    return repr(judge)
+
+
 _COLUMNS = (
     "trace_id text, metric text, metric_version text, status text, score float8, passed boolean, "
     "threshold float8, reason text, details jsonb, judge_model text, prompt_tokens int, "

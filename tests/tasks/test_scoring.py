@@ -1,0 +1,32 @@
+"""The start-judge task: the judge is ready before the first batch needs it."""
+
+from __future__ import annotations
+
+from judgeflow.judge.factory import build_judge, clear_judge_cache
+from judgeflow.judge.process_pool import JudgeProcessPool
+from judgeflow.settings import Settings
+from judgeflow.tasks.scoring import start_judge
+
+
+def test_start_judge_starts_the_judge_workers_without_calling_the_judge(judge_server):
+    settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
+                        judge_processes=2, max_concurrency=4)
+    clear_judge_cache()
+    try:
+        described = start_judge.fn(settings)
+        pool = build_judge(settings)
+        assert isinstance(pool, JudgeProcessPool) and described == repr(pool)
+        assert all(pool.worker_pids()) and len(set(pool.worker_pids())) == 2
+        assert judge_server.calls() == 0
+    finally:
+        clear_judge_cache()
+
+
+def test_start_judge_never_fails_the_run(monkeypatch):
+    import judgeflow.tasks.scoring as scoring
+
+    def broken(settings):
+        raise RuntimeError("cannot build")
+
+    monkeypatch.setattr(scoring, "build_judge", broken)
+    assert start_judge.fn(Settings(judge_model="openai/x")) == "not started"
