@@ -22,7 +22,10 @@ Behaviour:
 * **A worker that dies** (killed, out of memory) fails the calls it had with
   :class:`~judgeflow.errors.TransientJudgeError`, which the scoring tasks
   retry; the next call starts a new worker. Nothing it was doing is lost: the
-  pairs' claims are still held by the run.
+  pairs' claims are still held by the run. A worker that exits
+  :data:`MAX_FAILED_STARTS` times in a row before answering anything (a broken
+  environment) is not started again: calls to it fail with
+  :class:`~judgeflow.errors.PermanentJudgeError`.
 * **Workers die with the run.** A worker exits when its stdin closes, which
   happens when the run ends (:meth:`JudgeProcessPool.close`, also at exit)
   and when the run's process is killed.
@@ -42,7 +45,7 @@ import struct
 import subprocess
 import sys
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from typing import IO, TYPE_CHECKING, Any
 
 import cloudpickle
@@ -60,6 +63,8 @@ __all__ = ["JudgeProcessPool", "split_concurrency", "read_frame", "write_frame",
 
 _HEADER = struct.Struct(">I")
 _CLOSE_WAIT_S = 10.0
+WORKER_COMMAND = (sys.executable, "-m", "judgeflow.judge.worker")
+MAX_FAILED_STARTS = 3  # workers in a row that died before answering anything
 
 
 # --------------------------------------------------------------------------
@@ -106,6 +111,19 @@ def decode_error(name: str, message: str, attrs: dict) -> JudgeError:
     return err
 
 
+def _settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+    """Complete ``future`` unless its caller already gave up on it (cancelled)."""
+    if future.done():
+        return
+    try:
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(result)
+    except InvalidStateError:  # cancelled between the check and now
+        pass
+
+
 def split_concurrency(total: int, processes: int) -> list[int]:
     """``total`` calls in flight shared by at most ``processes`` workers, each >= 1."""
     n = max(1, min(processes, total))
@@ -130,6 +148,8 @@ class _Worker:
         self._pending: dict[int, Future] = {}
         self.calls = 0  # calls sent over this slot's lifetime (tests, benchmark)
         self.starts = 0
+        self.failed_starts = 0  # processes in a row that exited without answering a call
+        self._last_exit: int | None = None
 
     @property
     def outstanding(self) -> int:
@@ -144,7 +164,7 @@ class _Worker:
         # -m with this interpreter: the child imports judgeflow from the same
         # environment; its stderr is ours, so its log lines reach the run's log.
         proc = subprocess.Popen(
-            [sys.executable, "-m", "judgeflow.judge.worker"],
+            list(WORKER_COMMAND),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
         )
         write_frame(proc.stdin, self._settings)
@@ -160,6 +180,13 @@ class _Worker:
 
     def send(self, call_id: int, request: JudgeRequest, future: Future) -> None:
         with self._lock:
+            if self.failed_starts >= MAX_FAILED_STARTS:
+                # a worker that cannot start (broken environment) is not retried forever
+                _settle(future, error=PermanentJudgeError(
+                    f"judge worker {self.index} failed to start {self.failed_starts} times in a row "
+                    f"(last exit code {self._last_exit}); see the run's log for its error"
+                ))
+                return
             if self._proc is None or self._proc.poll() is not None:
                 self._start()
             pending = self._pending
@@ -169,20 +196,20 @@ class _Worker:
                 write_frame(self._proc.stdin, (call_id, request))
             except (OSError, ValueError) as exc:  # the worker died under us
                 pending.pop(call_id, None)
-                future.set_exception(TransientJudgeError(f"judge worker {self.index} is gone: {exc}"))
+                _settle(future, error=TransientJudgeError(f"judge worker {self.index} is gone: {exc}"))
 
     def _read_replies(self, proc: subprocess.Popen, pending: dict[int, Future]) -> None:
+        answered = 0
         try:
             while True:
                 call_id, ok, payload = read_frame(proc.stdout)
                 with self._lock:
                     future = pending.pop(call_id, None)
-                if future is None or future.done():
-                    continue  # e.g. its caller was cancelled
-                if ok:
-                    future.set_result(payload)
-                else:
-                    future.set_exception(decode_error(*payload))
+                    if not answered:
+                        self.failed_starts = 0
+                answered += 1
+                if future is not None:  # None: e.g. its caller was cancelled
+                    _settle(future, *((payload, None) if ok else (None, decode_error(*payload))))
         except (EOFError, OSError, ValueError):
             pass
         code = proc.wait()
@@ -191,12 +218,14 @@ class _Worker:
             pending.clear()
             if self._proc is proc:
                 self._proc = None
+            if not answered and code != 0:
+                self.failed_starts += 1
+                self._last_exit = code
         if lost:
             log.warning("judge worker %d exited (code %s) with %d call(s) in flight; they will be retried",
                         self.index, code, len(lost))
         for future in lost:
-            if not future.done():
-                future.set_exception(TransientJudgeError(f"judge worker {self.index} exited (code {code})"))
+            _settle(future, error=TransientJudgeError(f"judge worker {self.index} exited (code {code})"))
 
     def close(self) -> None:
         with self._lock:

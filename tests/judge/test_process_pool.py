@@ -213,3 +213,24 @@ def test_settings_select_the_pool_and_the_cache_shares_it(server):
     finally:
         clear_judge_cache()  # stops the workers
     assert _wait_gone(pid)
+
+
+def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(server, monkeypatch):
+    import judgeflow.judge.process_pool as process_pool
+
+    # a worker whose environment is broken: it exits before answering anything
+    monkeypatch.setattr(process_pool, "WORKER_COMMAND", (sys.executable, "-c", "import sys; sys.exit(3)"))
+    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2)) as pool:
+        assert pool.processes == 1  # one call in flight allowed: one worker
+        errors = []
+        for _ in range(10):
+            with pytest.raises((TransientJudgeError, PermanentJudgeError)) as caught:
+                pool.complete(opinions_request())
+            errors.append(caught.value)
+            if isinstance(caught.value, PermanentJudgeError):
+                break
+            time.sleep(0.2)  # let the reader see the exit
+        assert isinstance(errors[-1], PermanentJudgeError), errors
+        assert "failed to start 3 times" in str(errors[-1]) and "exit code 3" in str(errors[-1])
+        assert all(isinstance(e, TransientJudgeError) for e in errors[:-1]) and len(errors) >= 4
+        assert server.calls() == 0
