@@ -62,7 +62,8 @@ def median_rows(results) -> list[dict[str, str]]:
     cell, component by component ("8 (19.7)", "108.8/7.4/1.8/12.6")."""
     groups: dict[tuple[str, str], list[dict[str, str]]] = {}
     for r in results:
-        groups.setdefault((r.case.name.rsplit(" #", 1)[0], r.case.fanout), []).append(r.row())
+        row = r.row()
+        groups.setdefault((r.case.name.rsplit(" #", 1)[0], row["fan-out"]), []).append(row)
     out = []
     for (name, fanout), rows in groups.items():
         merged = {"case": name, "fan-out": fanout}
