@@ -86,67 +86,96 @@ def test_judge_errors_cross_the_process_boundary_with_their_attributes():
 # ---- over HTTP ---------------------------------------------------------------
 
 
-def test_calls_are_answered_by_two_workers_within_the_shared_bound(server):
+@pytest.fixture(scope="module")
+def shared_server():
+    with JudgeServer() as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def shared_pool(shared_server):
+    """One pool for the tests that leave its workers alive (each start imports litellm: seconds)."""
+    with JudgeProcessPool(pool_settings(shared_server, max_concurrency=4, judge_processes=2)) as pool:
+        yield pool
+
+
+@pytest.fixture
+def pooled(shared_server, shared_pool):
+    shared_server.reset()
+    shared_server.latency_mean_s = 0.0
+    return shared_server, shared_pool
+
+
+def test_calls_are_answered_by_two_workers_within_the_shared_bound(pooled):
+    server, pool = pooled
     server.latency_mean_s = 0.1
-    with JudgeProcessPool(pool_settings(server, max_concurrency=4, judge_processes=2)) as pool:
-        outputs = [f"I think option {i} is best. Fact: it has {i} parts." for i in range(40)]
+    outputs = [f"I think option {i} is best. Fact: it has {i} parts." for i in range(40)]
 
-        async def all_calls():
-            return await asyncio.gather(*(pool.acomplete(opinions_request(o)) for o in outputs))
+    async def all_calls():
+        return await asyncio.gather(*(pool.acomplete(opinions_request(o)) for o in outputs))
 
-        replies = asyncio.run(all_calls())
+    calls_before = pool.calls_per_worker()
+    replies = asyncio.run(all_calls())
 
-        assert [r.content for r in replies] == [
-            f'{{"opinions": ["I think option {i} is best"]}}' for i in range(40)
-        ]
-        assert all(r.model == MODEL and r.prompt_tokens and r.latency_s >= 0.09 for r in replies)
-        assert pool.processes == 2
-        pids = pool.worker_pids()
-        assert len(set(pids)) == 2 and os.getpid() not in pids and None not in pids
-        assert all(n >= 10 for n in pool.calls_per_worker()), pool.calls_per_worker()
-        assert server.calls("Opinions") == 40
-        assert server.max_in_flight == 4  # the bound is the run's, not each worker's
+    assert [r.content for r in replies] == [f'{{"opinions": ["I think option {i} is best"]}}' for i in range(40)]
+    assert all(r.model == MODEL and r.prompt_tokens and r.latency_s >= 0.09 for r in replies)
+    assert pool.processes == 2
+    pids = pool.worker_pids()
+    assert len(set(pids)) == 2 and os.getpid() not in pids and None not in pids
+    per_worker = [after - before for after, before in zip(pool.calls_per_worker(), calls_before)]
+    assert all(n >= 10 for n in per_worker), per_worker
+    assert server.calls("Opinions") == 40
+    assert server.max_in_flight == 4  # the bound is the run's, not each worker's
+
+
+def test_sync_calls_from_many_threads(pooled):
+    _, pool = pooled
+    replies: list = [None] * 12
+
+    def call(i: int) -> None:
+        replies[i] = pool.complete(opinions_request(f"I think thread {i} won."))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert [r.content for r in replies] == [f'{{"opinions": ["I think thread {i} won"]}}' for i in range(12)]
+
+
+def test_errors_raised_in_a_worker_reach_the_caller_as_judgeflow_errors(pooled):
+    server, pool = pooled  # judge_max_retries=1: two attempts per call
+    server.script(error_reply(401, f"Incorrect API key provided: {API_KEY}"))
+    with pytest.raises(PermanentJudgeError) as denied:
+        pool.complete(opinions_request())
+    assert denied.value.status_code == 401 and API_KEY not in str(denied.value)
+
+    server.script(*[error_reply(429, "slow down", headers={"Retry-After": "0.2"})] * 2)
+    with pytest.raises(TransientJudgeError) as limited:
+        pool.complete(opinions_request())
+    assert limited.value.retry_after_s == pytest.approx(0.2)
+    assert "gave up after 2 attempts" in str(limited.value)
+
+    server.script(json_reply({"opinions": ["fine"]}))
+    assert pool.complete(opinions_request()).content == '{"opinions": ["fine"]}'
+
+
+def test_closing_the_pool_stops_its_workers(server):
+    pool = JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)).start()
+    pids = pool.worker_pids()
+    assert len(set(pids)) == 2 and all(pids)
+    pool.close()
     for pid in pids:
         assert _wait_gone(pid), f"worker {pid} still running after close()"
-
-
-def test_sync_calls_from_many_threads(server):
-    with JudgeProcessPool(pool_settings(server)) as pool:
-        replies: list = [None] * 12
-
-        def call(i: int) -> None:
-            replies[i] = pool.complete(opinions_request(f"I think thread {i} won."))
-
-        threads = [threading.Thread(target=call, args=(i,)) for i in range(12)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(60)
-        assert [r.content for r in replies] == [f'{{"opinions": ["I think thread {i} won"]}}' for i in range(12)]
-
-
-def test_errors_raised_in_a_worker_reach_the_caller_as_judgeflow_errors(server):
-    with JudgeProcessPool(pool_settings(server, judge_processes=2, judge_max_retries=1)) as pool:
-        server.script(error_reply(401, f"Incorrect API key provided: {API_KEY}"))
-        with pytest.raises(PermanentJudgeError) as denied:
-            pool.complete(opinions_request())
-        assert denied.value.status_code == 401 and API_KEY not in str(denied.value)
-
-        server.script(*[error_reply(429, "slow down", headers={"Retry-After": "0.2"})] * 2)
-        with pytest.raises(TransientJudgeError) as limited:
-            pool.complete(opinions_request())
-        assert limited.value.retry_after_s == pytest.approx(0.2)
-        assert "gave up after 2 attempts" in str(limited.value)
-
-        server.script(json_reply({"opinions": ["fine"]}))
-        assert pool.complete(opinions_request()).content == '{"opinions": ["fine"]}'
+    with pytest.raises(PermanentJudgeError, match="closed"):
+        pool.complete(opinions_request())
 
 
 def test_a_killed_worker_fails_its_calls_as_transient_and_is_replaced(server):
     with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
         pool.complete(opinions_request())
         pool.complete(opinions_request())  # both workers started
-        server.latency_mean_s = 5.0  # the next calls hang in the workers
+        server.latency_mean_s = 2.0  # the next calls are still in flight when a worker dies
 
         async def doomed():
             calls = asyncio.gather(*(pool.acomplete(opinions_request()) for _ in range(2)), return_exceptions=True)
@@ -206,13 +235,12 @@ def test_settings_select_the_pool_and_the_cache_shares_it(server):
         settings = pool_settings(server, judge_processes=3, max_concurrency=6)
         judge = build_judge(settings)
         assert isinstance(judge, JudgeProcessPool) and judge.processes == 3
-        assert build_judge(settings.model_copy()) is judge
+        assert build_judge(settings.model_copy()) is judge  # one pool, one bound, per process
         assert not isinstance(build_judge(settings.model_copy(update={"judge_processes": 1})), JudgeProcessPool)
-        assert judge.complete(opinions_request()).content
-        pid = [p for p in judge.worker_pids() if p][0]
     finally:
-        clear_judge_cache()  # stops the workers
-    assert _wait_gone(pid)
+        clear_judge_cache()
+    with pytest.raises(PermanentJudgeError, match="closed"):
+        judge.complete(opinions_request())  # clearing the cache closed it
 
 
 def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(server, monkeypatch):
