@@ -14,6 +14,7 @@ from sqlalchemy import Connection, and_, func, select
 
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.schema import eval_results as r
+from judgeflow.tasks.work import METRIC_NAMES
 
 WORST_LIMIT = 5
 # reasons are the judge's short explanations; cut them so a notification never
@@ -64,9 +65,10 @@ def compute_figures(conn: Connection, rule: Rule, *, now: datetime | None = None
     if now is None:
         now = conn.execute(select(func.now())).scalar_one()
     start = now - timedelta(seconds=rule.window_s)
-    in_window = r.c.trace_created_at >= start
-    if rule.metric is not None:
-        in_window = and_(in_window, r.c.metric == rule.metric)
+    # Always a condition on metric: eval_results' index is (metric, trace_created_at),
+    # and a window over every metric would otherwise read the whole table.
+    metrics = (rule.metric,) if rule.metric is not None else METRIC_NAMES
+    in_window = and_(r.c.metric.in_(metrics), r.c.trace_created_at >= start)
 
     scored = r.c.status == "scored"
     failed = r.c.status == "failed"
