@@ -98,15 +98,19 @@ def evaluate_rule(engine: Engine, rule: Rule, *, flow_run_id: str | None = None)
         elif transition == "resolved":
             resolved_at = now
 
-        values = dict(
+        # the figures as both the rule's row and its events record them
+        measured = dict(
             state=state,
-            last_outcome=outcome,
             value=figures.value,
             threshold=rule.maximum,
             window=rule.window,
             sample_size=figures.sample_size,
             violations=figures.violations,
             failed_count=figures.failed,
+        )
+        values = dict(
+            measured,
+            last_outcome=outcome,
             min_samples=rule.min_samples,
             opened_at=opened_at,
             resolved_at=resolved_at,
@@ -119,16 +123,10 @@ def evaluate_rule(engine: Engine, rule: Rule, *, flow_run_id: str | None = None)
             event_id = conn.execute(
                 alert_events.insert()
                 .values(
+                    **measured,
                     rule=rule.name,
                     kind=transition,
-                    state=state,
                     occurred_at=now,
-                    value=figures.value,
-                    threshold=rule.maximum,
-                    window=rule.window,
-                    sample_size=figures.sample_size,
-                    violations=figures.violations,
-                    failed_count=figures.failed,
                     worst=[w.as_json() for w in figures.worst],
                     flow_run_id=flow_run_id,
                     delivery_status="pending",
