@@ -26,9 +26,11 @@ Behaviour:
   :data:`MAX_FAILED_STARTS` times in a row before answering anything (a broken
   environment) is not started again: calls to it fail with
   :class:`~judgeflow.errors.PermanentJudgeError`.
-* **Workers die with the run.** A worker exits when its stdin closes, which
-  happens when the run ends (:meth:`JudgeProcessPool.close`, also at exit)
-  and when the run's process is killed.
+* **Workers die with their process.** A worker exits when its stdin closes:
+  when the pool is closed (:meth:`JudgeProcessPool.close`; at the latest at
+  exit) or when the process that started it is killed. The pool is cached per
+  process (:func:`judgeflow.judge.factory.build_judge`), so several runs in
+  one process share warm workers.
 
 Wire format: length-prefixed pickles over the child's stdin/stdout (the child
 moves its own ``sys.stdout`` to stderr so nothing else writes to the pipe).
