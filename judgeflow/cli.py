@@ -190,7 +190,13 @@ def demo(
 
     from judgeflow.flows.scoring import score_new_traces
 
-    score_new_traces(evaluate_alerts=True)
+    summary = score_new_traces(evaluate_alerts=True)
+    if summary.flow_run_id:
+        # every (trace, metric) scored is a task run the UI should show
+        pairs = summary.scored + summary.skipped + summary.failed + summary.superseded
+        if not demo_run.wait_for_prefect_records(summary.flow_run_id, at_least=pairs):
+            typer.echo("demo: Prefect's local server is still recording task runs; some may be missing "
+                       "from the UI", err=True)
     typer.echo(render(build_report(settings), judge_note=judge_note, prefect_home=str(prefect_home),
                       ran_s=time.monotonic() - started))
 

@@ -61,3 +61,40 @@ def load_traces(settings: Settings, now: datetime | None = None) -> int:
             ],
         )
         return max(result.rowcount, 0)
+
+
+_TERMINAL = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
+
+
+def wait_for_prefect_records(flow_run_id: str, at_least: int, *, timeout_s: float = 60.0) -> bool:
+    """Wait until Prefect's local server has recorded the run's task runs.
+
+    The server persists task runs from events, in the background and behind
+    the run; it is stopped when this process exits, and what it has not
+    written by then is missing from the UI (with a ``CancelledError``
+    traceback on stderr). The run created at least ``at_least`` task runs; done
+    when that many are recorded, all finished, and the count holds still for a
+    second. Returns False on timeout (the results in PostgreSQL are complete
+    either way)."""
+    import time
+
+    from prefect.client.orchestration import get_client
+
+    def count(client, states: list[str] | None = None) -> int:
+        body: dict = {"flow_runs": {"id": {"any_": [flow_run_id]}}}
+        if states:
+            body["task_runs"] = {"state": {"type": {"any_": states}}}
+        response = client.request("POST", "/task_runs/count", json=body)
+        response.raise_for_status()
+        return int(response.json())
+
+    deadline = time.monotonic() + timeout_s
+    last = -1
+    with get_client(sync_client=True) as client:
+        while time.monotonic() < deadline:
+            total, finished = count(client), count(client, _TERMINAL)
+            if total >= at_least and finished == total and total == last:
+                return True
+            last = total if finished == total else -1
+            time.sleep(1.0)
+    return False

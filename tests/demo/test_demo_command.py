@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import subprocess
 from pathlib import Path
 
@@ -15,14 +16,14 @@ from judgeflow.db.embedded import EmbeddedPostgres
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run_demo(home: Path, *args: str) -> str:
+def _run_demo(home: Path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("JUDGEFLOW_", "PREFECT_"))}
     env["JUDGEFLOW_HOME"] = str(home)
     proc = subprocess.run(
         [str(REPO / "scripts" / "demo"), *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    return proc.stdout
+    return proc
 
 
 def _figures(summary: str) -> dict[str, dict[str, float]]:
@@ -40,7 +41,8 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
     home = tmp_path / "home"
     server = EmbeddedPostgres(home / "pg")
     try:
-        first = _run_demo(home)
+        first_run = _run_demo(home)
+        first = first_run.stdout
         figures = _figures(first)
         engine = sa.create_engine(server.url)
         with engine.connect() as conn:
@@ -72,9 +74,15 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         assert f"alert toxicity_rate: FIRING  (rate {alert.value:.1%} over {alert.sample_size} traces" in first
         assert len(re.findall(r"^  demo-\d{4}\s", first, re.M)) == 5
         assert "offline" in first and "http://127.0.0.1:4200" in first
+        # Prefect's local server recorded every task run before the demo stopped it:
+        # the UI shows one per (trace, metric), and no shutdown traceback was printed
+        assert "Traceback" not in first_run.stderr, first_run.stderr[-3000:]
+        with sqlite3.connect(home / "prefect" / "prefect.db") as prefect_db:
+            recorded = dict(prefect_db.execute("SELECT state_type, count(*) FROM task_run GROUP BY 1").fetchall())
+        assert set(recorded) == {"COMPLETED"} and recorded["COMPLETED"] >= 2 * traces
 
         # idempotent: nothing re-scored, same figures
-        second = _run_demo(home)
+        second = _run_demo(home).stdout
         assert _figures(second) == figures
         engine = sa.create_engine(server.url)
         with engine.connect() as conn:
