@@ -15,8 +15,7 @@ from judgeflow.db.pending import count_pending
 from judgeflow.db.source import SourceTable
 from judgeflow.errors import DatabaseError
 from judgeflow.settings import Settings
-
-METRICS = ("toxicity", "hallucination")
+from judgeflow.tasks.work import METRIC_NAMES
 
 
 def result_counts(settings: Settings) -> dict[str, dict[str, int]]:
@@ -30,10 +29,10 @@ def result_counts(settings: Settings) -> dict[str, dict[str, int]]:
                     "FROM judgeflow.eval_results GROUP BY metric, status"
                 )
             ).all()
-            pending = count_pending(conn, SourceTable.parse(settings.traces_table), list(METRICS))
+            pending = count_pending(conn, SourceTable.parse(settings.traces_table), list(METRIC_NAMES))
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
-    out = {m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "pending": pending[m]} for m in METRICS}
+    out = {m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "pending": pending[m]} for m in METRIC_NAMES}
     for metric, status, n, passed in rows:
         out[metric][status] = n
         if status == "scored":
@@ -62,7 +61,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
     try:
         with engine.connect() as conn:
             per_metric = count_pending(
-                conn, source, list(METRICS), since=since, until=until,
+                conn, source, list(METRIC_NAMES), since=since, until=until,
                 rescore_before=datetime.max.replace(tzinfo=since.tzinfo) if rescore else None,
             )
             traces = conn.execute(
@@ -82,8 +81,8 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
     except DBAPIError as exc:
         raise DatabaseError(f"could not estimate the backfill: {exc.orig}") from None
     pairs = sum(per_metric.values())
-    if all(per_metric[m] == 0 or m in averages for m in METRICS):
-        cost = sum(per_metric[m] * float(averages.get(m) or 0.0) for m in METRICS)
+    if all(per_metric[m] == 0 or m in averages for m in METRIC_NAMES):
+        cost = sum(per_metric[m] * float(averages.get(m) or 0.0) for m in METRIC_NAMES)
         basis = f"average past cost per score with {settings.judge_model}"
     else:
         cost, basis = None, f"no past scores with a known price for {settings.judge_model}"

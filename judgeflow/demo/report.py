@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from judgeflow.db.engine import database_url, engine_for, redact
 from judgeflow.settings import Settings
+from judgeflow.tasks.work import METRIC_NAMES
 
 
 @dataclass
@@ -78,7 +79,7 @@ def render(report: DemoReport, *, judge_note: str, prefect_home: str, ran_s: flo
         f"judge: {judge_note}",
         f"traces in llm_traces: {report.traces}",
     ]
-    for metric in ("toxicity", "hallucination"):
+    for metric in METRIC_NAMES:
         lines.append(
             f"{metric:<14} scored {report.scored.get(metric, 0):>4}   failed {report.failed.get(metric, 0):>3}   "
             f"skipped {report.skipped.get(metric, 0):>4}   failing rate {_pct(report.fail_rate.get(metric))}"
