@@ -107,7 +107,7 @@ def decode_error(name: str, message: str, attrs: dict) -> JudgeError:
         cls = PermanentJudgeError
     err = cls.__new__(cls)
     Exception.__init__(err, message)
-    if cls is TransientJudgeError or issubclass(cls, TransientJudgeError):
+    if issubclass(cls, TransientJudgeError):
         err.retry_after_s = None  # type: ignore[attr-defined]
     vars(err).update(attrs)
     return err
@@ -169,16 +169,22 @@ class _Worker:
             list(WORKER_COMMAND),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
         )
-        write_frame(proc.stdin, self._settings)
         self.starts += 1
         self._proc, self._pending = proc, {}
+        # the reader first: if the worker dies before taking its settings, the
+        # reader sees it exit and counts a failed start
         threading.Thread(target=self._read_replies, args=(proc, self._pending),
                          name=f"judgeflow-judge-worker-{self.index}", daemon=True).start()
+        write_frame(proc.stdin, self._settings)
+
+    def _ensure_process(self) -> None:
+        """Start a process unless one is running (the caller holds the lock)."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._start()
 
     def ensure_started(self) -> None:
         with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
+            self._ensure_process()
 
     def send(self, call_id: int, request: JudgeRequest, future: Future) -> None:
         with self._lock:
@@ -189,15 +195,13 @@ class _Worker:
                     f"(last exit code {self._last_exit}); see the run's log for its error"
                 ))
                 return
-            if self._proc is None or self._proc.poll() is not None:
-                self._start()
-            pending = self._pending
-            pending[call_id] = future
             self.calls += 1
             try:
+                self._ensure_process()
+                self._pending[call_id] = future
                 write_frame(self._proc.stdin, (call_id, request))
             except (OSError, ValueError) as exc:  # the worker died under us
-                pending.pop(call_id, None)
+                self._pending.pop(call_id, None)
                 _settle(future, error=TransientJudgeError(f"judge worker {self.index} is gone: {exc}"))
 
     def _read_replies(self, proc: subprocess.Popen, pending: dict[int, Future]) -> None:
@@ -210,8 +214,12 @@ class _Worker:
                     if not answered:
                         self.failed_starts = 0
                 answered += 1
-                if future is not None:  # None: e.g. its caller was cancelled
-                    _settle(future, *((payload, None) if ok else (None, decode_error(*payload))))
+                if future is None:  # e.g. its caller was cancelled
+                    continue
+                if ok:
+                    _settle(future, result=payload)
+                else:
+                    _settle(future, error=decode_error(*payload))
         except (EOFError, OSError, ValueError):
             pass
         code = proc.wait()
@@ -262,7 +270,7 @@ class JudgeProcessPool:
         self._model = settings.judge_model
         self.max_concurrency = settings.max_concurrency
         self._workers = [
-            _Worker(i, settings.model_copy(update={"max_concurrency": share, "judge_processes": 1}))
+            _Worker(i, settings.model_copy(update={"max_concurrency": share}))
             for i, share in enumerate(shares)
         ]
         self._ids = itertools.count()
