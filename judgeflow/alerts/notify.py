@@ -31,6 +31,7 @@ import httpx
 from judgeflow import __version__
 from judgeflow.alerts.evaluation import iso_utc
 from judgeflow.alerts.state import Decision
+from judgeflow.retry_after import parse_retry_after
 from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.alerts")
@@ -321,7 +322,7 @@ class Notifier:
                     error = f"HTTP {http_status}" + (f": {snippet}" if snippet else "")
                     if http_status < 500 and http_status not in RETRYABLE_STATUS:
                         break
-                    retry_after = _retry_after(response)
+                    retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 if attempt < s.alert_webhook_retries:
                     delay = min(s.alert_webhook_backoff_s * 2**attempt, s.alert_webhook_backoff_max_s)
                     if retry_after is not None:
@@ -333,10 +334,3 @@ class Notifier:
                 client.close()
         log.error("alert %s delivery failed after %d attempt(s): %s", channel, attempts, error)
         return ChannelResult(channel, "failed", attempts=attempts, http_status=http_status, error=error)
-
-
-def _retry_after(response: httpx.Response) -> float | None:
-    try:
-        return max(0.0, float(response.headers["Retry-After"]))
-    except (KeyError, ValueError):
-        return None

@@ -59,7 +59,6 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import asyncio  # noqa: E402
-import email.utils  # noqa: E402
 import functools  # noqa: E402
 import math  # noqa: E402
 import random  # noqa: E402
@@ -76,6 +75,7 @@ from litellm.llms.base_llm.chat.transformation import BaseConfig  # noqa: E402
 
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
 from judgeflow.judge.base import JudgeReply, JudgeRequest  # noqa: E402
+from judgeflow.retry_after import parse_retry_after  # noqa: E402
 
 if TYPE_CHECKING:
     from judgeflow.settings import Settings
@@ -87,7 +87,6 @@ __all__ = [
     "RETRY_AFTER_MAX_S",
     "backoff_delay",
     "completion_cost_usd",
-    "parse_retry_after",
     "retry_delay",
 ]
 
@@ -123,28 +122,6 @@ def retry_delay(
     if retry_after_s is not None:
         delay = max(delay, retry_after_s)
     return delay
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """``Retry-After`` as seconds: a number (``"1"``, ``"0.5"``) or an HTTP date."""
-    if value is None:
-        return None
-    text = str(value).strip()
-    if not text:
-        return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(text)
-        except (TypeError, ValueError, IndexError):
-            return None
-        if when is None:
-            return None
-        seconds = when.timestamp() - time.time()
-    if math.isnan(seconds) or math.isinf(seconds):
-        return None
-    return max(0.0, seconds)
 
 
 def completion_cost_usd(response: Any) -> float | None:

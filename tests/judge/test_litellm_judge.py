@@ -20,7 +20,6 @@ from judgeflow.judge.litellm_judge import (
     LiteLLMJudge,
     backoff_delay,
     completion_cost_usd,
-    parse_retry_after,
     retry_delay,
 )
 from judgeflow.metrics.data_block import render_data_block
@@ -115,16 +114,6 @@ def test_retry_after_is_a_floor_and_may_exceed_backoff_max():
     rng = random.Random(2)
     assert all(retry_delay(0, 1.0, 30.0, 2.5, rng) >= 2.5 for _ in range(100))
     assert retry_delay(0, 0.01, 0.05, 45.0, rng) == 45.0  # honoured beyond backoff_max_s
-
-
-def test_parse_retry_after():
-    assert parse_retry_after("1") == 1.0
-    assert parse_retry_after("0.25") == 0.25
-    assert parse_retry_after("-3") == 0.0
-    assert parse_retry_after(None) is None
-    assert parse_retry_after("soon") is None
-    future = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + 30))
-    assert 25 <= parse_retry_after(future) <= 31
 
 
 def test_cost_helper_prices_a_known_model_without_network():
