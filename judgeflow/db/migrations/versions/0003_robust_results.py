@@ -17,9 +17,12 @@ S = "judgeflow"
 
 
 def upgrade() -> None:
-    # placeholder in the migration chain; filled in by the change that needs it
-    pass
+    # runs in which the pair ended 'failed'; at JUDGEFLOW_MAX_RUNS_PER_PAIR it is given up
+    # (no longer picked automatically) until `--retry-failed` or a backfill
+    op.add_column(
+        "eval_results", sa.Column("failed_runs", sa.Integer, nullable=False, server_default="0"), schema=S
+    )
 
 
 def downgrade() -> None:
-    pass
+    op.drop_column("eval_results", "failed_runs", schema=S)
