@@ -68,10 +68,6 @@ class Settings(BaseSettings):
     # --- tasks -----------------------------------------------------------
     task_retries: int = Field(2, ge=0)
     task_retry_delay_s: float = Field(2.0, ge=0)
-    max_runs_per_pair: int = Field(
-        3, ge=1, description="runs a (trace, metric) may fail in before it is given up (no longer retried "
-        "automatically; `judgeflow score --retry-failed` and the backfill retry it)",
-    )
 
     # --- alerts ----------------------------------------------------------
     alert_window: str = "24h"

@@ -50,8 +50,6 @@ eval_results = Table(
     Column("error", Text),
     Column("error_kind", Text),
     Column("attempts", Integer, nullable=False, server_default="0"),
-    # runs in which the pair ended failed; at max_runs_per_pair it is given up
-    Column("failed_runs", Integer, nullable=False, server_default="0"),
     Column("flow_run_id", Text),
     Column("trace_created_at", DateTime(timezone=True)),
     Column("scored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
