@@ -8,10 +8,9 @@ message, apart from the untrusted data block in the user message.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
-from judgeflow.metrics.data_block import DATA_NOTICE, render_data_block
+from judgeflow.metrics.data_block import DATA_NOTICE, dumps_text, render_data_block
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -130,13 +129,17 @@ def render_examples(examples: Sequence[FewShotExample]) -> str:
                 "expected_reply": {"score": example.score, "reason": [example.reason]},
             }
         )
-    # ensure_ascii keeps each example on one line per field, like the data block.
-    return json.dumps(rows, indent=2, ensure_ascii=True)
+    # One line per field, like the data block, and text as written.
+    return dumps_text(rows, indent=2)
 
 
 PROBE_EXAMPLE = FewShotExample(
     title="probe", input="probe input", context=["probe context"], output="probe output", score=0.5, reason="probe"
 )
+
+
+# Non-ASCII probe text, so the version also follows how text is encoded.
+PROBE_TEXT = "проба 探针 🙂 بحث"
 
 
 def probe_prompts() -> list[list[dict[str, str]]]:
@@ -145,4 +148,5 @@ def probe_prompts() -> list[list[dict[str, str]]]:
         hallucination_messages("probe input", "probe output", ["probe context"]),
         hallucination_messages("probe input", "probe output", None),
         hallucination_messages("probe input", "probe output", ["probe context"], [PROBE_EXAMPLE]),
+        hallucination_messages(PROBE_TEXT, PROBE_TEXT, [PROBE_TEXT]),
     ]
