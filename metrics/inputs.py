@@ -17,6 +17,10 @@ the offline judge sees the same normalised values in ``JudgeRequest.fields``.
   "no context". A single string is wrapped as ``[string]``. Items are coerced
   like the input (None items dropped) and the number of items changed is
   reported as ``notes["context_coerced"]``. Any other type is rejected.
+  Blank or whitespace-only items are dropped (counted in
+  ``notes["context_blank_dropped"]``): an empty passage supports nothing, so
+  keeping it would make the judge mark every statement unsupported. A context
+  left empty by that means no context, as in the offline judge.
 - Each text field is cut to ``max_field_chars`` characters; the context list
   shares one budget of that size (items kept in order, the one crossing the
   budget cut, the rest dropped) so a context with many items cannot blow up
@@ -78,6 +82,9 @@ def normalise_trace(
     context_items, coerced = _context_items(context)
     if coerced:
         notes["context_coerced"] = coerced
+    context_items, blank = _drop_blank(context_items)
+    if blank:
+        notes["context_blank_dropped"] = blank
     context_items = _cut_context(context_items, limit, truncated)
 
     if truncated:
@@ -125,6 +132,11 @@ def _context_items(context: Any) -> tuple[list[str], int]:
             items.append(_as_text(item, f"context[{index}]"))
             coerced += 1
     return items, coerced
+
+
+def _drop_blank(items: list[str]) -> tuple[list[str], int]:
+    kept = [item for item in items if item.strip()]
+    return kept, len(items) - len(kept)
 
 
 def _cut(text: str, limit: int, name: str, truncated: dict[str, int]) -> str:

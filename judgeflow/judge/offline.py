@@ -802,6 +802,10 @@ def check_output(output: str, context: Sequence[str]) -> list[SentenceCheck]:
 
 def hallucination_judgement(output: str, context: Sequence[str] | None) -> tuple[float, list[str]]:
     """(score, reasons). Raises :class:`JudgeAbstained` without context."""
+    # Blank items are no context, as in the metrics' input rules; a bare
+    # string is one passage, not a list of characters.
+    if isinstance(context, str):
+        context = [context]
     items = [str(item) for item in (context or []) if item is not None and str(item).strip()]
     if not items:
         raise JudgeAbstained(ABSTAIN_NO_CONTEXT)

@@ -23,14 +23,16 @@ from judgeflow.judge.base import Judge, JudgeRequest
 
 STEP = "hallucination"
 
-# Bump for changes the prompt hash cannot see (the scoring rule).
-MAJOR_VERSION = 1
+# Bump for changes the prompt hash cannot see (the scoring rule, input rules).
+# 2: blank context items are dropped, so blank context selects the no-context
+# prompt (issue 17).
+MAJOR_VERSION = 2
 
 EMPTY_OUTPUT_REASON = "output is empty: nothing to check"
 
 
 def hallucination_version(examples: Sequence[FewShotExample] = ()) -> str:
-    """The version of the current prompts and schema, e.g. ``hallucination/1+0c4d2e7b``.
+    """The version of the current prompts and schema, e.g. ``hallucination/2+0c4d2e7b``.
 
     Few-shot examples change what the judge is shown, so a metric configured
     with examples gets a different hash; without examples it is this default.

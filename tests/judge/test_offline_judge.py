@@ -20,6 +20,7 @@ from judgeflow.judge.offline import (
     split_sentences,
 )
 from judgeflow.judge.offline_eval import evaluate, load_items
+from judgeflow.metrics import HallucinationMetric
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.toxicity.schema import Opinions, ToxicityReason, Verdicts
 
@@ -165,7 +166,7 @@ CONTEXT = [
 ]
 
 
-@pytest.mark.parametrize("context", [None, [], [""], ["   "]])
+@pytest.mark.parametrize("context", [None, [], [""], ["   "], [" ", ""], "  ", ["\n", None]])
 def test_hallucination_abstains_without_context(judge, context):
     request = JudgeRequest(
         "hallucination", [], HallucinationJudgement,
@@ -173,6 +174,25 @@ def test_hallucination_abstains_without_context(judge, context):
     )
     with pytest.raises(JudgeAbstained, match=ABSTAIN_NO_CONTEXT):
         judge.complete(request)
+
+
+@pytest.mark.parametrize("context", [None, [""], "  ", [" ", ""]])
+def test_metric_and_offline_judge_agree_that_blank_context_is_no_context(judge, context):
+    """The LLM path (the metric's input rules) and the offline judge see the
+    same thing: blank context is no context, so the offline judge abstains."""
+    result = HallucinationMetric(judge).score("q", "Paris is the capital of France.", context)
+    assert result.status == "skipped" and result.reason == ABSTAIN_NO_CONTEXT
+
+
+def test_blank_context_items_beside_real_ones_change_nothing(judge):
+    output = "The Aurora X2 runs for up to 150 minutes. Its dust bin holds 900 ml."
+    plain = HallucinationMetric(judge).score("q", output, CONTEXT)
+    padded = HallucinationMetric(judge).score("q", output, ["  ", CONTEXT[0], "", CONTEXT[1], "\t"])
+    assert plain.score == padded.score == 0.5
+    assert padded.reason == plain.reason
+    assert padded.details["context_blank_dropped"] == 3
+    # ... and a bare string is one passage, not a list of characters
+    assert hallucination(judge, output, " ".join(CONTEXT)).score == 0.5
 
 
 def hallucination(judge, output, context=CONTEXT):

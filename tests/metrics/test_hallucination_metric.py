@@ -46,7 +46,7 @@ def test_with_context() -> None:
     assert request.messages[0]["content"].startswith(template.WITH_CONTEXT_INSTRUCTIONS)
 
 
-@pytest.mark.parametrize("context", [None, [], [None]])
+@pytest.mark.parametrize("context", [None, [], [None], [""], "  ", [" ", ""], ["\n\t", None]])
 def test_without_context_uses_the_general_knowledge_variant(context: object) -> None:
     judge = judge_scoring(1.0, "Lyon is not the capital.")
     result = HallucinationMetric(judge).score("Capital of France?", "Lyon.", context)

@@ -67,6 +67,21 @@ def test_missing_or_empty_context_means_no_context(context: object) -> None:
     assert trace.notes == {}
 
 
+@pytest.mark.parametrize(
+    ("context", "dropped"), [([""], 1), ("  ", 1), ([" ", ""], 2), (["\n\t", None, "\u3000"], 2)]
+)
+def test_blank_context_means_no_context(context: object, dropped: int) -> None:
+    trace = normalise_trace("q", "a", context)
+    assert trace.context is None
+    assert trace.notes["context_blank_dropped"] == dropped
+
+
+def test_blank_context_items_are_dropped_before_the_budget() -> None:
+    trace = normalise_trace("q", "a", ["   ", "passage", "", "  more  "], max_field_chars=12)
+    assert trace.context == ["passage", "  mor"]
+    assert trace.notes == {"context_blank_dropped": 2, "truncated": {"context": 15}}
+
+
 def test_single_string_context_is_wrapped() -> None:
     assert normalise_trace("q", "a", "the only passage").context == ["the only passage"]
 

@@ -17,7 +17,7 @@ from tests.metrics.fakes import ScriptedJudge
 
 def test_format() -> None:
     assert re.fullmatch(r"toxicity/1\+[0-9a-f]{8}", toxicity_version())
-    assert re.fullmatch(r"hallucination/1\+[0-9a-f]{8}", hallucination_version())
+    assert re.fullmatch(r"hallucination/2\+[0-9a-f]{8}", hallucination_version())
 
 
 def test_stable_across_calls_and_instances() -> None:
@@ -69,4 +69,4 @@ def test_few_shot_examples_change_the_hallucination_version() -> None:
     with_examples = HallucinationMetric(judge, few_shot_examples=[example]).metric_version
     assert with_examples != hallucination_version()
     assert with_examples == hallucination_version([example])
-    assert with_examples.startswith("hallucination/1+")
+    assert with_examples.startswith("hallucination/2+")
