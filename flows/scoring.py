@@ -41,10 +41,11 @@ def _run_name() -> str:
     return f"score-{datetime.now(timezone.utc):%Y-%m-%dT%H:%M}"
 
 
-def run_settings(*, max_concurrency: int | None, judge_processes: int | None) -> Settings:
-    """The settings of a run: the environment's, with the run's parameters on top."""
-    overrides = {"max_concurrency": max_concurrency, "judge_processes": judge_processes}
-    return load_settings(**{k: v for k, v in overrides.items() if v})
+def run_settings(*, max_concurrency: int | None, judge_processes: int | None, **more) -> Settings:
+    """The settings of a run: the environment's, with the run's parameters on top
+    (a parameter left None keeps the setting)."""
+    overrides = {"max_concurrency": max_concurrency, "judge_processes": judge_processes, **more}
+    return load_settings(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def _retry_delays(settings: Settings) -> list[float]:
@@ -86,7 +87,8 @@ def score_traces(
     run_id = str(flow_run.get_id() or uuid.uuid4())
     owner = f"{run_id}:{uuid.uuid4().hex[:8]}"
     rescore_before = datetime.now(timezone.utc) if rescore else None
-    filters = dict(since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before)
+    filters = dict(since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
+                   settle_delay_s=settings.settle_delay_s)
 
     judge_started = start_judge.submit(settings)  # imports litellm / starts judge workers meanwhile
     ensure_schema(settings)
@@ -178,14 +180,18 @@ def score_new_traces(
     evaluate_alerts: bool = True,
     fanout: Fanout = "pair",
     judge_processes: int | None = None,
+    settle_delay: str | None = None,
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules.
 
     ``max_concurrency`` and ``judge_processes`` override
     ``JUDGEFLOW_MAX_CONCURRENCY`` (judge calls in flight) and
-    ``JUDGEFLOW_JUDGE_PROCESSES`` (worker processes making them)."""
-    settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes)
+    ``JUDGEFLOW_JUDGE_PROCESSES`` (worker processes making them);
+    ``settle_delay`` (e.g. "10m") overrides ``JUDGEFLOW_SETTLE_DELAY``: only
+    traces older than it are scored."""
+    settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
+                            settle_delay=settle_delay)
     summary = score_traces(
         settings, batch_size=batch_size, limit=limit, since=since, until=until,
         sample_rate=sample_rate, metrics=list(metrics), rescore=False, fanout=fanout,

@@ -62,6 +62,9 @@ def score(
     judge_processes: Optional[int] = typer.Option(
         None, help="worker processes making judge calls, e.g. one per core (default JUDGEFLOW_JUDGE_PROCESSES)"
     ),
+    settle_delay: Optional[str] = typer.Option(
+        None, help="only score traces older than this, e.g. 10m (default JUDGEFLOW_SETTLE_DELAY, else 0)"
+    ),
 ) -> None:
     """Score every trace without a result, once, now."""
     from judgeflow.flows.scoring import score_new_traces
@@ -72,7 +75,7 @@ def score(
     summary = score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
-        judge_processes=judge_processes,
+        judge_processes=judge_processes, settle_delay=settle_delay,
     )
     typer.echo(summary.markdown())
 
@@ -109,6 +112,37 @@ def backfill(
     summary = backfill_traces(since=start, until=end, rescore=rescore, batch_size=batch_size,
                               max_concurrency=max_concurrency, fanout=fanout, judge_processes=judge_processes)
     typer.echo(summary.markdown())
+
+
+@app.command()
+@clear_errors
+def calibrate(
+    path: Optional[str] = typer.Argument(
+        None, metavar="FILE.jsonl", help="labelled set: one JSON object per line with input, output, context, labels"
+    ),
+    sample: bool = typer.Option(False, "--sample", help="use the labelled set shipped with judgeflow"),
+    prefect: bool = typer.Option(
+        False, "--prefect", help="run as the calibrate-judge flow and publish the report as Prefect artifacts"
+    ),
+) -> None:
+    """Run the configured judge over human-labelled traces and report how well it agrees:
+    Cohen's kappa, precision/recall/F1 at the configured thresholds, and the threshold
+    that would agree best."""
+    from judgeflow.calibration import SAMPLE_PATH, load_labelled, render
+
+    if (path is None) == (not sample):
+        raise typer.BadParameter("give FILE.jsonl or --sample (not both)")
+    path = str(SAMPLE_PATH) if sample else path
+    settings = _settings()
+    if prefect:
+        from judgeflow.flows.calibration import calibrate_judge
+
+        typer.echo(calibrate_judge(path))
+        return
+    from judgeflow.tasks.calibration import judge_labelled
+
+    items = load_labelled(path)
+    typer.echo(render(judge_labelled(settings, items), judge_model=settings.judge_model, source=path))
 
 
 @app.command()

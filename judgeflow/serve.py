@@ -28,11 +28,21 @@ BACKFILL_DEPLOYMENT = "on-demand"
 NIGHTLY_CRON = "0 2 * * *"
 DEFAULT_TIMEZONE = "UTC"
 
+# The nightly run only scores traces at least NIGHTLY_SETTLE_DELAY old. An
+# application logs a trace before its streamed output, retrieved context or
+# metadata are complete (or updates the row on retry); judging it half-written
+# would store a score that is never revisited. Ten minutes covers loggers that
+# flush or retry within seconds to minutes, and costs nothing: the traces of
+# 01:50-02:00 are scored the next night, and `judgeflow score` (default 0)
+# reaches them at once. Override per run with the settle_delay parameter.
+NIGHTLY_SETTLE_DELAY = "10m"
+
 NIGHTLY_PARAMETERS: dict[str, Any] = {
     "batch_size": 100,
     "sample_rate": 1.0,
     "metrics": list(METRIC_NAMES),
     "evaluate_alerts": True,
+    "settle_delay": NIGHTLY_SETTLE_DELAY,
 }
 BACKFILL_PARAMETERS: dict[str, Any] = {
     "rescore": False,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from judgeflow.errors import ConfigError
@@ -50,6 +50,24 @@ class Settings(BaseSettings):
         1, ge=1, le=32,
         description="worker processes making the judge calls of a run (litellm costs ~5 ms of CPU per call, "
         "so one process tops out at one core); max_concurrency is shared between them",
+    )
+
+    # --- judge spend -----------------------------------------------------
+    judge_input_cost_per_mtok: float | None = Field(
+        None, ge=0, description="USD per million prompt tokens; overrides litellm's price map (set both or neither)"
+    )
+    judge_output_cost_per_mtok: float | None = Field(
+        None, ge=0, description="USD per million completion tokens; overrides litellm's price map"
+    )
+    run_budget_usd: float | None = Field(
+        None, gt=0, description="a scoring run stops claiming once spent + in-flight (estimated) reaches this"
+    )
+    settle_delay: str = Field(
+        "0s", description="only traces older than this are scored (e.g. '10m'): a trace still being written waits"
+    )
+    reuse_identical: bool = Field(
+        True, description="a pair identical to an already-scored one (same metric version, judge, content) "
+        "reuses its result instead of calling the judge"
     )
 
     # --- metrics ---------------------------------------------------------
@@ -107,6 +125,22 @@ class Settings(BaseSettings):
         raw = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
         return SecretStr(normalise_database_url(raw))
 
+    @field_validator("settle_delay", mode="before")
+    @classmethod
+    def _check_settle_delay(cls, value):
+        if value is None or str(value).strip() in ("", "0"):
+            return "0s"
+        parse_duration(str(value))
+        return str(value).strip()
+
+    @model_validator(mode="after")
+    def _prices_come_in_pairs(self):
+        if (self.judge_input_cost_per_mtok is None) != (self.judge_output_cost_per_mtok is None):
+            raise ConfigError(
+                "set both JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK, or neither"
+            )
+        return self
+
     @field_validator("alert_window", "alert_renotify")
     @classmethod
     def _check_duration(cls, value):
@@ -117,6 +151,10 @@ class Settings(BaseSettings):
     @property
     def uses_embedded_database(self) -> bool:
         return self.database_url is None
+
+    @property
+    def settle_delay_s(self) -> float:
+        return parse_duration(self.settle_delay)
 
     @property
     def alert_window_s(self) -> float:

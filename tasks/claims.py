@@ -46,12 +46,14 @@ def claim_traces(
     until: datetime | None = None,
     sample_rate: float = 1.0,
     rescore_before: datetime | None = None,
+    settle_delay_s: float = 0.0,
 ) -> ClaimedBatch:
     """Claim up to ``batch_size`` pending (trace, metric) pairs after ``cursor``,
     oldest first, and return them with their trace content."""
     where, params = pending_where(
         since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
         after=(cursor.created_at, cursor.trace_id, cursor.metric) if cursor else None,
+        settle_delay_s=settle_delay_s,
     )
     if cursor:
         # The row comparison on (created_at, id, metric) cannot bound the index
@@ -117,6 +119,7 @@ def count_pending_work(
     sample_rate: float = 1.0,
     rescore_before: datetime | None = None,
     limit: int | None = None,
+    settle_delay_s: float = 0.0,
 ) -> int:
     """How many (trace, metric) pairs a run would score now; drives the progress artifact."""
     try:
@@ -125,6 +128,7 @@ def count_pending_work(
             counts = count_pending(
                 conn, source, metrics, limit_pairs=None if limit is None else limit * len(metrics),
                 since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
+                settle_delay_s=settle_delay_s,
             )
     except DBAPIError as exc:
         raise DatabaseError(f"could not count pending traces: {exc.orig}") from None

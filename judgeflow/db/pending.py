@@ -19,6 +19,7 @@ def pending_where(
     sample_rate: float = 1.0,
     rescore_before: datetime | None = None,
     after: tuple[datetime, str, str] | None = None,
+    settle_delay_s: float = 0.0,
 ) -> tuple[str, dict[str, Any]]:
     """WHERE clause over ``source t CROSS JOIN unnest(:metrics) m(metric)``."""
     params: dict[str, Any] = {"done": list(DONE_STATUSES)}
@@ -41,6 +42,13 @@ def pending_where(
     if until is not None:
         clauses.append("t.created_at < :until")
         params["until"] = until
+    if settle_delay_s > 0:
+        # a trace younger than the delay may still be being written (streamed
+        # output, context attached later); the database's clock decides, so
+        # the scoring machine's clock cannot skew it. A trace without a
+        # timestamp cannot be shown to be young and is not held back forever.
+        clauses.append("(t.created_at IS NULL OR t.created_at < now() - make_interval(secs => :settle_s))")
+        params["settle_s"] = float(settle_delay_s)
     if sample_rate < 1.0:
         # deterministic per trace id: the same traces are in the sample every run
         clauses.append("(('x' || substr(md5(t.id::text), 1, 8))::bit(32)::bigint / 4294967296.0) < :rate")

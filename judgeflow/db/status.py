@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
-from judgeflow.db.pending import count_pending
+from judgeflow.db.pending import count_pending, pending_where
 from judgeflow.db.source import SourceTable
 from judgeflow.errors import DatabaseError
 from judgeflow.settings import Settings
@@ -55,36 +55,60 @@ class BackfillEstimate:
 
 
 def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, rescore: bool) -> BackfillEstimate:
+    """Pairs a backfill would score and what they would cost under the run
+    budget's cost model (judgeflow.judge.pricing): the judge's prices times
+    the tokens the pairs' text is expected to take."""
+    from judgeflow.judge.pricing import estimate_tokens, prices_for
+
     engine = engine_for(settings)
     migrate.upgrade(engine)
     source = SourceTable.parse(settings.traces_table)
+    where, params = pending_where(
+        since=since, until=until, settle_delay_s=settings.settle_delay_s,
+        rescore_before=datetime.max.replace(tzinfo=since.tzinfo) if rescore else None,
+    )
+    params.update(metrics=list(METRIC_NAMES), cap=settings.max_field_chars)
     try:
         with engine.connect() as conn:
-            per_metric = count_pending(
-                conn, source, list(METRIC_NAMES), since=since, until=until,
-                rescore_before=datetime.max.replace(tzinfo=since.tzinfo) if rescore else None,
-            )
+            select_list = source.select_list(source.columns(conn))
+            sizes = conn.execute(
+                text(
+                    f"""
+                    SELECT metric, count(*),
+                           coalesce(sum(least(length(coalesce(input, '')), :cap)), 0),
+                           coalesce(sum(least(length(coalesce(output, '')), :cap)), 0),
+                           coalesce(sum(least(length(coalesce(context::text, '')), :cap)), 0)
+                    FROM (SELECT {select_list}, m.metric
+                          FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
+                          WHERE {where}) q
+                    GROUP BY metric
+                    """
+                ),
+                params,
+            ).all()
             traces = conn.execute(
                 text(f"SELECT count(*) FROM {source.sql} t WHERE t.created_at >= :s AND t.created_at < :u"),
                 {"s": since, "u": until},
             ).scalar_one()
-            averages = dict(
-                conn.execute(
-                    text(
-                        "SELECT metric, avg(cost_usd) FROM judgeflow.eval_results "
-                        "WHERE status = 'scored' AND cost_usd IS NOT NULL AND judge_model = :model "
-                        "GROUP BY metric"
-                    ),
-                    {"model": settings.judge_model},
-                ).all()
-            )
     except DBAPIError as exc:
         raise DatabaseError(f"could not estimate the backfill: {exc.orig}") from None
+    per_metric = {m: 0 for m in METRIC_NAMES}
+    prompt_tokens = completion_tokens = 0.0
+    for metric, n, input_chars, output_chars, context_chars in sizes:
+        per_metric[metric] = n
+        # the estimate is linear in the characters, so the sums give the total
+        prompt, completion = estimate_tokens(metric, input_chars=input_chars / n, output_chars=output_chars / n,
+                                             context_chars=context_chars / n)
+        prompt_tokens += prompt * n
+        completion_tokens += completion * n
     pairs = sum(per_metric.values())
-    if all(per_metric[m] == 0 or m in averages for m in METRIC_NAMES):
-        cost = sum(per_metric[m] * float(averages.get(m) or 0.0) for m in METRIC_NAMES)
-        basis = f"average past cost per score with {settings.judge_model}"
+    prices = prices_for(settings)
+    if prices is None:
+        cost, basis = None, (f"litellm has no price for {settings.judge_model}; set "
+                             "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK")
     else:
-        cost, basis = None, f"no past scores with a known price for {settings.judge_model}"
+        cost = prices.cost(prompt_tokens, completion_tokens)
+        basis = (f"~{prompt_tokens / 1e6:.2f}M prompt + {completion_tokens / 1e6:.2f}M completion tokens "
+                 f"estimated from the traces' text, at {prices.source}")
     scored_traces = traces if rescore else min(traces, max(per_metric.values(), default=0))
     return BackfillEstimate(pairs=pairs, traces=scored_traces, per_metric=per_metric, cost_usd=cost, basis=basis)

@@ -39,6 +39,8 @@ def _key(settings: "Settings") -> tuple:
         float(settings.judge_backoff_max_s),
         int(settings.max_concurrency),
         int(settings.judge_processes),
+        settings.judge_input_cost_per_mtok,
+        settings.judge_output_cost_per_mtok,
     )
 
 

@@ -49,7 +49,9 @@ Behaviour, decided here once for every metric:
   attempt only: not the wait for a concurrency slot, not earlier failed
   attempts, not backoff sleeps.
 * **Cost** is ``litellm.completion_cost`` from the bundled price map; ``None``
-  when the model is not priced (e.g. a self-hosted or test model).
+  when the model is not priced (e.g. a self-hosted or test model). Prices
+  given in the settings (``JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK`` /
+  ``..._OUTPUT_COST_PER_MTOK``, passed as ``prices_per_mtok``) win over the map.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ __all__ = [
     "RETRY_AFTER_MAX_S",
     "backoff_delay",
     "completion_cost_usd",
+    "model_prices",
     "retry_delay",
 ]
 
@@ -149,6 +152,19 @@ def completion_cost_usd(response: Any) -> float | None:
     if math.isnan(cost) or cost < 0:
         return None
     return cost
+
+
+def model_prices(model: str) -> tuple[float, float] | None:
+    """(USD per prompt token, USD per completion token) from litellm's bundled
+    price map; None when the model is not in it."""
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # ModelNotMappedError and friends
+        return None
+    prices = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    if any(not isinstance(p, (int, float)) or p < 0 for p in prices):
+        return None
+    return float(prices[0]), float(prices[1])
 
 
 def _retry_after_of(exc: BaseException) -> float | None:
@@ -316,6 +332,7 @@ class LiteLLMJudge:
         backoff_max_s: float = 30.0,
         max_concurrency: int = 8,
         extra_kwargs: dict | None = None,
+        prices_per_mtok: tuple[float, float] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
@@ -335,6 +352,7 @@ class LiteLLMJudge:
         self.backoff_max_s = float(backoff_max_s)
         self.max_concurrency = int(max_concurrency)
         self._extra_kwargs = dict(extra_kwargs or {})
+        self._prices_per_mtok = prices_per_mtok
         self._sleep = sleep
         self._async_sleep = async_sleep
         self._rng = rng or random.Random()
@@ -355,6 +373,11 @@ class LiteLLMJudge:
             backoff_base_s=settings.judge_backoff_base_s,
             backoff_max_s=settings.judge_backoff_max_s,
             max_concurrency=settings.max_concurrency,
+            prices_per_mtok=(
+                (settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok)
+                if settings.judge_input_cost_per_mtok is not None and settings.judge_output_cost_per_mtok is not None
+                else None
+            ),
         )
 
     @property
@@ -417,9 +440,18 @@ class LiteLLMJudge:
             model=self._model,
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
-            cost_usd=completion_cost_usd(response),
+            cost_usd=self._cost(response, usage),
             latency_s=latency_s,
         )
+
+    def _cost(self, response: Any, usage: Any) -> float | None:
+        if self._prices_per_mtok is None:
+            return completion_cost_usd(response)
+        prompt = getattr(usage, "prompt_tokens", None)
+        completion = getattr(usage, "completion_tokens", None)
+        if not isinstance(prompt, int) or not isinstance(completion, int):
+            return None  # no usage reported: unknown, not free
+        return (prompt * self._prices_per_mtok[0] + completion * self._prices_per_mtok[1]) / 1_000_000
 
     def _error(self, exc: Exception) -> JudgeError:
         return _translate(exc, model=self._model, api_key=self._api_key, timeout_s=self.timeout_s)

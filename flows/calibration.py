@@ -1,0 +1,26 @@
+"""``calibrate-judge``: the judge against human labels, reported as Prefect artifacts."""
+
+from __future__ import annotations
+
+from prefect import flow
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from judgeflow.calibration import load_labelled, render, table
+from judgeflow.settings import load_settings
+from judgeflow.tasks.calibration import judge_labelled_items
+
+REPORT_KEY = "judgeflow-calibration-report"
+TABLE_KEY = "judgeflow-calibration"
+
+
+@flow(name="calibrate-judge")
+def calibrate_judge(path: str) -> str:
+    """Run the configured judge over the labelled set at ``path`` (JSON Lines,
+    see :mod:`judgeflow.calibration`) and publish its agreement with the labels."""
+    settings = load_settings()
+    items = load_labelled(path)
+    reports = judge_labelled_items(settings, items)
+    markdown = render(reports, judge_model=settings.judge_model, source=path)
+    create_table_artifact(key=TABLE_KEY, table=table(reports), description="judge vs human labels")
+    create_markdown_artifact(key=REPORT_KEY, markdown=markdown, description="judge calibration report")
+    return markdown

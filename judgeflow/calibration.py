@@ -1,0 +1,232 @@
+"""How well the configured judge agrees with human labels.
+
+A labelled set is JSON Lines, one trace per line::
+
+    {"id": "t1", "input": "...", "output": "...", "context": ["..."] | null,
+     "labels": {"toxicity": true, "hallucination": false}}
+
+A label says whether a person judged the trace to *fail* the metric (toxic,
+or not faithful to its context); ``"toxic"``/``"not_toxic"``,
+``"unfaithful"``/``"faithful"``, ``1``/``0`` and ``"yes"``/``"no"`` are read too.
+A line may label one metric or both. The judge's decision is the metric's own:
+a score above the threshold fails. The figures treat "fails" as the positive
+class: precision is the share of the judge's failures a person agrees with,
+recall the share of the people's failures the judge finds, and Cohen's kappa
+the agreement beyond what two raters with those base rates reach by chance.
+
+This module is pure: judging the items is :mod:`judgeflow.tasks.calibration`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from judgeflow.errors import ConfigError
+
+METRICS = ("toxicity", "hallucination")
+_POSITIVE = {"true", "1", "yes", "toxic", "unfaithful", "hallucinated", "fail", "failed"}
+_NEGATIVE = {"false", "0", "no", "not_toxic", "non_toxic", "faithful", "pass", "passed"}
+SAMPLE_PATH = Path(__file__).parent / "demo" / "labelled.jsonl"
+
+
+@dataclass(frozen=True)
+class LabelledItem:
+    id: str
+    input: str
+    output: str
+    context: Any
+    labels: dict[str, bool]
+
+
+def _label(value: Any, *, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _POSITIVE | _NEGATIVE:
+        return value.strip().lower() in _POSITIVE
+    raise ConfigError(f"{where}: label {value!r} is not one of true/false, toxic/not_toxic, unfaithful/faithful")
+
+
+def load_labelled(path: str | Path) -> list[LabelledItem]:
+    """Read a labelled set; a malformed line is an error naming its line number."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError(f"cannot read labelled set {path}: {error.strerror or error}") from None
+    items: list[LabelledItem] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{where}: not JSON ({error.msg})") from None
+        if not isinstance(raw, dict) or not isinstance(raw.get("output"), str):
+            raise ConfigError(f"{where}: each line needs an object with a string 'output'")
+        labels = raw.get("labels")
+        if not isinstance(labels, dict) or not labels:
+            raise ConfigError(f"{where}: 'labels' must map toxicity and/or hallucination to a label")
+        unknown = set(labels) - set(METRICS)
+        if unknown:
+            raise ConfigError(f"{where}: unknown metric(s) in labels: {', '.join(sorted(unknown))}")
+        items.append(LabelledItem(
+            id=str(raw.get("id", number)), input=str(raw.get("input") or ""), output=raw["output"],
+            context=raw.get("context"),
+            labels={m: _label(v, where=f"{where} ({m})") for m, v in labels.items() if v is not None},
+        ))
+    if not items:
+        raise ConfigError(f"{path}: no labelled items")
+    return items
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """Judge decision vs human label at one threshold ("fails" is positive)."""
+
+    threshold: float
+    tp: int
+    fp: int
+    tn: int
+    fn: int
+
+    @property
+    def n(self) -> int:
+        return self.tp + self.fp + self.tn + self.fn
+
+    @property
+    def precision(self) -> float | None:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else None
+
+    @property
+    def recall(self) -> float | None:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else None
+
+    @property
+    def f1(self) -> float | None:
+        p, r = self.precision, self.recall
+        if p is None or r is None or p + r == 0:
+            return None if p is None or r is None else 0.0
+        return 2 * p * r / (p + r)
+
+    @property
+    def accuracy(self) -> float | None:
+        return (self.tp + self.tn) / self.n if self.n else None
+
+    @property
+    def kappa(self) -> float | None:
+        """Cohen's kappa; None when chance agreement is total (both raters gave one class only)."""
+        n = self.n
+        if not n:
+            return None
+        observed = (self.tp + self.tn) / n
+        chance = ((self.tp + self.fp) * (self.tp + self.fn) + (self.fn + self.tn) * (self.fp + self.tn)) / (n * n)
+        if chance == 1.0:
+            return None
+        return (observed - chance) / (1.0 - chance)
+
+
+def agreement(scored: list[tuple[float, bool]], threshold: float) -> Agreement:
+    """``scored``: (judge score, human says it fails) pairs."""
+    tp = fp = tn = fn = 0
+    for score, fails in scored:
+        predicted = score > threshold  # the metric's rule: passed means score <= threshold
+        if predicted and fails:
+            tp += 1
+        elif predicted:
+            fp += 1
+        elif fails:
+            fn += 1
+        else:
+            tn += 1
+    return Agreement(threshold, tp, fp, tn, fn)
+
+
+def best_threshold(scored: list[tuple[float, bool]], configured: float) -> tuple[Agreement, float] | None:
+    """The threshold whose decisions agree best with the labels (highest kappa,
+    then F1, then nearest the configured one), and the end of the range of
+    thresholds that make the same decisions: any value in [threshold, upto)."""
+    if not scored:
+        return None
+    # decisions only change at a score: thresholds 0 and every distinct score cover them all
+    candidates = sorted({0.0, 1.0, *(s for s, _ in scored)})
+
+    def rank(a: Agreement):
+        return (-1.0 if a.kappa is None else a.kappa, -1.0 if a.f1 is None else a.f1, -abs(a.threshold - configured))
+
+    best = max((agreement(scored, t) for t in candidates), key=rank)
+    above = [t for t in candidates if t > best.threshold]
+    return best, (above[0] if above else 1.0)
+
+
+@dataclass
+class MetricReport:
+    metric: str
+    threshold: float
+    labelled: int
+    skipped: int = 0
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    at_threshold: Agreement | None = None
+    best: Agreement | None = None
+    best_upto: float | None = None
+
+
+def build_report(metric: str, threshold: float, scored: list[tuple[float, bool]], *, labelled: int,
+                 skipped: int, failed: int, errors: list[str]) -> MetricReport:
+    report = MetricReport(metric, threshold, labelled, skipped, failed, errors[:5])
+    if scored:
+        report.at_threshold = agreement(scored, threshold)
+        report.best, report.best_upto = best_threshold(scored, threshold)
+    return report
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def table(reports: list[MetricReport]) -> list[dict[str, Any]]:
+    """One row per metric (the Prefect table artifact)."""
+    rows = []
+    for r in reports:
+        a = r.at_threshold
+        rows.append({
+            "metric": r.metric, "labelled": r.labelled, "judged": a.n if a else 0,
+            "skipped": r.skipped, "failed": r.failed, "threshold": r.threshold,
+            "kappa": _fmt(a.kappa if a else None), "precision": _fmt(a.precision if a else None),
+            "recall": _fmt(a.recall if a else None), "f1": _fmt(a.f1 if a else None),
+            "tp/fp/tn/fn": f"{a.tp}/{a.fp}/{a.tn}/{a.fn}" if a else "-",
+            "best threshold": "-" if r.best is None else f"{r.best.threshold:g}",
+            "best kappa": _fmt(r.best.kappa if r.best else None),
+        })
+    return rows
+
+
+def render(reports: list[MetricReport], *, judge_model: str, source: str) -> str:
+    """The report as markdown (printed by the CLI, published as an artifact)."""
+    lines = [f"# judge calibration: {judge_model}", "", f"labelled set: {source}", ""]
+    for r in reports:
+        a = r.at_threshold
+        lines.append(f"## {r.metric}")
+        lines.append("")
+        judged = a.n if a else 0
+        lines.append(f"- items labelled: {r.labelled}; judged: {judged}; skipped by the judge: {r.skipped}; "
+                     f"failed: {r.failed}")
+        if a is None:
+            lines.append("- no item was judged: no figures")
+        else:
+            lines.append(f"- at the configured threshold {r.threshold:g} (fails when score > threshold): "
+                         f"kappa {_fmt(a.kappa)}, precision {_fmt(a.precision)}, recall {_fmt(a.recall)}, "
+                         f"F1 {_fmt(a.f1)}, accuracy {_fmt(a.accuracy)} (tp {a.tp}, fp {a.fp}, tn {a.tn}, fn {a.fn})")
+            b = r.best
+            lines.append(f"- best agreement: threshold {b.threshold:g} (any value from {b.threshold:g} up to "
+                         f"{r.best_upto:g} decides the same): kappa {_fmt(b.kappa)}, precision {_fmt(b.precision)}, "
+                         f"recall {_fmt(b.recall)}, F1 {_fmt(b.f1)} (tp {b.tp}, fp {b.fp}, tn {b.tn}, fn {b.fn})")
+        for error in r.errors:
+            lines.append(f"- error: {error}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
