@@ -101,6 +101,11 @@ class Settings(BaseSettings):
     alert_webhook_retries: int = Field(3, ge=0, description="retries after the first attempt (5xx, 429, timeouts)")
     alert_webhook_backoff_s: float = Field(1.0, ge=0, description="first retry delay; doubles each retry")
     alert_webhook_backoff_max_s: float = Field(30.0, ge=0)
+    alert_redelivery_backoff_s: float = Field(
+        60.0, ge=0,
+        description="an undelivered notification is due again this long after a failed evaluation; doubles each time",
+    )
+    alert_redelivery_backoff_max_s: float = Field(3600.0, ge=0)
     alert_prefect_events: bool = Field(True, description="emit judgeflow.alert.* Prefect events")
 
     # --- schedule --------------------------------------------------------

@@ -54,6 +54,7 @@ def list_alerts(
     """List each rule's current state and the most recent alerts (fired, reminder, resolved)."""
     if ctx.invoked_subcommand is not None:
         return
+    from judgeflow.alerts.outbox import outbox_exists, undelivered
     from judgeflow.alerts.rules import all_rules
     from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
     from judgeflow.db.engine import engine_for
@@ -62,11 +63,12 @@ def list_alerts(
     settings = load_settings()
     rules = all_rules(settings)
     with engine_for(settings).connect() as conn:
-        if not alert_tables_exist(conn):
-            rows, history = {}, []
-        else:
+        rows, history, waiting = {}, [], []
+        if alert_tables_exist(conn):
             rows = {row.rule: row for row in current_alerts(conn)}
             history = alert_history(conn, limit=limit, rule=rule)
+        if outbox_exists(conn):
+            waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
 
     typer.echo(
         f"Alert rules (window {settings.alert_window}, at least {settings.alert_min_samples} samples, "
@@ -94,6 +96,18 @@ def list_alerts(
         table,
     ))
     typer.echo("")
+    if waiting:
+        typer.echo("Undelivered notifications (retried at every evaluation: scoring runs and `judgeflow alerts check`)")
+        typer.echo(_table(
+            ["id", "when", "rule", "alert", "channel", "tries", "attempts", "last tried", "next due", "last error",
+             "delivery id"],
+            [
+                [str(w.event_id), _when(w.occurred_at), w.rule, w.kind, w.channel, str(w.tries), str(w.attempts),
+                 _when(w.last_attempt_at), _when(w.next_attempt_at), (w.last_error or "-")[:80], str(w.delivery_id)]
+                for w in waiting
+            ],
+        ))
+        typer.echo("")
     if not history:
         typer.echo("No alerts yet." if rule is None else f"No alerts yet for {rule}.")
         return
@@ -112,8 +126,11 @@ def list_alerts(
 @clear_errors
 def check(
     fail_on_firing: bool = typer.Option(False, "--fail-on-firing", help="exit with code 1 when a rule is firing"),
+    redeliver_now: bool = typer.Option(
+        False, "--redeliver-now", help="try every undelivered notification now, ignoring the redelivery backoff"
+    ),
 ) -> None:
-    """Evaluate every enabled rule now and send the notifications due."""
+    """Evaluate every enabled rule now and send the notifications due, earlier undelivered ones included."""
     from judgeflow.alerts.service import evaluate_rules
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
@@ -122,9 +139,8 @@ def check(
     settings = load_settings()
     engine = engine_for(settings)
     migrate.upgrade(engine)
-    results = evaluate_rules(settings, engine=engine, include_disabled=True)
-    if any((r.deliveries.get("prefect_event") or {}).get("status") == "delivered" for r in results):
-        _flush_prefect_events()
+    results = evaluate_rules(settings, engine=engine, include_disabled=True, redeliver_now=redeliver_now)
+    _flush_prefect_events()
 
     typer.echo(_table(
         ["rule", "state", "evaluation", "value", "max", "samples/min", "failed", "notification"],
@@ -138,8 +154,18 @@ def check(
         ],
     ))
     for r in results:
+        for again in r.redelivered:
+            line = (f"{r.rule}: earlier {again['notification']} (#{again['alert_id']}) via {again['channel']}: "
+                    f"{again['status']} (try {again['tries']})")
+            if again["status"] == "failed":
+                typer.secho(f"{line}: {again['error']}; retried at the next evaluation", fg="yellow", err=True)
+            else:
+                typer.echo(line)
         if r.delivery_status in ("failed", "partial"):
-            typer.secho(f"{r.rule}: notification delivery {r.delivery_status}: {r.delivery_error}", fg="yellow", err=True)
+            typer.secho(
+                f"{r.rule}: notification delivery {r.delivery_status}: {r.delivery_error}; retried at the next evaluation",
+                fg="yellow", err=True,
+            )
     if fail_on_firing and any(r.state == "firing" for r in results):
         raise typer.Exit(1)
 

@@ -1,19 +1,24 @@
 """Where alert notifications go: a Prefect event, a generic signed webhook, Slack.
 
-Every channel is best effort: a channel's failure is returned as a
-:class:`ChannelResult`, never raised, so a delivery problem never fails the
-scoring run. HTTP channels retry with exponential backoff on 5xx, 408, 429,
-timeouts and connection errors, a bounded number of times.
+Every channel is best effort within one evaluation: a channel's failure is
+returned as a :class:`ChannelResult`, never raised, so a delivery problem never
+fails the scoring run. HTTP channels retry with exponential backoff on 5xx,
+408, 429, timeouts and connection errors, a bounded number of times; what is
+still undelivered after that stays in the outbox (:mod:`judgeflow.alerts.outbox`)
+and is tried again by every later evaluation.
 
 Webhook requests carry
 
 - ``X-Judgeflow-Event``: ``judgeflow.alert.fired`` or ``judgeflow.alert.resolved``
-- ``X-Judgeflow-Delivery``: the alert id, the same on every retry (receivers
-  can de-duplicate on it)
+- ``X-Judgeflow-Delivery``: the notification's delivery id (a UUID, also the
+  payload's ``delivery_id``), the same on every attempt and every later
+  redelivery: receivers de-duplicate on it
 - ``X-Judgeflow-Timestamp``: Unix seconds of this attempt
 - ``X-Judgeflow-Signature``: ``sha256=<hex>``, HMAC-SHA256 with
   ``JUDGEFLOW_ALERT_WEBHOOK_SECRET`` over ``<timestamp>.<raw body>`` (only when
   a secret is set)
+
+A Prefect event's id is the delivery id too, so a re-sent event is the same event.
 """
 
 from __future__ import annotations
@@ -23,16 +28,19 @@ import hmac
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Literal
+from uuid import UUID
 
 import httpx
 
 from judgeflow import __version__
 from judgeflow.alerts.evaluation import iso_utc
-from judgeflow.alerts.state import Decision
 from judgeflow.retry_after import parse_retry_after
 from judgeflow.settings import Settings
+
+if TYPE_CHECKING:
+    from judgeflow.alerts.state import Decision
 
 log = logging.getLogger("judgeflow.alerts")
 
@@ -43,6 +51,8 @@ TIMESTAMP_HEADER = "X-Judgeflow-Timestamp"
 EVENT_HEADER = "X-Judgeflow-Event"
 DELIVERY_HEADER = "X-Judgeflow-Delivery"
 RETRYABLE_STATUS = frozenset({408, 425, 429})
+# the order channels are listed and reported in
+CHANNELS = ("prefect_event", "webhook", "slack")
 
 ChannelStatus = Literal["delivered", "failed", "skipped"]
 
@@ -57,47 +67,31 @@ class ChannelResult:
     detail: str | None = None
 
 
-@dataclass
-class DeliveryReport:
-    results: list[ChannelResult] = field(default_factory=list)
-
-    @property
-    def status(self) -> str:
-        tried = [r for r in self.results if r.status != "skipped"]
-        if not tried:
-            return "skipped"
-        if all(r.status == "delivered" for r in tried):
-            return "delivered"
-        if all(r.status == "failed" for r in tried):
-            return "failed"
-        return "partial"
-
-    @property
-    def attempts(self) -> int:
-        return sum(r.attempts for r in self.results)
-
-    @property
-    def error(self) -> str | None:
-        errors = [f"{r.channel}: {r.error}" for r in self.results if r.status == "failed"]
-        return "; ".join(errors) or None
-
-    def as_json(self) -> dict:
-        return {r.channel: {k: v for k, v in asdict(r).items() if k != "channel"} for r in self.results}
-
-
 # --- the payload ---------------------------------------------------------------
 
 
-def event_name(decision: Decision) -> str:
+def event_name(decision: "Decision") -> str:
     return EVENT_RESOLVED if decision.transition == "resolved" else EVENT_FIRED
 
 
-def build_payload(decision: Decision, *, run_url: str | None = None) -> dict[str, Any]:
-    """The JSON body of the webhook and the payload of the Prefect event."""
+def configured_channels(settings: Settings) -> list[str]:
+    """The channels a notification created now is to be delivered to."""
+    on = {
+        "prefect_event": settings.alert_prefect_events,
+        "webhook": settings.alert_webhook_url is not None,
+        "slack": settings.alert_slack_webhook_url is not None,
+    }
+    return [c for c in CHANNELS if on[c]]
+
+
+def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[str, Any]:
+    """The JSON body of the webhook and the payload of the Prefect event. It is
+    stored with the notification and sent unchanged on every redelivery."""
     rule, figures = decision.rule, decision.figures
     return {
         "event": event_name(decision),
         "notification": decision.transition,  # fired | reminder | resolved
+        "delivery_id": decision.delivery_id,
         "alert_id": decision.alert_event_id,
         "rule": rule.name,
         "metric": rule.metric,
@@ -240,16 +234,16 @@ class Notifier:
         self._sleep = sleep
         self._http = http
 
-    # each channel returns a result and never raises
-    def deliver(self, payload: dict[str, Any]) -> DeliveryReport:
-        report = DeliveryReport()
-        for send in (self._send_event, self._send_webhook, self._send_slack):
-            try:
-                report.results.append(send(payload))
-            except Exception as error:  # a bug in a channel must not fail the run either
-                log.exception("alert channel %s crashed", send.__name__)
-                report.results.append(ChannelResult(send.__name__.removeprefix("_send_"), "failed", error=repr(error)[:300]))
-        return report
+    def send(self, channel: str, payload: dict[str, Any]) -> ChannelResult:
+        """Deliver ``payload`` to one channel. Never raises."""
+        send = {"prefect_event": self._send_event, "webhook": self._send_webhook, "slack": self._send_slack}.get(channel)
+        if send is None:
+            return ChannelResult(channel, "skipped", detail=f"unknown channel {channel!r}")
+        try:
+            return send(payload)
+        except Exception as error:  # a bug in a channel must not fail the run either
+            log.exception("alert channel %s crashed", channel)
+            return ChannelResult(channel, "failed", attempts=1, error=f"{type(error).__name__}: {error}"[:300])
 
     def _send_event(self, payload: dict[str, Any]) -> ChannelResult:
         if not self.settings.alert_prefect_events:
@@ -259,7 +253,10 @@ class Notifier:
             if not prefect_api_available():
                 return ChannelResult("prefect_event", "skipped", detail="no Prefect API configured")
             emitter = _prefect_emit
-        event = emitter(event=payload["event"], resource=event_resource(payload), payload=payload)
+        kwargs: dict[str, Any] = {}
+        if payload.get("delivery_id"):
+            kwargs["id"] = UUID(payload["delivery_id"])  # a re-sent event is the same event
+        event = emitter(event=payload["event"], resource=event_resource(payload), payload=payload, **kwargs)
         if event is None:
             return ChannelResult("prefect_event", "skipped", attempts=1, detail="Prefect events are not being sent")
         return ChannelResult("prefect_event", "delivered", attempts=1, detail=str(getattr(event, "id", "")) or None)
@@ -276,7 +273,7 @@ class Notifier:
                 "Content-Type": "application/json",
                 "User-Agent": f"judgeflow/{__version__}",
                 EVENT_HEADER: payload["event"],
-                DELIVERY_HEADER: str(payload.get("alert_id")),
+                DELIVERY_HEADER: str(payload.get("delivery_id") or payload.get("alert_id")),
                 TIMESTAMP_HEADER: timestamp,
             }
             if secret:

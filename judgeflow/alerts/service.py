@@ -1,4 +1,5 @@
-"""Evaluate every enabled rule, notify, record deliveries. Used by the
+"""Evaluate every enabled rule, then deliver what the outbox holds (the new
+notifications and any earlier undelivered ones). Used by the
 ``evaluate-alert-rules`` task (end of each scoring run) and ``judgeflow alerts check``."""
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from datetime import datetime
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
-from judgeflow.alerts.notify import DeliveryReport, Notifier, build_payload
+from judgeflow.alerts.notify import Notifier, configured_channels
+from judgeflow.alerts.outbox import Sent, deliver_pending
 from judgeflow.alerts.rules import Rule, all_rules
-from judgeflow.alerts.state import Decision, evaluate_rule, record_delivery
+from judgeflow.alerts.state import Decision, evaluate_rule
 from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.alerts")
@@ -37,16 +39,21 @@ class RuleEvaluation(BaseModel):
     failed_count: int = 0
     evaluated_at: datetime | None = None
     alert_event_id: int | None = None
-    delivery_status: str | None = None  # delivered | partial | failed | skipped
+    delivery_id: str | None = None
+    # this evaluation's notification: delivered | partial | failed | pending | skipped
+    # (failed and partial ones stay in the outbox and are retried)
+    delivery_status: str | None = None
     delivery_error: str | None = None
     deliveries: dict = {}
+    # earlier undelivered notifications of this rule tried again by this evaluation
+    redelivered: list[dict] = []
 
     @classmethod
     def disabled(cls, rule: Rule) -> "RuleEvaluation":
         return cls(rule=rule.name, metric=rule.metric, enabled=False, window=rule.window, min_samples=rule.min_samples)
 
     @classmethod
-    def from_decision(cls, d: Decision, report: DeliveryReport | None) -> "RuleEvaluation":
+    def from_decision(cls, d: Decision, summary: dict | None, redelivered: list[Sent]) -> "RuleEvaluation":
         f = d.figures
         return cls(
             rule=d.rule.name,
@@ -64,9 +71,15 @@ class RuleEvaluation(BaseModel):
             failed_count=f.failed,
             evaluated_at=f.evaluated_at,
             alert_event_id=d.alert_event_id,
-            delivery_status=report.status if report else None,
-            delivery_error=report.error if report else None,
-            deliveries=report.as_json() if report else {},
+            delivery_id=d.delivery_id,
+            delivery_status=summary["delivery_status"] if summary else None,
+            delivery_error=summary["delivery_error"] if summary else None,
+            deliveries=summary["deliveries"] if summary else {},
+            redelivered=[
+                {"alert_id": s.event_id, "notification": s.kind, "channel": s.channel, "status": s.status,
+                 "tries": s.tries, "error": s.error}
+                for s in redelivered
+            ],
         )
 
     @property
@@ -101,9 +114,11 @@ def evaluate_rules(
     flow_run_id: str | None = None,
     notifier: Notifier | None = None,
     include_disabled: bool = False,
+    redeliver_now: bool = False,
 ) -> list[RuleEvaluation]:
-    """Evaluate each enabled rule (one locked transaction each), then deliver the
-    notifications that were claimed and record how that went.
+    """Evaluate each enabled rule (one locked transaction each, which also queues
+    the notification due), then deliver every due notification in the outbox
+    and record how that went. ``redeliver_now`` ignores the redelivery backoff.
 
     Database errors propagate; delivery errors never do."""
     if engine is None:
@@ -111,36 +126,68 @@ def evaluate_rules(
 
         engine = engine_for(settings)
     notifier = notifier or Notifier(settings)
-    results: list[RuleEvaluation] = []
+    channels = configured_channels(settings)
+    url = run_url(flow_run_id)
+    decisions: list[Decision | Rule] = []
     for rule in all_rules(settings):
         if not rule.enabled:
-            if include_disabled:
-                results.append(RuleEvaluation.disabled(rule))
+            decisions.append(rule)
             continue
-        decision = evaluate_rule(engine, rule, flow_run_id=flow_run_id)
-        report = None
+        decisions.append(evaluate_rule(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url))
+
+    # after the commits: a crash before or during this leaves the outbox rows pending
+    sent = deliver_pending(engine, notifier, settings, force=redeliver_now)
+    for s in sent:
+        log_fn = log.info if s.status in ("delivered", "skipped") else log.warning
+        log_fn(
+            "alert %s %s (notification %d, delivery %s): %s %s after %d tr%s%s",
+            s.rule, s.kind, s.event_id, s.delivery_id, s.channel, s.status, s.tries, "y" if s.tries == 1 else "ies",
+            f" ({s.error}); retried at the next evaluation" if s.status == "failed" else "",
+        )
+    summaries = _summaries(engine, [x.alert_event_id for x in decisions if isinstance(x, Decision) and x.notify])
+
+    results: list[RuleEvaluation] = []
+    for item in decisions:
+        if isinstance(item, Rule):
+            if include_disabled:
+                results.append(RuleEvaluation.disabled(item))
+            continue
+        decision, rule = item, item.rule
+        summary = summaries.get(decision.alert_event_id) if decision.notify else None
+        earlier = [s for s in sent if s.rule == rule.name and s.event_id != decision.alert_event_id]
+        result = RuleEvaluation.from_decision(decision, summary, earlier)
         if decision.notify:
-            payload = build_payload(decision, run_url=run_url(flow_run_id))
-            report = notifier.deliver(payload)
-            try:
-                record_delivery(
-                    engine, decision.alert_event_id, rule.name,
-                    status=report.status, attempts=report.attempts, error=report.error, deliveries=report.as_json(),
-                )
-            except Exception:  # the notification went out; losing its receipt is not worth failing for
-                log.exception("could not record the delivery of alert %s", decision.alert_event_id)
-            log_fn = log.warning if report.status in ("failed", "partial") else log.info
+            log_fn = log.warning if result.delivery_status in ("failed", "partial") else log.info
             log_fn(
                 "alert %s %s: %s %s (value %s, max %s, %d samples); delivery %s%s",
                 rule.name, decision.transition, decision.state_before, decision.state,
                 _pct(decision.figures.value), _pct(rule.maximum), decision.figures.sample_size,
-                report.status, f" ({report.error})" if report.error else "",
+                result.delivery_status, f" ({result.delivery_error})" if result.delivery_error else "",
             )
-        result = RuleEvaluation.from_decision(decision, report)
-        if not decision.notify:
+        else:
             log.info("alert rule %s: %s", rule.name, result.summary)
         results.append(result)
     return results
+
+
+def _summaries(engine: Engine, event_ids: list[int]) -> dict[int, dict]:
+    if not event_ids:
+        return {}
+    from sqlalchemy import select
+
+    from judgeflow.db.alert_tables import alert_events
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                alert_events.c.id, alert_events.c.delivery_status, alert_events.c.delivery_error,
+                alert_events.c.deliveries,
+            ).where(alert_events.c.id.in_(event_ids))
+        ).all()
+    return {
+        r.id: {"delivery_status": r.delivery_status, "delivery_error": r.delivery_error, "deliveries": r.deliveries}
+        for r in rows
+    }
 
 
 def render_markdown(evaluations: list[RuleEvaluation]) -> str:
@@ -160,6 +207,9 @@ def render_markdown(evaluations: list[RuleEvaluation]) -> str:
             note = f"{e.transition}, delivery {e.delivery_status}"
             if e.delivery_error:
                 note += f": {e.delivery_error}".replace("|", "\\|")
+        earlier = [f"earlier {r['notification']} #{r['alert_id']} via {r['channel']}: {r['status']}" for r in e.redelivered]
+        if earlier:
+            note = "; ".join(([] if note == "-" else [note]) + earlier)
         lines.append(
             f"| {e.rule} | **{(e.state or '').upper()}** | {outcome} | {_pct(e.value)} | {_pct(e.threshold)} | "
             f"{e.sample_size} ({e.min_samples}) | {e.failed_count} | {e.window} | {note} |"

@@ -6,17 +6,17 @@ One short transaction per rule:
 2. lock it (``SELECT ... FOR UPDATE``): concurrent evaluators of the same rule
    queue here, so exactly one of them sees any given state,
 3. compute the figures and decide (:func:`decide`),
-4. when a notification is due, write its ``alert_events`` row (delivery
-   'pending') and set ``last_notified_at`` - this *claims* the notification,
+4. when a notification is due, write its ``alert_events`` row with the payload
+   to send, its outbox rows (one per channel, :mod:`judgeflow.alerts.outbox`)
+   and ``last_notified_at`` - this *claims* the notification,
 5. commit.
 
-Delivery happens after the commit, outside any lock (:mod:`judgeflow.alerts.notify`),
-and its outcome is written back by :func:`record_delivery`. A notification is
-therefore sent at most once per transition: an evaluator that comes second sees
-the new state and the fresh ``last_notified_at`` and stays quiet. A delivery
-that fails after its bounded retries is recorded, not retried by later runs
-(a receiver that timed out may well have got it); while the rule keeps firing,
-``JUDGEFLOW_ALERT_RENOTIFY`` sends reminders, which is the recovery path.
+Delivery happens after the commit, outside any lock
+(:func:`judgeflow.alerts.outbox.deliver_pending`). A transition is therefore
+announced once: an evaluator that comes second sees the new state and the
+fresh ``last_notified_at`` and creates nothing. Its delivery is at least once:
+what fails, or is interrupted by a crash, stays in the outbox and every later
+evaluation tries it again, with the same delivery id.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class Decision:
     resolved_at: datetime | None
     last_notified_at: datetime | None
     flow_run_id: str | None = None
+    delivery_id: str | None = None
 
     @property
     def notify(self) -> bool:
@@ -77,8 +78,20 @@ def decide(
     return "ok", "ok", None
 
 
-def evaluate_rule(engine: Engine, rule: Rule, *, flow_run_id: str | None = None) -> Decision:
-    """Evaluate one enabled rule and record the outcome, under the rule's row lock."""
+def evaluate_rule(
+    engine: Engine,
+    rule: Rule,
+    *,
+    flow_run_id: str | None = None,
+    channels: list[str] | None = None,
+    run_url: str | None = None,
+) -> Decision:
+    """Evaluate one enabled rule and record the outcome, under the rule's row lock.
+    A notification due is queued for ``channels`` (default: none, so it is
+    recorded as 'skipped') in the same transaction."""
+    from judgeflow.alerts.notify import build_payload
+    from judgeflow.alerts.outbox import add_deliveries
+
     with engine.begin() as conn:
         conn.execute(
             pg_insert(alerts).values(rule=rule.name, state="ok").on_conflict_do_nothing(index_elements=["rule"])
@@ -117,10 +130,10 @@ def evaluate_rule(engine: Engine, rule: Rule, *, flow_run_id: str | None = None)
             last_evaluated_at=now,
             updated_at=now,
         )
-        event_id = None
+        event_id = delivery_id = None
         if transition is not None:
             last_notified_at = now
-            event_id = conn.execute(
+            event_id, delivery_id = conn.execute(
                 alert_events.insert()
                 .values(
                     **measured,
@@ -131,8 +144,8 @@ def evaluate_rule(engine: Engine, rule: Rule, *, flow_run_id: str | None = None)
                     flow_run_id=flow_run_id,
                     delivery_status="pending",
                 )
-                .returning(alert_events.c.id)
-            ).scalar_one()
+                .returning(alert_events.c.id, alert_events.c.delivery_id)
+            ).one()
             values.update(
                 last_notified_at=now,
                 last_event_id=event_id,
@@ -142,49 +155,28 @@ def evaluate_rule(engine: Engine, rule: Rule, *, flow_run_id: str | None = None)
                 delivery_attempts=0,
             )
         conn.execute(update(alerts).where(alerts.c.rule == rule.name).values(**values))
-
-    return Decision(
-        rule=rule,
-        figures=figures,
-        outcome=outcome,
-        state_before=current.state,
-        state=state,
-        transition=transition,
-        alert_event_id=event_id,
-        opened_at=opened_at,
-        resolved_at=resolved_at,
-        last_notified_at=last_notified_at,
-        flow_run_id=flow_run_id,
-    )
-
-
-def record_delivery(
-    engine: Engine,
-    alert_event_id: int,
-    rule_name: str,
-    *,
-    status: str,
-    attempts: int,
-    error: str | None,
-    deliveries: dict,
-) -> None:
-    """Write a notification's delivery outcome to its history row and, unless a
-    newer notification has replaced it meanwhile, to the rule's row."""
-    values = dict(
-        delivery_status=status,
-        delivered_at=func.now() if status in ("delivered", "partial") else None,
-        delivery_error=error,
-        delivery_attempts=attempts,
-    )
-    with engine.begin() as conn:
-        conn.execute(
-            update(alert_events).where(alert_events.c.id == alert_event_id).values(**values, deliveries=deliveries)
+        decision = Decision(
+            rule=rule,
+            figures=figures,
+            outcome=outcome,
+            state_before=current.state,
+            state=state,
+            transition=transition,
+            alert_event_id=event_id,
+            opened_at=opened_at,
+            resolved_at=resolved_at,
+            last_notified_at=last_notified_at,
+            flow_run_id=flow_run_id,
+            delivery_id=None if delivery_id is None else str(delivery_id),
         )
-        conn.execute(
-            update(alerts)
-            .where(alerts.c.rule == rule_name, alerts.c.last_event_id == alert_event_id)
-            .values(**values)
-        )
+        if event_id is not None:
+            conn.execute(
+                update(alert_events)
+                .where(alert_events.c.id == event_id)
+                .values(payload=build_payload(decision, run_url=run_url))
+            )
+            add_deliveries(conn, event_id=event_id, rule=rule.name, kind=transition, channels=list(channels or []))
+    return decision
 
 
 # --- reading, for `judgeflow alerts` ------------------------------------------

@@ -1,8 +1,10 @@
-"""Core table objects for the alert state tables (migration 0002).
+"""Core table objects for the alert state tables (migrations 0002, 0005).
 
 ``alerts`` holds the current state of each rule, one row per rule;
 ``alert_events`` holds one row per notification (fired, reminder, resolved)
-with the figures sent and how their delivery went.
+with the figures and the payload sent, its delivery id and a summary of how
+its delivery went; ``alert_deliveries`` is the outbox: one row per
+notification and channel, retried until delivered or superseded.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from sqlalchemy import (
     Table,
     Text,
     func,
+    text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSONB, UUID
 
 from judgeflow.db.schema import SCHEMA, metadata
 
@@ -29,7 +32,8 @@ ALERT_STATES = ("ok", "firing")
 # what the last evaluation found; 'not_enough_data' never changes the state
 ALERT_OUTCOMES = ("ok", "firing", "not_enough_data")
 NOTIFICATION_KINDS = ("fired", "reminder", "resolved")
-DELIVERY_STATUSES = ("pending", "delivered", "partial", "failed", "skipped")
+DELIVERY_STATUSES = ("pending", "delivered", "partial", "failed", "skipped", "superseded")
+CHANNEL_STATUSES = ("pending", "delivered", "skipped", "superseded")
 
 alert_events = Table(
     "alert_events",
@@ -52,10 +56,13 @@ alert_events = Table(
     Column("delivery_error", Text),
     Column("delivery_attempts", Integer, nullable=False, server_default="0"),
     Column("deliveries", JSONB, nullable=False, server_default="{}"),
+    Column("delivery_id", UUID(as_uuid=False), nullable=False, server_default=text("gen_random_uuid()"), unique=True),
+    Column("payload", JSONB),
+    Column("superseded_by", BigInteger, ForeignKey(f"{SCHEMA}.alert_events.id", ondelete="SET NULL")),
     CheckConstraint("kind IN ('fired', 'reminder', 'resolved')", name="alert_events_kind_check"),
     CheckConstraint("state IN ('ok', 'firing')", name="alert_events_state_check"),
     CheckConstraint(
-        "delivery_status IN ('pending', 'delivered', 'partial', 'failed', 'skipped')",
+        "delivery_status IN ('pending', 'delivered', 'partial', 'failed', 'skipped', 'superseded')",
         name="alert_events_delivery_status_check",
     ),
     Index("alert_events_rule_occurred_idx", "rule", "occurred_at"),
@@ -90,5 +97,27 @@ alerts = Table(
         "last_outcome IS NULL OR last_outcome IN ('ok', 'firing', 'not_enough_data')",
         name="alerts_last_outcome_check",
     ),
+    schema=SCHEMA,
+)
+
+alert_deliveries = Table(
+    "alert_deliveries",
+    metadata,
+    Column("event_id", BigInteger, ForeignKey(f"{SCHEMA}.alert_events.id", ondelete="CASCADE"), primary_key=True),
+    Column("channel", Text, primary_key=True),  # prefect_event | webhook | slack
+    Column("status", Text, nullable=False, server_default="pending"),
+    Column("tries", Integer, nullable=False, server_default="0"),  # evaluations that tried it
+    Column("attempts", Integer, nullable=False, server_default="0"),  # requests made, retries included
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    Column("last_attempt_at", DateTime(timezone=True)),
+    Column("delivered_at", DateTime(timezone=True)),
+    Column("http_status", Integer),
+    Column("last_error", Text),
+    Column("detail", Text),
+    CheckConstraint(
+        "status IN ('pending', 'delivered', 'skipped', 'superseded')", name="alert_deliveries_status_check"
+    ),
+    Index("alert_deliveries_pending_idx", "event_id", postgresql_where=text("status = 'pending'")),
     schema=SCHEMA,
 )

@@ -19,6 +19,7 @@ FAST_DELIVERY = dict(
     alert_webhook_retries=3,
     alert_webhook_backoff_s=0.01,
     alert_webhook_backoff_max_s=0.05,
+    alert_redelivery_backoff_s=0.0,  # every evaluation retries what is undelivered
     alert_prefect_events=False,
 )
 

@@ -58,8 +58,14 @@ def test_check_then_list(env, db, monkeypatch):
     assert "Alert rules (window 24h, at least 10 samples, re-notify never)" in out
     current = next(line for line in out.splitlines() if line.startswith("toxicity_rate "))
     assert "FIRING" in current and "12/10" in current and "failed: webhook: HTTP 500" in current
+    # the failed notification waits in the outbox, with how often it was tried
+    waiting_section = out.split("Undelivered notifications")[1].split("Past alerts")[0]
+    [waiting] = [line for line in waiting_section.splitlines() if " fired " in line]
+    cells = waiting.split()
+    assert cells[3:8] == ["toxicity_rate", "fired", "webhook", "1", "2"], waiting  # 1 evaluation, 2 requests
+    assert "HTTP 500" in waiting
     assert "Past alerts (newest first, up to 20)" in out
-    past = [line for line in out.splitlines() if " fired " in line]
+    past = [line for line in out.split("Past alerts")[1].splitlines() if " fired " in line]
     assert len(past) == 1 and "toxicity_rate" in past[0]
 
     only = runner.invoke(alerts_app, ["--rule", "judge_failure_rate"])

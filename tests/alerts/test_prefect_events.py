@@ -145,8 +145,10 @@ def test_event_content_through_the_emitter_seam(db, database_url):
     assert call["payload"]["rate"] == 0.5 and call["payload"]["rule"] == "hallucination_rate"
     hall = next(r for r in results if r.rule == "hallucination_rate")
     assert hall.deliveries["prefect_event"] == {
-        "status": "delivered", "attempts": 1, "http_status": None, "error": None, "detail": "evt-1",
+        "status": "delivered", "attempts": 1, "tries": 1, "http_status": None, "error": None, "detail": "evt-1",
     }
+    # the event's id is the notification's delivery id: a re-sent event is the same event
+    assert str(call["id"]) == call["payload"]["delivery_id"] == hall.delivery_id
 
 
 def test_events_are_skipped_without_a_prefect_api(db, database_url):

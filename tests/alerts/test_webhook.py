@@ -70,9 +70,25 @@ def test_always_failing_receiver_is_recorded_and_not_raised(engine, database_url
         [event] = alert_events_rows(engine)
         assert event.delivery_status == "failed" and event.deliveries["webhook"]["http_status"] == 503
 
-        # the failed notification is not re-sent by the next evaluation
-        toxicity(evaluate_rules(settings, engine=engine))
-        assert len(hook.requests) == 3
+        # it stays in the outbox: the next evaluation sends it again, with the same delivery id
+        again = toxicity(evaluate_rules(settings, engine=engine))
+        assert len(hook.requests) == 6
+        assert len({r.header("X-Judgeflow-Delivery") for r in hook.requests}) == 1
+        assert again.transition is None
+        assert again.redelivered == [{
+            "alert_id": event.id, "notification": "fired", "channel": "webhook", "status": "failed", "tries": 2,
+            "error": 'HTTP 503: {"error": "scripted failure"}',
+        }]
+        assert alert_row(engine).delivery_attempts == 6
+
+        # with a redelivery backoff, an evaluation right after a failed one leaves it alone
+        patient = make_settings(
+            database_url, alert_webhook_url=hook.url, alert_webhook_retries=2, alert_redelivery_backoff_s=600
+        )
+        assert toxicity(evaluate_rules(patient, engine=engine)).redelivered[0]["tries"] == 3
+        assert len(hook.requests) == 9
+        assert toxicity(evaluate_rules(patient, engine=engine)).redelivered == []
+        assert len(hook.requests) == 9
 
 
 def test_client_errors_are_not_retried(engine, database_url):

@@ -8,12 +8,19 @@ scripted statuses::
         assert [r.status for r in hook.requests] == [500, 500, 200]
 
 A script entry is a status code, or ``(delay_s, status)`` to answer late
-(the client's timeout usually fires first).
+(the client's timeout usually fires first). ``default`` may be changed while
+the receiver runs (a receiver that recovers). ``port`` binds a given port: a
+receiver that is down (nothing listening) and later comes back on the same URL::
+
+    port = free_port()                       # nothing listens: connection refused
+    ...
+    with WebhookReceiver(port=port) as hook: # back up
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -40,7 +47,7 @@ class Received:
 
 
 class WebhookReceiver:
-    def __init__(self, script: list[int | tuple[float, int]] | None = None, default: int = 200):
+    def __init__(self, script: list[int | tuple[float, int]] | None = None, default: int = 200, port: int = 0):
         self.script = list(script or [])
         self.default = default
         self.requests: list[Received] = []
@@ -70,7 +77,7 @@ class WebhookReceiver:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="webhook-receiver", daemon=True
@@ -80,6 +87,11 @@ class WebhookReceiver:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/hook"
+
+    def ids(self) -> list[str | None]:
+        """The X-Judgeflow-Delivery header of every request, in order."""
+        with self._lock:
+            return [r.header("X-Judgeflow-Delivery") for r in self.requests]
 
     def delivered(self) -> list[Received]:
         """Requests answered with a 2xx."""
@@ -94,3 +106,14 @@ class WebhookReceiver:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+def free_port() -> int:
+    """A port nothing listens on now (the OS's pick; closed again at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def url_on(port: int) -> str:
+    return f"http://127.0.0.1:{port}/hook"

@@ -1,0 +1,264 @@
+"""The notification outbox: at-least-once delivery, per channel.
+
+A notification is an ``alert_events`` row holding the payload to send and a
+stable ``delivery_id``. :func:`add_deliveries` gives it one ``alert_deliveries``
+row per channel configured at the time, in the same transaction as the state
+change it announces, so a notification is never committed without its
+deliveries and never sent before it is committed.
+
+:func:`deliver_pending` runs after that commit, at every evaluation (scoring
+runs and ``judgeflow alerts check``). It sends every *due* pending delivery and
+marks it delivered only when the channel confirms; a failed attempt (after the
+channel's in-process retries) stays pending, with ``next_attempt_at`` pushed
+back exponentially (``JUDGEFLOW_ALERT_REDELIVERY_BACKOFF_S`` doubling up to
+``JUDGEFLOW_ALERT_REDELIVERY_BACKOFF_MAX_S``). A process killed between the
+commit and the send, or during it, leaves the delivery pending: the next
+evaluation sends it, with the same delivery id, so receivers drop a duplicate.
+
+Ordering and superseding, per rule and channel:
+
+- deliveries go out in notification order; a channel stops at the first
+  failure, so a ``resolved`` never overtakes the ``fired`` it resolves;
+- a new notification supersedes undelivered *reminders* of the same rule (a
+  newer notification says more); they are not sent;
+- a ``resolved`` (or a new ``fired``) after an undelivered ``fired`` makes that
+  ``fired`` due at once, whatever its backoff: both are then sent, in order.
+
+Channels are independent: each has its own rows, so one channel failing
+neither blocks nor repeats another.
+
+Two evaluators at once: each (rule, channel) queue is sent under a PostgreSQL
+session advisory lock taken with ``pg_try_advisory_lock``; the second evaluator
+skips a queue the first is sending. The lock is the session's, so a killed
+process frees it the moment its connection drops (no lease to wait out).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, select, text, update
+
+from judgeflow.alerts.notify import CHANNELS, ChannelResult, Notifier
+from judgeflow.db.alert_tables import alert_deliveries as d
+from judgeflow.db.alert_tables import alert_events as e
+from judgeflow.db.alert_tables import alerts
+from judgeflow.settings import Settings
+
+log = logging.getLogger("judgeflow.alerts")
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One delivery tried by :func:`deliver_pending`."""
+
+    event_id: int
+    delivery_id: str
+    rule: str
+    kind: str
+    channel: str
+    status: str  # delivered | failed | skipped
+    attempts: int  # requests made in this evaluation
+    tries: int  # evaluations that have tried it, this one included
+    error: str | None
+
+
+# --- writing, inside the evaluation's transaction --------------------------------
+
+
+def add_deliveries(conn: Connection, *, event_id: int, rule: str, kind: str, channels: list[str]) -> None:
+    """Queue notification ``event_id`` on ``channels`` and settle what it supersedes.
+
+    Runs in the transaction that created the notification (under the rule's row lock)."""
+    earlier = conn.execute(
+        select(d.c.event_id, d.c.channel, e.c.kind)
+        .select_from(d.join(e, e.c.id == d.c.event_id))
+        .where(e.c.rule == rule, d.c.status == "pending", d.c.event_id < event_id)
+        .order_by(d.c.event_id, d.c.channel)
+        .with_for_update(of=d)  # same order as every writer: no deadlock
+    ).all()
+    stale = sorted({r.event_id for r in earlier if r.kind == "reminder"})
+    kept = sorted({r.event_id for r in earlier if r.kind != "reminder"})
+    if stale:
+        conn.execute(
+            update(d)
+            .where(d.c.event_id.in_(stale), d.c.status == "pending")
+            .values(status="superseded", detail=f"superseded by notification {event_id} ({kind})")
+        )
+    if kept:
+        # the newer notification must not wait behind the older one's backoff
+        conn.execute(update(d).where(d.c.event_id.in_(kept), d.c.status == "pending").values(next_attempt_at=func.now()))
+    if stale or kept:
+        conn.execute(
+            update(e).where(e.c.id.in_(stale + kept), e.c.superseded_by.is_(None)).values(superseded_by=event_id)
+        )
+    if channels:
+        conn.execute(d.insert(), [dict(event_id=event_id, channel=c) for c in channels])
+    for touched in [*stale, *kept, event_id]:
+        summarise(conn, touched)
+
+
+def summarise(conn: Connection, event_id: int) -> dict[str, Any]:
+    """Write the per-channel state of one notification onto its ``alert_events``
+    row (and the rule's row, if it is the rule's latest notification); returns it."""
+    rows = sorted(
+        conn.execute(select(d).where(d.c.event_id == event_id)).all(),
+        key=lambda r: (CHANNELS.index(r.channel) if r.channel in CHANNELS else len(CHANNELS), r.channel),
+    )
+    deliveries = {r.channel: channel_view(r) for r in rows}
+    considered = [r for r in rows if r.status != "skipped"]
+    delivered = [r for r in considered if r.status == "delivered"]
+    pending = [r for r in considered if r.status == "pending"]
+    superseded = [r for r in considered if r.status == "superseded"]
+    if not considered:
+        status = "skipped"
+    elif pending:
+        status = "partial" if delivered else ("failed" if any(r.tries for r in pending) else "pending")
+    elif superseded:
+        status = "partial" if delivered else "superseded"
+    else:
+        status = "delivered"
+    values = dict(
+        delivery_status=status,
+        delivered_at=max((r.delivered_at for r in delivered), default=None),
+        delivery_error="; ".join(f"{r.channel}: {r.last_error}" for r in pending if r.last_error) or None,
+        delivery_attempts=sum(r.attempts for r in rows),
+    )
+    conn.execute(update(e).where(e.c.id == event_id).values(**values, deliveries=deliveries))
+    conn.execute(update(alerts).where(alerts.c.last_event_id == event_id).values(**values))
+    return dict(values, deliveries=deliveries)
+
+
+def channel_view(row: Any) -> dict[str, Any]:
+    """How one channel's delivery stands, as reported (``failed``: tried, still being retried)."""
+    status = row.status
+    if status == "pending" and row.tries:
+        status = "failed"
+    return {
+        "status": status,
+        "attempts": row.attempts,
+        "tries": row.tries,
+        "http_status": row.http_status,
+        "error": row.last_error,
+        "detail": row.detail,
+    }
+
+
+# --- sending, after the commit ---------------------------------------------------
+
+
+def redelivery_delay_s(settings: Settings, tries: int) -> float:
+    """How long after its ``tries``-th failed evaluation a delivery is due again."""
+    base, cap = settings.alert_redelivery_backoff_s, settings.alert_redelivery_backoff_max_s
+    return min(base * 2 ** max(tries - 1, 0), cap)
+
+
+def _lock_key(rule: str, channel: str) -> str:
+    return f"judgeflow.alert_delivery:{rule}:{channel}"
+
+
+def deliver_pending(engine: Engine, notifier: Notifier, settings: Settings, *, force: bool = False) -> list[Sent]:
+    """Send every due pending delivery (all of them when ``force``), in order per
+    rule and channel; record each outcome as it happens. Never raises for a
+    channel's failure; database errors propagate."""
+    sent: list[Sent] = []
+    with engine.connect() as conn:
+        # every statement commits on its own: an outcome is recorded the moment it
+        # is known, and no transaction stays open while a channel is slow
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        queues = conn.execute(
+            select(e.c.rule, d.c.channel, func.min(d.c.event_id).label("head"))
+            .select_from(d.join(e, e.c.id == d.c.event_id))
+            .where(d.c.status == "pending")
+            .group_by(e.c.rule, d.c.channel)
+            .order_by(e.c.rule, d.c.channel)
+        ).all()
+        for queue in queues:
+            key = _lock_key(queue.rule, queue.channel)
+            if not conn.execute(select(func.pg_try_advisory_lock(func.hashtextextended(key, 0)))).scalar_one():
+                continue  # another evaluator is sending this queue right now
+            try:
+                sent += _send_queue(conn, notifier, settings, queue.rule, queue.channel, force=force)
+            finally:
+                conn.execute(select(func.pg_advisory_unlock(func.hashtextextended(key, 0))))
+    return sent
+
+
+def _send_queue(
+    conn: Connection, notifier: Notifier, settings: Settings, rule: str, channel: str, *, force: bool
+) -> list[Sent]:
+    # read under the lock: another evaluator may have sent (or failed) these just now
+    rows = conn.execute(
+        select(
+            d.c.event_id, d.c.tries, d.c.next_attempt_at, e.c.kind, e.c.payload, e.c.delivery_id,
+            (d.c.next_attempt_at <= func.clock_timestamp()).label("due"),
+        )
+        .select_from(d.join(e, e.c.id == d.c.event_id))
+        .where(e.c.rule == rule, d.c.channel == channel, d.c.status == "pending")
+        .order_by(d.c.event_id)
+    ).all()
+    if not rows or not (force or rows[0].due):
+        return []
+    sent = []
+    for row in rows:
+        if row.payload is None:  # a notification from before the outbox existed: nothing to send
+            result = ChannelResult(channel, "skipped", detail="no stored payload")
+        else:
+            result = notifier.send(channel, row.payload)
+        tries = row.tries + (1 if result.attempts else 0)
+        _record(conn, settings, row.event_id, channel, result, tries)
+        summarise(conn, row.event_id)
+        sent.append(Sent(
+            event_id=row.event_id, delivery_id=str(row.delivery_id), rule=rule, kind=row.kind, channel=channel,
+            status=result.status, attempts=result.attempts, tries=tries, error=result.error,
+        ))
+        if result.status == "failed":
+            break  # later notifications of this rule wait: order is kept per channel
+    return sent
+
+
+def _record(conn: Connection, settings: Settings, event_id: int, channel: str, result: ChannelResult, tries: int) -> None:
+    where = (d.c.event_id == event_id) & (d.c.channel == channel)
+    common = dict(
+        tries=tries,
+        attempts=d.c.attempts + result.attempts,
+        last_attempt_at=func.now() if result.attempts else d.c.last_attempt_at,
+        http_status=result.http_status,
+        detail=result.detail,
+    )
+    if result.status == "delivered":
+        # even if superseded meanwhile: it did arrive
+        conn.execute(update(d).where(where).values(**common, status="delivered", delivered_at=func.now(), last_error=None))
+    elif result.status == "skipped":
+        conn.execute(update(d).where(where, d.c.status == "pending").values(**common, status="skipped", last_error=None))
+    else:
+        delay = timedelta(seconds=redelivery_delay_s(settings, tries))
+        conn.execute(
+            update(d)
+            .where(where, d.c.status == "pending")
+            .values(**common, last_error=result.error, next_attempt_at=func.now() + delay)
+        )
+
+
+# --- reading, for `judgeflow alerts` ------------------------------------------
+
+
+def undelivered(conn: Connection, *, limit: int = 50) -> list:
+    """Pending deliveries, oldest first, with their notification."""
+    return list(conn.execute(
+        select(
+            d.c.event_id, d.c.channel, d.c.tries, d.c.attempts, d.c.last_attempt_at, d.c.next_attempt_at,
+            d.c.last_error, e.c.rule, e.c.kind, e.c.occurred_at, e.c.delivery_id,
+        )
+        .select_from(d.join(e, e.c.id == d.c.event_id))
+        .where(d.c.status == "pending")
+        .order_by(d.c.event_id, d.c.channel)
+        .limit(limit)
+    ))
+
+
+def outbox_exists(conn: Connection) -> bool:
+    return bool(conn.execute(text("SELECT to_regclass('judgeflow.alert_deliveries') IS NOT NULL")).scalar())
