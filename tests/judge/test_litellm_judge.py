@@ -64,7 +64,7 @@ def make_judge(server: JudgeServer, **kwargs) -> LiteLLMJudge:
 
 def test_import_sets_local_cost_map_and_makes_no_network_call():
     code = (
-        "import os, socket, time\n"
+        "import os, socket\n"
         "hits = []\n"
         "def blocked(*a, **k):\n"
         "    hits.append(a)\n"
@@ -72,18 +72,16 @@ def test_import_sets_local_cost_map_and_makes_no_network_call():
         "socket.getaddrinfo = blocked\n"
         "socket.create_connection = blocked\n"
         "socket.socket.connect = blocked\n"
-        "t = time.perf_counter()\n"
         "import judgeflow.judge.litellm_judge as m\n"
-        "elapsed = time.perf_counter() - t\n"
         "assert os.environ['LITELLM_LOCAL_MODEL_COST_MAP'] == 'True'\n"
         "assert 'gpt-4o' in m.litellm.model_cost, 'price map not loaded'\n"
         "assert not hits, hits\n"
-        "print(f'{elapsed:.2f}')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "LITELLM_LOCAL_MODEL_COST_MAP"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    # no wall-clock bound: a busy machine stretches the import; any attempt at the
+    # network (the remote price map) is recorded in `hits` instead
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
-    assert float(out.stdout.strip().splitlines()[-1]) < 20  # ~3 s here; an offline fetch would retry and sleep
 
 
 def test_is_a_judge():
@@ -210,7 +208,7 @@ def test_retry_after_beyond_cap_gives_up_at_once(server):
     started = time.monotonic()
     with pytest.raises(TransientJudgeError) as info:
         make_judge(server).complete(opinions_request())
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < RETRY_AFTER_MAX_S  # it did not wait the (capped) Retry-After
     assert server.calls() == 1
     assert info.value.retry_after_s == float(big)
 
@@ -255,14 +253,16 @@ def test_api_key_is_scrubbed_from_transient_messages(server):
 
 
 def test_stall_beyond_timeout_is_retried_then_transient(server):
-    server.responder = lambda req: Reply(content='{"opinions": []}', delay_s=3.0)
+    server.responder = lambda req: Reply(content='{"opinions": []}', delay_s=20.0)
     judge = make_judge(server, timeout_s=0.4, max_retries=1)
     started = time.monotonic()
     with pytest.raises(TransientJudgeError) as info:
         judge.complete(opinions_request())
     assert server.calls() == 2
     assert "timed out" in str(info.value)
-    assert time.monotonic() - started < 2.5
+    # gave up long before the stalled reply would have come (bounds loose for a busy machine)
+    assert server.requests[1].received_at - server.requests[0].received_at < 15
+    assert time.monotonic() - started < 15
 
 
 def test_connection_refused_is_transient():
