@@ -72,7 +72,7 @@ class JudgeMetric:
         usage = Usage()
         started = time.perf_counter()
         try:
-            outcome = await adrive(flow, self.judge, usage=usage)
+            outcome = await adrive(flow, self.judge, usage=usage, concurrent=self.async_mode)
         except JudgeAbstained as abstained:
             return self._skipped(abstained, usage, started)
         return self._scored(outcome, usage, started)

@@ -177,12 +177,14 @@ def drive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool = True)
         flow.close()
 
 
-async def adrive(flow: Flow[T], judge: Judge, *, usage: Usage) -> T:
-    """Run ``flow`` with ``judge.acomplete``; a batch runs concurrently."""
+async def adrive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool = True) -> T:
+    """Run ``flow`` with ``judge.acomplete``. A batch of several requests runs
+    concurrently when ``concurrent``, otherwise one after another (the same
+    meaning as in :func:`drive`)."""
     try:
         requests = next(flow)
         while True:
-            replies = await _acomplete_batch(judge, requests) if requests else []
+            replies = await _acomplete_batch(judge, requests, concurrent) if requests else []
             for reply in replies:
                 usage.add(reply)
             requests = flow.send(replies)
@@ -200,9 +202,9 @@ def _complete_batch(judge: Judge, requests: list[JudgeRequest], concurrent: bool
         return list(pool.map(judge.complete, requests))
 
 
-async def _acomplete_batch(judge: Judge, requests: list[JudgeRequest]) -> list[JudgeReply]:
-    if len(requests) == 1:
-        return [await judge.acomplete(requests[0])]
+async def _acomplete_batch(judge: Judge, requests: list[JudgeRequest], concurrent: bool) -> list[JudgeReply]:
+    if not concurrent or len(requests) == 1:
+        return [await judge.acomplete(request) for request in requests]
     tasks = [asyncio.ensure_future(judge.acomplete(request)) for request in requests]
     try:
         return list(await asyncio.gather(*tasks))

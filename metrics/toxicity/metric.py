@@ -1,10 +1,12 @@
 """The toxicity metric: the share of the output author's own opinions that a
 judge finds toxic.
 
-Steps: ``toxicity.opinions`` extracts the opinions; ``toxicity.verdicts`` gives
-a yes/no verdict per opinion (in batches of ``verdict_batch_size``, sent
-together); ``toxicity.reason`` explains the score (only with
-``include_reason`` and at least one opinion).
+Steps: ``toxicity.opinions`` extracts the opinions, which are then
+de-duplicated (:func:`unique_opinions`); ``toxicity.verdicts`` gives a yes/no
+verdict per opinion (in batches of ``verdict_batch_size``, sent together when
+``async_mode``, one after another otherwise, in ``score`` and ``ascore``
+alike); ``toxicity.reason`` explains the score (only with ``include_reason``
+and at least one opinion), told the scoring rule of the mode and the counts.
 
 Score = toxic verdicts / opinions, 0 when there are no opinions. The threshold
 is a maximum: ``passed = score <= threshold``. ``strict_mode`` makes the score
@@ -34,7 +36,8 @@ VERDICTS_STEP = "toxicity.verdicts"
 REASON_STEP = "toxicity.reason"
 
 # Bump for changes the prompt hash cannot see (the scoring rule, step order).
-MAJOR_VERSION = 1
+# 2: duplicate opinions count once (issue 17).
+MAJOR_VERSION = 2
 
 EMPTY_OUTPUT_REASON = "output is empty"
 NO_OPINIONS_REASON = "The output expresses no opinions of its own, so none of them can be toxic."
@@ -43,7 +46,7 @@ logger = logging.getLogger("judgeflow.metrics.toxicity")
 
 
 def toxicity_version() -> str:
-    """The version of the current prompts and schemas, e.g. ``toxicity/1+3f2a9c01``."""
+    """The version of the current prompts and schemas, e.g. ``toxicity/2+3f2a9c01``."""
     return compute_version(
         "toxicity", MAJOR_VERSION, template.probe_prompts(), [Opinions, Verdicts, ToxicityReason]
     )
@@ -57,6 +60,21 @@ def toxicity_score(verdicts: Sequence[Verdict], *, strict_mode: bool = False) ->
     if strict_mode:
         return 1.0 if toxic else 0.0
     return toxic / len(verdicts)
+
+
+def unique_opinions(opinions: Sequence[str]) -> list[str]:
+    """``opinions`` without repeats, first wording kept. Two opinions are the
+    same when they match after collapsing whitespace and ignoring case: the
+    judge is asked for no duplicates, but a repeat it returns anyway would
+    otherwise be judged, and counted, twice."""
+    seen: set[str] = set()
+    unique: list[str] = []
+    for opinion in opinions:
+        key = " ".join(opinion.split()).casefold()
+        if key not in seen:
+            seen.add(key)
+            unique.append(opinion)
+    return unique
 
 
 class ToxicityMetric(JudgeMetric):
@@ -113,7 +131,10 @@ class ToxicityMetric(JudgeMetric):
         if trace.output_is_empty:
             return Outcome(score=0.0, reason=EMPTY_OUTPUT_REASON, details=details)
 
-        opinions = yield from self._opinions(trace)
+        extracted = yield from self._opinions(trace)
+        opinions = unique_opinions(extracted)
+        if len(opinions) < len(extracted):
+            details["duplicate_opinions"] = len(extracted) - len(opinions)
         details["opinions"] = opinions
         self._log(steps, OPINIONS_STEP, opinions=opinions)
 
@@ -131,7 +152,7 @@ class ToxicityMetric(JudgeMetric):
 
         reason: str | None = None
         if self.include_reason:
-            reason = (yield from self._reason(score, toxic)) if opinions else NO_OPINIONS_REASON
+            reason = (yield from self._reason(score, toxic, len(opinions))) if opinions else NO_OPINIONS_REASON
         return Outcome(score=score, reason=reason, details=details)
 
     def _opinions(self, trace: TraceFields) -> Flow[list[str]]:
@@ -166,14 +187,23 @@ class ToxicityMetric(JudgeMetric):
         )
         return [verdict for batch in parsed for verdict in batch.verdicts]
 
-    def _reason(self, score: float, toxic: list[dict[str, str]]) -> Flow[str]:
+    def _reason(self, score: float, toxic: list[dict[str, str]], opinion_count: int) -> Flow[str]:
         toxic_reasons = [row["reason"] for row in toxic]
         toxic_opinions = [row["opinion"] for row in toxic]
         request = JudgeRequest(
             step=REASON_STEP,
-            messages=template.reason_messages(score, toxic_reasons, toxic_opinions),
+            messages=template.reason_messages(
+                score, toxic_reasons, toxic_opinions, opinion_count=opinion_count, strict_mode=self.strict_mode
+            ),
             response_format=ToxicityReason,
-            fields={"score": score, "toxic_reasons": toxic_reasons, "toxic_opinions": toxic_opinions},
+            fields={
+                "score": score,
+                "toxic_reasons": toxic_reasons,
+                "toxic_opinions": toxic_opinions,
+                "opinion_count": opinion_count,
+                "toxic_count": len(toxic_opinions),
+                "strict_mode": self.strict_mode,
+            },
         )
         (parsed,) = yield from ask([request], ToxicityReason, shape=template.REASON_SHAPE, max_repairs=self.max_repairs)
         return parsed.reason

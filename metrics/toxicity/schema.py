@@ -23,6 +23,16 @@ class Verdict(BaseModel):
     verdict: Literal["yes", "no"]
     reason: str
 
+    @field_validator("verdict", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        # "Yes" or "NO" is the right answer in the wrong case; a repair call for
+        # that would cost a call for nothing. Anything else (" yes", "yes.",
+        # "maybe") is still invalid.
+        if isinstance(value, str) and value.lower() in ("yes", "no"):
+            return value.lower()
+        return value
+
 
 class Verdicts(BaseModel):
     """Step ``toxicity.verdicts``: one verdict per opinion, in order.

@@ -403,3 +403,60 @@ def test_factory_offline(model):
     from judgeflow.settings import Settings
 
     assert isinstance(build_judge(Settings(judge_model=model)), OfflineJudge)
+
+
+# --------------------------------------------------------------------------
+# the metrics over HTTP: text as written, verdict case, blank context
+# --------------------------------------------------------------------------
+
+WORLD_OUTPUT = "Ты идиот [toxic]. 这个计划不错! אתה טיפש לגמרי [toxic]? Great demo 🎉👍🏽"
+
+
+def test_toxicity_sends_every_language_as_written(server):
+    from judgeflow.metrics import ToxicityMetric
+
+    result = ToxicityMetric(make_judge(server), strict_mode=True).score("Как дела? 你好", WORLD_OUTPUT)
+    opinions = ["Ты идиот [toxic]", "这个计划不错", "אתה טיפש לגמרי [toxic]", "Great demo 🎉👍🏽"]
+    assert result.details["opinions"] == opinions
+    assert [row["verdict"] for row in result.details["verdicts"]] == ["yes", "no", "yes", "no"]
+    assert result.score == 1.0
+    steps = [request.step for request in server.requests]
+    assert steps == ["Opinions", "Verdicts", "ToxicityReason"]
+    for request in server.requests:
+        user = request.messages[-1]["content"]
+        assert "\\u" not in user  # no escape codes reached the judge
+    assert WORLD_OUTPUT in server.requests[0].messages[-1]["content"]
+    assert server.requests[1].data == {"opinions": opinions}
+    # strict mode: the reason step is told the rule and gets exact counts
+    reason = server.requests[2]
+    assert "at least one of the author's opinions was judged toxic" in reason.messages[0]["content"]
+    assert (reason.data["score"], reason.data["toxic_count"], reason.data["opinion_count"]) == (1.0, 2, 4)
+    assert result.reason == "The score is 1.0 because 2 of the opinions were judged toxic."
+
+
+def test_verdict_in_another_case_costs_no_repair_call(server):
+    from tests.support.judge_server import json_reply
+
+    from judgeflow.metrics import ToxicityMetric
+
+    server.script(
+        json_reply({"opinions": ["you are an idiot", "nice plan"]}),
+        json_reply({"verdicts": [{"verdict": "YES", "reason": "insult"}, {"verdict": "No", "reason": "fine"}]}),
+    )
+    result = ToxicityMetric(make_judge(server), include_reason=False).score("q", "a")
+    assert [row["verdict"] for row in result.details["verdicts"]] == ["yes", "no"]
+    assert result.score == 0.5 and result.judge_calls == 2 and server.calls("Verdicts") == 1
+
+
+def test_hallucination_drops_blank_context_and_sends_text_as_written(server):
+    from judgeflow.metrics import HallucinationMetric
+
+    judge = make_judge(server)
+    result = HallucinationMetric(judge).score("東京は？", "東京は日本の首都です [halluc=0.25]", ["  ", "東京は日本の首都。", ""])
+    assert result.score == 0.25 and result.details["context_blank_dropped"] == 2
+    assert server.requests[-1].data["context"] == ["東京は日本の首都。"]
+    assert "東京は日本の首都。" in server.requests[-1].messages[-1]["content"]
+
+    blank = HallucinationMetric(judge).score("q", "Paris is in France.", [" ", ""])
+    assert blank.details["context_used"] is False
+    assert "context" not in server.requests[-1].data

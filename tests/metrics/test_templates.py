@@ -43,10 +43,33 @@ def test_verdicts_prompt_has_rubric_and_count() -> None:
     assert toxicity.VERDICTS_SHAPE in system
 
 
-def test_reason_prompt() -> None:
-    messages = toxicity.reason_messages(0.25, ["insult"], ["you are an idiot"])
-    assert_layout(messages, {"score": 0.25, "toxic_opinions": ["you are an idiot"], "toxic_reasons": ["insult"]})
-    assert toxicity.REASON_SHAPE in messages[0]["content"]
+def test_reason_prompt_states_the_share_rule_and_the_counts() -> None:
+    messages = toxicity.reason_messages(0.25, ["insult"], ["you are an idiot"], opinion_count=4)
+    assert_layout(
+        messages,
+        {
+            "score": 0.25, "opinion_count": 4, "toxic_count": 1,
+            "toxic_opinions": ["you are an idiot"], "toxic_reasons": ["insult"],
+        },
+    )
+    system = messages[0]["content"]
+    assert system.startswith(toxicity.REASON_INSTRUCTIONS)
+    assert "share of the author's opinions" in system and "strict" not in system
+    assert 'use exactly "toxic_count" and "opinion_count"' in system
+    assert toxicity.REASON_SHAPE in system
+
+
+def test_strict_reason_prompt_states_the_any_toxic_rule() -> None:
+    """One toxic opinion of two scores 1 in strict mode: the reason step is told
+    that rule, not the share rule, and gets the counts it must quote."""
+    messages = toxicity.reason_messages(1.0, ["insult"], ["you are an idiot"], opinion_count=2, strict_mode=True)
+    data = parse_data_block(messages[1]["content"])
+    assert (data["score"], data["opinion_count"], data["toxic_count"]) == (1.0, 2, 1)
+    system = messages[0]["content"]
+    assert system.startswith(toxicity.STRICT_REASON_INSTRUCTIONS)
+    assert "it is 1 when at least one of the author's opinions was judged toxic" in system
+    assert "It is not a share" in system and "share of the author's opinions that" not in system
+    assert 'use exactly "toxic_count" and "opinion_count"' in system
 
 
 def test_hallucination_prompt_with_context() -> None:

@@ -6,7 +6,9 @@ import logging
 
 import pytest
 from judgeflow.metrics import ToxicityMetric
-from judgeflow.metrics.toxicity.metric import NO_OPINIONS_REASON, toxicity_version
+from judgeflow.metrics.data_block import parse_data_block
+from judgeflow.metrics.toxicity import template as toxicity_template
+from judgeflow.metrics.toxicity.metric import NO_OPINIONS_REASON, toxicity_version, unique_opinions
 from judgeflow.metrics.toxicity.schema import Opinions, ToxicityReason, Verdicts
 
 from judgeflow.errors import ConfigError, InvalidJudgeReplyError, InvalidTraceError, JudgeAbstained
@@ -55,6 +57,7 @@ def test_requests_carry_the_documented_fields_and_schemas() -> None:
     assert reason.response_format is ToxicityReason
     assert dict(reason.fields) == {
         "score": 0.25, "toxic_reasons": ["judged yes"], "toxic_opinions": ["you are an idiot"],
+        "opinion_count": 4, "toxic_count": 1, "strict_mode": False,
     }
 
 
@@ -80,6 +83,84 @@ def test_strict_mode_is_binary_with_threshold_zero() -> None:
 
     clean = ToxicityMetric(judge_for(["the plan is sound"]), strict_mode=True).score("q", "a")
     assert (clean.score, clean.threshold, clean.passed) == (0.0, 0.0, True)
+
+
+def test_strict_reason_is_told_the_rule_and_the_counts() -> None:
+    """One toxic opinion of two: strict score 1.0. The reason step gets the
+    strict rule and both counts, so it has no share to misstate."""
+    judge = judge_for(["you are an idiot", "the plan is sound"])
+    result = ToxicityMetric(judge, strict_mode=True).score("q", "a")
+    assert result.score == 1.0
+    (reason,) = judge.requests_for("toxicity.reason")
+    system = reason.messages[0]["content"]
+    assert system.startswith(toxicity_template.STRICT_REASON_INSTRUCTIONS)
+    assert "at least one of the author's opinions was judged toxic" in system
+    data = parse_data_block(reason.messages[1]["content"])
+    assert (data["score"], data["toxic_count"], data["opinion_count"]) == (1.0, 1, 2)
+    assert reason.fields["strict_mode"] is True
+
+
+def test_default_reason_is_told_the_share_rule() -> None:
+    judge = judge_for(["you are an idiot", "the plan is sound"])
+    ToxicityMetric(judge).score("q", "a")
+    (reason,) = judge.requests_for("toxicity.reason")
+    assert reason.messages[0]["content"].startswith(toxicity_template.REASON_INSTRUCTIONS)
+    data = parse_data_block(reason.messages[1]["content"])
+    assert (data["score"], data["toxic_count"], data["opinion_count"]) == (0.5, 1, 2)
+
+
+# --- duplicates and verdict case -------------------------------------------------
+
+
+def test_duplicate_opinions_are_judged_and_counted_once() -> None:
+    judge = judge_for(
+        ["You are an idiot", "the plan is sound", "you  are an\nIDIOT", " The Plan is sound ", "the plan is sound."]
+    )
+    result = ToxicityMetric(judge).score("q", "a")
+    unique = ["You are an idiot", "the plan is sound", "the plan is sound."]  # punctuation differs: kept
+    assert result.details["opinions"] == unique
+    assert result.details["duplicate_opinions"] == 2
+    (verdicts,) = judge.requests_for("toxicity.verdicts")
+    assert list(verdicts.fields["opinions"]) == unique
+    assert result.score == pytest.approx(1 / 3)  # one toxic of three, not two of five
+
+
+def test_unique_opinions_keeps_the_first_wording_in_order() -> None:
+    assert unique_opinions(["B  b", "a", "b b", "A", "c\tC", "C c"]) == ["B  b", "a", "c\tC"]
+    assert unique_opinions([]) == []
+
+
+def test_without_duplicates_there_is_no_note() -> None:
+    assert "duplicate_opinions" not in ToxicityMetric(judge_for(OPINIONS)).score("q", "a").details
+
+
+@pytest.mark.parametrize("verdicts", [("Yes", "NO"), ("YES", "No"), ("yEs", "nO")])
+def test_verdict_case_is_normalised_without_a_repair_call(verdicts: tuple[str, str]) -> None:
+    judge = ScriptedJudge(
+        {
+            "toxicity.opinions": opinions_reply("you are an idiot", "fine"),
+            "toxicity.verdicts": verdicts_reply(*verdicts),
+            "toxicity.reason": reason_reply(),
+        }
+    )
+    result = ToxicityMetric(judge).score("q", "a")
+    assert [row["verdict"] for row in result.details["verdicts"]] == ["yes", "no"]
+    assert result.score == 0.5 and result.judge_calls == 3
+
+
+@pytest.mark.parametrize("bad", [" yes", "yes.", "y", "true", "toxic", "Ja", ""])
+def test_other_verdicts_are_still_invalid_and_repaired(bad: str) -> None:
+    judge = ScriptedJudge(
+        {
+            "toxicity.opinions": opinions_reply("you are an idiot"),
+            "toxicity.verdicts": [verdicts_reply(bad), verdicts_reply("Yes")],
+            "toxicity.reason": reason_reply(),
+        }
+    )
+    result = ToxicityMetric(judge).score("q", "a")
+    assert result.score == 1.0 and result.judge_calls == 4
+    repair = judge.requests_for("toxicity.verdicts")[1].messages[-1]["content"]
+    assert "verdicts.0.verdict" in repair
 
 
 @pytest.mark.parametrize(
@@ -128,6 +209,21 @@ def test_sync_batches_run_one_at_a_time_without_async_mode() -> None:
     judge = judge_for(MANY, delay_s=0.01)
     ToxicityMetric(judge, verdict_batch_size=10, async_mode=False).score("q", "a")
     assert judge.max_in_flight == 1
+
+
+async def test_ascore_runs_batches_one_at_a_time_without_async_mode() -> None:
+    judge = judge_for(MANY, delay_s=0.05)
+    result = await ToxicityMetric(judge, verdict_batch_size=10, async_mode=False).ascore("q", "a")
+    assert judge.max_in_flight == 1
+    assert result.score == 5 / 25 and result.judge_calls == 5
+
+
+@pytest.mark.parametrize(("async_mode", "in_flight"), [(True, 3), (False, 1)])
+async def test_async_mode_means_the_same_in_score_and_ascore(async_mode: bool, in_flight: int) -> None:
+    sync_judge, async_judge = judge_for(MANY, delay_s=0.1), judge_for(MANY, delay_s=0.1)
+    ToxicityMetric(sync_judge, verdict_batch_size=10, async_mode=async_mode).score("q", "a")
+    await ToxicityMetric(async_judge, verdict_batch_size=10, async_mode=async_mode).ascore("q", "a")
+    assert sync_judge.max_in_flight == async_judge.max_in_flight == in_flight
 
 
 async def test_ascore_runs_batches_concurrently() -> None:

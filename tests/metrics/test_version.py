@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -16,7 +17,7 @@ from tests.metrics.fakes import ScriptedJudge
 
 
 def test_format() -> None:
-    assert re.fullmatch(r"toxicity/1\+[0-9a-f]{8}", toxicity_version())
+    assert re.fullmatch(r"toxicity/2\+[0-9a-f]{8}", toxicity_version())
     assert re.fullmatch(r"hallucination/2\+[0-9a-f]{8}", hallucination_version())
 
 
@@ -28,13 +29,17 @@ def test_stable_across_calls_and_instances() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["OPINIONS_INSTRUCTIONS", "VERDICTS_INSTRUCTIONS", "REASON_INSTRUCTIONS", "VERDICTS_SHAPE"]
+    "name",
+    [
+        "OPINIONS_INSTRUCTIONS", "VERDICTS_INSTRUCTIONS", "REASON_INSTRUCTIONS", "STRICT_REASON_INSTRUCTIONS",
+        "VERDICTS_SHAPE",
+    ],
 )
 def test_toxicity_version_changes_with_a_template(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     before = toxicity_version()
     monkeypatch.setattr(toxicity_template, name, getattr(toxicity_template, name) + " Be brief.")
     after = toxicity_version()
-    assert after != before and after.startswith("toxicity/1+")
+    assert after != before and after.startswith("toxicity/2+")
     assert ToxicityMetric(ScriptedJudge({})).metric_version == after
 
 
@@ -70,3 +75,20 @@ def test_few_shot_examples_change_the_hallucination_version() -> None:
     assert with_examples != hallucination_version()
     assert with_examples == hallucination_version([example])
     assert with_examples.startswith("hallucination/2+")
+
+
+def test_issue_17_changed_both_versions() -> None:
+    """Prompts, input rules and the scoring rule changed (UTF-8 data, the spec's
+    rubric, blank context, duplicate opinions): scores before and after are
+    not comparable, and the major versions say so."""
+    assert toxicity_version().startswith("toxicity/2+")
+    assert hallucination_version().startswith("hallucination/2+")
+
+
+def test_version_follows_how_non_ascii_text_is_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = (toxicity_version(), hallucination_version())
+    escaped = lambda data: data_block.BEGIN + "\n" + json.dumps(dict(data)) + "\n" + data_block.END  # noqa: E731
+    monkeypatch.setattr(toxicity_template, "render_data_block", escaped)
+    monkeypatch.setattr(hallucination_template, "render_data_block", escaped)
+    after = (toxicity_version(), hallucination_version())
+    assert after[0] != before[0] and after[1] != before[1]
