@@ -19,7 +19,7 @@ from judgeflow.judge.offline import (
     OfflineJudge,
     split_sentences,
 )
-from judgeflow.judge.offline_eval import evaluate, load_items
+from judgeflow.judge.offline.evaluation import evaluate, load_items
 from judgeflow.metrics import HallucinationMetric
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.toxicity.schema import Opinions, ToxicityReason, Verdicts

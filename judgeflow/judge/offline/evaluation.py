@@ -1,8 +1,8 @@
 """Measure the offline judge on a labelled set and print the figures.
 
-    python -m judgeflow.judge.offline_eval tests/judge/data/offline_labelled.jsonl
-    python -m judgeflow.judge.offline_eval tests/judge/data/offline_labelled.jsonl --sweep
-    python -m judgeflow.judge.offline_eval tests/judge/data/offline_labelled.jsonl --errors
+    python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl
+    python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl --sweep
+    python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl --errors
 
 Each line of the file is one item:
 
@@ -22,8 +22,8 @@ Decisions measured (the positive class is "toxic" / "unfaithful"):
 
 Every call goes through :class:`OfflineJudge` with the metric schemas, so the
 figures are those of the code path the metrics use. ``--sweep`` reprints the
-threshold sweeps the constants in :mod:`judgeflow.judge.offline` were chosen
-from (on the ``dev`` split).
+threshold sweeps the constants in :mod:`judgeflow.judge.offline.verdicts` and
+:mod:`judgeflow.judge.offline.overlap` were chosen from (on the ``dev`` split).
 """
 
 from __future__ import annotations
@@ -33,11 +33,12 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, Iterable
 
-from judgeflow.judge import offline
 from judgeflow.judge.base import JudgeRequest
-from judgeflow.judge.offline import OfflineJudge
+from judgeflow.judge.offline import overlap, verdicts
+from judgeflow.judge.offline.judge import MODEL_NAME, OfflineJudge
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.toxicity.schema import Opinions, Verdicts
 
@@ -207,17 +208,20 @@ def evaluate(path: str | Path) -> dict[str, dict[str, Scores]]:
 # --------------------------------------------------------------------------
 
 
-def _sweep(name: str, attr: str, values: list[float], run: Callable[[], Scores]) -> None:
-    original = getattr(offline, attr)
-    print(f"\n{name}: sweep of offline.{attr} (current {original}) on the dev split")
+def _sweep(name: str, module: ModuleType, attr: str, values: list[float], run: Callable[[], Scores]) -> None:
+    # the step modules read their constants at call time, so patching the
+    # owning module is what the judge sees
+    original = getattr(module, attr)
+    short = module.__name__.rsplit(".", 1)[-1]
+    print(f"\n{name}: sweep of {short}.{attr} (current {original}) on the dev split")
     try:
         for value in values:
-            setattr(offline, attr, value)
+            setattr(module, attr, value)
             s = run()
             print(f"  {attr}={value:<5} precision={s.precision:.3f} recall={s.recall:.3f} "
                   f"accuracy={s.accuracy:.3f} f1={s.f1:.3f}")
     finally:
-        setattr(offline, attr, original)
+        setattr(module, attr, original)
 
 
 def sweep(items: list[dict[str, Any]]) -> None:
@@ -225,16 +229,16 @@ def sweep(items: list[dict[str, Any]]) -> None:
     dev = [i for i in items if i.get("split") == "dev"]
     tox = [i for i in dev if i["task"] == "toxicity"]
     hal = [i for i in dev if i["task"] == "hallucination"]
-    _sweep("toxicity (pipeline)", "TOXIC_PROB_THRESHOLD", [0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8, 0.9],
+    _sweep("toxicity (pipeline)", verdicts, "TOXIC_PROB_THRESHOLD", [0.3, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8, 0.9],
            lambda: score((predict_toxic_pipeline(judge, i["text"])[0], i["label"] == "toxic") for i in tox))
-    _sweep("hallucination (any unsupported)", "COVERAGE_MIN", [0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 1.0],
+    _sweep("hallucination (any unsupported)", overlap, "COVERAGE_MIN", [0.5, 0.6, 0.65, 0.7, 0.75, 0.8, 0.9, 1.0],
            lambda: score((hallucination_score(judge, i)[0] > 0, i["label"] == "unfaithful") for i in hal))
-    _sweep("hallucination (any unsupported)", "MISSING_WORDS_ALLOWED", [0, 1, 2, 3],
+    _sweep("hallucination (any unsupported)", overlap, "MISSING_WORDS_ALLOWED", [0, 1, 2, 3],
            lambda: score((hallucination_score(judge, i)[0] > 0, i["label"] == "unfaithful") for i in hal))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m judgeflow.judge.offline_eval", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m judgeflow.judge.offline.evaluation", description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="labelled JSONL, e.g. tests/judge/data/offline_labelled.jsonl")
     parser.add_argument("--sweep", action="store_true", help="also print the calibration sweeps (dev split)")
     parser.add_argument("--errors", action="store_true", help="also list the misclassified items")
@@ -251,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({g: {d: s.as_dict() for d, s in per.items()} for g, per in groups.items()}, indent=2))
     else:
-        print(f"offline judge {offline.MODEL_NAME}: TOXIC_PROB_THRESHOLD={offline.TOXIC_PROB_THRESHOLD} "
-              f"COVERAGE_MIN={offline.COVERAGE_MIN}; {len(items)} items from {args.path}")
+        print(f"offline judge {MODEL_NAME}: TOXIC_PROB_THRESHOLD={verdicts.TOXIC_PROB_THRESHOLD} "
+              f"COVERAGE_MIN={overlap.COVERAGE_MIN}; {len(items)} items from {args.path}")
         for group, per in groups.items():
             print(f"\n[{group}]")
             for decision, s in per.items():
