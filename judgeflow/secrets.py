@@ -13,6 +13,10 @@ there is never a question of which of two wins; the reference is only a block
 name, so it may sit in a deployment's job variables, a compose file or a
 ``.env`` without leaking anything. Prefect is contacted only when a reference
 is present.
+
+This module works on any pydantic model with ``SecretStr`` fields and imports
+nothing of :mod:`judgeflow.settings`: the settings loader calls it, never the
+other way round.
 """
 
 from __future__ import annotations
@@ -20,17 +24,18 @@ from __future__ import annotations
 import logging
 import typing
 
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 
 from judgeflow.errors import ConfigError
-from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.secrets")
 
 SECRET_REF_PREFIX = "prefect-secret://"
 
+SettingsT = typing.TypeVar("SettingsT", bound=BaseModel)
 
-def secret_fields(settings_type: type[Settings] = Settings) -> list[str]:
+
+def secret_fields(settings_type: type[BaseModel]) -> list[str]:
     """The names of the settings that hold secrets (``SecretStr`` fields)."""
     return [
         name
@@ -55,7 +60,7 @@ def block_reference(value: SecretStr | str | None) -> str | None:
     return raw[len(SECRET_REF_PREFIX):].strip()  # "" when the name is missing
 
 
-def secret_references(settings: Settings) -> dict[str, str]:
+def secret_references(settings: BaseModel) -> dict[str, str]:
     """field -> Secret block name, for the settings that hold a reference."""
     refs = {}
     for field in secret_fields(type(settings)):
@@ -72,9 +77,11 @@ def load_secret_block(name: str) -> object:
     return Secret.load(name, _sync=True).get()
 
 
-def resolve_secrets(settings: Settings, *, loader: typing.Callable[[str], object] = load_secret_block) -> Settings:
+def resolve_secrets(
+    settings: SettingsT, *, loader: typing.Callable[[str], object] = load_secret_block
+) -> SettingsT:
     """``settings`` with every ``prefect-secret://<block>`` reference replaced by
-    that Secret block's value, as a new, validated Settings (so a database URL
+    that Secret block's value, as a new, validated settings object (so a database URL
     from a block is normalised like one from the environment). Returns
     ``settings`` itself when nothing refers to a block. Raises ConfigError,
     naming the variable and the block but never a value, when a block is

@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from judgeflow.errors import ConfigError
+from judgeflow.secrets import resolve_secrets
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -180,6 +181,4 @@ def load_settings(**overrides) -> Settings:
         raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
     # secrets may be references to Prefect Secret blocks (prefect-secret://name);
     # Prefect is only contacted when one is present
-    from judgeflow.secrets import resolve_secrets
-
     return resolve_secrets(settings)

@@ -26,10 +26,10 @@ def make(**values) -> Settings:
 
 def test_the_secret_settings_are_the_secretstr_fields():
     assert {"database_url", "judge_api_key", "alert_webhook_url", "alert_webhook_secret",
-            "alert_slack_webhook_url"} <= set(secret_fields())
+            "alert_slack_webhook_url"} <= set(secret_fields(Settings))
     for name in Settings.model_fields:  # a secret-looking setting that is not a SecretStr would be missed
         if name.endswith(("_key", "_secret", "_password", "_token")):
-            assert name in secret_fields(), name
+            assert name in secret_fields(Settings), name
 
 
 def test_every_secret_setting_resolves_from_a_block(prefect_server):
@@ -102,3 +102,17 @@ def test_an_unreachable_prefect_api_is_a_clear_error():
 
     with pytest.raises(ConfigError, match="JUDGEFLOW_DATABASE_URL.*'db-url'.*could not be read: ConnectionError"):
         resolve_secrets(make(database_url="prefect-secret://db-url"), loader=unreachable)
+
+
+def test_secrets_does_not_import_the_settings_module():
+    """One direction: the settings loader calls the secrets resolver, which
+    works on any model with SecretStr fields (no import cycle)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, judgeflow.secrets; "
+        "assert 'judgeflow.settings' not in sys.modules, sorted(m for m in sys.modules if m.startswith('judgeflow'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
