@@ -12,6 +12,7 @@ carry only non-secret run configuration.
 from __future__ import annotations
 
 import math
+from concurrent.futures import CancelledError
 import time
 import uuid
 from datetime import datetime, timezone
@@ -24,7 +25,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from judgeflow.errors import ConfigError
 from judgeflow.settings import Settings, load_settings
-from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_pending_work
+from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs, count_pending_work
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.reporting import Progress, RunSummary, SummaryBuilder, publish_run_summary
 from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
@@ -50,6 +51,17 @@ def run_settings(*, max_concurrency: int | None, judge_processes: int | None, **
 
 def _retry_delays(settings: Settings) -> list[float]:
     return [settings.task_retry_delay_s * 2**i for i in range(settings.task_retries)]
+
+
+def settle(running: list) -> None:
+    """Cancel submitted tasks that have not started and wait for the rest."""
+    for future in running:
+        future.wrapped_future.cancel()  # only succeeds for a task still queued
+    for future in running:
+        try:
+            future.wait()
+        except (Exception, CancelledError):  # cancelled, or failed: either way it no longer runs
+            pass
 
 
 def score_traces(
@@ -121,7 +133,9 @@ def score_traces(
         totals.add(outcomes)
         progress.advance(len(outcomes), batch=batch_no)
 
-    with LeaseKeeper(settings, owner):
+    # The keeper releases the run's claims on the way out, also when a task or
+    # the database failed: only once nothing still judges or writes under them.
+    with LeaseKeeper(settings, owner, before_release=lambda: settle(running)) as keeper:
         while True:
             room = batch_size
             if limit is not None:
@@ -129,7 +143,7 @@ def score_traces(
                 room = min(room, (limit - len(traces_seen)) * len(metrics))
                 if room <= 0:
                     break
-            batch = claim_traces(settings, owner, metrics, room, cursor=cursor, **filters)
+            batch = claim_traces(settings, owner, metrics, room, cursor=cursor, owner_key=keeper.owner_key, **filters)
             if batch.cursor is None:
                 break
             cursor = batch.cursor
@@ -161,9 +175,12 @@ def score_traces(
                 collect()
         while running:
             collect()
+        left = count_left_to_other_runs(settings, owner, metrics, **filters)
     judge_started.wait()
 
-    summary = totals.build(duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending)
+    summary = totals.build(
+        duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending, left_to_other_runs=left
+    )
     publish_run_summary(summary)
     return summary
 

@@ -163,18 +163,33 @@ def serve(
 
 @app.command()
 @clear_errors
-def status() -> None:
-    """Results per metric and status, and what is still pending."""
-    from judgeflow.db.status import result_counts
+def status(
+    as_json: bool = typer.Option(False, "--json", help="print the figures as JSON"),
+) -> None:
+    """Results per metric and status, what is pending, and what live runs are scoring now."""
+    import json
+
+    from judgeflow.db.status import work_status
 
     settings = _settings()
     _announce_database(settings)
-    counts = result_counts(settings)
-    typer.echo(f"{'metric':<15}{'scored':>8}{'passed':>8}{'skipped':>9}{'failed':>8}{'pending':>9}")
-    for metric, row in counts.items():
-        typer.echo(
-            f"{metric:<15}{row['scored']:>8}{row['passed']:>8}{row['skipped']:>9}{row['failed']:>8}{row['pending']:>9}"
-        )
+    report = work_status(settings)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    columns = list(dict.fromkeys(k for row in report["metrics"].values() for k in row))  # every figure, in order
+    header = f"{'metric':<15}" + "".join(f"{c.replace('_', ' '):>13}" for c in columns)
+    typer.echo(header)
+    for metric, row in report["metrics"].items():
+        typer.echo(f"{metric:<15}" + "".join(f"{row.get(c, 0):>13}" for c in columns))
+    typer.echo(
+        "pending = no done result and no live run holding it; stranded (counted in pending) = claimed by a run that "
+        "is gone or stopped renewing its lease: the next run takes those at once"
+    )
+    for run in report["runs"]:
+        pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
+        state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
+        typer.echo(f"flow run {run['flow_run_id']}: {pairs} ({state})")
 
 
 def _announce_database(settings) -> None:

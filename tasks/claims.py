@@ -1,27 +1,40 @@
 """Claiming work in PostgreSQL so concurrent runs never score the same
 (trace, metric) twice.
 
-A claim is a row in ``judgeflow.claims`` with a lease. A run takes unclaimed
-(or expired) pairs with ``INSERT ... ON CONFLICT DO UPDATE ... WHERE the lease
-has expired``: PostgreSQL serialises conflicting inserts on the primary key,
-so of two runs racing for a pair exactly one gets it back from ``RETURNING``.
-A run killed mid-way leaves claims that simply expire; the next run takes
-them over. A live run renews its leases from a background thread.
+A claim is a row in ``judgeflow.claims`` with a lease and the owner's key. A
+run takes unclaimed (or free) pairs with ``INSERT ... ON CONFLICT DO UPDATE
+... WHERE the claim is not held``: PostgreSQL serialises conflicting inserts on
+the primary key, so of two runs racing for a pair exactly one gets it back
+from ``RETURNING``.
+
+A claim is held while its lease runs *and* its owner still holds its run lock
+(see :data:`judgeflow.db.pending.RUN_LOCK_NAMESPACE`): :class:`LeaseKeeper`
+takes a session-level advisory lock on a connection of its own when the run
+starts and keeps it until the run has settled. A run killed mid-way loses that
+connection and with it the lock, so the next run takes its claims over at
+once. The same connection's thread renews the run's leases, so renewal
+depends on neither the judge, the task runner nor the Prefect server; the
+lease only frees the claims of an owner that is alive but stopped renewing
+(frozen, or cut off from the database without the server noticing).
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 from datetime import datetime
+from typing import Callable
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from sqlalchemy import text
+from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
 
-from judgeflow.db.engine import engine_for
-from judgeflow.db.pending import count_pending, pending_where
+from judgeflow.db.engine import database_url, engine_for
+from judgeflow.db.pending import RUN_LOCK_NAMESPACE, count_pending, held, pending_where
+from judgeflow.settings import normalise_database_url
 from judgeflow.db.source import SourceTable
 from judgeflow.errors import DatabaseError
 from judgeflow.settings import Settings
@@ -47,9 +60,12 @@ def claim_traces(
     sample_rate: float = 1.0,
     rescore_before: datetime | None = None,
     settle_delay_s: float = 0.0,
+    owner_key: int | None = None,
 ) -> ClaimedBatch:
     """Claim up to ``batch_size`` pending (trace, metric) pairs after ``cursor``,
-    oldest first, and return them with their trace content."""
+    oldest first, and return them with their trace content. ``owner_key`` is
+    the key of the run lock ``owner`` holds (:class:`LeaseKeeper`); without
+    one the claims live by their lease alone."""
     where, params = pending_where(
         since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
         after=(cursor.created_at, cursor.trace_id, cursor.metric) if cursor else None,
@@ -61,7 +77,9 @@ def claim_traces(
         # the oldest trace on every batch: a batch half-way through a 100k-trace
         # backlog walked 50k index entries (32 ms instead of ~2 ms; bench/).
         where += " AND t.created_at >= :c_at"
-    params.update(metrics=list(metrics), n=batch_size, owner=owner, lease=settings.lease_timeout_s)
+    params.update(
+        metrics=list(metrics), n=batch_size, owner=owner, lease=settings.lease_timeout_s, owner_key=owner_key
+    )
     try:
         with engine_for(settings).begin() as conn:
             source, select_list = _source(settings, conn)
@@ -75,13 +93,15 @@ def claim_traces(
                         ORDER BY t.created_at, t.id::text, m.metric
                         LIMIT :n
                     ), claimed AS (
-                        INSERT INTO judgeflow.claims (trace_id, metric, owner, claimed_at, lease_expires_at)
-                        SELECT trace_id, metric, :owner, now(), now() + make_interval(secs => :lease)
+                        INSERT INTO judgeflow.claims (trace_id, metric, owner, claimed_at, lease_expires_at, owner_key)
+                        SELECT trace_id, metric, :owner, now(), now() + make_interval(secs => :lease),
+                               CAST(:owner_key AS bigint)
                         FROM candidates
                         ON CONFLICT (trace_id, metric) DO UPDATE
                             SET owner = excluded.owner, claimed_at = excluded.claimed_at,
-                                lease_expires_at = excluded.lease_expires_at
-                            WHERE judgeflow.claims.lease_expires_at <= now()
+                                lease_expires_at = excluded.lease_expires_at, owner_key = excluded.owner_key
+                            -- taken over when its lease ran out or its owner is gone
+                            WHERE NOT {held("judgeflow.claims")}
                         RETURNING trace_id, metric
                     )
                     SELECT c.*, (cl.trace_id IS NOT NULL) AS mine
@@ -135,45 +155,184 @@ def count_pending_work(
     return sum(counts.values())
 
 
+@task(name="count-pairs-left-to-other-runs", cache_policy=NO_CACHE, persist_result=False)
+def count_left_to_other_runs(
+    settings: Settings,
+    owner: str,
+    metrics: list[str],
+    since: datetime | None = None,
+    until: datetime | None = None,
+    sample_rate: float = 1.0,
+    rescore_before: datetime | None = None,
+    settle_delay_s: float = 0.0,
+) -> dict[str, int] | None:
+    """Pairs in this run's scope, still without a done result, that other live
+    runs hold: {flow run id: pairs}. None when the database cannot say (the
+    summary then says so rather than claiming nothing was left)."""
+    where, params = pending_where(
+        since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
+        settle_delay_s=settle_delay_s, exclude_held=False,
+    )
+    params.update(metrics=list(metrics), owner=owner)
+    try:
+        with engine_for(settings).connect() as conn:
+            source = SourceTable.parse(settings.traces_table)
+            rows = conn.execute(
+                text(
+                    f"""
+                    SELECT split_part(c.owner, ':', 1) AS run, count(*)
+                    FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
+                    JOIN judgeflow.claims c ON c.trace_id = t.id::text AND c.metric = m.metric
+                    WHERE {where} AND c.owner <> :owner AND {held("c")}
+                    GROUP BY 1 ORDER BY 1
+                    """
+                ),
+                params,
+            ).all()
+    except DBAPIError as exc:
+        log.warning("could not count the pairs other runs hold: %s", exc.orig)
+        return None
+    return {run: n for run, n in rows}
+
+
+_RELEASE_ALL = text("DELETE FROM judgeflow.claims WHERE owner = :o")
+_RENEW = text("UPDATE judgeflow.claims SET lease_expires_at = now() + make_interval(secs => :l) WHERE owner = :o")
+
+
 def release_claims(settings: Settings, owner: str) -> int:
     """Give back every claim ``owner`` still holds (end of run, or after a failure)."""
     with engine_for(settings).begin() as conn:
-        return conn.execute(text("DELETE FROM judgeflow.claims WHERE owner = :o"), {"o": owner}).rowcount
+        return conn.execute(_RELEASE_ALL, {"o": owner}).rowcount
 
 
 class LeaseKeeper:
-    """Renews ``owner``'s leases every third of the lease time while a run is alive,
-    so slow judges never let a live run's claims expire under it."""
+    """The run's liveness, for as long as the ``with`` block lasts.
 
-    def __init__(self, settings: Settings, owner: str):
+    On entry it opens a connection of its own (never one of the pool the tasks
+    share, which a busy run can exhaust) and takes the session-level advisory
+    lock ``(RUN_LOCK_NAMESPACE, owner_key)`` on it; claims are stamped with
+    ``owner_key``. A thread on that connection renews ``owner``'s leases every
+    third of the lease time, and reconnects (taking the lock again) if the
+    database drops it. On exit it releases the claims the run still holds,
+    then the lock. ``before_release`` runs first: it must return only once the
+    run's in-flight work has finished or been cancelled, because a claim
+    released under a running task lets another run judge the pair too."""
+
+    def __init__(self, settings: Settings, owner: str, *, before_release: Callable[[], None] | None = None):
         self._settings = settings
         self._owner = owner
+        self._before_release = before_release
+        self.owner_key = secrets.randbelow(2**31 - 1) + 1  # an int4 > 0: pg_locks shows it as an oid
+        self._engine = None
+        self._conn: Connection | None = None
+        self._locked = False
+        self._conn_lock = threading.Lock()  # the connection is used by one thread at a time
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="judgeflow-lease-keeper", daemon=True)
 
     def __enter__(self) -> "LeaseKeeper":
+        self._engine = create_engine(
+            normalise_database_url(database_url(self._settings)),
+            poolclass=NullPool,
+            connect_args={
+                "connect_timeout": 10,
+                "application_name": f"judgeflow run lock {self.owner_key}",
+                # notice a dead connection (and so a lost lock) within about a minute
+                "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+            },
+        )
+        try:
+            with self._conn_lock:
+                self._connect()
+                for _ in range(20):  # another live session holds this key: pick another
+                    if self._locked:
+                        break
+                    self.owner_key = secrets.randbelow(2**31 - 1) + 1
+                    self._try_lock()
+                else:
+                    raise DatabaseError("could not take a run lock: 20 random keys were all held")
+        except DBAPIError as exc:
+            self._close()
+            raise DatabaseError(f"could not open the run's lock connection: {exc.orig}") from None
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        if self._before_release is not None:
+            # leases keep being renewed meanwhile: the work still owns its pairs
+            self._before_release()
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=30)
+        if self._thread.is_alive() or not self._conn_lock.acquire(timeout=5):
+            log.warning("the lease keeper of %s is stuck; releasing its claims on another connection", self._owner)
+            self._release_on_pool()
+            return
+        try:
+            try:
+                if self._conn is None:
+                    raise ConnectionError("no lock connection")
+                self._conn.execute(_RELEASE_ALL, {"o": self._owner})
+            except Exception:
+                self._release_on_pool()
+            self._close()  # ends the session, which also drops the lock
+        finally:
+            self._conn_lock.release()
+
+    def _release_on_pool(self) -> None:
         try:
             release_claims(self._settings, self._owner)
         except Exception as error:  # the database may be the reason we are leaving
-            log.warning("could not release claims of %s: %s (they expire on their own)", self._owner, error)
+            log.warning(
+                "could not release claims of %s: %s (they are free once this process ends, or when their lease "
+                "expires)", self._owner, error,
+            )
+
+    def _connect(self) -> None:
+        self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        self._locked = False
+        self._try_lock()
+
+    def _try_lock(self) -> None:
+        self._locked = bool(
+            self._conn.execute(
+                text("SELECT pg_try_advisory_lock(:ns, :k)"), {"ns": RUN_LOCK_NAMESPACE, "k": self.owner_key}
+            ).scalar()
+        )
+
+    def _close(self) -> None:
+        conn, self._conn, self._locked = self._conn, None, False
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+        if self._engine is not None:
+            self._engine.dispose()
+
+    def _tick(self) -> None:
+        if self._conn is None:
+            self._connect()
+            log.warning("run lock connection of %s re-established", self._owner)
+        if not self._locked:
+            # after a reconnect the old session may still hold the lock until the
+            # server notices it is gone: the claims look held meanwhile anyway
+            self._try_lock()
+        self._conn.execute(_RENEW, {"o": self._owner, "l": self._settings.lease_timeout_s})
 
     def _loop(self) -> None:
         interval = max(self._settings.lease_timeout_s / 3, 0.5)
-        while not self._stop.wait(interval):
-            try:
-                with engine_for(self._settings).begin() as conn:
-                    conn.execute(
-                        text(
-                            "UPDATE judgeflow.claims SET lease_expires_at = now() + make_interval(secs => :l) "
-                            "WHERE owner = :o"
-                        ),
-                        {"o": self._owner, "l": self._settings.lease_timeout_s},
-                    )
-            except Exception as error:
-                log.warning("lease renewal failed: %s", error)
+        wait = interval
+        while not self._stop.wait(wait):
+            with self._conn_lock:
+                try:
+                    self._tick()
+                    wait = interval
+                except Exception as error:
+                    log.warning("lease renewal of %s failed: %s; reconnecting", self._owner, error)
+                    conn, self._conn, self._locked = self._conn, None, False
+                    if conn is not None:
+                        try:
+                            conn.invalidate()
+                        except Exception:
+                            pass
+                    wait = min(interval, 1.0)  # while the lock is lost, claims look free: hurry

@@ -35,6 +35,9 @@ class RunSummary(BaseModel):
     skipped: int = 0
     failed: int = 0
     superseded: int = 0
+    # pairs in this run's scope that other live runs still held when it ended:
+    # {flow run id: pairs}; None when the database could not say
+    left_to_other_runs: dict[str, int] | None = Field(default_factory=dict)
     by_metric: dict[str, dict[str, int]] = Field(default_factory=dict)
     pass_rate: dict[str, float | None] = Field(default_factory=dict)
     judge_calls: int = 0
@@ -52,6 +55,12 @@ class RunSummary(BaseModel):
         builder.add(outcomes)
         return builder.build(duration_s=duration_s, flow_run_id=flow_run_id, pending_at_start=pending_at_start)
 
+    @property
+    def left_to_other_pairs(self) -> int | str:
+        if self.left_to_other_runs is None:
+            return "unknown"
+        return sum(self.left_to_other_runs.values())
+
     def table(self) -> list[dict]:
         def pct(value):
             return "n/a" if value is None else f"{value:.1%}"
@@ -61,6 +70,9 @@ class RunSummary(BaseModel):
             {"figure": "scores written", "value": self.scored},
             {"figure": "skipped", "value": self.skipped},
             {"figure": "failed", "value": self.failed},
+            # judged here, but the pair's claim had moved to another run: its result stands
+            {"figure": "superseded", "value": self.superseded},
+            {"figure": "left to other live runs", "value": self.left_to_other_pairs},
         ]
         for metric, rate in self.pass_rate.items():
             rows.append({"figure": f"{metric} pass rate", "value": pct(rate)})
@@ -75,6 +87,12 @@ class RunSummary(BaseModel):
     def markdown(self) -> str:
         lines = ["# judgeflow run", "", "| figure | value |", "|---|---|"]
         lines += [f"| {r['figure']} | {r['value']} |" for r in self.table()]
+        if self.left_to_other_runs:
+            lines += ["", "## Left to other live runs", "", "| flow run | pairs |", "|---|---|"]
+            lines += [f"| {run} | {n} |" for run, n in self.left_to_other_runs.items()]
+        elif self.left_to_other_runs is None:
+            lines += ["", "Whether other runs still hold pairs of this run's scope is unknown (the database "
+                      "could not be asked)."]
         if self.failures:
             lines += ["", "## Failures (first 20)", "", "| trace | metric | kind | error |", "|---|---|---|---|"]
             for f in self.failures:
@@ -115,7 +133,10 @@ class SummaryBuilder:
                     {"trace_id": o.trace_id, "metric": o.metric, "kind": o.error_kind, "error": (o.error or "")[:200]}
                 )
 
-    def build(self, *, duration_s: float, flow_run_id: str | None, pending_at_start: int) -> RunSummary:
+    def build(
+        self, *, duration_s: float, flow_run_id: str | None, pending_at_start: int,
+        left_to_other_runs: dict[str, int] | None = {},  # noqa: B006 - read only
+    ) -> RunSummary:
         by_metric: dict[str, dict[str, int]] = {}
         pass_rate: dict[str, float | None] = {}
         for metric in sorted(self._by_metric):
@@ -131,6 +152,7 @@ class SummaryBuilder:
             traces=len(self._trace_ids),
             scored=self._statuses["scored"], skipped=self._statuses["skipped"], failed=self._statuses["failed"],
             superseded=self._statuses["superseded"],
+            left_to_other_runs=None if left_to_other_runs is None else dict(left_to_other_runs),
             by_metric=by_metric, pass_rate=pass_rate,
             judge_calls=self._judge_calls,
             prompt_tokens=self._prompt_tokens,
@@ -146,9 +168,10 @@ def publish_run_summary(summary: RunSummary) -> None:
     create_table_artifact(key=SUMMARY_KEY, table=summary.table(), description="judgeflow run summary")
     create_markdown_artifact(key=REPORT_KEY, markdown=summary.markdown(), description="judgeflow run report")
     log.info(
-        "run done: %d traces, %d scored, %d skipped, %d failed, %d judge calls, cost %s, %.1fs",
-        summary.traces, summary.scored, summary.skipped, summary.failed, summary.judge_calls,
-        summary.cost_usd, summary.duration_s,
+        "run done: %d traces, %d scored, %d skipped, %d failed, %d superseded, %s left to other live runs, "
+        "%d judge calls, cost %s, %.1fs",
+        summary.traces, summary.scored, summary.skipped, summary.failed, summary.superseded,
+        summary.left_to_other_pairs, summary.judge_calls, summary.cost_usd, summary.duration_s,
     )
 
 

@@ -137,6 +137,29 @@ _RELEASE = text(
     WHERE c.trace_id = k.trace_id AND c.metric = k.metric AND c.owner = :owner
     """
 )
+# The pairs whose claim ``owner`` still holds, locked until the write commits so
+# no other run can take one over between this check and the upsert.
+_OWNED = text(
+    """
+    SELECT c.trace_id, c.metric FROM judgeflow.claims c
+    JOIN unnest(CAST(:trace_ids AS text[]), CAST(:metrics AS text[])) AS k(trace_id, metric)
+      ON c.trace_id = k.trace_id AND c.metric = k.metric
+    WHERE c.owner = :owner
+    FOR UPDATE OF c
+    """
+)
+_SUPERSEDED = text(
+    """
+    INSERT INTO judgeflow.superseded_results
+        (trace_id, metric, status, score, judge_calls, cost_usd, flow_run_id, why, owner)
+    SELECT trace_id, metric, status, score, judge_calls, cost_usd, flow_run_id, why, :owner
+    FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS x(
+        trace_id text, metric text, status text, score float8, judge_calls int, cost_usd float8,
+        flow_run_id text, why text)
+    """
+)
+CLAIM_LOST = "the claim had moved to another run"
+DONE_EXISTS = "a done result was already stored"
 
 
 def _json_default(value):
@@ -144,21 +167,42 @@ def _json_default(value):
 
 
 def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: datetime | None) -> set[tuple[str, str]]:
-    payload = json.dumps(rows, default=_json_default)
+    keys = {"trace_ids": [r["trace_id"] for r in rows], "metrics": [r["metric"] for r in rows], "owner": owner}
     with engine_for(settings).begin() as conn:
-        written = conn.execute(_UPSERT, {"rows": payload, "rescore_before": rescore_before}).all()
-        conn.execute(
-            _RELEASE,
-            {"trace_ids": [r["trace_id"] for r in rows], "metrics": [r["metric"] for r in rows], "owner": owner},
-        )
-    return {(t, m) for t, m in written}
+        owned = {(t, m) for t, m in conn.execute(_OWNED, keys).all()}
+        # only the claim's current owner writes: a run that lost the claim (it
+        # was frozen past its lease, say) must not race the run that took it over
+        mine = [r for r in rows if (r["trace_id"], r["metric"]) in owned]
+        written: set[tuple[str, str]] = set()
+        if mine:
+            payload = json.dumps(mine, default=_json_default)
+            written = {(t, m) for t, m in conn.execute(_UPSERT, {"rows": payload, "rescore_before": rescore_before})}
+        late = [
+            {
+                "trace_id": r["trace_id"], "metric": r["metric"], "status": r["status"], "score": r["score"],
+                "judge_calls": r["judge_calls"], "cost_usd": r["cost_usd"], "flow_run_id": r["flow_run_id"],
+                "why": DONE_EXISTS if (r["trace_id"], r["metric"]) in owned else CLAIM_LOST,
+            }
+            for r in rows
+            if (r["trace_id"], r["metric"]) not in written
+        ]
+        if late:
+            conn.execute(_SUPERSEDED, {"rows": json.dumps(late, default=_json_default), "owner": owner})
+        if owned:
+            conn.execute(_RELEASE, keys)
+    for row in late:
+        log.warning("%s for trace %s superseded: %s; the stored result stands", row["metric"], row["trace_id"],
+                    row["why"])
+    return written
 
 
 def store_outcomes(
     settings: Settings, rows: list[dict], *, owner: str, rescore_before: datetime | None
 ) -> set[tuple[str, str]]:
     """Upsert result rows and release their claims in one transaction; returns
-    the (trace, metric) pairs written (a pair missing had a done row already).
+    the (trace, metric) pairs written. A pair missing was superseded: its claim
+    had moved to another run, or a done row existed already; it is recorded in
+    ``judgeflow.superseded_results`` instead.
     Retries with backoff so a restarting database does not cost judge calls.
     A row the database refuses (not a connection problem) is isolated by
     writing the rows one at a time, so it cannot take the others down with it."""

@@ -11,6 +11,33 @@ from sqlalchemy import Connection, text
 from judgeflow.db.schema import DONE_STATUSES
 from judgeflow.db.source import SourceTable
 
+# Each scoring run holds pg_advisory_lock(RUN_LOCK_NAMESPACE, owner_key) on a
+# connection of its own for as long as it lives, and stamps its claims with
+# owner_key. PostgreSQL drops a session's locks when its connection ends, so a
+# killed run's claims are free as soon as its connection is gone, without
+# waiting for the lease. (An int4, so 'jflw' as a number.)
+RUN_LOCK_NAMESPACE = 0x6A666C77
+
+# The owner keys whose run lock is held right now in this database. pg_locks
+# shows a two-int advisory lock as classid = first key, objid = second key,
+# objsubid = 2. Uncorrelated, so PostgreSQL evaluates it once per statement.
+LIVE_OWNER_KEYS = (
+    "SELECT l.objid::bigint FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted "
+    f"AND l.objsubid = 2 AND l.classid = {RUN_LOCK_NAMESPACE}::oid "
+    "AND l.database = (SELECT d.oid FROM pg_database d WHERE d.datname = current_database())"
+)
+
+
+def held(claim: str = "c") -> str:
+    """SQL: the claim row ``claim`` is held, i.e. its lease runs and its owner
+    still holds its run lock. The lease is the fallback for an owner that holds
+    its lock but stopped renewing (frozen, or cut off from the database without
+    the server noticing yet); a claim without an owner key has only its lease."""
+    return (
+        f"({claim}.lease_expires_at > now() AND ({claim}.owner_key IS NULL "
+        f"OR {claim}.owner_key IN ({LIVE_OWNER_KEYS})))"
+    )
+
 
 def pending_where(
     *,
@@ -20,8 +47,11 @@ def pending_where(
     rescore_before: datetime | None = None,
     after: tuple[datetime, str, str] | None = None,
     settle_delay_s: float = 0.0,
+    exclude_held: bool = True,
 ) -> tuple[str, dict[str, Any]]:
-    """WHERE clause over ``source t CROSS JOIN unnest(:metrics) m(metric)``."""
+    """WHERE clause over ``source t CROSS JOIN unnest(:metrics) m(metric)``:
+    pairs without a done result and (unless ``exclude_held`` is False) not
+    held by a live run's claim."""
     params: dict[str, Any] = {"done": list(DONE_STATUSES)}
     done = (
         "NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = t.id::text "
@@ -31,11 +61,12 @@ def pending_where(
         # re-scoring: results written before this run count as not done
         done += " AND r.scored_at >= :rescore_before"
         params["rescore_before"] = rescore_before
-    clauses = [
-        done + ")",
-        "NOT EXISTS (SELECT 1 FROM judgeflow.claims c WHERE c.trace_id = t.id::text "
-        "AND c.metric = m.metric AND c.lease_expires_at > now())",
-    ]
+    clauses = [done + ")"]
+    if exclude_held:
+        clauses.append(
+            "NOT EXISTS (SELECT 1 FROM judgeflow.claims c WHERE c.trace_id = t.id::text "
+            f"AND c.metric = m.metric AND {held('c')})"
+        )
     if since is not None:
         clauses.append("t.created_at >= :since")
         params["since"] = since

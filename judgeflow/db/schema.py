@@ -7,6 +7,7 @@ table objects are what queries are written against.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     CheckConstraint,
     Column,
@@ -67,5 +68,26 @@ claims = Table(
     Column("owner", Text, nullable=False),
     Column("claimed_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     Column("lease_expires_at", DateTime(timezone=True), nullable=False),
+    # key of the owning run's advisory lock (judgeflow.db.pending.RUN_LOCK_NAMESPACE);
+    # NULL: the lease alone decides whether the claim is held
+    Column("owner_key", BigInteger),
     PrimaryKeyConstraint("trace_id", "metric", name="claims_pkey"),
+)
+
+# Late results of runs that had lost the pair's claim: recorded, never written
+# over eval_results.
+superseded_results = Table(
+    "superseded_results",
+    metadata,
+    Column("id", BigInteger, primary_key=True),
+    Column("trace_id", Text, nullable=False),
+    Column("metric", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("score", Float),
+    Column("judge_calls", Integer, nullable=False, server_default="0"),
+    Column("cost_usd", Float),
+    Column("flow_run_id", Text),
+    Column("owner", Text, nullable=False),
+    Column("why", Text, nullable=False),
+    Column("recorded_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
 )

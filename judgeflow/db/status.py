@@ -11,7 +11,7 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
-from judgeflow.db.pending import count_pending, pending_where
+from judgeflow.db.pending import count_pending, held, pending_where
 from judgeflow.db.source import SourceTable
 from judgeflow.errors import DatabaseError
 from judgeflow.settings import Settings
@@ -19,25 +19,92 @@ from judgeflow.tasks.work import METRIC_NAMES
 
 
 def result_counts(settings: Settings) -> dict[str, dict[str, int]]:
+    """Per metric: results by status (and passed), plus the pairs without a
+    done result split by their claims; see :func:`work_status`."""
+    return work_status(settings)["metrics"]
+
+
+def work_status(settings: Settings) -> dict:
+    """What is true in the database right now, per metric:
+
+    - ``scored``/``passed``/``skipped``/``failed``: stored results by status;
+    - ``pending``: pairs without a done result that no live run holds (what the
+      next run would take), of which ``stranded`` are claimed by a run that
+      is gone or whose lease ran out (the next run takes them over at once);
+    - ``in_progress``: pairs without a done result held by a live run;
+    - ``superseded``: late results of runs that had lost the pair (recorded,
+      never stored over the result).
+
+    ``pending + in_progress`` is the number of pairs without a done result.
+    ``runs`` lists the runs holding claims: flow run, live or not, pairs per
+    metric, and when their lease ends."""
     engine = engine_for(settings)
     migrate.upgrade(engine)
+    metrics = list(METRIC_NAMES)
+    source = SourceTable.parse(settings.traces_table)
+    where, params = pending_where(exclude_held=False)
+    params["metrics"] = metrics
     try:
         with engine.connect() as conn:
-            rows = conn.execute(
+            results = conn.execute(
                 text(
                     "SELECT metric, status, count(*), count(*) FILTER (WHERE passed) "
                     "FROM judgeflow.eval_results GROUP BY metric, status"
                 )
             ).all()
-            pending = count_pending(conn, SourceTable.parse(settings.traces_table), list(METRIC_NAMES))
+            superseded = dict(
+                conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results GROUP BY metric")).all()
+            )
+            # one statement, so every figure comes from the same snapshot
+            work = conn.execute(
+                text(
+                    f"""
+                    SELECT m.metric, c.owner, c.owner IS NOT NULL AND {held("c")} AS held,
+                           count(DISTINCT t.id::text), max(c.lease_expires_at)
+                    FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
+                    LEFT JOIN judgeflow.claims c ON c.trace_id = t.id::text AND c.metric = m.metric
+                    WHERE {where}
+                    GROUP BY 1, 2, 3
+                    """
+                ),
+                params,
+            ).all()
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
-    out = {m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "pending": pending[m]} for m in METRIC_NAMES}
-    for metric, status, n, passed in rows:
+    out = {
+        m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "pending": 0, "in_progress": 0, "stranded": 0,
+            "superseded": superseded.get(m, 0)}
+        for m in metrics
+    }
+    for metric, status, n, passed in results:
         out[metric][status] = n
         if status == "scored":
             out[metric]["passed"] = passed
-    return out
+    runs: dict[str, dict] = {}
+    for metric, owner, is_held, n, lease_until in work:
+        counts = out[metric]
+        if owner is not None and is_held:
+            counts["in_progress"] += n
+        else:
+            counts["pending"] += n
+            if owner is not None:
+                counts["stranded"] += n
+        if owner is not None:
+            run = runs.setdefault(
+                owner,
+                {"flow_run_id": owner.split(":", 1)[0], "live": bool(is_held), "pairs": {}, "lease_expires_at": None},
+            )
+            run["live"] = run["live"] or bool(is_held)
+            run["pairs"][metric] = run["pairs"].get(metric, 0) + n
+            if run["lease_expires_at"] is None or lease_until > run["lease_expires_at"]:
+                run["lease_expires_at"] = lease_until
+    return {
+        "metrics": out,
+        "runs": [
+            {**run, "lease_expires_at": run["lease_expires_at"].isoformat()}
+            for run in sorted(runs.values(), key=lambda r: (not r["live"], r["flow_run_id"]))
+        ],
+    }
 
 
 @dataclass

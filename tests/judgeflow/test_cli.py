@@ -92,3 +92,37 @@ def test_backfill_estimate_uses_the_cost_model(judgeflow_env, db, monkeypatch):
     expected = (prompt * 1000 + completion * 2000) / 1e6
     assert f"estimated cost ${expected:,.4f}" in result.output
     assert "JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK" in result.output
+
+
+def test_status_shows_in_progress_runs_and_stranded_pairs(judgeflow_env, db):
+    import json
+
+    from judgeflow.db import migrate
+    from judgeflow.settings import load_settings
+    from judgeflow.tasks.claims import LeaseKeeper, claim_traces
+
+    insert_traces(db, [scripted_trace(i)[0] for i in range(6)])
+    migrate.upgrade(db)
+    settings = load_settings()
+    with LeaseKeeper(settings, "run-live:1") as keeper:
+        claim_traces.fn(settings, "run-live:1", ["toxicity"], 2, owner_key=keeper.owner_key)
+        claim_traces.fn(settings, "run-gone:1", ["toxicity"], 1, owner_key=5)  # nobody holds key 5
+        with db.begin() as conn:
+            conn.execute(sa.text(
+                "INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed) "
+                "VALUES ('tr-0005', 'toxicity', 'scored', 0, true), ('tr-0004', 'toxicity', 'failed', NULL, NULL)"
+            ))
+        report = json.loads(runner.invoke(app, ["status", "--json"]).stdout)
+        text = runner.invoke(app, ["status"]).stdout
+
+    tox = report["metrics"]["toxicity"]
+    assert {k: tox[k] for k in ("scored", "passed", "failed", "pending", "in_progress", "stranded")} == {
+        "scored": 1, "passed": 1, "failed": 1, "pending": 3, "in_progress": 2, "stranded": 1,
+    }
+    assert tox["pending"] + tox["in_progress"] == 5  # six traces, one done
+    assert report["metrics"]["hallucination"]["pending"] == 6
+    live, gone = report["runs"]
+    assert (live["flow_run_id"], live["live"], live["pairs"]) == ("run-live", True, {"toxicity": 2})
+    assert (gone["flow_run_id"], gone["live"], gone["pairs"]) == ("run-gone", False, {"toxicity": 1})
+    assert "flow run run-live: toxicity 2 (in progress, lease until" in text
+    assert "flow run run-gone: toxicity 1 (stranded" in text

@@ -1,0 +1,157 @@
+"""Claims, run liveness and late results against a real PostgreSQL: a claim
+whose run is gone is taken over at once, a live run's claims are not, a run
+that lost a claim cannot write over the result, and claims go back only after
+the run's in-flight work has settled."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from judgeflow.db import migrate
+from judgeflow.db.pending import RUN_LOCK_NAMESPACE
+from judgeflow.settings import load_settings
+from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs
+from judgeflow.tasks.scoring import CLAIM_LOST, DONE_EXISTS, store_outcomes
+from tests.support.traces import insert_traces, results, scripted_trace
+
+
+@pytest.fixture
+def settings(judgeflow_env, db):
+    insert_traces(db, [scripted_trace(i)[0] for i in range(5)])
+    migrate.upgrade(db)
+    return load_settings()
+
+
+def _claim(settings, owner, key=None, n=10):
+    batch = claim_traces.fn(settings, owner, ["toxicity"], n, owner_key=key)
+    return {w.trace_id for w in batch.items}
+
+
+def _claims(db) -> dict[str, str]:
+    with db.connect() as conn:
+        return dict(conn.execute(sa.text("SELECT trace_id, owner FROM judgeflow.claims")).all())
+
+
+def _row(trace_id: str, owner_run: str, status: str = "scored") -> dict:
+    return {
+        "trace_id": trace_id, "metric": "toxicity", "metric_version": "v", "status": status,
+        "score": 0.0 if status == "scored" else None, "passed": True if status == "scored" else None,
+        "threshold": 0.5, "reason": None, "details": {}, "judge_model": "m", "prompt_tokens": 1,
+        "completion_tokens": 1, "cost_usd": 0.001, "latency_ms": 1.0, "judge_calls": 2, "error": None,
+        "error_kind": None, "attempts": 1, "flow_run_id": owner_run,
+        "trace_created_at": datetime(2026, 11, 21, tzinfo=timezone.utc),
+    }
+
+
+def test_a_live_runs_claims_are_kept_and_a_gone_runs_are_taken_over_at_once(settings, db):
+    with LeaseKeeper(settings, "run-a:1") as keeper:
+        assert _claim(settings, "run-a:1", keeper.owner_key, n=3) == {"tr-0000", "tr-0001", "tr-0002"}
+        # a second run sees only what is left; run a holds its lock and a 15-minute lease
+        assert _claim(settings, "run-b:1", 7) == {"tr-0003", "tr-0004"}
+        with db.connect() as conn:
+            locks = conn.execute(
+                sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                        "AND classid = CAST(CAST(:ns AS int) AS oid) AND objid = CAST(CAST(:k AS int) AS oid) AND objsubid = 2 AND granted"),
+                {"ns": RUN_LOCK_NAMESPACE, "k": keeper.owner_key},
+            ).scalar_one()
+        assert locks == 1
+    # run b's key 7 is not locked by anyone: its claims are free although their
+    # lease has 15 minutes to go (run a released its own on the way out)
+    assert _claims(db) == {t: "run-b:1" for t in ("tr-0003", "tr-0004")}
+    assert _claim(settings, "run-c:1", 8) == {f"tr-{i:04d}" for i in range(5)}
+    assert set(_claims(db).values()) == {"run-c:1"}
+
+
+def test_a_live_owner_that_stopped_renewing_loses_its_claims_when_the_lease_runs_out(settings, db, monkeypatch):
+    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "1")
+    short = load_settings()
+    with LeaseKeeper(settings, "run-a:1") as keeper:  # renews every 5 minutes: as good as frozen here
+        assert len(_claim(short, "run-a:1", keeper.owner_key)) == 5
+        assert _claim(short, "run-b:1", 9) == set()
+        with db.begin() as conn:  # the lease runs out
+            conn.execute(sa.text("UPDATE judgeflow.claims SET lease_expires_at = now() - interval '1 second'"))
+        assert len(_claim(short, "run-b:1", 9)) == 5
+
+
+def test_the_keeper_renews_leases_from_its_own_connection(settings, db, monkeypatch):
+    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "1.5")
+    short = load_settings()
+    with LeaseKeeper(short, "run-a:1") as keeper:
+        _claim(short, "run-a:1", keeper.owner_key)
+        with db.connect() as conn:
+            first = conn.execute(sa.text("SELECT max(lease_expires_at) FROM judgeflow.claims")).scalar_one()
+            apps = conn.execute(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :a"),
+                {"a": f"judgeflow run lock {keeper.owner_key}"},
+            ).scalar_one()
+        assert apps == 1
+        deadline = datetime.now(timezone.utc).timestamp() + 30
+        while datetime.now(timezone.utc).timestamp() < deadline:
+            with db.connect() as conn:
+                latest = conn.execute(sa.text("SELECT min(lease_expires_at) FROM judgeflow.claims")).scalar_one()
+            if latest > first:
+                break
+            threading.Event().wait(0.2)
+        assert latest > first, "the lease was never renewed"
+
+
+def test_only_the_claims_owner_writes_and_a_late_result_is_recorded_as_superseded(settings, db):
+    _claim(settings, "run-a:1", 11, n=2)  # tr-0000, tr-0001; key 11 is not locked: run a is "gone"
+    assert _claim(settings, "run-b:1", 12, n=1) == {"tr-0000"}  # taken over at once
+
+    # run a comes back with results for both pairs: it owns tr-0001 still, not tr-0000
+    written = store_outcomes(settings, [_row("tr-0000", "run-a"), _row("tr-0001", "run-a")],
+                             owner="run-a:1", rescore_before=None)
+    assert written == {("tr-0001", "toxicity")}
+    assert ("tr-0000", "toxicity") not in results(db)
+    # run b writes a failure for tr-0000; run a's late copy never lands
+    assert store_outcomes(settings, [_row("tr-0000", "run-b", "failed")], owner="run-b:1", rescore_before=None)
+    assert results(db)[("tr-0000", "toxicity")]["flow_run_id"] == "run-b"
+    # the owner of a claim on a pair already done (claimed in a race with the
+    # write that finished it) is superseded too, and never overwrites
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO judgeflow.claims (trace_id, metric, owner, lease_expires_at) "
+                             "VALUES ('tr-0001', 'toxicity', 'run-c:1', now() + interval '1 hour')"))
+    assert store_outcomes(settings, [_row("tr-0001", "run-c")], owner="run-c:1", rescore_before=None) == set()
+    assert results(db)[("tr-0001", "toxicity")]["flow_run_id"] == "run-a"
+
+    with db.connect() as conn:
+        late = conn.execute(
+            sa.text("SELECT trace_id, flow_run_id, owner, why, judge_calls FROM judgeflow.superseded_results "
+                    "ORDER BY id")
+        ).all()
+    assert [tuple(r) for r in late] == [
+        ("tr-0000", "run-a", "run-a:1", CLAIM_LOST, 2),
+        ("tr-0001", "run-c", "run-c:1", DONE_EXISTS, 2),
+    ]
+    # writes release the writer's own claims only
+    assert "tr-0001" not in _claims(db)
+
+
+def test_claims_are_released_only_after_the_in_flight_work_settled(settings, db):
+    seen: list[dict] = []
+    with pytest.raises(RuntimeError):
+        with LeaseKeeper(settings, "run-a:1", before_release=lambda: seen.append(_claims(db))) as keeper:
+            _claim(settings, "run-a:1", keeper.owner_key)
+            raise RuntimeError("collecting a result failed")
+    assert seen == [{f"tr-{i:04d}": "run-a:1" for i in range(5)}], "claims were gone before the work settled"
+    assert _claims(db) == {}
+    with db.connect() as conn:
+        locks = conn.execute(
+            sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+                    "AND classid = CAST(CAST(:ns AS int) AS oid)"),
+            {"ns": RUN_LOCK_NAMESPACE},
+        ).scalar_one()
+    assert locks == 0
+
+
+def test_pairs_left_to_other_live_runs_are_counted_per_flow_run(settings, db):
+    with LeaseKeeper(settings, "run-a:1") as a:
+        _claim(settings, "run-a:1", a.owner_key, n=3)
+        _claim(settings, "run-b:1", 21, n=2)  # a gone run: not "left to" anyone
+        assert count_left_to_other_runs.fn(settings, "run-c:1", ["toxicity", "hallucination"]) == {"run-a": 3}
+        assert count_left_to_other_runs.fn(settings, "run-a:1", ["toxicity"]) == {}
