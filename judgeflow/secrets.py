@@ -1,7 +1,7 @@
 """Secrets from Prefect Secret blocks as well as from the environment.
 
 Every secret setting (a ``SecretStr`` field of :class:`~judgeflow.settings.Settings`:
-``JUDGEFLOW_DATABASE_URL``, ``JUDGEFLOW_JUDGE_API_KEY``, ``JUDGEFLOW_ALERT_WEBHOOK_URL``,
+``JUDGEFLOW_DATABASE_URL``, ``JUDGEFLOW_JUDGE_API_KEY``, ``JUDGEFLOW_JUDGE_API_BASE``, ``JUDGEFLOW_ALERT_WEBHOOK_URL``,
 ``JUDGEFLOW_ALERT_WEBHOOK_SECRET``, ``JUDGEFLOW_ALERT_SLACK_WEBHOOK_URL``) holds
 either the value itself or a reference to a Prefect Secret block::
 

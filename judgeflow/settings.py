@@ -10,6 +10,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from judgeflow.errors import ConfigError
+from judgeflow.scrub import install_log_scrubbing, register_settings
 from judgeflow.secrets import resolve_secrets
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -39,7 +40,8 @@ class Settings(BaseSettings):
 
     # --- judge -----------------------------------------------------------
     judge_model: str = Field("gpt-4o", description="litellm model string, or 'offline'")
-    judge_api_base: str | None = None
+    # a secret: a base URL may carry credentials (https://user:pass@host/...?api-key=...)
+    judge_api_base: SecretStr | None = None
     judge_api_key: SecretStr | None = None
     judge_timeout_s: float = Field(60.0, gt=0)
     judge_max_retries: int = Field(4, ge=0, description="adapter retries on transient errors")
@@ -181,4 +183,9 @@ def load_settings(**overrides) -> Settings:
         raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
     # secrets may be references to Prefect Secret blocks (prefect-secret://name);
     # Prefect is only contacted when one is present
-    return resolve_secrets(settings)
+    settings = resolve_secrets(settings)
+    # from here on, what is secret in these settings is scrubbed from every log
+    # record of the process (and from texts passed through judgeflow.scrub.scrub)
+    register_settings(settings)
+    install_log_scrubbing()
+    return settings

@@ -9,6 +9,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from judgeflow.alerts.service import RuleEvaluation, evaluate_rules, render_markdown
+from judgeflow.scrub import scrub
 from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.alerts")
@@ -32,7 +33,7 @@ def evaluate_alert_rules(settings: Settings, flow_run_id: str | None = None) -> 
     everything = evaluate_rules(settings, flow_run_id=flow_run_id, include_disabled=True)
     try:
         create_markdown_artifact(
-            key=ALERT_STATE_KEY, markdown=render_markdown(everything), description="judgeflow alert rules"
+            key=ALERT_STATE_KEY, markdown=scrub(render_markdown(everything)), description="judgeflow alert rules"
         )
     except Exception as error:  # the artifact is a view; the state is in the database
         log.warning("could not publish the alert state artifact: %s", error)

@@ -27,6 +27,8 @@ import hashlib
 import hmac
 import json
 import logging
+import math
+import re
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Literal
@@ -37,6 +39,7 @@ import httpx
 from judgeflow import __version__
 from judgeflow.alerts.evaluation import iso_utc
 from judgeflow.retry_after import parse_retry_after
+from judgeflow.scrub import scrub
 from judgeflow.settings import Settings
 
 if TYPE_CHECKING:
@@ -123,18 +126,28 @@ def sign(secret: str, timestamp: str, body: bytes) -> str:
     return f"sha256={digest}"
 
 
+_TIMESTAMP = re.compile(r"[0-9]{1,15}")
+
+
 def verify_signature(
     secret: str, timestamp: str, body: bytes, signature: str, *, tolerance_s: float | None = 300, now: float | None = None
 ) -> bool:
-    """What a receiver does: recompute and compare in constant time; reject stale timestamps."""
-    if tolerance_s is not None:
-        try:
-            age = abs((time.time() if now is None else now) - float(timestamp))
-        except ValueError:
+    """What a receiver does: recompute and compare in constant time; reject stale
+    timestamps. Returns False - never raises - for anything malformed: a
+    timestamp that is not a whole number of seconds (``nan``, ``inf``, ``1e9``,
+    ``12.5``, ``-5``), a non-ASCII or non-string signature, a body that is not bytes."""
+    try:
+        if not isinstance(timestamp, str) or not _TIMESTAMP.fullmatch(timestamp):
             return False
-        if age > tolerance_s:
+        if not isinstance(signature, str) or not signature.isascii() or not isinstance(body, (bytes, bytearray)):
             return False
-    return hmac.compare_digest(sign(secret, timestamp, body), signature)
+        if tolerance_s is not None:
+            current = time.time() if now is None else now
+            if not math.isfinite(current) or abs(current - int(timestamp)) > tolerance_s:
+                return False
+        return hmac.compare_digest(sign(secret, timestamp, bytes(body)), signature)
+    except Exception:  # a receiver's check must answer, whatever it was handed
+        return False
 
 
 # --- Slack -------------------------------------------------------------------------
@@ -243,7 +256,7 @@ class Notifier:
             return send(payload)
         except Exception as error:  # a bug in a channel must not fail the run either
             log.exception("alert channel %s crashed", channel)
-            return ChannelResult(channel, "failed", attempts=1, error=f"{type(error).__name__}: {error}"[:300])
+            return ChannelResult(channel, "failed", attempts=1, error=scrub(f"{type(error).__name__}: {error}")[:300])
 
     def _send_event(self, payload: dict[str, Any]) -> ChannelResult:
         if not self.settings.alert_prefect_events:
@@ -307,15 +320,15 @@ class Notifier:
                 except httpx.TimeoutException:
                     http_status, error = None, f"timed out after {s.alert_webhook_timeout_s:g}s"
                 except httpx.TransportError as exc:
-                    http_status, error = None, f"{type(exc).__name__}: {exc}"[:300]
-                except httpx.HTTPError as exc:  # invalid URL and the like: retrying cannot help
-                    http_status, error = None, f"{type(exc).__name__}: {exc}"[:300]
+                    http_status, error = None, self._scrubbed(f"{type(exc).__name__}: {exc}", url)[:300]
+                except (httpx.HTTPError, httpx.InvalidURL) as exc:  # invalid URL and the like: retrying cannot help
+                    http_status, error = None, self._scrubbed(f"{type(exc).__name__}: {exc}", url)[:300]
                     break
                 else:
                     http_status = response.status_code
                     if 200 <= http_status < 300:
                         return ChannelResult(channel, "delivered", attempts=attempts, http_status=http_status)
-                    snippet = " ".join(response.text[:200].split())
+                    snippet = self._scrubbed(" ".join(response.text[:200].split()), url)
                     error = f"HTTP {http_status}" + (f": {snippet}" if snippet else "")
                     if http_status < 500 and http_status not in RETRYABLE_STATUS:
                         break
@@ -331,3 +344,8 @@ class Notifier:
                 client.close()
         log.error("alert %s delivery failed after %d attempt(s): %s", channel, attempts, error)
         return ChannelResult(channel, "failed", attempts=attempts, http_status=http_status, error=error)
+
+    def _scrubbed(self, text: str, url: str) -> str:
+        """An error text as it may be stored and logged: without the URL (Slack's
+        holds a token) or any other secret."""
+        return scrub(text, (url,))

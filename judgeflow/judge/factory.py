@@ -31,7 +31,7 @@ def _key(settings: "Settings") -> tuple:
     api_key = settings.judge_api_key.get_secret_value() if settings.judge_api_key is not None else None
     return (
         settings.judge_model,
-        settings.judge_api_base,
+        settings.judge_api_base.get_secret_value() if settings.judge_api_base is not None else None,
         api_key,
         float(settings.judge_timeout_s),
         int(settings.judge_max_retries),

@@ -28,8 +28,10 @@ Behaviour, decided here once for every metric:
   ``PermissionDeniedError``) and a 404 to ``BadRequestError``.
 * **No litellm exception escapes**, and error messages never contain the API
   key: auth errors carry no server text at all (OpenAI's 401 echoes the key),
-  other server text is scrubbed of the key and of key-like tokens, and the
-  litellm exception is not chained for HTTP errors.
+  other server text is scrubbed (:mod:`judgeflow.scrub`) of the key, the base
+  URL's credentials, every configured secret, credentials inside any URL and
+  key-like tokens, and the litellm exception is not chained for HTTP errors.
+  ``repr`` shows the base URL with its credentials masked.
 * **Concurrency.** A ``threading.BoundedSemaphore(max_concurrency)`` owned by the
   instance bounds HTTP attempts in flight, across the sync and async paths and
   all threads; it is held only during an attempt, never during backoff sleeps.
@@ -78,6 +80,7 @@ from litellm.llms.base_llm.chat.transformation import BaseConfig  # noqa: E402
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
 from judgeflow.judge.base import JudgeReply, JudgeRequest  # noqa: E402
 from judgeflow.retry_after import parse_retry_after  # noqa: E402
+from judgeflow.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
 
 if TYPE_CHECKING:
     from judgeflow.settings import Settings
@@ -197,19 +200,14 @@ def _retry_after_of(exc: BaseException) -> float | None:
 _LITELLM_PREFIX = re.compile(
     r"^\s*(?:litellm\.)?(?:[A-Za-z]+(?:Error|Exception|Timeout)|OpenAIException)\s*(?::|-)\s*"
 )
-_KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
-_BEARER = re.compile(r"(?i)\bbearer\s+\S+")
+def _scrub(text: str, secrets: str | tuple[str, ...] | None) -> str:
+    """Without the key, the credentials of the base URL, any registered secret,
+    URL credentials and key-shaped tokens (:mod:`judgeflow.scrub`)."""
+    extra = (secrets,) if isinstance(secrets, str) else (secrets or ())
+    return scrub(text, extra)
 
 
-def _scrub(text: str, api_key: str | None) -> str:
-    if api_key and len(api_key) >= 4:
-        text = text.replace(api_key, "***")
-    text = _BEARER.sub("Bearer ***", text)
-    text = _KEYLIKE.sub("***", text)
-    return text
-
-
-def _detail(exc: BaseException, api_key: str | None) -> str:
+def _detail(exc: BaseException, api_key: str | tuple[str, ...] | None) -> str:
     """The server's message, without litellm's class-name prefixes, scrubbed and clipped."""
     text = str(getattr(exc, "message", None) or exc or type(exc).__name__)
     for _ in range(6):
@@ -231,7 +229,7 @@ def _status_of(exc: BaseException) -> int | None:
         return None
 
 
-def _translate(exc: Exception, *, model: str, api_key: str | None, timeout_s: float) -> JudgeError:
+def _translate(exc: Exception, *, model: str, api_key: str | tuple[str, ...] | None, timeout_s: float) -> JudgeError:
     """Map anything litellm (or the OpenAI client under it) raised onto our errors."""
     where = f"judge {model}"
     status = _status_of(exc)
@@ -346,6 +344,11 @@ class LiteLLMJudge:
         self._model = model
         self._api_base = api_base or None
         self._api_key = api_key or None
+        # what error texts must never show: the key and the base URL's credentials
+        self._secrets = tuple(
+            v for v in (self._api_key, *url_credentials(self._api_base),
+                        self._api_base if has_credentials(self._api_base) else None) if v
+        )
         self.timeout_s = float(timeout_s)
         self.max_retries = int(max_retries)
         self.backoff_base_s = float(backoff_base_s)
@@ -364,9 +367,10 @@ class LiteLLMJudge:
     @classmethod
     def from_settings(cls, settings: "Settings") -> "LiteLLMJudge":
         key = settings.judge_api_key.get_secret_value() if settings.judge_api_key is not None else None
+        base = settings.judge_api_base.get_secret_value() if settings.judge_api_base is not None else None
         return cls(
             settings.judge_model,
-            api_base=settings.judge_api_base,
+            api_base=base,
             api_key=key,
             timeout_s=settings.judge_timeout_s,
             max_retries=settings.judge_max_retries,
@@ -388,8 +392,9 @@ class LiteLLMJudge:
     def api_base(self) -> str | None:
         return self._api_base
 
-    def __repr__(self) -> str:  # never shows the key
-        return f"LiteLLMJudge(model={self._model!r}, api_base={self._api_base!r}, max_concurrency={self.max_concurrency})"
+    def __repr__(self) -> str:  # never shows the key, nor credentials inside the base URL
+        base = scrub_url(self._api_base) if self._api_base else None
+        return f"LiteLLMJudge(model={self._model!r}, api_base={base!r}, max_concurrency={self.max_concurrency})"
 
     # ---- the call -----------------------------------------------------------
 
@@ -454,7 +459,7 @@ class LiteLLMJudge:
         return (prompt * self._prices_per_mtok[0] + completion * self._prices_per_mtok[1]) / 1_000_000
 
     def _error(self, exc: Exception) -> JudgeError:
-        return _translate(exc, model=self._model, api_key=self._api_key, timeout_s=self.timeout_s)
+        return _translate(exc, model=self._model, api_key=self._secrets, timeout_s=self.timeout_s)
 
     def _plan_retry(self, attempt: int, err: JudgeError) -> float | JudgeError:
         """After failed attempt ``attempt``: the sleep before the next one, or the error to raise."""

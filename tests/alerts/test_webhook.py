@@ -216,3 +216,29 @@ def test_sign_is_hmac_sha256_over_timestamp_and_body():
     assert sign("k", "1700000000", body) == "sha256=" + hmac.new(b"k", b"1700000000." + body, hashlib.sha256).hexdigest()
     assert verify_signature("k", "1700000000", body, sign("k", "1700000000", body), tolerance_s=None)
     assert not verify_signature("k", "not-a-time", body, sign("k", "not-a-time", body))
+
+
+@pytest.mark.parametrize("timestamp", [
+    "nan", "NaN", "inf", "-inf", "Infinity", "1e9", "1700000000.5", "-1700000000", " 1700000000", "1700000000\n",
+    "", "0x10", "١٧٠٠٠٠٠٠٠٠",  # Arabic-Indic digits: int() would take them
+])
+def test_verifier_rejects_timestamps_that_are_not_whole_seconds(timestamp):
+    body = b'{"rule":"toxicity_rate"}'
+    signature = sign("k", timestamp, body)  # correctly signed: only the timestamp is wrong
+    assert verify_signature("k", timestamp, body, signature, now=1700000000) is False
+    assert verify_signature("k", timestamp, body, signature, tolerance_s=None) is False
+
+
+@pytest.mark.parametrize("signature", ["sha256=é", "sha256=" + "ä" * 64, "\u0000", None, b"sha256=00", 42])
+def test_verifier_rejects_malformed_signatures_without_raising(signature):
+    body = b"{}"
+    assert verify_signature("k", "1700000000", body, signature, now=1700000000) is False
+
+
+def test_verifier_still_accepts_a_good_signature_and_rejects_odd_inputs():
+    body = b'{"a":1}'
+    good = sign("k", "1700000000", body)
+    assert verify_signature("k", "1700000000", body, good, now=1700000100) is True
+    assert verify_signature("k", "1700000000", body, good, now=1700000301) is False  # stale
+    assert verify_signature("k", "1700000000", "not bytes", good, now=1700000000) is False
+    assert verify_signature("k", "1700000000", body, good, now=float("nan")) is False

