@@ -21,11 +21,12 @@ logs a URL or an exception text cannot leak what judgeflow knows is secret.
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import threading
 from typing import Iterable
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 MASK = "***"
 # shorter values would blank out ordinary words; no real credential is this short
@@ -42,7 +43,8 @@ _URL = re.compile(r"""\b[a-zA-Z][a-zA-Z0-9+.\-]*://[^\s'"<>`]+""")
 _PARAM = re.compile(r"(?i)([?&;](?:%s)=)([^&#\s'\"<>`]+)" % "|".join(re.escape(p) for p in sorted(CREDENTIAL_PARAMS)))
 _KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key)-[A-Za-z0-9_\-*.]{6,}", re.IGNORECASE)
 _GOOGLE_KEY = re.compile(r"\bAIza[0-9A-Za-z_\-]{30,}")
-_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]+")
+# a token: 8+ characters with a digit or a symbol in them ("the bearer of bad news" stays)
+_BEARER = re.compile(r"(?i)\b(bearer)\s+(?=[A-Za-z]*[0-9._~+/=\-])[A-Za-z0-9._~+/=\-]{8,}")
 
 _lock = threading.Lock()
 _secrets: set[str] = set()
@@ -68,7 +70,18 @@ def url_credentials(url: str | None) -> list[str]:
         name, _, value = pair.partition("=")
         if name.lower() in CREDENTIAL_PARAMS and value:
             found.append(value)
-    return found
+    # as written and as decoded (a password with '@' or '/' is percent-encoded in a URL)
+    return found + [unquote(v) for v in found if unquote(v) != v]
+
+
+def _userinfo(url: str) -> str | None:
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return None
+    if parts.username is None:
+        return None
+    return f"{unquote(parts.username)}:{unquote(parts.password or '')}"
 
 
 def has_credentials(url: str | None) -> bool:
@@ -115,6 +128,9 @@ def register_settings(settings) -> None:
             continue  # a plain endpoint is not a secret; logs may name it
         values.append(raw)
         values += credentials
+        userinfo = _userinfo(raw)
+        if userinfo:  # as httpx sends it: Authorization: Basic <base64>
+            values.append(base64.b64encode(userinfo.encode()).decode())
         if raw.startswith("postgresql+psycopg://"):  # also as the user wrote it
             values.append("postgresql://" + raw.removeprefix("postgresql+psycopg://"))
     register(values)

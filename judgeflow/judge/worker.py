@@ -31,6 +31,11 @@ def main() -> int:
         settings = read_frame(requests)
     except EOFError:
         return 0
+    # the worker never calls load_settings: scrub its stderr (libraries' logs) too
+    from judgeflow.scrub import install_log_scrubbing, register_settings
+
+    register_settings(settings)
+    install_log_scrubbing()
     judge = LiteLLMJudge.from_settings(settings)
     loop = asyncio.new_event_loop()
 

@@ -32,8 +32,8 @@ def test_key_shapes_and_registered_exact_values():
     azure = uuid.uuid4().hex  # 32 hex digits: no pattern could tell it from an id
     google = "AIza" + "Sy" + "B" * 33
     register_settings(Settings(_env_file=None, judge_api_key=azure))
-    out = scrub(f"key {azure} rejected; also {google} and sk-proj-abcdefghij and Bearer xyz.abc")
-    assert azure not in out and google not in out and "sk-proj-abcdefghij" not in out and "xyz.abc" not in out
+    out = scrub(f"key {azure} rejected; also {google} and sk-proj-abcdefghij and Bearer xyz.abc123")
+    assert azure not in out and google not in out and "sk-proj-abcdefghij" not in out and "xyz.abc123" not in out
     assert scrub("nothing secret here: trace-000123") == "nothing secret here: trace-000123"
 
 
@@ -43,6 +43,17 @@ def test_a_base_url_with_credentials_is_registered_whole_and_in_parts():
     register_settings(Settings(_env_file=None, judge_api_base=base))
     out = scrub(f"failed: judge-{tag} pw-{tag} q-{tag} {base}")
     assert tag not in out
+
+
+def test_userinfo_is_also_scrubbed_as_basic_auth_and_decoded_and_prose_is_left_alone():
+    import base64
+
+    tag = uuid.uuid4().hex[:8]
+    register_settings(Settings(_env_file=None, judge_api_base=f"https://u-{tag}:p%40ss-{tag}@h.example.com/v1"))
+    basic = base64.b64encode(f"u-{tag}:p@ss-{tag}".encode()).decode()
+    out = scrub(f"Authorization: Basic {basic}; password p@ss-{tag}")
+    assert basic not in out and f"p@ss-{tag}" not in out
+    assert scrub("basic information about the bearer of bad news") == "basic information about the bearer of bad news"
 
 
 def test_a_plain_base_url_is_not_treated_as_a_secret():
