@@ -27,10 +27,13 @@ def backfill_traces(
     max_concurrency: int | None = None,
     fanout: Fanout = "pair",
     judge_processes: int | None = None,
+    budget_usd: float | None = None,
 ) -> RunSummary:
     """Score every trace created in [since, until) that lacks a result; with
-    ``rescore`` also those already scored (e.g. after a metric version change)."""
-    settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes)
+    ``rescore`` also those already scored (e.g. after a metric version change).
+    ``budget_usd`` overrides ``JUDGEFLOW_RUN_BUDGET_USD`` (see score-new-traces)."""
+    settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
+                            run_budget_usd=budget_usd)
     return score_traces(
         settings, batch_size=batch_size, limit=None, since=since, until=until,
         sample_rate=1.0, metrics=list(metrics), rescore=rescore, fanout=fanout,

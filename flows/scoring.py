@@ -23,11 +23,19 @@ from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from judgeflow.budget import Reservation, RunBudget
 from judgeflow.errors import ConfigError
+from judgeflow.judge.pricing import require_prices
 from judgeflow.settings import Settings, load_settings
 from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs, count_pending_work
 from judgeflow.tasks.database import ensure_schema
-from judgeflow.tasks.reporting import Progress, RunSummary, SummaryBuilder, publish_run_summary
+from judgeflow.tasks.reporting import (
+    Progress,
+    RunSummary,
+    SummaryBuilder,
+    announce_budget_exhausted,
+    publish_run_summary,
+)
 from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
 from judgeflow.tasks.work import METRIC_NAMES, TraceWork
 
@@ -95,6 +103,11 @@ def score_traces(
     if settings.max_concurrency > MAX_THREADS:
         raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
 
+    budget = None
+    if settings.run_budget_usd is not None:
+        prices = require_prices(settings, why=f"a run budget of ${settings.run_budget_usd:g} is set")
+        budget = RunBudget(settings.run_budget_usd, prices, max_field_chars=settings.max_field_chars)
+
     started = time.monotonic()
     run_id = str(flow_run.get_id() or uuid.uuid4())
     owner = f"{run_id}:{uuid.uuid4().hex[:8]}"
@@ -125,6 +138,8 @@ def score_traces(
     cursor = None
     batch_no = 0
 
+    reservations: dict[int, Reservation] = {}  # id(future) -> what it holds against the budget
+
     def collect() -> None:
         done = next(as_completed(list(running)))  # whichever finishes first
         running.remove(done)
@@ -132,6 +147,19 @@ def score_traces(
         outcomes = result if isinstance(result, list) else [result]
         totals.add(outcomes)
         progress.advance(len(outcomes), batch=batch_no)
+        if budget is not None:
+            budget.settle(reservations.pop(id(done)), outcomes)
+
+    def affordable(work: TraceWork) -> bool:
+        """Whether the budget lets ``work`` start; waits for work in flight
+        (whose estimates become real costs) before saying no."""
+        if budget is None:
+            return True
+        while not budget.fits(work) and running:
+            collect()
+        if not budget.fits(work):
+            budget.exhausted = True
+        return not budget.exhausted
 
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
@@ -155,22 +183,45 @@ def score_traces(
                 allowed = set(new[: limit - len(traces_seen)])
                 items = [w for w in items if w.trace_id in allowed or w.trace_id in traces_seen]
                 traces_seen.update(w.trace_id for w in items)
+            # pairs the budget refuses keep their claims until the run ends, when
+            # LeaseKeeper releases every claim the run still holds: they stay pending
             if items and fanout == "batch":
-                running.append(
-                    score_batch.submit(
-                        items, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
+                reservation = Reservation()
+                admitted = []
+                for work in items:
+                    if not affordable(work):
+                        break
+                    if budget is not None:
+                        budget.reserve(work, reservation)
+                    admitted.append(work)
+                if admitted:
+                    future = score_batch.submit(
+                        admitted, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
                         retry_delays=_retry_delays(settings),
                     )
-                )
+                    running.append(future)
+                    reservations[id(future)] = reservation
             for work in items if fanout == "pair" else ():
                 while len(running) >= window:
                     collect()
-                running.append(
-                    pair_scorer.submit(
-                        work, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                        max_attempts=settings.task_retries + 1,
-                    )
+                if not affordable(work):
+                    break
+                reservation = Reservation()
+                if budget is not None:
+                    budget.reserve(work, reservation)
+                future = pair_scorer.submit(
+                    work, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
+                    max_attempts=settings.task_retries + 1,
                 )
+                running.append(future)
+                reservations[id(future)] = reservation
+            if budget is not None and budget.exhausted:
+                logger.warning(
+                    "run budget $%.4f reached (spent $%.4f, in flight ~$%.4f): no more claims; "
+                    "finishing the work in flight, the rest stays pending",
+                    budget.limit_usd, budget.spent_usd, budget.in_flight_usd,
+                )
+                break
             while len(running) >= window:
                 collect()
         while running:
@@ -181,7 +232,16 @@ def score_traces(
     summary = totals.build(
         duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending, left_to_other_runs=left
     )
+    if budget is not None:
+        summary.budget_usd = budget.limit_usd
+        summary.budget_spent_usd = round(budget.spent_usd, 6)
+        if budget.exhausted:
+            summary.budget_exhausted = True
+            # counted after the run released its claims: what the next run will find
+            summary.left_pending = count_pending_work(settings, metrics, limit=None, **filters)
     publish_run_summary(summary)
+    if summary.budget_exhausted:
+        announce_budget_exhausted(summary)
     return summary
 
 
@@ -198,6 +258,7 @@ def score_new_traces(
     fanout: Fanout = "pair",
     judge_processes: int | None = None,
     settle_delay: str | None = None,
+    budget_usd: float | None = None,
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules.
@@ -206,9 +267,11 @@ def score_new_traces(
     ``JUDGEFLOW_MAX_CONCURRENCY`` (judge calls in flight) and
     ``JUDGEFLOW_JUDGE_PROCESSES`` (worker processes making them);
     ``settle_delay`` (e.g. "10m") overrides ``JUDGEFLOW_SETTLE_DELAY``: only
-    traces older than it are scored."""
+    traces older than it are scored; ``budget_usd`` overrides
+    ``JUDGEFLOW_RUN_BUDGET_USD``: the run stops claiming once what it spent plus
+    what it has in flight reaches it, and leaves the rest pending."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
-                            settle_delay=settle_delay)
+                            settle_delay=settle_delay, run_budget_usd=budget_usd)
     summary = score_traces(
         settings, batch_size=batch_size, limit=limit, since=since, until=until,
         sample_rate=sample_rate, metrics=list(metrics), rescore=False, fanout=fanout,

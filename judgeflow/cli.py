@@ -65,17 +65,26 @@ def score(
     settle_delay: Optional[str] = typer.Option(
         None, help="only score traces older than this, e.g. 10m (default JUDGEFLOW_SETTLE_DELAY, else 0)"
     ),
+    budget_usd: Optional[float] = typer.Option(
+        None, help="stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
+        "(default JUDGEFLOW_RUN_BUDGET_USD)"
+    ),
 ) -> None:
     """Score every trace without a result, once, now."""
     from judgeflow.flows.scoring import score_new_traces
     from judgeflow.timeparse import parse_when
 
     settings = _settings()
+    if budget_usd is not None or settings.run_budget_usd is not None:
+        # refused here, before Prefect starts, rather than as a failed flow run
+        from judgeflow.judge.pricing import require_prices
+
+        require_prices(settings, why="a run budget is set")
     _announce_database(settings)
     summary = score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
-        judge_processes=judge_processes, settle_delay=settle_delay,
+        judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
     )
     typer.echo(summary.markdown())
 
@@ -91,6 +100,7 @@ def backfill(
     max_concurrency: Optional[int] = typer.Option(None),
     fanout: str = typer.Option("pair", help="'pair' or 'batch' (see `judgeflow score --help`)"),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
+    budget_usd: Optional[float] = typer.Option(None, help="see `judgeflow score --help`"),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
 
@@ -110,7 +120,8 @@ def backfill(
         typer.echo("aborted; nothing was scored")
         raise typer.Exit(1)
     summary = backfill_traces(since=start, until=end, rescore=rescore, batch_size=batch_size,
-                              max_concurrency=max_concurrency, fanout=fanout, judge_processes=judge_processes)
+                              max_concurrency=max_concurrency, fanout=fanout, judge_processes=judge_processes,
+                              budget_usd=budget_usd)
     typer.echo(summary.markdown())
 
 

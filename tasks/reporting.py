@@ -46,6 +46,20 @@ class RunSummary(BaseModel):
     cost_usd: float | None = None
     duration_s: float = 0.0
     failures: list[dict] = Field(default_factory=list)
+    # run budget (JUDGEFLOW_RUN_BUDGET_USD); left_pending is counted when it ran out
+    budget_usd: float | None = None
+    budget_spent_usd: float | None = None
+    budget_exhausted: bool = False
+    left_pending: int | None = None
+
+    def budget_line(self) -> str | None:
+        if self.budget_usd is None:
+            return None
+        spent = f"${self.budget_spent_usd or 0.0:.4f} of ${self.budget_usd:.4f} spent"
+        if not self.budget_exhausted:
+            return spent
+        return (f"{spent}; budget exhausted: the run stopped claiming, "
+                f"{self.left_pending if self.left_pending is not None else 'some'} (trace, metric) pairs left pending")
 
     @classmethod
     def from_outcomes(
@@ -82,10 +96,15 @@ class RunSummary(BaseModel):
             {"figure": "cost (USD)", "value": "unknown" if self.cost_usd is None else f"{self.cost_usd:.4f}"},
             {"figure": "duration (s)", "value": self.duration_s},
         ]
+        if self.budget_usd is not None:
+            rows.append({"figure": "budget (USD)", "value": self.budget_line()})
         return rows
 
     def markdown(self) -> str:
-        lines = ["# judgeflow run", "", "| figure | value |", "|---|---|"]
+        lines = ["# judgeflow run", ""]
+        if self.budget_exhausted:
+            lines += [f"**Budget exhausted.** {self.budget_line()}; the next run scores them.", ""]
+        lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {r['figure']} | {r['value']} |" for r in self.table()]
         if self.left_to_other_runs:
             lines += ["", "## Left to other live runs", "", "| flow run | pairs |", "|---|---|"]
@@ -173,6 +192,31 @@ def publish_run_summary(summary: RunSummary) -> None:
         summary.traces, summary.scored, summary.skipped, summary.failed, summary.superseded,
         summary.left_to_other_pairs, summary.judge_calls, summary.cost_usd, summary.duration_s,
     )
+
+
+BUDGET_EXHAUSTED_EVENT = "judgeflow.run.budget-exhausted"
+
+
+@task(name="announce-budget-exhausted", cache_policy=NO_CACHE, persist_result=False)
+def announce_budget_exhausted(summary: RunSummary) -> str | None:
+    """The Prefect event ``judgeflow.run.budget-exhausted`` about the flow run,
+    for automations (e.g. notify whoever owns the budget). Never fails the run."""
+    log.warning("run budget exhausted: %s", summary.budget_line())
+    try:
+        from prefect.events import emit_event
+
+        event = emit_event(
+            event=BUDGET_EXHAUSTED_EVENT,
+            resource={"prefect.resource.id": f"prefect.flow-run.{summary.flow_run_id}"},
+            payload={
+                "budget_usd": summary.budget_usd, "spent_usd": summary.budget_spent_usd,
+                "left_pending": summary.left_pending, "scored": summary.scored, "failed": summary.failed,
+            },
+        )
+    except Exception as error:
+        log.warning("could not emit %s: %s", BUDGET_EXHAUSTED_EVENT, error)
+        return None
+    return None if event is None else str(event.id)
 
 
 class Progress:
