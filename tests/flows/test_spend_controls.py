@@ -41,16 +41,19 @@ def test_a_settle_delay_leaves_a_young_trace_for_later(run, db, monkeypatch):
     assert {trace for trace, _ in results(db)} == {"settled", "young"}
 
 
-def _read_events(name: str, timeout: float = 30.0):
+def _read_events(name: str, resource_id: str, timeout: float = 60.0):
     import time
 
     from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventNameFilter
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
 
     deadline = time.monotonic() + timeout
     with get_client(sync_client=True) as client:
         while time.monotonic() < deadline:
-            page = client.read_events(EventFilter(event=EventNameFilter(name=[name])), limit=50)
+            page = client.read_events(
+                EventFilter(event=EventNameFilter(name=[name]), resource=EventResourceFilter(id=[resource_id])),
+                limit=50,
+            )
             if page.events:
                 return page.events
             time.sleep(0.25)
@@ -81,7 +84,7 @@ def test_a_budget_stops_claiming_and_a_second_run_finishes(run, db, judge_server
         summary.markdown())
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar_one() == 0
-    [event] = [e for e in _read_events(BUDGET_EXHAUSTED_EVENT) if e.resource.id.endswith(summary.flow_run_id)]
+    [event] = _read_events(BUDGET_EXHAUSTED_EVENT, f"prefect.flow-run.{summary.flow_run_id}")
     assert event.payload["left_pending"] == summary.left_pending
 
     second = run(fanout=fanout)
