@@ -202,6 +202,61 @@ def test_a_killed_runs_pairs_are_taken_over_at_once_and_status_tells_the_truth_t
     assert "left to other live runs | 0" in out
 
 
+def test_a_run_frozen_past_its_lease_loses_its_pairs_and_its_late_results_are_only_recorded(
+    prefect_server, judgeflow_env, db, judge_server
+):
+    judge_server.latency_mean_s = 0.3
+    _prepare(db, 40)
+    # a short lease, and a judge timeout the freeze cannot trip
+    env = _env(judgeflow_env, prefect_server, JUDGEFLOW_LEASE_TIMEOUT_S="4", JUDGEFLOW_JUDGE_TIMEOUT_S="120")
+
+    frozen = _start_score(env, "--batch-size", "10", "--max-concurrency", "4")
+    _wait_for(lambda: _count(db) >= 10 or frozen.poll() is not None, "a first results")
+    _wait_for(lambda: judge_server.in_flight > 0 or frozen.poll() is not None, "a judge call in flight")
+    os.kill(frozen.pid, signal.SIGSTOP)
+    try:
+        # its lock is still held (the process is alive): only the lease can free its claims
+        with db.connect() as conn:
+            frozen_owner = conn.execute(sa.text("SELECT min(owner) FROM judgeflow.claims")).scalar_one()
+        assert frozen_owner is not None
+        _wait_for(lambda: _leases_running(db, frozen_owner) == 0, "the lease to run out")
+        second = _start_score(env, "--batch-size", "10", "--max-concurrency", "4")
+        out_second = second.communicate(timeout=300)[0]
+    finally:
+        os.kill(frozen.pid, signal.SIGCONT)
+    out_frozen = frozen.communicate(timeout=300)[0]
+    assert second.returncode == 0, out_second
+    assert frozen.returncode == 0, out_frozen
+
+    stored = results(db)
+    assert len(stored) == 80 and all(r["status"] == "scored" for r in stored.values())
+    with db.connect() as conn:
+        late = conn.execute(
+            sa.text("SELECT trace_id, metric, flow_run_id, owner FROM judgeflow.superseded_results")
+        ).all()
+    frozen_run = frozen_owner.split(":")[0]
+    assert late, "the frozen run had work in flight: its results must be recorded as superseded"
+    assert {r.owner for r in late} == {frozen_owner}
+    # the stored result of every superseded pair is the second run's
+    assert all(stored[(r.trace_id, r.metric)]["flow_run_id"] != frozen_run for r in late)
+    # every pair that reached the judge twice has its late copy recorded
+    calls = first_step_calls(judge_server)
+    keys = _judge_key(40)
+    judged_twice = {pair for pair, key in keys.items() if calls[key] > 1}
+    assert judged_twice and judged_twice <= {(r.trace_id, r.metric) for r in late}
+    assert sum(calls[keys[p]] - 1 for p in keys) <= len(late)
+    # and the frozen run says so
+    assert f"superseded | {len(late)} |" in out_frozen, out_frozen
+
+
+def _leases_running(db, owner: str) -> int:
+    with db.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT count(*) FROM judgeflow.claims WHERE owner = :o AND lease_expires_at > now()"),
+            {"o": owner},
+        ).scalar_one()
+
+
 def test_database_going_away_mid_run_loses_nothing(prefect_server, judgeflow_env, db, judge_server, pg_server):
     judge_server.latency_mean_s = 0.1
     _prepare(db, 60)
