@@ -195,6 +195,28 @@ def count_left_to_other_runs(
     return {run: n for run, n in rows}
 
 
+def still_owned(settings: Settings, owner: str, items: list[TraceWork]) -> set[tuple[str, str]]:
+    """The (trace, metric) pairs of ``items`` whose claim ``owner`` still holds
+    (a run frozen past its lease may have lost some to another run), checked
+    before paying for a judge call. A failed check answers "all of them": the
+    write checks ownership again anyway."""
+    keys = {(w.trace_id, w.metric) for w in items}
+    try:
+        with engine_for(settings).connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT c.trace_id, c.metric FROM judgeflow.claims c "
+                    "JOIN unnest(CAST(:t AS text[]), CAST(:m AS text[])) AS k(trace_id, metric) "
+                    "ON c.trace_id = k.trace_id AND c.metric = k.metric WHERE c.owner = :o"
+                ),
+                {"t": [k[0] for k in keys], "m": [k[1] for k in keys], "o": owner},
+            ).all()
+    except DBAPIError as exc:
+        log.warning("could not check the run's claims before judging: %s", exc.orig)
+        return keys
+    return {(t, m) for t, m in rows}
+
+
 _RELEASE_ALL = text("DELETE FROM judgeflow.claims WHERE owner = :o")
 _RENEW = text("UPDATE judgeflow.claims SET lease_expires_at = now() + make_interval(secs => :l) WHERE owner = :o")
 

@@ -35,6 +35,7 @@ class RunSummary(BaseModel):
     skipped: int = 0
     failed: int = 0
     superseded: int = 0
+    taken_over: int = 0
     # pairs in this run's scope that other live runs still held when it ended:
     # {flow run id: pairs}; None when the database could not say
     left_to_other_runs: dict[str, int] | None = Field(default_factory=dict)
@@ -86,6 +87,8 @@ class RunSummary(BaseModel):
             {"figure": "failed", "value": self.failed},
             # judged here, but the pair's claim had moved to another run: its result stands
             {"figure": "superseded", "value": self.superseded},
+            # the claim had moved to another run before this one judged the pair
+            {"figure": "taken over by another run", "value": self.taken_over},
             {"figure": "left to other live runs", "value": self.left_to_other_pairs},
         ]
         for metric, rate in self.pass_rate.items():
@@ -170,7 +173,7 @@ class SummaryBuilder:
             pending_at_start=pending_at_start,
             traces=len(self._trace_ids),
             scored=self._statuses["scored"], skipped=self._statuses["skipped"], failed=self._statuses["failed"],
-            superseded=self._statuses["superseded"],
+            superseded=self._statuses["superseded"], taken_over=self._statuses["taken_over"],
             left_to_other_runs=None if left_to_other_runs is None else dict(left_to_other_runs),
             by_metric=by_metric, pass_rate=pass_rate,
             judge_calls=self._judge_calls,

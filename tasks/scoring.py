@@ -13,8 +13,8 @@ Two task shapes, chosen by the flow's ``fanout`` parameter:
   doubling), and outcomes are written a few at a time within
   ``FLUSH_INTERVAL_S``, each write upserting rows and releasing their claims in
   one transaction. A crash loses at most the pairs in flight and the last
-  fraction of a second of results (their claims expire and the next run scores
-  them again). Why it exists: a Prefect task run costs ~5 ms of the scoring
+  fraction of a second of results (their claims die with the run, and the next
+  run scores them again). Why it exists: a Prefect task run costs ~5 ms of the scoring
   process's CPU and ~30 ms of the Prefect server's (measured in ``bench/``),
   which holds a 2-core machine to ~10 traces/s with an instant judge.
 
@@ -53,6 +53,7 @@ from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.settings import Settings
+from judgeflow.tasks.claims import still_owned
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
 
 log = logging.getLogger("judgeflow.scoring")
@@ -361,6 +362,9 @@ def score_and_store(
     Transient judge errors are raised while task retries remain (Prefect retries
     the task with backoff); on the last attempt they are stored as 'failed'."""
     attempt = task_run.run_count or 1
+    if not still_owned(settings, owner, [work]):
+        log.warning("%s for trace %s: another run took the claim over; not judged here", work.metric, work.trace_id)
+        return ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=attempt - 1)
     try:
         row, outcome = _success(work, _metric_call(work, build_metrics(settings), asynchronous=False), attempt,
                                 flow_run_id)
@@ -428,6 +432,11 @@ def score_batch(
 ) -> list[ScoreOutcome]:
     """Score a claimed batch of (trace, metric) pairs and store each result as
     soon as it is known (within ``FLUSH_INTERVAL_S``); see the module doc."""
+    owned = still_owned(settings, owner, items)
+    lost = [w for w in items if (w.trace_id, w.metric) not in owned]
+    if lost:
+        log.warning("%d pair(s) of the batch were taken over by another run; not judged here", len(lost))
+        items = [w for w in items if (w.trace_id, w.metric) in owned]
     metrics = build_metrics(settings)
     loop = judge_loop()
     delays = list(retry_delays or [])
@@ -437,7 +446,9 @@ def score_batch(
         for work in items
     }
 
-    outcomes: list[ScoreOutcome] = []
+    outcomes: list[ScoreOutcome] = [
+        ScoreOutcome(trace_id=w.trace_id, metric=w.metric, status="taken_over", attempts=0) for w in lost
+    ]
     buffered: list[tuple[dict, ScoreOutcome]] = []
     oldest = 0.0  # time.monotonic() the oldest buffered result arrived
 

@@ -44,7 +44,9 @@ class ScoreOutcome(BaseModel):
 
     trace_id: str
     metric: MetricName
-    status: Literal["scored", "skipped", "failed", "superseded"]
+    # superseded: judged, but the pair's claim had moved to another run (its
+    # result stands); taken_over: the claim had moved before the judge was called
+    status: Literal["scored", "skipped", "failed", "superseded", "taken_over"]
     score: float | None = None
     passed: bool | None = None
     reason: str | None = None

@@ -245,8 +245,10 @@ def test_a_run_frozen_past_its_lease_loses_its_pairs_and_its_late_results_are_on
     judged_twice = {pair for pair, key in keys.items() if calls[key] > 1}
     assert judged_twice and judged_twice <= {(r.trace_id, r.metric) for r in late}
     assert sum(calls[keys[p]] - 1 for p in keys) <= len(late)
-    # and the frozen run says so
+    # and the frozen run says so; what it had claimed but not started when it
+    # froze it did not judge at all once it saw the claims had moved
     assert f"superseded | {len(late)} |" in out_frozen, out_frozen
+    assert "taken over by another run |" in out_frozen
 
 
 def _leases_running(db, owner: str) -> int:

@@ -155,3 +155,22 @@ def test_pairs_left_to_other_live_runs_are_counted_per_flow_run(settings, db):
         _claim(settings, "run-b:1", 21, n=2)  # a gone run: not "left to" anyone
         assert count_left_to_other_runs.fn(settings, "run-c:1", ["toxicity", "hallucination"]) == {"run-a": 3}
         assert count_left_to_other_runs.fn(settings, "run-a:1", ["toxicity"]) == {}
+
+
+def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings, db, judge_server):
+    from judgeflow.tasks.claims import still_owned
+    from judgeflow.tasks.scoring import score_and_store, score_batch
+    from judgeflow.tasks.work import TraceWork
+
+    _claim(settings, "run-a:1", 31, n=3)  # tr-0000..2 by a run whose lock is gone
+    assert _claim(settings, "run-b:1", 32, n=2) == {"tr-0000", "tr-0001"}
+    work = [TraceWork(trace_id=f"tr-{i:04d}", metric="toxicity", created_at=datetime(2026, 11, 21, tzinfo=timezone.utc),
+                      output=scripted_trace(i)[0]["output"]) for i in range(3)]
+    assert still_owned(settings, "run-a:1", work) == {("tr-0002", "toxicity")}
+
+    outcome = score_and_store.fn(work[0], settings, "run-a:1", flow_run_id="run-a")
+    outcomes = {o.trace_id: o.status for o in score_batch.fn(work, settings, "run-a:1", flow_run_id="run-a")}
+    assert outcome.status == "taken_over"
+    assert outcomes == {"tr-0000": "taken_over", "tr-0001": "taken_over", "tr-0002": "scored"}
+    assert judge_server.calls("Opinions") == 1  # only tr-0002 reached the judge
+    assert set(results(db)) == {("tr-0002", "toxicity")}
