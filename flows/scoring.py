@@ -115,10 +115,12 @@ def score_traces(
     filters = dict(since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
                    settle_delay_s=settings.settle_delay_s)
 
-    judge_started = start_judge.submit(settings)  # imports litellm / starts judge workers meanwhile
     ensure_schema(settings)
     pending = count_pending_work(settings, metrics, limit=limit, **filters)
     logger.info("%d (trace, metric) pairs pending in %s", pending, settings.traces_table)
+    # the judge (litellm's import, judge worker processes: seconds) only when
+    # there is work for it, built while the first batch is claimed
+    judge_started = start_judge.submit(settings) if pending else None
     progress = Progress(pending, every=batch_size)
     if fanout == "batch":
         # Batches queued behind the one being scored: enough pairs to keep every
@@ -227,7 +229,8 @@ def score_traces(
         while running:
             collect()
         left = count_left_to_other_runs(settings, owner, metrics, **filters)
-    judge_started.wait()
+    if judge_started is not None:
+        judge_started.wait()
 
     summary = totals.build(
         duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending, left_to_other_runs=left

@@ -40,6 +40,18 @@ def _settings():
     return load_settings()
 
 
+def _use_prefect(settings):
+    """Before a command's first Prefect call: the configured Prefect server
+    (PREFECT_API_URL), else judgeflow's local one, started on first use."""
+    from judgeflow.prefect_server import use_prefect
+
+    url, local, started = use_prefect(settings)
+    if local is not None:
+        how = "started" if started else "running"
+        typer.echo(f"prefect (local, {how}): {local.ui_url}  (`judgeflow stop` stops it)", err=True)
+    return url, local
+
+
 @app.command()
 def version() -> None:
     """Print judgeflow's version."""
@@ -81,6 +93,7 @@ def score(
 
         require_prices(settings, why="a run budget is set")
     _announce_database(settings)
+    _use_prefect(settings)
     summary = score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
@@ -119,6 +132,7 @@ def backfill(
     if not yes and not typer.confirm("Start the backfill?", default=False):
         typer.echo("aborted; nothing was scored")
         raise typer.Exit(1)
+    _use_prefect(settings)
     summary = backfill_traces(since=start, until=end, rescore=rescore, batch_size=batch_size,
                               max_concurrency=max_concurrency, fanout=fanout, judge_processes=judge_processes,
                               budget_usd=budget_usd)
@@ -169,6 +183,7 @@ def serve(
 
     settings = _settings()
     _announce_database(settings)
+    _use_prefect(settings)
     serve_deployments(settings, timezone=timezone, limit=limit)
 
 
@@ -241,24 +256,67 @@ def demo(
     if reset:
         demo_run.reset(settings)
         typer.echo("demo: embedded database and Prefect state removed", err=True)
-    prefect_home = demo_run.prepare_environment(settings)
     typer.echo(f"demo: judge = {judge_note}", err=True)
     typer.echo(f"demo: starting embedded PostgreSQL under {settings.home}", err=True)
     inserted = demo_run.load_traces(settings)
     typer.echo(f"demo: {inserted} new demo traces loaded into llm_traces", err=True)
-    typer.echo("demo: scoring on Prefect's local server (the first start takes ~10 s)", err=True)
+    _, local = _use_prefect(settings)
 
     from judgeflow.flows.scoring import score_new_traces
 
     summary = score_new_traces(evaluate_alerts=True)
-    if summary.flow_run_id:
-        # every (trace, metric) scored is a task run the UI should show
-        pairs = summary.scored + summary.skipped + summary.failed + summary.superseded
-        if not demo_run.wait_for_prefect_records(summary.flow_run_id, at_least=pairs):
-            typer.echo("demo: Prefect's local server is still recording task runs; some may be missing "
-                       "from the UI", err=True)
-    typer.echo(render(build_report(settings), judge_note=judge_note, prefect_home=str(prefect_home),
-                      ran_s=time.monotonic() - started))
+    ui_url = local.ui_url if local is not None else demo_run.configured_ui_url()
+    if summary.flow_run_id and not demo_run.wait_for_prefect_records(summary.flow_run_id):
+        typer.echo("demo: Prefect's server is still recording the run's task runs; the UI will show them "
+                   "in a moment", err=True)
+    typer.echo(render(build_report(settings), judge_note=judge_note, ui_url=ui_url,
+                      flow_run_id=summary.flow_run_id, ran_s=time.monotonic() - started))
+
+
+@app.command()
+@clear_errors
+def ui(
+    open_browser: bool = typer.Option(False, "--open", help="also open it in the default web browser"),
+) -> None:
+    """Print the Prefect UI's URL (judgeflow's local Prefect server, started if needed)."""
+    settings = _settings()
+    _, local = _use_prefect(settings)
+    if local is not None:
+        url = local.ui_url
+    else:
+        from judgeflow.demo.run import configured_ui_url
+
+        url = configured_ui_url() or ""
+        if not url:
+            typer.echo("judgeflow: PREFECT_API_URL is set but Prefect knows no UI URL for it (PREFECT_UI_URL)",
+                       err=True)
+            raise typer.Exit(1)
+    typer.echo(url)
+    if open_browser:
+        import webbrowser
+
+        if not webbrowser.open(url):
+            typer.echo("judgeflow: no web browser could be opened here; open the URL above", err=True)
+
+
+@app.command()
+@clear_errors
+def stop() -> None:
+    """Stop what judgeflow started under JUDGEFLOW_HOME: the local Prefect server and the embedded PostgreSQL."""
+    from judgeflow.db.embedded import EmbeddedPostgres
+    from judgeflow.prefect_server import LocalPrefectServer
+
+    settings = _settings()
+    if LocalPrefectServer.for_settings(settings).stop():
+        typer.echo("Prefect's local server stopped")
+    else:
+        typer.echo("Prefect's local server was not running")
+    database = EmbeddedPostgres.for_settings(settings)
+    if database.is_initialised() and database.is_running():
+        database.stop()
+        typer.echo("embedded PostgreSQL stopped")
+    else:
+        typer.echo("embedded PostgreSQL was not running")
 
 
 # --- db ------------------------------------------------------------------------

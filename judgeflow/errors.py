@@ -58,3 +58,7 @@ class JudgeAbstained(JudgeError):
 
 class DatabaseError(JudgeflowError):
     """The database is unreachable or rejected an operation."""
+
+
+class PrefectServerError(JudgeflowError):
+    """judgeflow's local Prefect server could not be started or reached."""

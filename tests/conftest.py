@@ -21,6 +21,22 @@ for _key in [k for k in os.environ if k.startswith("JUDGEFLOW_")]:
     del os.environ[_key]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_process_left_behind(tmp_path_factory):
+    """Whatever a test started under its tmp_path (a local Prefect server, an
+    embedded PostgreSQL) and did not stop is stopped when the session ends,
+    and reported: a test that leaves a process behind is a bug to fix."""
+    import warnings
+
+    from tests.support.processes import kill_processes_under
+
+    base = tmp_path_factory.getbasetemp()
+    yield
+    left = kill_processes_under(base)
+    if left:
+        warnings.warn(f"the suite left {len(left)} process(es) running under {base}; stopped them: {left}")
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     server = start_test_server()

@@ -109,6 +109,8 @@ class EmbeddedPostgres:
             if not self.is_initialised():
                 self._initdb()
             if not self.is_running():
+                if self._run_as():
+                    self._let_server_account_reach_it()
                 port = self._requested_port or self._previous_port_if_free() or _free_port()
                 self._port_file.write_text(str(port))
                 self._run(
@@ -154,6 +156,17 @@ class EmbeddedPostgres:
     def _run_as(self) -> str | None:
         return _RUN_AS_WHEN_ROOT if os.geteuid() == 0 else None
 
+    def _let_server_account_reach_it(self) -> None:
+        """The server account must be able to traverse every parent directory.
+        Checked at every start, not only at initdb: something may have tightened
+        a parent since (pytest resets /tmp/pytest-of-<user> to 0700)."""
+        for parent in [self.base_dir, *self.base_dir.parents]:
+            if parent == Path("/"):
+                break
+            mode = parent.stat().st_mode
+            if not mode & 0o001:
+                os.chmod(parent, mode | 0o001)
+
     def _initdb(self) -> None:
         owner = self._run_as()
         if owner:
@@ -164,13 +177,7 @@ class EmbeddedPostgres:
                     f"running as root needs the unprivileged '{owner}' account to own the embedded "
                     "PostgreSQL cluster (it comes with Debian's postgresql package)"
                 ) from None
-            # the server account must be able to reach and own its directory
-            for parent in [self.base_dir, *self.base_dir.parents]:
-                if parent == Path("/"):
-                    break
-                mode = parent.stat().st_mode
-                if not mode & 0o001:
-                    os.chmod(parent, mode | 0o001)
+            self._let_server_account_reach_it()
             self.data_dir.mkdir(parents=True, exist_ok=True)
             os.chown(self.base_dir, entry.pw_uid, entry.pw_gid)
             os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)

@@ -3,12 +3,10 @@ flow runs (or a flow and `judgeflow db upgrade`) never race each other."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import OperationalError
 
@@ -20,14 +18,50 @@ _MIGRATIONS = Path(__file__).with_name("migrations")
 _LOCK_KEY = 0x6A756467
 
 
-def _config() -> Config:
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# alembic is imported only when there is something to migrate: every scoring
+# run checks the schema, and importing alembic and loading the migration
+# scripts costs more CPU than the rest of a run with nothing to score.
+_REVISION = re.compile(r"^(down_revision|revision)\s*(?::[^=]*)?=\s*['\"]?([^'\"\s]+)['\"]?", re.M)
+
+
+def _config() -> "Config":
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
     return config
 
 
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(_config()).get_current_head()
+
+
+def _head_from_files() -> str | None:
+    """The head read straight from the version files (one linear chain), or
+    None when the files do not look like one: then alembic decides."""
+    revisions, parents = set(), set()
+    for path in (_MIGRATIONS / "versions").glob("*.py"):
+        found = dict(_REVISION.findall(path.read_text()))
+        if "revision" not in found:
+            return None
+        revisions.add(found["revision"])
+        if found.get("down_revision", "None") != "None":
+            parents.add(found["down_revision"])
+    heads = revisions - parents
+    return heads.pop() if len(heads) == 1 else None
+
+
+def _stored_revision(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        if not conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": f"{SCHEMA}.alembic_version"}).scalar():
+            return None
+        rows = conn.execute(text(f"SELECT version_num FROM {SCHEMA}.alembic_version")).scalars().all()
+    return rows[0] if len(rows) == 1 else None
 
 
 def current_revision(engine: Engine) -> str | None:
@@ -37,12 +71,23 @@ def current_revision(engine: Engine) -> str | None:
         ).scalar()
         if not exists:
             return None
+        from alembic.runtime.migration import MigrationContext
+
         ctx = MigrationContext.configure(conn, opts={"version_table_schema": SCHEMA})
         return ctx.get_current_revision()
 
 
 def upgrade(engine: Engine, revision: str = "head") -> str:
     """Bring judgeflow's schema to ``revision``; returns the revision reached."""
+    if revision == "head":
+        try:
+            stored = _stored_revision(engine)
+        except OperationalError as exc:
+            raise DatabaseError(f"cannot migrate judgeflow's schema: {exc.orig}") from None
+        if stored is not None and stored == _head_from_files():
+            return stored
+    from alembic import command
+
     try:
         with engine.begin() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})

@@ -71,7 +71,16 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
 
 
-def render(report: DemoReport, *, judge_note: str, prefect_home: str, ran_s: float) -> str:
+def _prefect_line(ui_url: str | None, flow_run_id: str | None) -> str:
+    if not ui_url:
+        return "Prefect UI: the configured Prefect server's (PREFECT_API_URL)"
+    if not flow_run_id:
+        return f"Prefect UI: {ui_url}/runs"
+    return f"this run in the Prefect UI: {ui_url}/runs/flow-run/{flow_run_id}"
+
+
+def render(report: DemoReport, *, judge_note: str, ui_url: str | None, flow_run_id: str | None,
+           ran_s: float) -> str:
     lines = [
         "",
         "judgeflow demo: summary",
@@ -103,8 +112,8 @@ def render(report: DemoReport, *, judge_note: str, prefect_home: str, ran_s: flo
         f"results: table judgeflow.eval_results in {report.database}",
         "  browse:  .venv/bin/judgeflow status   |   psql "
         + report.database.replace("postgresql+psycopg://", "postgresql://"),
-        f"Prefect UI: PREFECT_HOME={prefect_home} .venv/bin/prefect server start   then open http://127.0.0.1:4200/runs",
-        "embedded database left running; stop it with: .venv/bin/judgeflow db stop",
+        _prefect_line(ui_url, flow_run_id),
+        "embedded database and Prefect server left running; stop both with: .venv/bin/judgeflow stop",
         f"demo finished in {ran_s:.0f} s",
     ]
     return "\n".join(lines)

@@ -9,7 +9,6 @@ new and scores nothing twice; ``reset`` starts over.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -23,17 +22,20 @@ from judgeflow.demo import load_demo_traces
 from judgeflow.settings import Settings
 
 
-def prepare_environment(settings: Settings) -> Path:
-    """Keep the demo's Prefect state beside its database (unless the user
-    points Prefect elsewhere), so the UI can be opened on these runs later."""
-    prefect_home = (Path(settings.home) / "prefect").resolve()
-    if "PREFECT_API_URL" not in os.environ:
-        os.environ.setdefault("PREFECT_HOME", str(prefect_home))
-    return Path(os.environ.get("PREFECT_HOME", prefect_home))
+def configured_ui_url() -> str | None:
+    """The UI of the Prefect server PREFECT_API_URL points at, when Prefect knows it."""
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().ui_url
+    return str(url).rstrip("/") if url else None
 
 
 def reset(settings: Settings) -> None:
-    """Stop and delete the embedded database and the demo's Prefect state."""
+    """Stop and delete the embedded database, and judgeflow's local Prefect
+    server and its state."""
+    from judgeflow.prefect_server import LocalPrefectServer
+
+    LocalPrefectServer.for_settings(settings).stop()
     EmbeddedPostgres.for_settings(settings).destroy()
     dispose_engines()
     shutil.rmtree(Path(settings.home) / "prefect", ignore_errors=True)
@@ -66,16 +68,14 @@ def load_traces(settings: Settings, now: datetime | None = None) -> int:
 _TERMINAL = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]
 
 
-def wait_for_prefect_records(flow_run_id: str, at_least: int, *, timeout_s: float = 60.0) -> bool:
-    """Wait until Prefect's local server has recorded the run's task runs.
+def wait_for_prefect_records(flow_run_id: str, *, timeout_s: float = 60.0) -> bool:
+    """Wait until the Prefect server has recorded the run's task runs, so the
+    link the demo prints shows the whole run at once.
 
-    The server persists task runs from events, in the background and behind
-    the run; it is stopped when this process exits, and what it has not
-    written by then is missing from the UI (with a ``CancelledError``
-    traceback on stderr). The run created at least ``at_least`` task runs; done
-    when that many are recorded, all finished, and the count holds still for a
-    second. Returns False on timeout (the results in PostgreSQL are complete
-    either way)."""
+    The server persists task runs from events, in the background and a little
+    behind the run. Done when every recorded task run is finished and their
+    count holds still for a second. Returns False on timeout (the results in
+    PostgreSQL are complete either way, and the server keeps recording)."""
     import time
 
     from prefect.client.orchestration import get_client
@@ -93,7 +93,7 @@ def wait_for_prefect_records(flow_run_id: str, at_least: int, *, timeout_s: floa
     with get_client(sync_client=True) as client:
         while time.monotonic() < deadline:
             total, finished = count(client), count(client, _TERMINAL)
-            if total >= at_least and finished == total and total == last:
+            if total > 0 and finished == total and total == last:
                 return True
             last = total if finished == total else -1
             time.sleep(1.0)

@@ -1,0 +1,131 @@
+"""judgeflow's local Prefect server, through the real CLI in subprocesses under
+a tmp JUDGEFLOW_HOME: started once by concurrent first commands, reused by
+later ones, stopped by `judgeflow stop`, never started with PREFECT_API_URL set."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from judgeflow.errors import PrefectServerError
+from judgeflow.prefect_server import LocalPrefectServer
+from tests.support.traces import insert_traces, scripted_trace
+from tests.support.processes import kill_processes_under, processes_under
+
+
+def _cli_env(home: Path, **extra: str) -> dict[str, str]:
+    # no PREFECT_API_URL from the session's test harness: the CLI must find its own server
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUDGEFLOW_", "PREFECT_"))}
+    env.update(JUDGEFLOW_HOME=str(home), LITELLM_LOCAL_MODEL_COST_MAP="True",
+               PREFECT_SERVER_ANALYTICS_ENABLED="false", **extra)
+    return env
+
+
+def _judgeflow(home: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "judgeflow.cli", *args], env=_cli_env(home, **extra), cwd=home.parent,
+        capture_output=True, text=True, timeout=400,
+    )
+
+
+def _server_roots(base_dir: Path) -> list[int]:
+    """Processes under the server's directory whose parent is not one of them
+    (the server itself, not its worker children)."""
+    pids = set(processes_under(base_dir))
+    roots = []
+    for pid in pids:
+        try:
+            ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError):
+            continue
+        if ppid not in pids:
+            roots.append(pid)
+    return roots
+
+
+def test_concurrent_first_commands_start_one_server_later_commands_reuse_it_and_stop_stops_all(
+    tmp_path, db, database_url, judge_server
+):
+    home = tmp_path / "home"
+    home.mkdir()
+    server = LocalPrefectServer(home)
+    judge = dict(JUDGEFLOW_DATABASE_URL=database_url, JUDGEFLOW_JUDGE_MODEL="openai/judge-test",
+                 JUDGEFLOW_JUDGE_API_BASE=judge_server.url, JUDGEFLOW_JUDGE_API_KEY="test-key-not-secret")
+    try:
+        # two first commands at once: one starts the server, the other waits for it (file lock)
+        with ThreadPoolExecutor(2) as pool:
+            first = list(pool.map(lambda _: _judgeflow(home, "ui"), range(2)))
+        for proc in first:
+            assert proc.returncode == 0, proc.stderr
+        urls = {proc.stdout.strip() for proc in first}
+        assert urls == {server.ui_url}
+        assert sorted("started" in p.stderr for p in first) == [False, True], [p.stderr for p in first]
+        assert _server_roots(server.base_dir) == [server.pid]
+        with urllib.request.urlopen(f"{server.api_url}/health", timeout=10) as response:
+            assert json.loads(response.read()) is True
+        with urllib.request.urlopen(server.ui_url, timeout=10) as response:  # the UI is served too
+            assert b"<html" in response.read().lower()
+        pid = server.pid
+
+        # a later command that needs Prefect reuses it: same process, no second server
+        insert_traces(db, [scripted_trace(i)[0] for i in range(3)])
+        scored = _judgeflow(home, "score", "--no-alerts", **judge)
+        assert scored.returncode == 0, scored.stderr
+        assert "prefect (local, running)" in scored.stderr
+        assert "| traces | 3 |" in scored.stdout, scored.stdout
+        assert "Traceback" not in scored.stderr, scored.stderr
+        assert server.pid == pid and _server_roots(server.base_dir) == [pid]
+
+        # `judgeflow stop` stops what it started (the embedded database was not used here)
+        stopped = _judgeflow(home, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert "Prefect's local server stopped" in stopped.stdout
+        assert processes_under(home) == []
+        assert not server.is_healthy()
+        again = _judgeflow(home, "stop")
+        assert "Prefect's local server was not running" in again.stdout
+    finally:
+        server.stop()
+        kill_processes_under(home)
+
+
+def test_stop_also_stops_the_embedded_database(tmp_path):
+    from judgeflow.db.embedded import EmbeddedPostgres
+
+    home = tmp_path / "home"
+    database = EmbeddedPostgres(home / "pg")
+    try:
+        assert _judgeflow(home, "db", "start").returncode == 0
+        assert database.is_running()
+        stopped = _judgeflow(home, "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        assert "embedded PostgreSQL stopped" in stopped.stdout
+        assert not database.is_running() and processes_under(home) == []
+    finally:
+        database.stop()
+
+
+def test_with_prefect_api_url_set_nothing_is_started(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = _judgeflow(home, "ui", PREFECT_API_URL="http://127.0.0.1:9/api", PREFECT_UI_URL="http://127.0.0.1:9")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "http://127.0.0.1:9"
+    assert not (home / "prefect").exists() and processes_under(home) == []
+
+
+def test_a_server_that_does_not_come_up_is_one_clear_error_and_nothing_is_left_running(tmp_path):
+    server = LocalPrefectServer(tmp_path / "home")
+    with pytest.raises(PrefectServerError) as raised:
+        server.start(timeout_s=0.01)  # no server answers within 10 ms
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "did not answer within 0 s" in message and str(server.log_file) in message
+    assert processes_under(tmp_path / "home") == [] and server.state() is None
