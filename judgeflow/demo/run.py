@@ -8,18 +8,30 @@ new and scores nothing twice; ``reset`` starts over.
 
 from __future__ import annotations
 
-import json
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
-from sqlalchemy import text
+from sqlalchemy import DateTime, Text, bindparam, column, table
+from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from judgeflow.db.embedded import EmbeddedPostgres
 from judgeflow.db.engine import dispose_engines, engine_for
 from judgeflow.db.source import CREATE_DEFAULT_TABLE
 from judgeflow.demo import load_demo_traces
 from judgeflow.settings import Settings
+
+# The columns of CREATE_DEFAULT_TABLE the demo fills. none_as_null: a trace
+# without context stores SQL NULL (no context), not the JSON value null.
+_LLM_TRACES = table(
+    "llm_traces",
+    column("id", Text),
+    column("created_at", DateTime(timezone=True)),
+    column("input", Text),
+    column("output", Text),
+    column("context", JSONB(none_as_null=True)),
+    column("metadata", JSONB(none_as_null=True)),
+)
 
 
 def configured_ui_url() -> str | None:
@@ -43,26 +55,21 @@ def reset(settings: Settings) -> None:
 
 def load_traces(settings: Settings, now: datetime | None = None) -> int:
     """Create the default source table and insert the demo traces that are not
-    there yet; returns how many were inserted."""
+    there yet; returns how many were inserted.
+
+    Counted from ``RETURNING id``: the rowcount of an executemany is up to the
+    driver (-1, the last batch's, or the sum) and is not what was inserted."""
     rows = load_demo_traces(now or datetime.now(timezone.utc))
+    statement = (
+        insert(_LLM_TRACES)
+        .values({name: bindparam(name) for name in _LLM_TRACES.c.keys()})
+        .on_conflict_do_nothing(index_elements=["id"])
+        .returning(_LLM_TRACES.c.id)
+    )
     with engine_for(settings).begin() as conn:
         conn.exec_driver_sql(CREATE_DEFAULT_TABLE)
-        result = conn.execute(
-            text(
-                "INSERT INTO llm_traces (id, created_at, input, output, context, metadata) "
-                "VALUES (:id, :created_at, :input, :output, CAST(:context AS jsonb), CAST(:metadata AS jsonb)) "
-                "ON CONFLICT (id) DO NOTHING"
-            ),
-            [
-                {
-                    **row,
-                    "context": None if row["context"] is None else json.dumps(row["context"]),
-                    "metadata": json.dumps(row["metadata"]),
-                }
-                for row in rows
-            ],
-        )
-        return max(result.rowcount, 0)
+        inserted = conn.execute(statement, rows).scalars().all()
+        return len(inserted)
 
 
 _TERMINAL = ["COMPLETED", "FAILED", "CRASHED", "CANCELLED"]

@@ -101,13 +101,17 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         page = urllib.request.Request(f"{link[1]}/runs/flow-run/{link[3]}", headers={"Accept": "text/html"})
         with urllib.request.urlopen(page, timeout=10) as response:  # the UI's page, as a browser asks for it
             assert response.status == 200 and b"<html" in response.read().lower()
+        assert f"demo: {traces} new demo traces loaded" in first_run.stderr, first_run.stderr[:2000]
         assert "Traceback" not in first_run.stderr, first_run.stderr[-3000:]
         with sqlite3.connect(home / "prefect" / "prefect.db") as prefect_db:
             recorded = dict(prefect_db.execute("SELECT state_type, count(*) FROM task_run GROUP BY 1").fetchall())
         assert set(recorded) == {"COMPLETED"} and recorded["COMPLETED"] >= 2 * traces
 
         # idempotent: nothing re-scored, same figures
-        second = _run_demo(home).stdout
+        second_run = _run_demo(home)
+        second = second_run.stdout
+        # it used to say 326 again
+        assert "demo: 0 new demo traces loaded" in second_run.stderr, second_run.stderr[:2000]
         assert _figures(second) == figures
         engine = sa.create_engine(server.url)
         with engine.connect() as conn:
