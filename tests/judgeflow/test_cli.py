@@ -16,6 +16,9 @@ def test_a_refused_table_name_is_one_clear_line_and_exit_code_2(judgeflow_env, m
     result = runner.invoke(app, ["db", "check"])
     assert result.exit_code == 2
     assert "JUDGEFLOW_TRACES_TABLE" in result.output
+    # the line points to the page that explains the settings
+    (line,) = [line for line in result.output.splitlines() if "JUDGEFLOW_TRACES_TABLE" in line]
+    assert line.startswith("judgeflow: ") and line.endswith("(see docs/settings.md)")
 
 
 def test_db_check_reports_a_missing_index_and_schema(judgeflow_env, db):
@@ -39,6 +42,7 @@ def test_database_password_never_printed(judgeflow_env, monkeypatch):
     assert result.exit_code == 2
     assert "hunter2secret" not in result.output
     assert "***" in result.output
+    assert "(see docs/running.md)" in result.output
 
 
 def test_backfill_estimates_then_asks_and_aborts_without_yes(judgeflow_env, db, prefect_server):
@@ -126,3 +130,30 @@ def test_status_shows_in_progress_runs_and_stranded_pairs(judgeflow_env, db):
     assert (gone["flow_run_id"], gone["live"], gone["pairs"]) == ("run-gone", False, {"toxicity": 1})
     assert "flow run run-live: toxicity 2 (in progress, lease until" in text
     assert "flow run run-gone: toxicity 1 (stranded" in text
+
+
+def test_every_error_type_points_to_a_planned_docs_page():
+    """Each JudgeflowError subclass resolves to one of the docs pages (the
+    most specific mapping wins: an abstention is the offline judge's page)."""
+    from judgeflow import errors
+    from judgeflow.cli_errors import docs_page, error_line
+
+    planned = {"docs/metrics.md", "docs/tables.md", "docs/running.md", "docs/alerts.md",
+               "docs/offline-judge.md", "docs/deployment.md", "docs/benchmark.md", "docs/settings.md"}
+    seen, todo = [], [errors.JudgeflowError]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if cls is not errors.JudgeflowError and cls.__module__ == errors.__name__:
+            seen.append(cls)
+    assert len(seen) >= 8
+    for cls in seen:
+        error = cls.__new__(cls)
+        Exception.__init__(error, "boom")
+        assert docs_page(error) in planned, cls
+    assert docs_page(errors.ConfigError("x")) == "docs/settings.md"
+    assert docs_page(errors.DatabaseError("x")) == "docs/running.md"
+    assert docs_page(errors.PrefectServerError("x")) == "docs/running.md"
+    assert docs_page(errors.TransientJudgeError("x")) == "docs/metrics.md"
+    assert docs_page(errors.JudgeAbstained("x")) == "docs/offline-judge.md"
+    assert error_line(errors.InvalidTraceError("null output")) == "judgeflow: null output (see docs/tables.md)"
