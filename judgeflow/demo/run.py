@@ -31,6 +31,7 @@ _LLM_TRACES = table(
     column("output", Text),
     column("context", JSONB(none_as_null=True)),
     column("metadata", JSONB(none_as_null=True)),
+    schema="public",
 )
 
 
@@ -57,8 +58,9 @@ def load_traces(settings: Settings, now: datetime | None = None) -> int:
     """Create the default source table and insert the demo traces that are not
     there yet; returns how many were inserted.
 
-    Counted from ``RETURNING id``: the rowcount of an executemany is up to the
-    driver (-1, the last batch's, or the sum) and is not what was inserted."""
+    The table is ``public.llm_traces`` (the default ``JUDGEFLOW_TRACES_TABLE``
+    resolves there). Counted from ``RETURNING id``: the rowcount of an
+    executemany is up to the driver (-1, the last batch's, or the sum)."""
     rows = load_demo_traces(now or datetime.now(timezone.utc))
     statement = (
         insert(_LLM_TRACES)
@@ -67,6 +69,11 @@ def load_traces(settings: Settings, now: datetime | None = None) -> int:
         .returning(_LLM_TRACES.c.id)
     )
     with engine_for(settings).begin() as conn:
+        # The embedded role is called judgeflow, so once the first run has
+        # created the judgeflow schema, "$user" puts it first on the search
+        # path: an unqualified CREATE would make a second, empty llm_traces
+        # there on every later run (and count all the traces as new again).
+        conn.exec_driver_sql("SET LOCAL search_path TO public")
         conn.exec_driver_sql(CREATE_DEFAULT_TABLE)
         inserted = conn.execute(statement, rows).scalars().all()
         return len(inserted)

@@ -1,5 +1,7 @@
 """Loading the demo traces into a real PostgreSQL: a repeat load inserts
-nothing and says so (issue 16: it used to report every row as new)."""
+nothing and says so (issue 16: a repeat demo reported all 326 as new; after
+the first run's migrations, the role-named ``judgeflow`` schema came first on
+the search path and a second, empty ``judgeflow.llm_traces`` was filled)."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ from datetime import datetime, timezone
 
 import sqlalchemy as sa
 
+from judgeflow.db import migrate
 from judgeflow.demo import load_demo_traces
 from judgeflow.demo.run import load_traces
 from judgeflow.settings import Settings
@@ -20,6 +23,12 @@ def test_a_repeat_load_reports_what_was_inserted(database_url, db, tmp_path):
 
     assert load_traces(settings, now=NOW) == expected
     assert load_traces(settings, now=NOW) == 0
+    # what the demo's scoring run does next: create the judgeflow schema (the
+    # connecting role is also called judgeflow, so "$user" now names a schema)
+    migrate.upgrade(db)
+    assert load_traces(settings, now=NOW) == 0
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT to_regclass('judgeflow.llm_traces')")).scalar() is None
 
     with db.begin() as conn:
         conn.execute(sa.text("DELETE FROM llm_traces WHERE id IN (SELECT id FROM llm_traces ORDER BY id LIMIT 3)"))
