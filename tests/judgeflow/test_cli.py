@@ -157,3 +157,13 @@ def test_every_error_type_points_to_a_planned_docs_page():
     assert docs_page(errors.TransientJudgeError("x")) == "docs/metrics.md"
     assert docs_page(errors.JudgeAbstained("x")) == "docs/offline-judge.md"
     assert error_line(errors.InvalidTraceError("null output")) == "judgeflow: null output (see docs/tables.md)"
+
+
+def test_every_page_an_error_points_to_exists():
+    from pathlib import Path
+
+    from judgeflow.cli_errors import DOCS_PAGES
+
+    repo = Path(__file__).resolve().parents[2]
+    for page in set(DOCS_PAGES.values()):
+        assert (repo / page).is_file(), page
