@@ -27,6 +27,12 @@ Ordering and superseding, per rule and channel:
 Channels are independent: each has its own rows, so one channel failing
 neither blocks nor repeats another.
 
+Nothing here depends on a rule's shape: any notification is an
+``alert_events`` row with a ``payload`` (what every channel is sent) and a
+``rule`` value, which is the alert's identity for ordering and superseding -
+an alert kind with several alerts per rule (per segment, say) gives each its
+own ``rule`` value, or their notifications share one queue per channel.
+
 Two evaluators at once: each (rule, channel) queue is sent under a PostgreSQL
 session advisory lock taken with ``pg_try_advisory_lock``; the second evaluator
 skips a queue the first is sending. The lock is the session's, so a killed
