@@ -31,10 +31,12 @@ def backfill_traces(
 ) -> RunSummary:
     """Score every trace created in [since, until) that lacks a result; with
     ``rescore`` also those already scored (e.g. after a metric version change).
-    ``budget_usd`` overrides ``JUDGEFLOW_RUN_BUDGET_USD`` (see score-new-traces)."""
+    ``budget_usd`` overrides ``JUDGEFLOW_RUN_BUDGET_USD`` (see score-new-traces).
+    Pairs the nightly run gave up on (``JUDGEFLOW_MAX_RUNS_PER_PAIR``) are retried."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                             run_budget_usd=budget_usd)
     return score_traces(
         settings, batch_size=batch_size, limit=None, since=since, until=until,
         sample_rate=1.0, metrics=list(metrics), rescore=rescore, fanout=fanout,
+        retry_failed=True,  # asked for by a person: pairs given up on get another go
     )

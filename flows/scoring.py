@@ -15,6 +15,7 @@ import math
 from concurrent.futures import CancelledError
 import time
 import uuid
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Literal
 
@@ -24,6 +25,8 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from judgeflow.budget import Reservation, RunBudget
+from judgeflow.db.source import SourceTable
+from judgeflow.db.unusable import describe as describe_unusable
 from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.settings import Settings, load_settings
@@ -37,6 +40,7 @@ from judgeflow.tasks.reporting import (
     publish_run_summary,
 )
 from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
+from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.tasks.work import METRIC_NAMES, TraceWork
 
 Fanout = Literal["pair", "batch"]
@@ -72,6 +76,24 @@ def settle(running: list) -> None:
             pass
 
 
+@contextmanager
+def _summary_if_stopped(summarise, drain):
+    """A run stopped by an infrastructure failure (the database gone for
+    longer than the retries ride out) lets the work in flight finish, says
+    what it did and what it left, then fails."""
+    try:
+        yield
+    except Exception as error:
+        drain()
+        summary = summarise([f"the run stopped early ({type(error).__name__}: {error}); "
+                             "pairs it did not score are left for the next run"])
+        try:
+            publish_run_summary(summary)
+        except Exception as publish_error:
+            get_run_logger().warning("could not publish the run summary: %s", publish_error)
+        raise
+
+
 def score_traces(
     settings: Settings,
     *,
@@ -83,6 +105,7 @@ def score_traces(
     metrics: list[str],
     rescore: bool,
     fanout: Fanout = "pair",
+    retry_failed: bool = False,
 ) -> RunSummary:
     """The body shared by the nightly and the backfill flows.
 
@@ -91,7 +114,10 @@ def score_traces(
     task per claimed batch whose pairs run concurrently in-process with the
     same retries: a Prefect task run costs milliseconds of client and server
     CPU, which bounds pair mode to roughly a tenth of batch mode's throughput
-    on a small machine (see the README's benchmark)."""
+    on a small machine (see the README's benchmark).
+
+    A pair that ended 'failed' in ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given
+    up unless ``retry_failed``."""
     logger = get_run_logger()
     for metric in metrics:
         if metric not in METRIC_NAMES:
@@ -109,13 +135,27 @@ def score_traces(
         budget = RunBudget(settings.run_budget_usd, prices, max_field_chars=settings.max_field_chars)
 
     started = time.monotonic()
+    # the run's time budget, as wall-clock time: tasks compare against it too
+    deadline = time.time() + settings.max_run_duration_s
+    budget_notes: list[str] = []
     run_id = str(flow_run.get_id() or uuid.uuid4())
     owner = f"{run_id}:{uuid.uuid4().hex[:8]}"
-    rescore_before = datetime.now(timezone.utc) if rescore else None
-    filters = dict(since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
-                   settle_delay_s=settings.settle_delay_s)
+    run_started = datetime.now(timezone.utc)
+    rescore_before = run_started if rescore else None
+    # run_started: a pair this run has written is done for this run whatever
+    # its status, so a second copy of a duplicate id never gets a second go
+    filters = dict(
+        since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
+        settle_delay_s=settings.settle_delay_s, run_started=run_started,
+        max_failed_runs=None if retry_failed else settings.max_runs_per_pair,
+    )
 
     ensure_schema(settings)
+    unusable = count_unusable_rows(settings)
+    notes = [] if unusable is None else describe_unusable(SourceTable.parse(settings.traces_table), unusable)
+    if unusable is None:
+        notes.append("unusable source rows (NULL id / created_at, duplicate ids) could not be counted; "
+                     "see the run log and `judgeflow db check`")
     pending = count_pending_work(settings, metrics, limit=limit, **filters)
     logger.info("%d (trace, metric) pairs pending in %s", pending, settings.traces_table)
     # the judge (litellm's import, judge worker processes: seconds) only when
@@ -163,10 +203,33 @@ def score_traces(
             budget.exhausted = True
         return not budget.exhausted
 
+    left: dict[str, int] | None = {}
+
+    def summarise(extra_notes: list[str] = ()) -> RunSummary:
+        summary = totals.build(
+            duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending,
+            left_to_other_runs=left,
+        )
+        return summary.model_copy(update={
+            "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*notes, *extra_notes],
+        })
+
+    def drain() -> None:
+        while running:
+            try:
+                collect()
+            except Exception as error:  # already failing: finish the rest, keep the first error
+                logger.warning("a task in flight failed too: %s", error)
+
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
-    with LeaseKeeper(settings, owner, before_release=lambda: settle(running)) as keeper:
+    with LeaseKeeper(settings, owner, before_release=lambda: settle(running)) as keeper, \
+            _summary_if_stopped(summarise, drain):
         while True:
+            if time.time() >= deadline:
+                budget_notes.append(_budget_spent(settings, time.monotonic() - started))
+                logger.warning(budget_notes[-1])
+                break
             room = batch_size
             if limit is not None:
                 # a trace counts once however many of its metrics are pending
@@ -199,7 +262,7 @@ def score_traces(
                 if admitted:
                     future = score_batch.submit(
                         admitted, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                        retry_delays=_retry_delays(settings),
+                        retry_delays=_retry_delays(settings), deadline=deadline,
                     )
                     running.append(future)
                     reservations[id(future)] = reservation
@@ -213,7 +276,7 @@ def score_traces(
                     budget.reserve(work, reservation)
                 future = pair_scorer.submit(
                     work, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                    max_attempts=settings.task_retries + 1,
+                    max_attempts=settings.task_retries + 1, deadline=deadline,
                 )
                 running.append(future)
                 reservations[id(future)] = reservation
@@ -232,9 +295,10 @@ def score_traces(
     if judge_started is not None:
         judge_started.wait()
 
-    summary = totals.build(
-        duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending, left_to_other_runs=left
-    )
+    summary = summarise(budget_notes)
+    if summary.deferred:
+        summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
+                             "out and were given back for the next run")
     if budget is not None:
         summary.budget_usd = budget.limit_usd
         summary.budget_spent_usd = round(budget.spent_usd, 6)
@@ -246,6 +310,12 @@ def score_traces(
     if summary.budget_exhausted:
         announce_budget_exhausted(summary)
     return summary
+
+
+def _budget_spent(settings: Settings, elapsed_s: float) -> str:
+    return (f"time budget spent (JUDGEFLOW_MAX_RUN_DURATION={settings.max_run_duration}, {elapsed_s:.0f}s "
+            "elapsed): no more claims; pairs in flight finish their current judge call, start no new attempt, "
+            "and what is left stays pending for the next run")
 
 
 @flow(name="score-new-traces", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS))
@@ -262,6 +332,7 @@ def score_new_traces(
     judge_processes: int | None = None,
     settle_delay: str | None = None,
     budget_usd: float | None = None,
+    retry_failed: bool = False,
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules.
@@ -272,15 +343,28 @@ def score_new_traces(
     ``settle_delay`` (e.g. "10m") overrides ``JUDGEFLOW_SETTLE_DELAY``: only
     traces older than it are scored; ``budget_usd`` overrides
     ``JUDGEFLOW_RUN_BUDGET_USD``: the run stops claiming once what it spent plus
-    what it has in flight reaches it, and leaves the rest pending."""
+    what it has in flight reaches it, and leaves the rest pending.
+    ``retry_failed`` also retries the pairs given up after failing in
+    ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                             settle_delay=settle_delay, run_budget_usd=budget_usd)
-    summary = score_traces(
-        settings, batch_size=batch_size, limit=limit, since=since, until=until,
-        sample_rate=sample_rate, metrics=list(metrics), rescore=False, fanout=fanout,
-    )
-    if evaluate_alerts:
-        from judgeflow.tasks.alerting import evaluate_alert_rules
+    from judgeflow.tasks.alerting import evaluate_alert_rules
 
+    try:
+        summary = score_traces(
+            settings, batch_size=batch_size, limit=limit, since=since, until=until,
+            sample_rate=sample_rate, metrics=list(metrics), rescore=False, fanout=fanout, retry_failed=retry_failed,
+        )
+    except Exception:
+        # Alert rules run at the end of every run, also one that stopped part-way:
+        # what it did score counts, and a run failing every night must not hide
+        # a regression. The run then ends Failed with its own error.
+        if evaluate_alerts:
+            try:
+                evaluate_alert_rules(settings)
+            except Exception as alert_error:
+                get_run_logger().error("alert rules could not be evaluated either: %s", alert_error)
+        raise
+    if evaluate_alerts:
         evaluate_alert_rules(settings, flow_run_id=summary.flow_run_id)
     return summary

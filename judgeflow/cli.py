@@ -81,6 +81,10 @@ def score(
         None, help="stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
         "(default JUDGEFLOW_RUN_BUDGET_USD)"
     ),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed",
+        help="also retry pairs given up after failing in JUDGEFLOW_MAX_RUNS_PER_PAIR runs",
+    ),
 ) -> None:
     """Score every trace without a result, once, now."""
     from judgeflow.flows.scoring import score_new_traces
@@ -98,6 +102,7 @@ def score(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
+        retry_failed=retry_failed,
     )
     typer.echo(summary.markdown())
 

@@ -90,6 +90,17 @@ class Settings(BaseSettings):
     task_retries: int = Field(2, ge=0)
     task_retry_delay_s: float = Field(2.0, ge=0)
 
+    # --- cost and time bounds -----------------------------------------------
+    max_runs_per_pair: int = Field(
+        3, ge=1,
+        description="a (trace, metric) that ended 'failed' in this many runs is given up: the nightly run no "
+        "longer retries it (`judgeflow score --retry-failed` and backfills do)",
+    )
+    max_opinions: int = Field(50, ge=1, description="opinions judged per trace (toxicity); extra ones are dropped")
+    max_run_duration: str = Field(
+        "6h", description="a run's time budget: past it, it stops claiming, finishes what is in flight, ends",
+    )
+
     # --- alerts ----------------------------------------------------------
     alert_window: str = "24h"
     toxicity_rate_max: float | None = Field(0.05, ge=0, le=1)
@@ -149,7 +160,7 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("alert_window", "alert_renotify")
+    @field_validator("alert_window", "alert_renotify", "max_run_duration")
     @classmethod
     def _check_duration(cls, value):
         if value is not None:
@@ -167,6 +178,10 @@ class Settings(BaseSettings):
     @property
     def alert_window_s(self) -> float:
         return parse_duration(self.alert_window)
+
+    @property
+    def max_run_duration_s(self) -> float:
+        return parse_duration(self.max_run_duration)
 
     @property
     def alert_renotify_s(self) -> float | None:

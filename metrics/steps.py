@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
+import re
 from collections.abc import Generator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -56,9 +58,24 @@ def parse_reply(raw: str, schema: type[M], context: Mapping[str, Any] | None = N
     JSON in one, and re-asking for that alone would cost a call for nothing.
     Raises :class:`pydantic.ValidationError` (also for text that is not JSON).
     """
-    return schema.model_validate_json(
-        _strip_code_fence(raw), context=dict(context) if context is not None else None
-    )
+    text = _strip_code_fence(raw)
+    ctx = dict(context) if context is not None else None
+    try:
+        return schema.model_validate_json(text, context=ctx)
+    except ValidationError as error:
+        # pydantic's JSON parser refuses lone UTF-16 surrogates, which models do
+        # emit; the JSON standard library reads them. The reply is otherwise
+        # fine: the surrogates are replaced where the result is stored.
+        if not _SURROGATE.search(text):
+            raise
+        try:
+            data = json.loads(text)
+        except ValueError:
+            raise error from None
+        return schema.model_validate(data, context=ctx)
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 def describe_error(error: ValidationError) -> str:

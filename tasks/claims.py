@@ -48,6 +48,26 @@ def _source(settings: Settings, conn) -> tuple[SourceTable, str]:
     return source, source.select_list(source.columns(conn))
 
 
+# Of several source rows with one id, the run scores the one with the earliest
+# created_at (the first it meets: work is taken oldest first, and a later copy
+# finds the pair claimed or done); copies created at the same instant are
+# ordered by the md5 of their output, so every run picks the same one.
+DUPLICATE_TIE_BREAK = "md5(COALESCE(t.output::text, ''))"
+
+
+def _work_items(rows) -> list[TraceWork]:
+    """Our claimed rows as work, one per (trace, metric) even if the source
+    holds duplicate ids (the first copy in claim order wins)."""
+    items: dict[tuple[str, str], TraceWork] = {}
+    for r in rows:
+        if r["mine"] and (r["trace_id"], r["metric"]) not in items:
+            items[(r["trace_id"], r["metric"])] = TraceWork(
+                trace_id=r["trace_id"], metric=r["metric"], created_at=r["created_at"], input=r["input"],
+                output=r["output"], context=r["context"], metadata=r["metadata"],
+            )
+    return list(items.values())
+
+
 @task(name="claim-traces", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=[2, 5])
 def claim_traces(
     settings: Settings,
@@ -61,6 +81,8 @@ def claim_traces(
     rescore_before: datetime | None = None,
     settle_delay_s: float = 0.0,
     owner_key: int | None = None,
+    run_started: datetime | None = None,
+    max_failed_runs: int | None = None,
 ) -> ClaimedBatch:
     """Claim up to ``batch_size`` pending (trace, metric) pairs after ``cursor``,
     oldest first, and return them with their trace content. ``owner_key`` is
@@ -70,6 +92,7 @@ def claim_traces(
         since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
         after=(cursor.created_at, cursor.trace_id, cursor.metric) if cursor else None,
         settle_delay_s=settle_delay_s,
+        run_started=run_started, max_failed_runs=max_failed_runs,
     )
     if cursor:
         # The row comparison on (created_at, id, metric) cannot bound the index
@@ -87,15 +110,18 @@ def claim_traces(
                 text(
                     f"""
                     WITH candidates AS MATERIALIZED (
-                        SELECT {select_list}, m.metric
+                        SELECT {select_list}, m.metric, {DUPLICATE_TIE_BREAK} AS tie_break
                         FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
                         WHERE {where}
-                        ORDER BY t.created_at, t.id::text, m.metric
+                        ORDER BY t.created_at, t.id::text, m.metric, {DUPLICATE_TIE_BREAK}
                         LIMIT :n
                     ), claimed AS (
                         INSERT INTO judgeflow.claims (trace_id, metric, owner, claimed_at, lease_expires_at, owner_key)
-                        SELECT trace_id, metric, :owner, now(), now() + make_interval(secs => :lease),
-                               CAST(:owner_key AS bigint)
+                        -- a source with duplicate ids proposes a key twice, which
+                        -- ON CONFLICT DO UPDATE refuses: claim each key once
+                        SELECT DISTINCT ON (trace_id, metric)
+                            trace_id, metric, :owner, now(), now() + make_interval(secs => :lease),
+                            CAST(:owner_key AS bigint)
                         FROM candidates
                         ON CONFLICT (trace_id, metric) DO UPDATE
                             SET owner = excluded.owner, claimed_at = excluded.claimed_at,
@@ -107,24 +133,19 @@ def claim_traces(
                     SELECT c.*, (cl.trace_id IS NOT NULL) AS mine
                     FROM candidates c
                     LEFT JOIN claimed cl ON cl.trace_id = c.trace_id AND cl.metric = c.metric
-                    ORDER BY c.created_at, c.trace_id, c.metric
+                    ORDER BY c.created_at, c.trace_id, c.metric, c.tie_break
                     """
                 ),
                 params,
             ).mappings().all()
+            # built inside the transaction: if this fails, the claims roll back
+            # instead of sitting out the run as our own (invisible) claims
+            items = _work_items(rows)
     except DBAPIError as exc:
         raise DatabaseError(f"could not claim traces: {type(exc.orig).__name__}: {exc.orig}") from None
     if not rows:
         return ClaimedBatch(items=[], cursor=None)
     last = rows[-1]
-    items = [
-        TraceWork(
-            trace_id=r["trace_id"], metric=r["metric"], created_at=r["created_at"], input=r["input"],
-            output=r["output"], context=r["context"], metadata=r["metadata"],
-        )
-        for r in rows
-        if r["mine"]
-    ]
     return ClaimedBatch(
         items=items, cursor=Cursor(created_at=last["created_at"], trace_id=last["trace_id"], metric=last["metric"])
     )
@@ -140,6 +161,8 @@ def count_pending_work(
     rescore_before: datetime | None = None,
     limit: int | None = None,
     settle_delay_s: float = 0.0,
+    run_started: datetime | None = None,
+    max_failed_runs: int | None = None,
 ) -> int:
     """How many (trace, metric) pairs a run would score now; drives the progress artifact."""
     try:
@@ -149,6 +172,7 @@ def count_pending_work(
                 conn, source, metrics, limit_pairs=None if limit is None else limit * len(metrics),
                 since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
                 settle_delay_s=settle_delay_s,
+                run_started=run_started, max_failed_runs=max_failed_runs,
             )
     except DBAPIError as exc:
         raise DatabaseError(f"could not count pending traces: {exc.orig}") from None
@@ -165,13 +189,15 @@ def count_left_to_other_runs(
     sample_rate: float = 1.0,
     rescore_before: datetime | None = None,
     settle_delay_s: float = 0.0,
+    run_started: datetime | None = None,
+    max_failed_runs: int | None = None,
 ) -> dict[str, int] | None:
     """Pairs in this run's scope, still without a done result, that other live
     runs hold: {flow run id: pairs}. None when the database cannot say (the
     summary then says so rather than claiming nothing was left)."""
     where, params = pending_where(
         since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
-        settle_delay_s=settle_delay_s, exclude_held=False,
+        settle_delay_s=settle_delay_s, exclude_held=False, run_started=run_started, max_failed_runs=max_failed_runs,
     )
     params.update(metrics=list(metrics), owner=owner)
     try:

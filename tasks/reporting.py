@@ -39,6 +39,7 @@ class RunSummary(BaseModel):
     # pairs in this run's scope that other live runs still held when it ended:
     # {flow run id: pairs}; None when the database could not say
     left_to_other_runs: dict[str, int] | None = Field(default_factory=dict)
+    deferred: int = 0  # claimed but left for the next run: the time budget ran out
     by_metric: dict[str, dict[str, int]] = Field(default_factory=dict)
     pass_rate: dict[str, float | None] = Field(default_factory=dict)
     judge_calls: int = 0
@@ -61,6 +62,10 @@ class RunSummary(BaseModel):
             return spent
         return (f"{spent}; budget exhausted: the run stopped claiming, "
                 f"{self.left_pending if self.left_pending is not None else 'some'} (trace, metric) pairs left pending")
+    # source rows no run can score (NULL id / created_at) or that repeat an id;
+    # None when they could not be counted
+    unusable_rows: dict[str, int] | None = None
+    notes: list[str] = Field(default_factory=list)  # what people should know, e.g. how to list those rows
 
     @classmethod
     def from_outcomes(
@@ -91,6 +96,14 @@ class RunSummary(BaseModel):
             {"figure": "taken over by another run", "value": self.taken_over},
             {"figure": "left to other live runs", "value": self.left_to_other_pairs},
         ]
+        if self.deferred:
+            rows.append({"figure": "left for the next run (time budget)", "value": self.deferred})
+        if self.unusable_rows is not None:
+            u = self.unusable_rows
+            rows.append({"figure": "source rows skipped (NULL id / NULL created_at)",
+                         "value": f"{u.get('null_id', 0)} / {u.get('null_created_at', 0)}"})
+            rows.append({"figure": "duplicate ids (extra copies ignored)",
+                         "value": f"{u.get('duplicate_ids', 0)} ({u.get('duplicate_copies', 0)})"})
         for metric, rate in self.pass_rate.items():
             rows.append({"figure": f"{metric} pass rate", "value": pct(rate)})
         rows += [
@@ -115,6 +128,8 @@ class RunSummary(BaseModel):
         elif self.left_to_other_runs is None:
             lines += ["", "Whether other runs still hold pairs of this run's scope is unknown (the database "
                       "could not be asked)."]
+        if self.notes:
+            lines += ["", "## Notes", ""] + [f"- {note}" for note in self.notes]
         if self.failures:
             lines += ["", "## Failures (first 20)", "", "| trace | metric | kind | error |", "|---|---|---|---|"]
             for f in self.failures:
@@ -174,6 +189,7 @@ class SummaryBuilder:
             traces=len(self._trace_ids),
             scored=self._statuses["scored"], skipped=self._statuses["skipped"], failed=self._statuses["failed"],
             superseded=self._statuses["superseded"], taken_over=self._statuses["taken_over"],
+            deferred=self._statuses["deferred"],
             left_to_other_runs=None if left_to_other_runs is None else dict(left_to_other_runs),
             by_metric=by_metric, pass_rate=pass_rate,
             judge_calls=self._judge_calls,

@@ -40,6 +40,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from judgeflow.db.engine import engine_for
+from judgeflow.db.storable import storable, storable_count, storable_float, storable_row
 from judgeflow.errors import (
     DatabaseError,
     InvalidJudgeReplyError,
@@ -76,6 +77,7 @@ def build_metrics(settings: Settings) -> dict[str, ToxicityMetric | Hallucinatio
             include_reason=settings.include_reason,
             max_field_chars=settings.max_field_chars,
             max_repairs=settings.judge_max_repairs,
+            max_opinions=settings.max_opinions,
         ),
         "hallucination": HallucinationMetric(
             judge,
@@ -105,8 +107,8 @@ def start_judge(settings: Settings) -> str:
 
 _COLUMNS = (
     "trace_id text, metric text, metric_version text, status text, score float8, passed boolean, "
-    "threshold float8, reason text, details jsonb, judge_model text, prompt_tokens int, "
-    "completion_tokens int, cost_usd float8, latency_ms float8, judge_calls int, error text, "
+    "threshold float8, reason text, details jsonb, judge_model text, prompt_tokens bigint, "
+    "completion_tokens bigint, cost_usd float8, latency_ms float8, judge_calls int, error text, "
     "error_kind text, attempts int, flow_run_id text, trace_created_at timestamptz"
 )
 _NAMES = ", ".join(c.split()[0] for c in _COLUMNS.split(", "))
@@ -114,8 +116,9 @@ _NAMES = ", ".join(c.split()[0] for c in _COLUMNS.split(", "))
 # Many rows in one statement: the rows travel as one JSON array.
 _UPSERT = text(
     f"""
-    INSERT INTO judgeflow.eval_results AS r ({_NAMES}, scored_at)
-    SELECT {_NAMES}, now() FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS x({_COLUMNS})
+    INSERT INTO judgeflow.eval_results AS r ({_NAMES}, failed_runs, scored_at)
+    SELECT {_NAMES}, CASE WHEN status = 'failed' THEN 1 ELSE 0 END, now()
+    FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS x({_COLUMNS})
     ON CONFLICT (trace_id, metric) DO UPDATE SET
         metric_version = excluded.metric_version, status = excluded.status, score = excluded.score,
         passed = excluded.passed, threshold = excluded.threshold, reason = excluded.reason,
@@ -124,10 +127,27 @@ _UPSERT = text(
         cost_usd = excluded.cost_usd, latency_ms = excluded.latency_ms,
         judge_calls = excluded.judge_calls, error = excluded.error, error_kind = excluded.error_kind,
         attempts = r.attempts + excluded.attempts, flow_run_id = excluded.flow_run_id,
-        trace_created_at = excluded.trace_created_at, scored_at = now()
-    -- a done result is only replaced when re-scoring; never by a late duplicate
+        trace_created_at = excluded.trace_created_at, scored_at = now(),
+        failed_runs = r.failed_runs + excluded.failed_runs
+    -- a done result is only replaced when re-scoring, and only by a new score:
+    -- never by a late duplicate, never by a failed re-score (see _NOTE_FAILED_RESCORE)
     WHERE r.status = 'failed' OR (CAST(:rescore_before AS timestamptz) IS NOT NULL
-                                  AND r.scored_at < CAST(:rescore_before AS timestamptz))
+                                  AND r.scored_at < CAST(:rescore_before AS timestamptz)
+                                  AND excluded.status <> 'failed')
+    RETURNING r.trace_id, r.metric
+    """
+)
+# A re-score that failed keeps the score it was meant to replace; the attempt
+# is noted on it, so the next --rescore tries again and people can see why.
+_NOTE_FAILED_RESCORE = text(
+    f"""
+    UPDATE judgeflow.eval_results r SET details = r.details || jsonb_build_object(
+        'failed_rescores', COALESCE((r.details ->> 'failed_rescores')::int, 0) + 1,
+        'last_failed_rescore', jsonb_build_object(
+            'at', now(), 'error', x.error, 'error_kind', x.error_kind, 'flow_run_id', x.flow_run_id))
+    FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS x({_COLUMNS})
+    WHERE r.trace_id = x.trace_id AND r.metric = x.metric AND x.status = 'failed' AND r.status <> 'failed'
+      AND CAST(:rescore_before AS timestamptz) IS NOT NULL AND r.scored_at < CAST(:rescore_before AS timestamptz)
     RETURNING r.trace_id, r.metric
     """
 )
@@ -167,7 +187,24 @@ def _json_default(value):
     return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
-def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: datetime | None) -> set[tuple[str, str]]:
+class StoredPairs(set):
+    """The (trace, metric) pairs whose row was written. ``refused`` maps a pair
+    whose row the database refused to why (a 'failed' row saying so was stored
+    instead, when possible); ``kept`` holds pairs whose failed re-score left
+    the previous score in place."""
+
+    def __init__(self, pairs=(), *, refused: dict | None = None, kept: set | None = None):
+        super().__init__(pairs)
+        self.refused: dict[tuple[str, str], str] = dict(refused or {})
+        self.kept: set[tuple[str, str]] = set(kept or ())
+
+    def merge(self, other: "StoredPairs") -> None:
+        self |= other
+        self.refused.update(other.refused)
+        self.kept |= other.kept
+
+
+def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: datetime | None) -> StoredPairs:
     keys = {"trace_ids": [r["trace_id"] for r in rows], "metrics": [r["metric"] for r in rows], "owner": owner}
     with engine_for(settings).begin() as conn:
         owned = {(t, m) for t, m in conn.execute(_OWNED, keys).all()}
@@ -175,9 +212,12 @@ def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: dat
         # was frozen past its lease, say) must not race the run that took it over
         mine = [r for r in rows if (r["trace_id"], r["metric"]) in owned]
         written: set[tuple[str, str]] = set()
+        kept: set[tuple[str, str]] = set()
         if mine:
-            payload = json.dumps(mine, default=_json_default)
-            written = {(t, m) for t, m in conn.execute(_UPSERT, {"rows": payload, "rescore_before": rescore_before})}
+            params = {"rows": json.dumps(mine, default=_json_default), "rescore_before": rescore_before}
+            written = {(t, m) for t, m in conn.execute(_UPSERT, params)}
+            if rescore_before is not None:
+                kept = {(t, m) for t, m in conn.execute(_NOTE_FAILED_RESCORE, params)}
         late = [
             {
                 "trace_id": r["trace_id"], "metric": r["metric"], "status": r["status"], "score": r["score"],
@@ -185,7 +225,7 @@ def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: dat
                 "why": DONE_EXISTS if (r["trace_id"], r["metric"]) in owned else CLAIM_LOST,
             }
             for r in rows
-            if (r["trace_id"], r["metric"]) not in written
+            if (r["trace_id"], r["metric"]) not in written and (r["trace_id"], r["metric"]) not in kept
         ]
         if late:
             conn.execute(_SUPERSEDED, {"rows": json.dumps(late, default=_json_default), "owner": owner})
@@ -194,21 +234,24 @@ def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: dat
     for row in late:
         log.warning("%s for trace %s superseded: %s; the stored result stands", row["metric"], row["trace_id"],
                     row["why"])
-    return written
+    return StoredPairs(written, kept=kept)
 
 
 def store_outcomes(
-    settings: Settings, rows: list[dict], *, owner: str, rescore_before: datetime | None
-) -> set[tuple[str, str]]:
+    settings: Settings, rows: list[dict], *, owner: str, rescore_before: datetime | None,
+    _fallback: bool = False,
+) -> StoredPairs:
     """Upsert result rows and release their claims in one transaction; returns
     the (trace, metric) pairs written. A pair missing was superseded: its claim
     had moved to another run, or a done row existed already; it is recorded in
     ``judgeflow.superseded_results`` instead.
     Retries with backoff so a restarting database does not cost judge calls.
     A row the database refuses (not a connection problem) is isolated by
-    writing the rows one at a time, so it cannot take the others down with it."""
+    writing the rows one at a time, so it cannot take the others down with it;
+    it is then stored as a 'failed' row saying why (see :class:`StoredPairs`),
+    never raised: its task and its run go on."""
     if not rows:
-        return set()
+        return StoredPairs()
     delay = 0.5
     for attempt in range(1, _WRITE_ATTEMPTS + 1):
         try:
@@ -224,24 +267,74 @@ def store_outcomes(
             delay *= 2
         except DBAPIError as exc:
             if len(rows) == 1:
-                raise DatabaseError(
-                    f"could not store result for trace {rows[0]['trace_id']!r} ({rows[0]['metric']}): "
-                    f"{type(exc.orig).__name__}: {exc.orig}"
-                ) from None
-            written: set[tuple[str, str]] = set()
+                return _store_refused(settings, rows[0], exc, owner=owner, rescore_before=rescore_before,
+                                      fallback=_fallback)
+            written = StoredPairs()
             for row in rows:
-                written |= store_outcomes(settings, [row], owner=owner, rescore_before=rescore_before)
+                written.merge(store_outcomes(settings, [row], owner=owner, rescore_before=rescore_before))
             return written
     raise AssertionError("unreachable")
 
 
-def store_outcome(settings: Settings, row: dict, *, owner: str, rescore_before: datetime | None) -> bool:
-    """One row (see :func:`store_outcomes`); False when a done row already existed."""
-    return bool(store_outcomes(settings, [row], owner=owner, rescore_before=rescore_before))
+def _store_refused(
+    settings: Settings, row: dict, exc: DBAPIError, *, owner: str, rescore_before: datetime | None, fallback: bool
+) -> StoredPairs:
+    """The database refused ``row`` (a constraint, a value it cannot hold):
+    store a 'failed' row that says so instead. If even that is refused, the
+    pair is left unwritten (its claim expires; the next run tries again)."""
+    pair = (row["trace_id"], row["metric"])
+    why = f"could not store the result: {type(exc.orig).__name__}: {exc.orig}"
+    why = storable(why[:_ERROR_TEXT_MAX])[0]
+    log.error("%s for trace %s: %s", row["metric"], row["trace_id"], why)
+    if fallback:
+        return StoredPairs(refused={pair: why})
+    failure = {
+        **row, "metric_version": row.get("metric_version"), "status": "failed", "score": None, "passed": None,
+        "reason": None, "details": {"unstorable": {"status": row.get("status"), "error": why}},
+        "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": None, "latency_ms": None,
+        "error": why, "error_kind": "unstorable",
+    }
+    stored = store_outcomes(settings, [failure], owner=owner, rescore_before=rescore_before, _fallback=True)
+    stored.refused.setdefault(pair, why)
+    return stored
+
+
+def store_outcome(settings: Settings, row: dict, *, owner: str, rescore_before: datetime | None) -> StoredPairs:
+    """One row (see :func:`store_outcomes`); empty when a done row already existed."""
+    return store_outcomes(settings, [row], owner=owner, rescore_before=rescore_before)
+
+
+def settle_outcome(outcome: ScoreOutcome, stored: StoredPairs) -> ScoreOutcome:
+    """The outcome as the database has it after :func:`store_outcomes`."""
+    pair = (outcome.trace_id, outcome.metric)
+    if pair in stored.refused:
+        return outcome.model_copy(update={
+            "status": "failed", "error": stored.refused[pair], "error_kind": "unstorable", "score": None,
+            "passed": None,
+        })
+    if pair in stored.kept:
+        return outcome.model_copy(update={"error": f"{outcome.error} (re-score failed; previous score kept)"})
+    if pair not in stored:
+        return outcome.model_copy(update={"status": "superseded"})
+    return outcome
+
+
+_TEXT_FIELDS = ("reason", "error", "judge_model", "metric_version")
+_JSON_FIELDS = ("details",)
+
+
+def _storable(row: dict) -> dict:
+    row = storable_row(row, text_fields=_TEXT_FIELDS, json_fields=_JSON_FIELDS)
+    row["prompt_tokens"] = storable_count(row.get("prompt_tokens"))
+    row["completion_tokens"] = storable_count(row.get("completion_tokens"))
+    row["judge_calls"] = min(storable_count(row.get("judge_calls")), 2**31 - 1)
+    row["cost_usd"] = storable_float(row.get("cost_usd"))
+    row["latency_ms"] = storable_float(row.get("latency_ms"))
+    return row
 
 
 def _result_row(work: TraceWork, result: MetricResult, attempts: int, flow_run_id: str | None) -> dict:
-    return {
+    return _storable({
         "trace_id": work.trace_id, "metric": work.metric, "metric_version": result.metric_version,
         "status": result.status, "score": result.score, "passed": result.passed,
         "threshold": result.threshold, "reason": result.reason,
@@ -250,21 +343,21 @@ def _result_row(work: TraceWork, result: MetricResult, attempts: int, flow_run_i
         "cost_usd": result.cost_usd, "latency_ms": result.latency_ms, "judge_calls": result.judge_calls,
         "error": None, "error_kind": None, "attempts": attempts, "flow_run_id": flow_run_id,
         "trace_created_at": work.created_at,
-    }
+    })
 
 
 def _failure_row(work: TraceWork, error: Exception, kind: str, attempts: int, flow_run_id: str | None) -> dict:
     details: dict = {}
     if isinstance(error, InvalidJudgeReplyError):
         details = {"step": error.step, "raw_reply": error.raw[:_ERROR_TEXT_MAX], "repairs": error.attempts}
-    return {
+    return _storable({
         "trace_id": work.trace_id, "metric": work.metric, "metric_version": None, "status": "failed",
         "score": None, "passed": None, "threshold": None, "reason": None,
         "details": details, "judge_model": None, "prompt_tokens": 0, "completion_tokens": 0,
         "cost_usd": None, "latency_ms": None, "judge_calls": 0,
         "error": f"{type(error).__name__}: {error}"[:_ERROR_TEXT_MAX], "error_kind": kind,
         "attempts": attempts, "flow_run_id": flow_run_id, "trace_created_at": work.created_at,
-    }
+    })
 
 
 def _error_kind(error: Exception) -> str:
@@ -297,13 +390,18 @@ async def score_pair(
     *,
     flow_run_id: str | None,
     retry_delays: list[float],
-) -> tuple[dict, ScoreOutcome]:
+    deadline: float | None = None,
+) -> tuple[dict | None, ScoreOutcome]:
     """Score one claimed (trace, metric): the row to store and the outcome to
     report (its status assuming the row is written). Never raises: transient
     judge errors are retried after ``retry_delays`` and stored as 'failed'
-    once they run out; every other error is stored as 'failed' at once."""
+    once they run out; every other error is stored as 'failed' at once.
+    Past ``deadline`` (the run's time budget, ``time.time()``) no attempt is
+    started: the row is None and the pair is left for the next run."""
     max_attempts = len(retry_delays) + 1
     for attempt in range(1, max_attempts + 1):
+        if past(deadline):
+            return None, _deferred(work, attempt - 1)
         try:
             result = await _metric_call(work, metrics, asynchronous=True)
         except TransientJudgeError as error:
@@ -322,13 +420,30 @@ async def score_pair(
     raise AssertionError("unreachable")
 
 
+def past(deadline: float | None) -> bool:
+    return deadline is not None and time.time() >= deadline
+
+
+def _deferred(work: TraceWork, attempts: int) -> ScoreOutcome:
+    log.info("%s for trace %s left for the next run: the run's time budget is spent", work.metric, work.trace_id)
+    return ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="deferred", attempts=attempts)
+
+
+def release_pairs(settings: Settings, pairs: list[tuple[str, str]], owner: str) -> None:
+    """Give back claims on pairs this run will not score after all."""
+    if pairs:
+        with engine_for(settings).begin() as conn:
+            conn.execute(_RELEASE, {"trace_ids": [t for t, _ in pairs], "metrics": [m for _, m in pairs],
+                                    "owner": owner})
+
+
 def _success(work: TraceWork, result: MetricResult, attempt: int, flow_run_id: str | None) -> tuple[dict, ScoreOutcome]:
     row = _result_row(work, result, attempt, flow_run_id)
     return row, ScoreOutcome(
         trace_id=work.trace_id, metric=work.metric, status=result.status,
-        score=result.score, passed=result.passed, reason=result.reason, judge_calls=result.judge_calls,
-        prompt_tokens=result.prompt_tokens, completion_tokens=result.completion_tokens,
-        cost_usd=result.cost_usd, attempts=attempt,
+        score=result.score, passed=result.passed, reason=row["reason"], judge_calls=row["judge_calls"],
+        prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
+        cost_usd=row["cost_usd"], attempts=attempt,
     )
 
 
@@ -355,13 +470,19 @@ def score_and_store(
     flow_run_id: str | None = None,
     rescore_before: datetime | None = None,
     max_attempts: int = 1,
+    deadline: float | None = None,
 ) -> ScoreOutcome:
     """Score one claimed (trace, metric) and store the result as soon as it is
     known (fanout "pair": one task run per pair, findable by name in the UI).
 
     Transient judge errors are raised while task retries remain (Prefect retries
-    the task with backoff); on the last attempt they are stored as 'failed'."""
+    the task with backoff); on the last attempt they are stored as 'failed'.
+    Past ``deadline`` (the run's time budget) no attempt is started and no
+    retry asked for: the claim is given back for the next run."""
     attempt = task_run.run_count or 1
+    if past(deadline):
+        release_pairs(settings, [(work.trace_id, work.metric)], owner)
+        return _deferred(work, attempt - 1)
     if not still_owned(settings, owner, [work]):
         log.warning("%s for trace %s: another run took the claim over; not judged here", work.metric, work.trace_id)
         return ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=attempt - 1)
@@ -369,17 +490,18 @@ def score_and_store(
         row, outcome = _success(work, _metric_call(work, build_metrics(settings), asynchronous=False), attempt,
                                 flow_run_id)
     except TransientJudgeError as error:
-        if attempt < max_attempts:
+        if attempt < max_attempts and not past(deadline):
             raise
+        if attempt < max_attempts:  # a retry is due but the budget is spent: the next run tries again
+            release_pairs(settings, [(work.trace_id, work.metric)], owner)
+            return _deferred(work, attempt)
         row, outcome = _failure(work, error, attempt, flow_run_id)
     except JudgeflowError as error:
         row, outcome = _failure(work, error, attempt, flow_run_id)
     except Exception as error:  # a bug must not sink the run; it is stored and visible
         log.exception("unexpected error scoring %s/%s", work.trace_id, work.metric)
         row, outcome = _failure(work, error, attempt, flow_run_id)
-    if not store_outcome(settings, row, owner=owner, rescore_before=rescore_before):
-        outcome = outcome.model_copy(update={"status": "superseded"})
-    return outcome
+    return settle_outcome(outcome, store_outcome(settings, row, owner=owner, rescore_before=rescore_before))
 
 
 class _JudgeLoop:
@@ -429,6 +551,7 @@ def score_batch(
     flow_run_id: str | None = None,
     rescore_before: datetime | None = None,
     retry_delays: list[float] | None = None,
+    deadline: float | None = None,
 ) -> list[ScoreOutcome]:
     """Score a claimed batch of (trace, metric) pairs and store each result as
     soon as it is known (within ``FLUSH_INTERVAL_S``); see the module doc."""
@@ -442,7 +565,7 @@ def score_batch(
     delays = list(retry_delays or [])
     pending: set[Future] = {
         loop.submit(settings.max_concurrency, score_pair, work, settings, metrics,
-                    flow_run_id=flow_run_id, retry_delays=delays)
+                    flow_run_id=flow_run_id, retry_delays=delays, deadline=deadline)
         for work in items
     }
 
@@ -453,11 +576,11 @@ def score_batch(
     oldest = 0.0  # time.monotonic() the oldest buffered result arrived
 
     def flush() -> None:
-        written = store_outcomes(settings, [row for row, _ in buffered], owner=owner, rescore_before=rescore_before)
+        rows = [row for row, _ in buffered if row is not None]
+        written = store_outcomes(settings, rows, owner=owner, rescore_before=rescore_before)
+        release_pairs(settings, [(o.trace_id, o.metric) for row, o in buffered if row is None], owner)
         for row, outcome in buffered:
-            if (row["trace_id"], row["metric"]) not in written:
-                outcome = outcome.model_copy(update={"status": "superseded"})
-            outcomes.append(outcome)
+            outcomes.append(outcome if row is None else settle_outcome(outcome, written))
         buffered.clear()
 
     try:

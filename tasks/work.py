@@ -45,8 +45,9 @@ class ScoreOutcome(BaseModel):
     trace_id: str
     metric: MetricName
     # superseded: judged, but the pair's claim had moved to another run (its
-    # result stands); taken_over: the claim had moved before the judge was called
-    status: Literal["scored", "skipped", "failed", "superseded", "taken_over"]
+    # result stands); taken_over: the claim had moved before the judge was called;
+    # deferred: not scored, its claim given back (the run's time budget ran out)
+    status: Literal["scored", "skipped", "failed", "superseded", "taken_over", "deferred"]
     score: float | None = None
     passed: bool | None = None
     reason: str | None = None

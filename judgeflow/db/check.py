@@ -10,6 +10,7 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
 from judgeflow.db.source import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, SourceTable
+from judgeflow.db.unusable import count_unusable, describe
 from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.settings import Settings
 
@@ -26,6 +27,20 @@ class CheckReport:
 
     def lines(self) -> list[str]:
         return [f"[{level}] {message}" for level, message in self.findings]
+
+
+def _check_rows(report: CheckReport, conn, source: SourceTable) -> None:
+    """Rows runs skip or de-duplicate: reported (not MISSING: runs go on)."""
+    try:
+        with conn.begin_nested():
+            rows = count_unusable(conn, source)
+    except DBAPIError as exc:
+        report.add("note", f"could not count unusable rows of {source.display}: {exc.orig}")
+        return
+    if not rows.any:
+        report.add("ok", f"every row of {source.display} has an id and a created_at, and no id is repeated")
+    for line in describe(source, rows):
+        report.add("warn", line)
 
 
 def check_database(settings: Settings) -> CheckReport:
@@ -45,6 +60,8 @@ def check_database(settings: Settings) -> CheckReport:
                 for name in OPTIONAL_COLUMNS:
                     if name not in columns:
                         report.add("note", f"optional column {source.display}.{name} absent; read as NULL")
+                if all(name in columns for name in ("id", "created_at")):
+                    _check_rows(report, conn, source)
                 indexed = source.created_at_indexed(conn)
                 if indexed is None:
                     report.add("note", f"{source.display} is a view: make sure its base table has an index on created_at")

@@ -48,20 +48,40 @@ def pending_where(
     after: tuple[datetime, str, str] | None = None,
     settle_delay_s: float = 0.0,
     exclude_held: bool = True,
+    run_started: datetime | None = None,
+    max_failed_runs: int | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """WHERE clause over ``source t CROSS JOIN unnest(:metrics) m(metric)``:
     pairs without a done result and (unless ``exclude_held`` is False) not
-    held by a live run's claim."""
+    held by a live run's claim.
+
+    ``run_started``: a result written since then counts as done, whatever its
+    status (a run tries a pair once: a later copy of a duplicate id does not
+    get a second go). ``max_failed_runs``: a pair that failed in that many runs
+    is given up (counts as done); None retries every failed pair."""
     params: dict[str, Any] = {"done": list(DONE_STATUSES)}
+    status_done = "r.status = ANY(:done)"
+    if max_failed_runs is not None:
+        status_done = f"({status_done} OR (r.status = 'failed' AND r.failed_runs >= :max_failed_runs))"
+        params["max_failed_runs"] = max_failed_runs
+    if run_started is not None:
+        status_done = f"({status_done} OR r.scored_at >= :run_started)"
+        params["run_started"] = run_started
     done = (
         "NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = t.id::text "
-        "AND r.metric = m.metric AND r.status = ANY(:done)"
+        f"AND r.metric = m.metric AND {status_done}"
     )
     if rescore_before is not None:
         # re-scoring: results written before this run count as not done
         done += " AND r.scored_at >= :rescore_before"
         params["rescore_before"] = rescore_before
-    clauses = [done + ")"]
+    clauses = [
+        # rows judgeflow cannot key or order are never candidates (they would
+        # break claiming and keyset paging); runs and `db check` report them
+        "t.id IS NOT NULL",
+        "t.created_at IS NOT NULL",
+        done + ")",
+    ]
     if exclude_held:
         clauses.append(
             "NOT EXISTS (SELECT 1 FROM judgeflow.claims c WHERE c.trace_id = t.id::text "
@@ -93,17 +113,17 @@ def pending_where(
 def count_pending(
     conn: Connection, source: SourceTable, metrics: list[str], *, limit_pairs: int | None = None, **filters
 ) -> dict[str, int]:
-    """Pending pairs per metric."""
+    """Pending pairs per metric (an id the source holds twice counts once)."""
     where, params = pending_where(**filters)
     params["metrics"] = list(metrics)
     inner = (
-        f"SELECT m.metric FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric) "
-        f"WHERE {where}"
+        f"SELECT t.id::text AS id, m.metric FROM {source.sql} t "
+        f"CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric) WHERE {where}"
     )
     if limit_pairs is not None:
         inner += " ORDER BY t.created_at LIMIT :n"
         params["n"] = limit_pairs
-    rows = conn.execute(text(f"SELECT metric, count(*) FROM ({inner}) q GROUP BY metric"), params).all()
+    rows = conn.execute(text(f"SELECT metric, count(DISTINCT id) FROM ({inner}) q GROUP BY metric"), params).all()
     counts = {m: 0 for m in metrics}
     counts.update({metric: n for metric, n in rows})
     return counts

@@ -28,6 +28,8 @@ def work_status(settings: Settings) -> dict:
     """What is true in the database right now, per metric:
 
     - ``scored``/``passed``/``skipped``/``failed``: stored results by status;
+    - ``given_up``: of ``failed``, pairs that failed in JUDGEFLOW_MAX_RUNS_PER_PAIR
+      runs, which the nightly run no longer retries (``score --retry-failed`` does);
     - ``pending``: pairs without a done result that no live run holds (what the
       next run would take), of which ``stranded`` are claimed by a run that
       is gone or whose lease ran out (the next run takes them over at once);
@@ -42,15 +44,18 @@ def work_status(settings: Settings) -> dict:
     migrate.upgrade(engine)
     metrics = list(METRIC_NAMES)
     source = SourceTable.parse(settings.traces_table)
-    where, params = pending_where(exclude_held=False)
+    # a given-up pair is neither pending nor in progress: no nightly run takes it
+    where, params = pending_where(exclude_held=False, max_failed_runs=settings.max_runs_per_pair)
     params["metrics"] = metrics
     try:
         with engine.connect() as conn:
             results = conn.execute(
                 text(
-                    "SELECT metric, status, count(*), count(*) FILTER (WHERE passed) "
+                    "SELECT metric, status, count(*), count(*) FILTER (WHERE passed), "
+                    "count(*) FILTER (WHERE status = 'failed' AND failed_runs >= :n) "
                     "FROM judgeflow.eval_results GROUP BY metric, status"
-                )
+                ),
+                {"n": settings.max_runs_per_pair},
             ).all()
             superseded = dict(
                 conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results GROUP BY metric")).all()
@@ -72,12 +77,13 @@ def work_status(settings: Settings) -> dict:
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
     out = {
-        m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "pending": 0, "in_progress": 0, "stranded": 0,
-            "superseded": superseded.get(m, 0)}
+        m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "given_up": 0, "pending": 0, "in_progress": 0,
+            "stranded": 0, "superseded": superseded.get(m, 0)}
         for m in metrics
     }
-    for metric, status, n, passed in results:
+    for metric, status, n, passed, given_up in results:
         out[metric][status] = n
+        out[metric]["given_up"] += given_up
         if status == "scored":
             out[metric]["passed"] = passed
     runs: dict[str, dict] = {}

@@ -91,6 +91,7 @@ class ToxicityMetric(JudgeMetric):
         max_field_chars: int = DEFAULT_MAX_FIELD_CHARS,
         max_repairs: int = 2,
         verdict_batch_size: int = 10,
+        max_opinions: int | None = None,
     ) -> None:
         super().__init__(
             judge,
@@ -105,6 +106,12 @@ class ToxicityMetric(JudgeMetric):
         self.strict_mode = strict_mode
         self.verbose_mode = verbose_mode
         self.verdict_batch_size = verdict_batch_size
+        if max_opinions is not None and (isinstance(max_opinions, bool) or not isinstance(max_opinions, int)
+                                         or max_opinions < 1):
+            raise ConfigError(f"toxicity: max_opinions must be a positive integer, got {max_opinions!r}")
+        # bounds the verdict calls one trace can cost (a trace can ask for
+        # "every word as an opinion"); None judges them all
+        self.max_opinions = max_opinions
         self._version = toxicity_version()
 
     @property
@@ -135,6 +142,12 @@ class ToxicityMetric(JudgeMetric):
         opinions = unique_opinions(extracted)
         if len(opinions) < len(extracted):
             details["duplicate_opinions"] = len(extracted) - len(opinions)
+        if self.max_opinions is not None and len(opinions) > self.max_opinions:
+            details["opinions_dropped"] = {
+                "extracted": len(opinions), "judged": self.max_opinions,
+                "note": "only the first max_opinions opinions were judged (JUDGEFLOW_MAX_OPINIONS)",
+            }
+            opinions = opinions[: self.max_opinions]
         details["opinions"] = opinions
         self._log(steps, OPINIONS_STEP, opinions=opinions)
 

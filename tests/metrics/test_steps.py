@@ -185,3 +185,19 @@ async def test_async_repair_loop() -> None:
     (parsed,) = await adrive(ask([request()], Opinions), judge, usage=Usage())
     assert parsed.opinions == ["ok"]
     assert len(judge.requests) == 2
+
+
+def test_parse_reply_reads_lone_surrogates_and_nul_that_pydantic_json_refuses():
+    from pydantic import BaseModel
+
+    from judgeflow.metrics.steps import parse_reply
+
+    class Reasons(BaseModel):
+        reason: list[str]
+
+    escaped = parse_reply('{"reason": ["a\\ud800b", "c\\u0000d", "e\\ud83d\\ude00"]}', Reasons)
+    assert escaped.reason == ["a\ud800b", "c\x00d", "e\U0001f600"]
+    raw = parse_reply('{"reason": ["a\ud800b"]}', Reasons)
+    assert raw.reason == ["a\ud800b"]
+    with pytest.raises(ValidationError):  # still not JSON: still invalid
+        parse_reply('{"reason": ["a\\ud800b"', Reasons)

@@ -145,7 +145,34 @@ def _forced_failure(data: dict) -> Reply | None:
     return garbage_reply()
 
 
+_UNSTORABLE = "[judge-unstorable]"
+UNSTORABLE_SUFFIX = " \x00nul \ud800lone \udc80lone"
+
+
+def _with_unstorable(value: Any) -> Any:
+    """Every string of a reply given a NUL and lone surrogates (as JSON escapes)."""
+    if isinstance(value, str):
+        return value + UNSTORABLE_SUFFIX
+    if isinstance(value, list):
+        return [_with_unstorable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: (v if k == "verdict" else _with_unstorable(v)) for k, v in value.items()}
+    return value
+
+
 def rule_responder(req: ChatRequest) -> Reply:
+    """:func:`scripted_responder`, plus: ``[judge-unstorable]`` in ``output``
+    (or an opinion) appends a NUL and lone surrogates to every string of the
+    reply, as a misbehaving judge (or model) might."""
+    reply = scripted_responder(req)
+    data = req.data or {}
+    parts = [str(data.get("output") or "")] + [str(o) for o in data.get("opinions") or []]
+    if reply.status == 200 and reply.content and _UNSTORABLE in " ".join(parts):
+        return replace(reply, content=json.dumps(_with_unstorable(json.loads(reply.content))))
+    return reply
+
+
+def scripted_responder(req: ChatRequest) -> Reply:
     """A deterministic judge scripted by the content of the data block.
 
     * ``Opinions``: sentences of ``output`` (split on ``.!?``) not starting with "Fact:".

@@ -1,0 +1,77 @@
+"""Source rows judgeflow cannot key or order: a NULL ``id`` (no key for a
+result), a NULL ``created_at`` (no place in the oldest-first order) and ids
+held by more than one row. Runs skip the first two and score one copy of a
+duplicate id (see tasks/claims.py); this module counts them and says how to
+list them, for the run summary and `judgeflow db check`."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from sqlalchemy import Connection, text
+
+from judgeflow.db.source import SourceTable
+
+
+@dataclass(frozen=True)
+class UnusableRows:
+    null_id: int = 0
+    null_created_at: int = 0
+    duplicate_ids: int = 0  # ids held by more than one row
+    duplicate_copies: int = 0  # rows beyond the first of such an id: never scored
+
+    @property
+    def any(self) -> bool:
+        return bool(self.null_id or self.null_created_at or self.duplicate_ids)
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def listing_sql(source: SourceTable) -> dict[str, str]:
+    """The queries that list each kind, for people to run."""
+    return {
+        "null_id": f"SELECT * FROM {source.sql} WHERE id IS NULL;",
+        "null_created_at": f"SELECT * FROM {source.sql} WHERE created_at IS NULL;",
+        "duplicate_ids": (
+            f"SELECT id, count(*), min(created_at), max(created_at) FROM {source.sql} "
+            "WHERE id IS NOT NULL GROUP BY id HAVING count(*) > 1;"
+        ),
+    }
+
+
+def describe(source: SourceTable, rows: UnusableRows) -> list[str]:
+    """One line per kind present, with what judgeflow does and the SQL to list them."""
+    sql = listing_sql(source)
+    lines = []
+    if rows.null_id:
+        lines.append(f"{rows.null_id} row(s) of {source.display} with a NULL id are skipped (no key for a result); "
+                     f"list them: {sql['null_id']}")
+    if rows.null_created_at:
+        lines.append(f"{rows.null_created_at} row(s) of {source.display} with a NULL created_at are skipped "
+                     f"(no place in the oldest-first order); list them: {sql['null_created_at']}")
+    if rows.duplicate_ids:
+        lines.append(f"{rows.duplicate_ids} id(s) of {source.display} are held by more than one row: each is "
+                     f"scored once, from its copy with the earliest created_at ({rows.duplicate_copies} other "
+                     f"copies ignored); list them: {sql['duplicate_ids']}")
+    return lines
+
+
+def count_unusable(conn: Connection, source: SourceTable, *, timeout_s: float = 60.0) -> UnusableRows:
+    """Counts over the whole source (one pass, plus a grouping by id). A
+    statement timeout bounds it on a huge view; the caller decides what a
+    timeout means."""
+    conn.execute(text("SELECT set_config('statement_timeout', :t, true)"), {"t": f"{int(timeout_s * 1000)}"})
+    null_id, null_created_at = conn.execute(
+        text(
+            f"SELECT count(*) FILTER (WHERE id IS NULL), count(*) FILTER (WHERE created_at IS NULL) "
+            f"FROM {source.sql}"
+        )
+    ).one()
+    duplicate_ids, copies = conn.execute(
+        text(
+            f"SELECT count(*), COALESCE(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM {source.sql} "
+            "WHERE id IS NOT NULL GROUP BY id::text HAVING count(*) > 1) d"
+        )
+    ).one()
+    return UnusableRows(int(null_id), int(null_created_at), int(duplicate_ids), int(copies))
