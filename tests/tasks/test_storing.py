@@ -32,11 +32,17 @@ def _scored(trace_id: str, **overrides) -> dict:
     return {**_result_row(_work(trace_id), result.model_copy(update=overrides), 1, "run-1")}
 
 
+def _claim(db, *trace_ids: str) -> None:
+    """Claims held by 'me': only a claim's owner writes its result."""
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO judgeflow.claims (trace_id, metric, owner, claimed_at, lease_expires_at) "
+                             "SELECT unnest(CAST(:t AS text[])), 'hallucination', 'me', now(), "
+                             "now() + interval '1 hour'"), {"t": list(trace_ids)})
+
+
 def _setup(database_url, db) -> Settings:
     migrate.upgrade(db)
-    with db.begin() as conn:
-        conn.execute(sa.text("INSERT INTO judgeflow.claims SELECT unnest(CAST(:t AS text[])), 'hallucination', "
-                             "'me', now(), now() + interval '1 hour'"), {"t": ["a", "b", "c"]})
+    _claim(db, "a", "b", "c")
     return Settings(database_url=database_url)
 
 
@@ -70,6 +76,7 @@ def test_a_failed_rescore_keeps_the_previous_score_and_notes_the_attempt(databas
     rescore_before = datetime.now(timezone.utc)
 
     failure = _failure_row(_work("a"), TransientJudgeError("judge down"), "judge_unavailable", 3, "run-2")
+    _claim(db, "a")
     written = store_outcomes(settings, [failure], owner="me", rescore_before=rescore_before)
 
     row = results(db)[("a", "hallucination")]
@@ -78,5 +85,6 @@ def test_a_failed_rescore_keeps_the_previous_score_and_notes_the_attempt(databas
     assert row["details"]["last_failed_rescore"]["error_kind"] == "judge_unavailable"
     assert ("a", "hallucination") in written.kept and ("a", "hallucination") not in written
     # a re-score that succeeds does replace it
+    _claim(db, "a")
     store_outcomes(settings, [_scored("a", score=0.75)], owner="me", rescore_before=rescore_before)
     assert results(db)[("a", "hallucination")]["score"] == 0.75
