@@ -46,6 +46,7 @@ def test_a_poison_pair_is_given_up_after_max_runs_and_comes_back_with_retry_fail
     prefect_server, judgeflow_env, db, judge_server, monkeypatch
 ):
     monkeypatch.setenv("JUDGEFLOW_MAX_RUNS_PER_PAIR", "2")
+    monkeypatch.setenv("PREFECT_API_URL", prefect_server)  # the CLI uses the test's Prefect server
     monkeypatch.setenv("JUDGEFLOW_TASK_RETRIES", "0")
     insert_traces(db, [scripted_trace(0)[0], {"id": "poison", "output": "Always [judge-fail:400] this."}])
 
