@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = ROOT / "docs"
 SETTINGS_PAGE = DOCS / "settings.md"
+README_MAX_LINES = 200
 
 FENCE = re.compile(r"^\s*```")
 SHELL_LANGS = {"", "bash", "sh", "shell", "console"}
@@ -387,6 +388,19 @@ def test_the_command_check_fails_on_a_command_that_does_not_exist():
     ]
 
 
+# --- README shape ------------------------------------------------------------------
+
+
+def test_readme_starts_with_the_two_commands_and_stays_short():
+    text = README.read_text()
+    first_block = code_blocks(text)[0][1]
+    assert [line.split()[0] for line in first_block[:2]] == ["./scripts/demo", "./scripts/test"]
+    lines = len(text.splitlines())
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines (at most {README_MAX_LINES}): details belong in a docs/ page"
+    )
+
+
 # --- links -------------------------------------------------------------------------
 
 
@@ -446,3 +460,9 @@ def test_every_docs_page_the_cli_points_to_exists():
         pages.update(re.findall(r"\bdocs/[\w.-]+\.md\b", source.read_text()))
     missing = sorted(page for page in pages if not (ROOT / page).is_file())
     assert not missing, f"the CLI points to docs pages that do not exist: {missing}"
+
+
+def test_every_docs_page_is_linked_from_the_readme():
+    text = README.read_text()
+    unlinked = [page.name for page in sorted(DOCS.glob("*.md")) if f"docs/{page.name}" not in text]
+    assert not unlinked, f"docs pages the README does not link to: {unlinked}"
