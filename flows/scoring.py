@@ -367,4 +367,7 @@ def score_new_traces(
         raise
     if evaluate_alerts:
         evaluate_alert_rules(settings, flow_run_id=summary.flow_run_id)
+    from judgeflow.tasks.trend import publish_trend
+
+    publish_trend(settings)
     return summary

@@ -223,6 +223,34 @@ def status(
         typer.echo(f"flow run {run['flow_run_id']}: {pairs} ({state})")
 
 
+@app.command()
+@clear_errors
+def report(
+    since: str = typer.Option("14d", help="how far back the per-day rates go, e.g. 14d or 4w"),
+    segment: Optional[list[str]] = typer.Option(
+        None, "--segment", help="a metadata key to break the rates down by (default JUDGEFLOW_ALERT_SEGMENT_BY)"
+    ),
+) -> None:
+    """Per-day not-passed rates per metric, overall and for the top segments, with
+    the change of the current window against its baseline (the trend artifact, in the terminal)."""
+    import math
+
+    from judgeflow.alerts.trend import compute_trend, render_text
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+    from judgeflow.settings import parse_duration
+
+    settings = _settings()
+    _announce_database(settings)
+    days = max(1, math.ceil(parse_duration(since) / 86400))
+    keys = tuple(k.strip() for s in segment for k in s.split(",") if k.strip()) if segment else None
+    engine = engine_for(settings)
+    migrate.upgrade(engine)
+    with engine.connect() as conn:
+        trend = compute_trend(conn, settings, days=days, segment_keys=keys)
+    typer.echo(render_text(trend))
+
+
 def _announce_database(settings) -> None:
     from judgeflow.db.engine import database_url, redact
 

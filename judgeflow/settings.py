@@ -121,6 +121,34 @@ class Settings(BaseSettings):
     )
     alert_redelivery_backoff_max_s: float = Field(3600.0, ge=0)
     alert_prefect_events: bool = Field(True, description="emit judgeflow.alert.* Prefect events")
+    alert_segment_by: str | None = Field(
+        None,
+        description="comma-separated keys of the traces' metadata (e.g. 'app,model'): every rate rule is also "
+        "evaluated per value of each key; the values are copied into eval_results.segment when a trace is scored",
+    )
+    alert_segment_top: int = Field(
+        10, ge=1, le=200,
+        description="per rule and key, the values with the most results (window + baseline) get their own "
+        "segment; the rest are grouped as 'other'",
+    )
+    alert_hysteresis: float = Field(
+        0.1, ge=0, lt=1,
+        description="a firing rule resolves only once clearly back: a maximum rule below maximum*(1-h), a "
+        "regression rule once its increase is below min_increase*(1-h) or no longer significant at "
+        "JUDGEFLOW_REGRESSION_RESOLVE_ALPHA",
+    )
+    regression_baseline: str = Field("7d", description="the period just before the window a regression compares with")
+    regression_alpha: float = Field(0.01, gt=0, lt=1, description="one-sided significance a regression must reach to fire")
+    regression_resolve_alpha: float = Field(
+        0.05, gt=0, lt=1, description="a firing regression stays firing while significant at this looser level"
+    )
+    toxicity_regression_min_increase: float | None = Field(
+        None, ge=0, le=1, description="absolute rise of the toxicity not-passed rate over baseline that pages; unset: off"
+    )
+    hallucination_regression_min_increase: float | None = Field(
+        None, ge=0, le=1,
+        description="absolute rise of the hallucination not-passed rate over baseline that pages; unset: off",
+    )
 
     # --- schedule --------------------------------------------------------
     schedule_timezone: str = Field("UTC", description="IANA timezone of the nightly 02:00 schedule")
@@ -160,7 +188,17 @@ class Settings(BaseSettings):
             )
         return self
 
-    @field_validator("alert_window", "alert_renotify", "max_run_duration")
+    @field_validator("alert_segment_by")
+    @classmethod
+    def _check_segment_by(cls, value):
+        if value is None:
+            return None
+        keys = [k.strip() for k in value.split(",") if k.strip()]
+        if len(keys) > 8 or any(len(k) > 100 for k in keys):
+            raise ConfigError("JUDGEFLOW_ALERT_SEGMENT_BY takes at most 8 metadata keys of up to 100 characters")
+        return ",".join(dict.fromkeys(keys)) or None
+
+    @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline")
     @classmethod
     def _check_duration(cls, value):
         if value is not None:
@@ -182,6 +220,14 @@ class Settings(BaseSettings):
     @property
     def max_run_duration_s(self) -> float:
         return parse_duration(self.max_run_duration)
+
+    @property
+    def alert_segment_keys(self) -> tuple[str, ...]:
+        return tuple(self.alert_segment_by.split(",")) if self.alert_segment_by else ()
+
+    @property
+    def regression_baseline_s(self) -> float:
+        return parse_duration(self.regression_baseline)
 
     @property
     def alert_renotify_s(self) -> float | None:

@@ -32,6 +32,7 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
+from judgeflow.alerts.segments import segment_values
 from judgeflow.db.engine import database_url, engine_for
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE, count_pending, held, pending_where
 from judgeflow.settings import normalise_database_url
@@ -55,15 +56,17 @@ def _source(settings: Settings, conn) -> tuple[SourceTable, str]:
 DUPLICATE_TIE_BREAK = "md5(COALESCE(t.output::text, ''))"
 
 
-def _work_items(rows) -> list[TraceWork]:
+def _work_items(rows, segment_keys: tuple[str, ...] = ()) -> list[TraceWork]:
     """Our claimed rows as work, one per (trace, metric) even if the source
-    holds duplicate ids (the first copy in claim order wins)."""
+    holds duplicate ids (the first copy in claim order wins), with the
+    ``segment_keys`` values of their metadata."""
     items: dict[tuple[str, str], TraceWork] = {}
     for r in rows:
         if r["mine"] and (r["trace_id"], r["metric"]) not in items:
             items[(r["trace_id"], r["metric"])] = TraceWork(
                 trace_id=r["trace_id"], metric=r["metric"], created_at=r["created_at"], input=r["input"],
                 output=r["output"], context=r["context"], metadata=r["metadata"],
+                segment=segment_values(r["metadata"], segment_keys),
             )
     return list(items.values())
 
@@ -140,7 +143,7 @@ def claim_traces(
             ).mappings().all()
             # built inside the transaction: if this fails, the claims roll back
             # instead of sitting out the run as our own (invisible) claims
-            items = _work_items(rows)
+            items = _work_items(rows, settings.alert_segment_keys)
     except DBAPIError as exc:
         raise DatabaseError(f"could not claim traces: {type(exc.orig).__name__}: {exc.orig}") from None
     if not rows:

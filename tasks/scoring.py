@@ -109,15 +109,17 @@ _COLUMNS = (
     "trace_id text, metric text, metric_version text, status text, score float8, passed boolean, "
     "threshold float8, reason text, details jsonb, judge_model text, prompt_tokens bigint, "
     "completion_tokens bigint, cost_usd float8, latency_ms float8, judge_calls int, error text, "
-    "error_kind text, attempts int, flow_run_id text, trace_created_at timestamptz"
+    "error_kind text, attempts int, flow_run_id text, trace_created_at timestamptz, segment jsonb"
 )
 _NAMES = ", ".join(c.split()[0] for c in _COLUMNS.split(", "))
+# a row built without a segment (none configured) stores '{}'
+_SELECTED = _NAMES.replace("segment", "COALESCE(segment, '{}'::jsonb)")
 
 # Many rows in one statement: the rows travel as one JSON array.
 _UPSERT = text(
     f"""
     INSERT INTO judgeflow.eval_results AS r ({_NAMES}, failed_runs, scored_at)
-    SELECT {_NAMES}, CASE WHEN status = 'failed' THEN 1 ELSE 0 END, now()
+    SELECT {_SELECTED}, CASE WHEN status = 'failed' THEN 1 ELSE 0 END, now()
     FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS x({_COLUMNS})
     ON CONFLICT (trace_id, metric) DO UPDATE SET
         metric_version = excluded.metric_version, status = excluded.status, score = excluded.score,
@@ -127,7 +129,7 @@ _UPSERT = text(
         cost_usd = excluded.cost_usd, latency_ms = excluded.latency_ms,
         judge_calls = excluded.judge_calls, error = excluded.error, error_kind = excluded.error_kind,
         attempts = r.attempts + excluded.attempts, flow_run_id = excluded.flow_run_id,
-        trace_created_at = excluded.trace_created_at, scored_at = now(),
+        trace_created_at = excluded.trace_created_at, segment = excluded.segment, scored_at = now(),
         failed_runs = r.failed_runs + excluded.failed_runs
     -- a done result is only replaced when re-scoring, and only by a new score:
     -- never by a late duplicate, never by a failed re-score (see _NOTE_FAILED_RESCORE)
@@ -342,7 +344,7 @@ def _result_row(work: TraceWork, result: MetricResult, attempts: int, flow_run_i
         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
         "cost_usd": result.cost_usd, "latency_ms": result.latency_ms, "judge_calls": result.judge_calls,
         "error": None, "error_kind": None, "attempts": attempts, "flow_run_id": flow_run_id,
-        "trace_created_at": work.created_at,
+        "trace_created_at": work.created_at, "segment": work.segment,
     })
 
 
@@ -357,6 +359,7 @@ def _failure_row(work: TraceWork, error: Exception, kind: str, attempts: int, fl
         "cost_usd": None, "latency_ms": None, "judge_calls": 0,
         "error": f"{type(error).__name__}: {error}"[:_ERROR_TEXT_MAX], "error_kind": kind,
         "attempts": attempts, "flow_run_id": flow_run_id, "trace_created_at": work.created_at,
+        "segment": work.segment,
     })
 
 

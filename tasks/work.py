@@ -22,6 +22,8 @@ class TraceWork(BaseModel):
     output: str | None = None
     context: Any = None
     metadata: Any = None
+    # the JUDGEFLOW_ALERT_SEGMENT_BY values of metadata, stored with the result
+    segment: dict[str, str] = {}
 
 
 class Cursor(BaseModel):

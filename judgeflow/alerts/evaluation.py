@@ -1,25 +1,74 @@
-"""The figures of one rule over its rolling window, straight from eval_results.
+"""The figures of one rule, overall and per segment, straight from eval_results.
 
 The window is by the trace's ``created_at`` (``eval_results.trace_created_at``):
-results whose trace was created at or after ``now - window``. Results without
-a trace time are outside every window.
+results whose trace was created at or after ``now - window``. The baseline is
+the period just before it, ``[window_start - baseline, window_start)``. Results
+without a trace time are outside every window.
+
+Segments come from ``eval_results.segment``: the values of the
+``JUDGEFLOW_ALERT_SEGMENT_BY`` metadata keys, copied there when the trace was
+scored (so counting a segment never touches the customer's trace table). One
+statement per (rule, key) counts every value's window and baseline in a
+single range scan of the ``(metric, trace_created_at) INCLUDE (status, passed,
+segment)`` index, ranks the values by volume and folds all but the top
+``JUDGEFLOW_ALERT_SEGMENT_TOP`` into ``other``.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import Connection, and_, func, select
+from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.rules import Rule
-from judgeflow.db.schema import eval_results as r
+from judgeflow.alerts.stats import fisher_greater
 from judgeflow.tasks.work import METRIC_NAMES
 
 WORST_LIMIT = 5
 # reasons are the judge's short explanations; cut them so a notification never
 # carries much of a trace's text
 REASON_CHARS = 300
+# the segment every value outside a rule's top N is folded into
+OTHER = "other"
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Overall (no key), one value of one metadata key, or the ``other`` group
+    of a key (every value but ``named``)."""
+
+    key: str | None = None
+    value: str | None = None
+    named: tuple[str, ...] = ()  # for the 'other' group: the values that have their own segment
+    is_other: bool = False
+
+    @property
+    def overall(self) -> bool:
+        return self.key is None
+
+    def as_json(self) -> dict[str, str]:
+        """``{}`` overall, else ``{key: value}``: the notification's ``segment``."""
+        return {} if self.key is None else {self.key: self.value}
+
+    @property
+    def label(self) -> str:
+        """A stable text key for the (rule, segment) row: '' overall, 'app=B'."""
+        return "" if self.key is None else f"{self.key}={self.value}"
+
+    def where(self) -> tuple[str, dict]:
+        """The SQL condition selecting this segment's results, and its parameters."""
+        if self.key is None:
+            return "TRUE", {}
+        if self.is_other:
+            return (
+                "(segment ->> :seg_key) IS NOT NULL AND NOT ((segment ->> :seg_key) = ANY(CAST(:seg_named AS text[])))",
+                {"seg_key": self.key, "seg_named": list(self.named)},
+            )
+        return "(segment ->> :seg_key) = :seg_value", {"seg_key": self.key, "seg_value": self.value}
+
+
+OVERALL = Segment()
 
 
 @dataclass(frozen=True)
@@ -45,6 +94,21 @@ class Figures:
     worst: list[WorstTrace]
     evaluated_at: datetime
     window_start: datetime
+    segment: Segment = OVERALL
+    baseline_value: float | None = None
+    baseline_violations: int = 0
+    baseline_sample_size: int = 0
+    baseline_start: datetime | None = None
+    # one-sided Fisher's exact p-value of "the window's rate is above the
+    # baseline's"; None when either period is empty
+    p_value: float | None = None
+    worst_loaded: bool = field(default=False, compare=False)
+
+    @property
+    def increase(self) -> float | None:
+        if self.value is None or self.baseline_value is None:
+            return None
+        return self.value - self.baseline_value
 
 
 def iso_utc(value: datetime | None) -> str | None:
@@ -52,65 +116,169 @@ def iso_utc(value: datetime | None) -> str | None:
     return value.astimezone(timezone.utc).isoformat().replace("+00:00", "Z") if value else None
 
 
-def _cut(text: str | None) -> str | None:
-    if text is None:
+def _cut(text_: str | None) -> str | None:
+    if text_ is None:
         return None
-    text = " ".join(text.split())
-    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
+    text_ = " ".join(text_.split())
+    return text_ if len(text_) <= REASON_CHARS else text_[: REASON_CHARS - 1] + "…"
 
 
-def compute_figures(conn: Connection, rule: Rule, *, now: datetime | None = None) -> Figures:
-    """The rule's rate, sample size, failed count and worst traces, as of ``now``
-    (default: the database's ``now()``)."""
-    if now is None:
-        now = conn.execute(select(func.now())).scalar_one()
-    start = now - timedelta(seconds=rule.window_s)
+def _conditions(rule: Rule) -> tuple[str, str]:
+    """(counted, bad) as SQL over eval_results' columns."""
+    if rule.kind in ("not_passed_rate", "regression"):
+        # failed scorings are neither bad nor good; they are reported beside the rate
+        return "status = 'scored'", "status = 'scored' AND passed IS NOT TRUE"
+    if rule.kind == "failure_rate":
+        return "status IN ('scored', 'failed')", "status = 'failed'"
+    raise ValueError(f"unknown rule kind {rule.kind!r}")  # pragma: no cover - RuleKind is closed
+
+
+def _metrics(rule: Rule) -> list[str]:
     # Always a condition on metric: eval_results' index is (metric, trace_created_at),
     # and a window over every metric would otherwise read the whole table.
-    metrics = (rule.metric,) if rule.metric is not None else METRIC_NAMES
-    in_window = and_(r.c.metric.in_(metrics), r.c.trace_created_at >= start)
+    return [rule.metric] if rule.metric is not None else list(METRIC_NAMES)
 
-    scored = r.c.status == "scored"
-    failed = r.c.status == "failed"
-    if rule.kind == "not_passed_rate":
-        bad = and_(scored, r.c.passed.is_not(True))
-        counted = scored
-    elif rule.kind == "failure_rate":
-        bad = failed
-        counted = scored | failed
-    else:  # pragma: no cover - RuleKind is closed
-        raise ValueError(f"unknown rule kind {rule.kind!r}")
 
-    row = conn.execute(
-        select(
-            func.count().filter(counted).label("samples"),
-            func.count().filter(bad).label("bad"),
-            func.count().filter(failed).label("failed"),
-        ).where(in_window)
-    ).one()
+def _counts_sql(rule: Rule, value_expr: str, extra_where: str) -> str:
+    counted, bad = _conditions(rule)
+    return f"""
+        SELECT {value_expr} AS value,
+            count(*) FILTER (WHERE {counted} AND trace_created_at >= :start) AS samples,
+            count(*) FILTER (WHERE {bad} AND trace_created_at >= :start) AS bad,
+            count(*) FILTER (WHERE status = 'failed' AND trace_created_at >= :start) AS failed,
+            count(*) FILTER (WHERE {counted} AND trace_created_at < :start) AS base_samples,
+            count(*) FILTER (WHERE {bad} AND trace_created_at < :start) AS base_bad
+        FROM judgeflow.eval_results
+        WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :base_start{extra_where}
+    """
 
-    if rule.kind == "not_passed_rate":
-        reason = r.c.reason
-        order = (r.c.score.desc().nulls_last(), r.c.trace_created_at.desc(), r.c.trace_id)
-    else:
-        reason = func.concat_ws(": ", r.c.error_kind, r.c.error)
-        order = (r.c.scored_at.desc(), r.c.trace_id)
-    worst = [
-        WorstTrace(w.trace_id, w.metric, w.score, _cut(w.reason), w.trace_created_at)
-        for w in conn.execute(
-            select(r.c.trace_id, r.c.metric, r.c.score, reason.label("reason"), r.c.trace_created_at)
-            .where(in_window, bad)
-            .order_by(*order)
-            .limit(WORST_LIMIT)
+
+def window_statement(rule: Rule, key: str | None) -> str:
+    """The counting statement for a rule overall (``key`` None) or per value of ``key``."""
+    if key is None:
+        return _counts_sql(rule, "NULL::text", "")
+    per_value = _counts_sql(rule, "segment ->> :key", " AND (segment ->> :key) IS NOT NULL") + " GROUP BY 1"
+    return f"""
+        WITH per_value AS ({per_value}),
+        ranked AS (
+            SELECT *, row_number() OVER (ORDER BY samples + base_samples DESC, value) AS rank FROM per_value
         )
-    ]
-    samples, violations = int(row.samples), int(row.bad)
+        SELECT CASE WHEN rank <= :top OR value = ANY(CAST(:keep AS text[])) THEN value ELSE :other END AS value,
+               bool_and(rank > :top AND NOT value = ANY(CAST(:keep AS text[]))) AS grouped,
+               sum(samples)::bigint AS samples, sum(bad)::bigint AS bad, sum(failed)::bigint AS failed,
+               sum(base_samples)::bigint AS base_samples, sum(base_bad)::bigint AS base_bad
+        FROM ranked GROUP BY 1 ORDER BY sum(samples + base_samples) DESC, 1
+    """
+
+
+def _periods(rule: Rule, now: datetime) -> tuple[datetime, datetime]:
+    start = now - timedelta(seconds=rule.window_s)
+    return start, start - timedelta(seconds=rule.baseline_s)
+
+
+def _figures(rule: Rule, row, segment: Segment, now: datetime, start: datetime, base_start: datetime) -> Figures:
+    samples, bad = int(row.samples or 0), int(row.bad or 0)
+    base_samples, base_bad = int(row.base_samples or 0), int(row.base_bad or 0)
     return Figures(
-        value=(violations / samples) if samples else None,
-        violations=violations,
+        value=(bad / samples) if samples else None,
+        violations=bad,
         sample_size=samples,
-        failed=int(row.failed),
-        worst=worst,
+        failed=int(row.failed or 0),
+        worst=[],
         evaluated_at=now,
         window_start=start,
+        segment=segment,
+        baseline_value=(base_bad / base_samples) if base_samples else None,
+        baseline_violations=base_bad,
+        baseline_sample_size=base_samples,
+        baseline_start=base_start,
+        p_value=fisher_greater(bad, samples, base_bad, base_samples) if samples and base_samples else None,
     )
+
+
+def segment_figures(
+    conn: Connection, rule: Rule, *, now: datetime, key: str | None = None, keep: tuple[str, ...] = ()
+) -> list[Figures]:
+    """Figures overall (``key`` None: one) or per segment of ``key``: the top
+    ``rule.segment_top`` values by volume (window + baseline), every value in
+    ``keep`` (e.g. segments that are firing, so they can resolve), and ``other``
+    for the rest. Worst traces are not loaded (see :func:`with_worst`)."""
+    start, base_start = _periods(rule, now)
+    params = dict(metrics=_metrics(rule), start=start, base_start=base_start)
+    if key is None:
+        row = conn.execute(text(window_statement(rule, None)), params).one()
+        return [_figures(rule, row, OVERALL, now, start, base_start)]
+    params.update(key=key, top=rule.segment_top, keep=list(keep), other=OTHER)
+    rows = conn.execute(text(window_statement(rule, key)), params).all()
+    named = tuple(r.value for r in rows if not r.grouped)
+    return [
+        _figures(
+            rule, r, Segment(key, r.value, named=named if r.grouped else (), is_other=bool(r.grouped)),
+            now, start, base_start,
+        )
+        for r in rows
+    ]
+
+
+def worst_traces(conn: Connection, rule: Rule, segment: Segment, window_start: datetime) -> list[WorstTrace]:
+    """The segment's worst results in the window: highest scores for a not-passed
+    rate, latest failures for the failure rate."""
+    _, bad = _conditions(rule)
+    seg_where, seg_params = segment.where()
+    if rule.kind == "failure_rate":
+        reason, order = "concat_ws(': ', error_kind, error)", "scored_at DESC, trace_id"
+    else:
+        reason, order = "reason", "score DESC NULLS LAST, trace_created_at DESC, trace_id"
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT trace_id, metric, score, {reason} AS reason, trace_created_at
+            FROM judgeflow.eval_results
+            WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {bad} AND {seg_where}
+            ORDER BY {order} LIMIT :n
+            """
+        ),
+        dict(seg_params, metrics=_metrics(rule), start=window_start, n=WORST_LIMIT),
+    )
+    return [WorstTrace(w.trace_id, w.metric, w.score, _cut(w.reason), w.trace_created_at) for w in rows]
+
+
+def with_worst(conn: Connection, rule: Rule, figures: Figures) -> Figures:
+    if figures.worst_loaded:
+        return figures
+    return replace(
+        figures, worst=worst_traces(conn, rule, figures.segment, figures.window_start), worst_loaded=True
+    )
+
+
+def compute_figures(
+    conn: Connection, rule: Rule, *, now: datetime | None = None, segment: Segment = OVERALL
+) -> Figures:
+    """One segment's figures (default overall) with its worst traces, as of
+    ``now`` (default: the database's ``now()``)."""
+    if now is None:
+        now = conn.execute(select(func.now())).scalar_one()
+    if segment.overall:
+        figures = segment_figures(conn, rule, now=now)[0]
+    else:
+        found = [
+            f for f in segment_figures(conn, rule, now=now, key=segment.key, keep=(segment.value,))
+            if f.segment.value == segment.value
+        ]
+        start, base_start = _periods(rule, now)
+        figures = found[0] if found else Figures(
+            value=None, violations=0, sample_size=0, failed=0, worst=[], evaluated_at=now,
+            window_start=start, segment=segment, baseline_start=base_start,
+        )
+    return with_worst(conn, rule, figures)
+
+
+def all_segment_figures(
+    conn: Connection, rule: Rule, *, now: datetime, keep: dict[str, tuple[str, ...]] | None = None
+) -> list[Figures]:
+    """Overall first, then each ``rule.segment_by`` key's segments."""
+    keep = keep or {}
+    figures = segment_figures(conn, rule, now=now)
+    for key in rule.segment_by:
+        figures += segment_figures(conn, rule, now=now, key=key, keep=keep.get(key, ()))
+    return figures

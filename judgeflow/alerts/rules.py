@@ -13,6 +13,17 @@ Kinds:
 ``failure_rate``
     results with status 'failed' over results with status 'scored' or
     'failed', all metrics together ('skipped' is neither).
+``regression``
+    the not-passed rate of ``metric`` in the window against the same rate in
+    the baseline period just before it (``JUDGEFLOW_REGRESSION_BASELINE``).
+    Its setting is the minimum absolute increase that pages; it fires only when
+    the increase is at least that, Fisher's exact test (one-sided) finds it
+    significant at ``JUDGEFLOW_REGRESSION_ALPHA``, and both periods hold
+    ``JUDGEFLOW_ALERT_MIN_SAMPLES`` results.
+
+Every rule is evaluated over all results and, with ``JUDGEFLOW_ALERT_SEGMENT_BY``,
+per segment: each value of each metadata key (the top
+``JUDGEFLOW_ALERT_SEGMENT_TOP`` by volume, the rest grouped as ``other``).
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from typing import Literal
 
 from judgeflow.settings import Settings
 
-RuleKind = Literal["not_passed_rate", "failure_rate"]
+RuleKind = Literal["not_passed_rate", "failure_rate", "regression"]
 
 
 @dataclass(frozen=True)
@@ -30,7 +41,7 @@ class RuleSpec:
     name: str
     kind: RuleKind
     metric: str | None
-    setting: str  # the Settings field holding the maximum (None there: disabled)
+    setting: str  # the Settings field holding the maximum / minimum increase (None there: disabled)
     description: str
 
 
@@ -47,6 +58,14 @@ RULE_SPECS: tuple[RuleSpec, ...] = (
         "judge_failure_rate", "failure_rate", None, "failure_rate_max",
         "share of scorings that failed: failed / (scored + failed), all metrics",
     ),
+    RuleSpec(
+        "toxicity_regression", "regression", "toxicity", "toxicity_regression_min_increase",
+        "rise of the toxicity not-passed rate over its baseline period, significant by Fisher's exact test",
+    ),
+    RuleSpec(
+        "hallucination_regression", "regression", "hallucination", "hallucination_regression_min_increase",
+        "rise of the hallucination not-passed rate over its baseline period, significant by Fisher's exact test",
+    ),
 )
 
 
@@ -57,15 +76,32 @@ class Rule:
     metric: str | None
     setting: str
     description: str
-    maximum: float | None
+    maximum: float | None  # maximum-rate rules: the line (None for regressions)
     window: str
     window_s: float
     min_samples: int
     renotify_s: float | None
+    min_increase: float | None = None  # regression rules: the smallest absolute rise that pages
+    baseline: str = "7d"
+    baseline_s: float = 7 * 86400.0
+    alpha: float = 0.01
+    resolve_alpha: float = 0.05
+    hysteresis: float = 0.0
+    segment_by: tuple[str, ...] = ()
+    segment_top: int = 10
+
+    @property
+    def is_regression(self) -> bool:
+        return self.kind == "regression"
+
+    @property
+    def limit(self) -> float | None:
+        """What the rule's setting holds: the maximum, or the minimum increase."""
+        return self.min_increase if self.is_regression else self.maximum
 
     @property
     def enabled(self) -> bool:
-        return self.maximum is not None
+        return self.limit is not None
 
     @property
     def env_var(self) -> str:
@@ -86,11 +122,19 @@ def all_rules(settings: Settings) -> list[Rule]:
             metric=spec.metric,
             setting=spec.setting,
             description=spec.description,
-            maximum=getattr(settings, spec.setting),
+            maximum=None if spec.kind == "regression" else getattr(settings, spec.setting),
+            min_increase=getattr(settings, spec.setting) if spec.kind == "regression" else None,
             window=settings.alert_window,
             window_s=settings.alert_window_s,
             min_samples=settings.alert_min_samples,
             renotify_s=settings.alert_renotify_s,
+            baseline=settings.regression_baseline,
+            baseline_s=settings.regression_baseline_s,
+            alpha=settings.regression_alpha,
+            resolve_alpha=settings.regression_resolve_alpha,
+            hysteresis=settings.alert_hysteresis,
+            segment_by=settings.alert_segment_keys,
+            segment_top=settings.alert_segment_top,
         )
         for spec in RULE_SPECS
     ]

@@ -23,19 +23,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
 
 from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from judgeflow.alerts.evaluation import Figures, compute_figures
+from judgeflow.alerts.lifecycle import Outcome, State, Transition, decide
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
 from judgeflow.db.schema import SCHEMA
-
-State = Literal["ok", "firing"]
-Outcome = Literal["ok", "firing", "not_enough_data"]
-Transition = Literal["fired", "reminder", "resolved"]
 
 
 @dataclass(frozen=True)
@@ -56,26 +52,6 @@ class Decision:
     @property
     def notify(self) -> bool:
         return self.transition is not None
-
-
-def decide(
-    rule: Rule, figures: Figures, *, state: State, last_notified_at: datetime | None, now: datetime
-) -> tuple[Outcome, State, Transition | None]:
-    """The state machine: (what the figures say, the new state, the notification due)."""
-    if figures.sample_size < rule.min_samples or figures.value is None:
-        return "not_enough_data", state, None  # neither fires nor resolves
-    assert rule.maximum is not None, "disabled rules are never evaluated"
-    if figures.value > rule.maximum:
-        if state != "firing":
-            return "firing", "firing", "fired"
-        if rule.renotify_s is not None and (
-            last_notified_at is None or (now - last_notified_at).total_seconds() >= rule.renotify_s
-        ):
-            return "firing", "firing", "reminder"
-        return "firing", "firing", None
-    if state == "firing":
-        return "ok", "ok", "resolved"
-    return "ok", "ok", None
 
 
 def evaluate_rule(

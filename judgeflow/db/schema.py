@@ -56,6 +56,8 @@ eval_results = Table(
     Column("flow_run_id", Text),
     Column("trace_created_at", DateTime(timezone=True)),
     Column("scored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    # the trace's JUDGEFLOW_ALERT_SEGMENT_BY metadata values when it was scored (migration 0007)
+    Column("segment", JSONB, nullable=False, server_default="{}"),
     PrimaryKeyConstraint("trace_id", "metric", name="eval_results_pkey"),
     CheckConstraint("metric IN ('toxicity', 'hallucination')", name="eval_results_metric_check"),
     CheckConstraint("status IN ('scored', 'skipped', 'failed')", name="eval_results_status_check"),

@@ -48,6 +48,7 @@ def add_results(
     age: timedelta = timedelta(hours=1),
     reason: str = "insulting language",
     scores: list[float] | None = None,
+    segment: dict[str, str] | None = None,
 ) -> list[str]:
     """Insert results for new traces created ``age`` ago; returns the not-passed trace ids."""
     created = datetime.now(timezone.utc) - age
@@ -58,7 +59,7 @@ def add_results(
         rows.append(dict(
             trace_id=trace_id, metric=metric, status=status, score=score, passed=passed_, threshold=0.5,
             reason=reason_, error=error, error_kind="judge_error" if error else None,
-            trace_created_at=created, details={},
+            trace_created_at=created, details={}, segment=segment or {},
         ))
         return trace_id
 

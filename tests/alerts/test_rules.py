@@ -18,16 +18,21 @@ def settings(**values) -> Settings:
     return Settings(_env_file=None, **values)
 
 
-def figures(value, samples):
+def figures(value, samples, *, base=None, p_value=None):
+    base_value, base_samples = base or (None, 0)
     return Figures(
-        value=value, violations=int((value or 0) * samples), sample_size=samples, failed=0, worst=[],
+        value=value, violations=round((value or 0) * samples), sample_size=samples, failed=0, worst=[],
         evaluated_at=NOW, window_start=NOW - timedelta(days=1),
+        baseline_value=base_value, baseline_violations=round((base_value or 0) * base_samples),
+        baseline_sample_size=base_samples, p_value=p_value,
     )
 
 
 def test_rules_from_settings():
     rules = {r.name: r for r in all_rules(settings(alert_window="6h", alert_min_samples=20, alert_renotify="2h"))}
-    assert list(rules) == ["toxicity_rate", "hallucination_rate", "judge_failure_rate"]
+    assert list(rules) == [
+        "toxicity_rate", "hallucination_rate", "judge_failure_rate", "toxicity_regression", "hallucination_regression",
+    ]
     tox = rules["toxicity_rate"]
     assert (tox.kind, tox.metric, tox.maximum, tox.enabled) == ("not_passed_rate", "toxicity", 0.05, True)
     assert (tox.window, tox.window_s, tox.min_samples, tox.renotify_s) == ("6h", 21600, 20, 7200)
@@ -67,7 +72,10 @@ def test_settings_from_the_environment(monkeypatch, tmp_path):
         ("firing", 0.90, 49, 10, ("not_enough_data", "firing", None)),
         ("firing", None, 0, 10, ("not_enough_data", "firing", None)),
         ("firing", 0.06, 100, 10, ("firing", "firing", None)),
-        ("firing", 0.05, 100, 10, ("ok", "ok", "resolved")),
+        # hysteresis (10%): once firing, it resolves only at or below 0.045
+        ("firing", 0.05, 100, 10, ("firing", "firing", None)),
+        ("firing", 0.046, 1000, 10, ("firing", "firing", None)),
+        ("firing", 0.045, 1000, 10, ("ok", "ok", "resolved")),
     ],
 )
 def test_decide(state, value, samples, last_notified_ago, expected):
@@ -84,3 +92,45 @@ def test_decide_reminds_only_after_the_interval():
     assert decide(rule, f, state="firing", last_notified_at=NOW - timedelta(hours=1), now=NOW)[2] == "reminder"
     # a reminder is never sent while there is not enough data
     assert decide(rule, figures(0.5, 10), state="firing", last_notified_at=NOW - timedelta(days=1), now=NOW)[2] is None
+
+
+def test_regression_rules_are_enabled_by_their_minimum_increase():
+    s = settings(toxicity_rate_max=None, toxicity_regression_min_increase=0.02, regression_baseline="3d")
+    [rule] = enabled_rules(s)
+    assert (rule.name, rule.kind, rule.metric, rule.maximum, rule.min_increase) == (
+        "toxicity_regression", "regression", "toxicity", None, 0.02,
+    )
+    assert (rule.baseline_s, rule.alpha, rule.resolve_alpha, rule.env_var) == (
+        3 * 86400, 0.01, 0.05, "JUDGEFLOW_TOXICITY_REGRESSION_MIN_INCREASE",
+    )
+
+
+def test_segment_keys_from_settings():
+    s = settings(alert_segment_by=" app, model ,app,", alert_segment_top=3)
+    assert s.alert_segment_keys == ("app", "model")
+    assert all(r.segment_by == ("app", "model") and r.segment_top == 3 for r in all_rules(s))
+    assert settings().alert_segment_keys == ()
+
+
+@pytest.mark.parametrize(
+    "state, value, base, p_value, expected",
+    [
+        ("ok", 0.05, (0.01, 500), 0.001, ("firing", "firing", "fired")),
+        ("ok", 0.05, (0.01, 500), 0.02, ("ok", "ok", None)),  # a rise, not significant at 1%
+        ("ok", 0.02, (0.01, 500), 0.0001, ("ok", "ok", None)),  # significant, but under the minimum increase
+        ("ok", 0.01, (0.05, 500), 0.99, ("ok", "ok", None)),  # an improvement
+        ("ok", 0.05, (0.01, 49), 0.001, ("not_enough_data", "ok", None)),  # baseline too small
+        ("firing", 0.05, (0.01, 49), 0.001, ("not_enough_data", "firing", None)),
+        # hysteresis: stays firing at p 0.03 and an increase of 0.019 (>= 0.9 * 0.02) ...
+        ("firing", 0.029, (0.01, 500), 0.03, ("firing", "firing", None)),
+        # ... resolves when the rise is not significant even at 5%, or falls below 0.018
+        ("firing", 0.05, (0.01, 500), 0.06, ("ok", "ok", "resolved")),
+        ("firing", 0.027, (0.01, 500), 0.001, ("ok", "ok", "resolved")),
+    ],
+)
+def test_decide_regression(state, value, base, p_value, expected):
+    rule = {r.name: r for r in all_rules(settings(alert_min_samples=50, toxicity_regression_min_increase=0.02))}[
+        "toxicity_regression"
+    ]
+    f = figures(value, 1000, base=base, p_value=p_value)
+    assert decide(rule, f, state=state, last_notified_at=NOW, now=NOW) == expected

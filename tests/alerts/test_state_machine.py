@@ -203,6 +203,8 @@ def test_disabled_rules_are_skipped(engine, database_url, hook):
         ("toxicity_rate", False, "disabled"),
         ("hallucination_rate", False, "disabled"),
         ("judge_failure_rate", False, "disabled"),
+        ("toxicity_regression", False, "disabled"),
+        ("hallucination_regression", False, "disabled"),
     ]
     # by default only toxicity is on
     default = make_settings(database_url, alert_webhook_url=hook.url)

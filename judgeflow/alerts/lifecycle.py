@@ -1,0 +1,70 @@
+"""When a (rule, segment) fires, reminds and resolves: the pure decision.
+
+Hysteresis keeps a rate that hovers at the line from paging on every run:
+
+- a maximum rule fires above ``maximum`` and, once firing, resolves only at or
+  below ``maximum * (1 - JUDGEFLOW_ALERT_HYSTERESIS)``;
+- a regression rule fires when the increase over the baseline is at least
+  ``min_increase`` *and* Fisher's one-sided p-value is at most
+  ``JUDGEFLOW_REGRESSION_ALPHA``; once firing it stays firing while the
+  increase is at least ``min_increase * (1 - hysteresis)`` and the p-value at
+  most the looser ``JUDGEFLOW_REGRESSION_RESOLVE_ALPHA``, and resolves
+  otherwise.
+
+Too few samples (in the window, or for a regression in either period) neither
+fires nor resolves: the state stays what it was.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from judgeflow.alerts.evaluation import Figures
+from judgeflow.alerts.rules import Rule
+
+State = Literal["ok", "firing"]
+Outcome = Literal["ok", "firing", "not_enough_data"]
+Transition = Literal["fired", "reminder", "resolved"]
+
+
+def enough_data(rule: Rule, figures: Figures) -> bool:
+    if figures.value is None or figures.sample_size < rule.min_samples:
+        return False
+    if rule.is_regression:
+        return figures.baseline_value is not None and figures.baseline_sample_size >= rule.min_samples
+    return True
+
+
+def breaching(rule: Rule, figures: Figures, *, firing: bool) -> bool:
+    """Whether the figures hold the rule's condition; ``firing`` applies the
+    looser, staying-firing condition (hysteresis)."""
+    assert rule.limit is not None, "disabled rules are never evaluated"
+    keep = 1.0 - rule.hysteresis if firing else 1.0
+    if rule.is_regression:
+        increase, p = figures.increase, figures.p_value
+        if increase is None or p is None:
+            return False
+        alpha = max(rule.resolve_alpha, rule.alpha) if firing else rule.alpha
+        # a tiny epsilon: 0.03 - 0.01 is 0.019999999999999997 in floating point
+        return increase + 1e-12 >= rule.limit * keep and p <= alpha
+    return figures.value > rule.limit * keep
+
+
+def decide(
+    rule: Rule, figures: Figures, *, state: State, last_notified_at: datetime | None, now: datetime
+) -> tuple[Outcome, State, Transition | None]:
+    """(what the figures say, the new state, the notification due)."""
+    if not enough_data(rule, figures):
+        return "not_enough_data", state, None
+    if breaching(rule, figures, firing=state == "firing"):
+        if state != "firing":
+            return "firing", "firing", "fired"
+        if rule.renotify_s is not None and (
+            last_notified_at is None or (now - last_notified_at).total_seconds() >= rule.renotify_s
+        ):
+            return "firing", "firing", "reminder"
+        return "firing", "firing", None
+    if state == "firing":
+        return "ok", "ok", "resolved"
+    return "ok", "ok", None

@@ -1,0 +1,298 @@
+"""The trend people look at: per-day not-passed rates of each metric, overall and
+for the top segments, with the change of the current window against its
+baseline period. One computation, two renderings: markdown with an inline SVG
+chart for the Prefect artifact, plain text with sparklines for ``judgeflow report``.
+
+The SVG is embedded as a ``data:image/svg+xml;base64`` image: the Prefect UI's
+markdown renderer shows it as a picture (checked in headless Chromium, see
+tests/alerts/test_trend.py and the README) and it needs no file server. The
+table beside it carries the same figures with unicode sparklines, for readers
+whose client does not show images.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+from sqlalchemy import Connection, func, select, text
+
+from judgeflow.alerts.evaluation import Figures, segment_figures
+from judgeflow.alerts.rules import all_rules
+from judgeflow.settings import Settings
+from judgeflow.tasks.work import METRIC_NAMES
+
+SPARKS = "▁▂▃▄▅▆▇█"
+NO_DATA = "·"
+TOP_SEGMENTS = 5  # per key, besides overall
+COLOURS = ("#1f2937", "#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2")
+
+
+@dataclass
+class Series:
+    """One line of the trend: a metric overall or in one segment."""
+
+    metric: str
+    segment: dict[str, str]
+    days: list[tuple[int, int]]  # (not passed, scored) per day, oldest first
+    change: Figures | None = None  # window vs baseline
+
+    @property
+    def label(self) -> str:
+        return "overall" if not self.segment else ", ".join(f"{k}={v}" for k, v in self.segment.items())
+
+    @property
+    def rates(self) -> list[float | None]:
+        return [(bad / n) if n else None for bad, n in self.days]
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, n in self.days)
+
+
+@dataclass
+class Trend:
+    since: date
+    until: date  # inclusive: today (UTC)
+    window: str
+    baseline: str
+    series: list[Series] = field(default_factory=list)
+
+    @property
+    def dates(self) -> list[date]:
+        return [self.since + timedelta(days=i) for i in range((self.until - self.since).days + 1)]
+
+    def for_metric(self, metric: str) -> list[Series]:
+        return [s for s in self.series if s.metric == metric]
+
+
+def compute_trend(
+    conn: Connection,
+    settings: Settings,
+    *,
+    days: int = 14,
+    segment_keys: tuple[str, ...] | None = None,
+    now: datetime | None = None,
+    top: int = TOP_SEGMENTS,
+) -> Trend:
+    """Per-day rates over the last ``days`` days (UTC days, today included) for
+    each metric overall and its ``top`` segments by volume of each key in
+    ``segment_keys`` (default ``JUDGEFLOW_ALERT_SEGMENT_BY``), and each line's
+    current window against its baseline (the regression rules' periods)."""
+    if now is None:
+        now = conn.execute(select(func.now())).scalar_one()
+    keys = settings.alert_segment_keys if segment_keys is None else segment_keys
+    until = now.astimezone(timezone.utc).date()
+    since = until - timedelta(days=days - 1)
+    start = datetime.combine(since, datetime.min.time(), tzinfo=timezone.utc)
+    trend = Trend(since=since, until=until, window=settings.alert_window, baseline=settings.regression_baseline)
+    index = {d: i for i, d in enumerate(trend.dates)}
+    rules = {r.metric: r for r in all_rules(settings) if r.kind == "regression"}
+
+    def per_day(key: str | None) -> dict[tuple[str, str | None], list[tuple[int, int]]]:
+        value = "segment ->> :key" if key else "NULL::text"
+        rows = conn.execute(
+            text(
+                f"""
+                SELECT metric, {value} AS value, (trace_created_at AT TIME ZONE 'UTC')::date AS day,
+                       count(*) FILTER (WHERE status = 'scored' AND passed IS NOT TRUE) AS bad,
+                       count(*) FILTER (WHERE status = 'scored') AS scored
+                FROM judgeflow.eval_results
+                WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start
+                  {"AND (segment ->> :key) IS NOT NULL" if key else ""}
+                GROUP BY 1, 2, 3
+                """
+            ),
+            dict(metrics=list(METRIC_NAMES), start=start, key=key),
+        ).all()
+        found: dict[tuple[str, str | None], list[tuple[int, int]]] = {}
+        for r in rows:
+            if r.day not in index:  # traces dated in the future
+                continue
+            line = found.setdefault((r.metric, r.value), [(0, 0)] * len(index))
+            line[index[r.day]] = (int(r.bad), int(r.scored))
+        return found
+
+    overall = per_day(None)
+    by_key = {key: per_day(key) for key in keys}
+    for metric in METRIC_NAMES:
+        days_ = overall.get((metric, None), [(0, 0)] * len(index))
+        change = segment_figures(conn, rules[metric], now=now)[0]
+        trend.series.append(Series(metric, {}, days_, change))
+        for key in keys:
+            lines = {v: d for (m, v), d in by_key[key].items() if m == metric}
+            chosen = sorted(lines, key=lambda v: (-sum(n for _, n in lines[v]), v))[:top]
+            changes = {
+                f.segment.value: f
+                for f in segment_figures(conn, rules[metric], now=now, key=key, keep=tuple(chosen))
+            }
+            for value in chosen:
+                trend.series.append(Series(metric, {key: value}, lines[value], changes.get(value)))
+    return trend
+
+
+# --- rendering -------------------------------------------------------------------
+
+
+def _pct(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value:.{digits}%}"
+
+
+def _signed_pts(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:+.1f} pts"
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return "<0.0001" if value < 1e-4 else f"{value:.4f}"
+
+
+def sparkline(rates: list[float | None], top: float) -> str:
+    """One character per day on a 0..``top`` scale; ``·`` for a day without results."""
+    chars = []
+    for rate in rates:
+        if rate is None:
+            chars.append(NO_DATA)
+        elif top <= 0:
+            chars.append(SPARKS[0])
+        else:
+            chars.append(SPARKS[min(len(SPARKS) - 1, int(rate / top * (len(SPARKS) - 1) + 0.5))])
+    return "".join(chars)
+
+
+def _scale(series: list[Series]) -> float:
+    return max([r for s in series for r in s.rates if r is not None], default=0.0)
+
+
+def _rows(trend: Trend, metric: str) -> list[list[str]]:
+    series = trend.for_metric(metric)
+    top = _scale(series)
+    rows = []
+    for s in series:
+        c = s.change
+        rows.append([
+            s.label,
+            sparkline(s.rates, top),
+            _pct(next((r for r in reversed(s.rates) if r is not None), None)),
+            _pct(c.value if c else None),
+            _pct(c.baseline_value if c else None),
+            _signed_pts(c.increase if c else None),
+            _p(c.p_value if c else None),
+            f"{c.sample_size if c else 0} / {c.baseline_sample_size if c else 0}",
+        ])
+    return rows
+
+
+HEADERS = ["segment", "per day", "last day", "window", "baseline", "change", "p (rise)", "results (window / baseline)"]
+
+
+def svg_chart(trend: Trend, metric: str, *, width: int = 640, height: int = 220) -> str:
+    """A line chart of the metric's per-day rates, overall and per segment."""
+    series = trend.for_metric(metric)
+    dates = trend.dates
+    left, right, top_pad, bottom = 48, 150, 24, 30
+    plot_w, plot_h = width - left - right, height - top_pad - bottom
+    top = _scale(series) or 0.01
+    top = _nice(top)
+
+    def x(i: int) -> float:
+        return left + (plot_w * i / max(1, len(dates) - 1))
+
+    def y(rate: float) -> float:
+        return top_pad + plot_h * (1 - rate / top)
+
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+        f'<text x="{left}" y="15" font-size="13" font-weight="bold">{html.escape(metric)}: not-passed rate per day</text>',
+    ]
+    for step in range(5):
+        rate = top * step / 4
+        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(rate):.1f}" y2="{y(rate):.1f}" stroke="#e5e7eb"/>')
+        parts.append(f'<text x="{left - 4}" y="{y(rate) + 4:.1f}" text-anchor="end" fill="#6b7280">{rate:.0%}</text>'
+                     if top >= 0.04 else
+                     f'<text x="{left - 4}" y="{y(rate) + 4:.1f}" text-anchor="end" fill="#6b7280">{rate:.1%}</text>')
+    for i, d in enumerate(dates):
+        if i % max(1, len(dates) // 7) == 0 or i == len(dates) - 1:
+            parts.append(f'<text x="{x(i):.1f}" y="{height - 10}" text-anchor="middle" fill="#6b7280">'
+                         f'{d.strftime("%m-%d")}</text>')
+    for n, s in enumerate(series):
+        colour = COLOURS[n % len(COLOURS)]
+        # a gap in the line for days without results
+        segments, current = [], []
+        for i, rate in enumerate(s.rates):
+            if rate is None:
+                if current:
+                    segments.append(current)
+                current = []
+            else:
+                current.append(f"{x(i):.1f},{y(rate):.1f}")
+        if current:
+            segments.append(current)
+        for points in segments:
+            if len(points) == 1:
+                cx, cy = points[0].split(",")
+                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2.5" fill="{colour}"/>')
+            else:
+                parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="{2.5 if n == 0 else 1.6}" '
+                             f'points="{" ".join(points)}"/>')
+        ly = top_pad + 14 * n + 6
+        change = _signed_pts(s.change.increase if s.change else None)
+        parts.append(f'<rect x="{width - right + 10}" y="{ly - 8}" width="10" height="3" fill="{colour}"/>')
+        parts.append(f'<text x="{width - right + 24}" y="{ly - 4}" fill="#111827">'
+                     f'{html.escape(s.label[:18])} {html.escape(change)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _nice(value: float) -> float:
+    for step in (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1.0):
+        if value <= step:
+            return step
+    return 1.0
+
+
+def svg_data_uri(svg: str) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode()).decode()
+
+
+def _md_cell(value: str) -> str:
+    return value.replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(trend: Trend) -> str:
+    lines = [
+        "# judgeflow trend",
+        "",
+        f"Per-day not-passed rate by trace day (UTC), {trend.since} to {trend.until}. "
+        f"Change: the last {trend.window} against the {trend.baseline} before it; "
+        "p: one-sided Fisher's exact test of a rise.",
+    ]
+    for metric in METRIC_NAMES:
+        lines += ["", f"## {metric}", "", f"![{metric} trend]({svg_data_uri(svg_chart(trend, metric))})", ""]
+        lines.append("| " + " | ".join(HEADERS) + " |")
+        lines.append("|" + "---|" * len(HEADERS))
+        for row in _rows(trend, metric):
+            row[1] = f"`{row[1]}`"
+            lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
+    return "\n".join(lines)
+
+
+def render_text(trend: Trend) -> str:
+    out = [
+        f"Per-day not-passed rate, {trend.since} to {trend.until} (UTC days, {NO_DATA} = no results); "
+        f"change: last {trend.window} vs the {trend.baseline} before it; p: Fisher's exact test of a rise",
+    ]
+    for metric in METRIC_NAMES:
+        rows = _rows(trend, metric)
+        cells = [HEADERS] + rows
+        widths = [max(len(r[i]) for r in cells) for i in range(len(HEADERS))]
+        out += ["", f"{metric} (sparkline scale 0–{_pct(_scale(trend.for_metric(metric)))})"]
+        out.append("  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip())
+        out.append("  ".join("-" * w for w in widths))
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(out)
