@@ -38,6 +38,14 @@ def _outcome(outcome: str | None) -> str:
     return {"not_enough_data": "not enough data", None: "-"}.get(outcome, outcome or "-")
 
 
+def _p(value: float | None) -> str:
+    return "-" if value is None else ("<0.0001" if value < 1e-4 else f"{value:.4f}")
+
+
+def _rule(rule: str, segment_key: str | None) -> str:
+    return f"{rule} [{segment_key}]" if segment_key else rule
+
+
 def _delivery(status: str | None, error: str | None) -> str:
     if status is None:
         return "-"
@@ -63,9 +71,11 @@ def list_alerts(
     settings = load_settings()
     rules = all_rules(settings)
     with engine_for(settings).connect() as conn:
-        rows, history, waiting = {}, [], []
+        rows, segments, history, waiting = {}, [], [], []
         if alert_tables_exist(conn):
-            rows = {row.rule: row for row in current_alerts(conn)}
+            everything = current_alerts(conn)
+            rows = {row.rule: row for row in everything if not row.segment_key}
+            segments = [row for row in everything if row.segment_key]
             history = alert_history(conn, limit=limit, rule=rule)
         if outbox_exists(conn):
             waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
@@ -96,13 +106,28 @@ def list_alerts(
         table,
     ))
     typer.echo("")
+    if segments:
+        typer.echo(f"Segments ({settings.alert_segment_by or 'JUDGEFLOW_ALERT_SEGMENT_BY is not set now'})")
+        typer.echo(_table(
+            ["rule", "segment", "state", "last evaluation", "value", "baseline", "p (rise)", "samples/baseline",
+             "since", "last notified", "delivery"],
+            [
+                [r.rule, r.segment_key, r.state.upper(), _outcome(r.last_outcome), _pct(r.value),
+                 _pct(r.baseline_value), _p(r.p_value), f"{r.sample_size}/{r.baseline_sample_size or 0}",
+                 _when(r.opened_at) if r.state == "firing" else _when(r.resolved_at) if r.resolved_at else "-",
+                 _when(r.last_notified_at), _delivery(r.delivery_status, r.delivery_error)]
+                # firing first, then by rule
+                for r in sorted(segments, key=lambda r: (r.state != "firing", r.rule, r.segment_key))
+            ],
+        ))
+        typer.echo("")
     if waiting:
         typer.echo("Undelivered notifications (retried at every evaluation: scoring runs and `judgeflow alerts check`)")
         typer.echo(_table(
             ["id", "when", "rule", "alert", "channel", "tries", "attempts", "last tried", "next due", "last error",
              "delivery id"],
             [
-                [str(w.event_id), _when(w.occurred_at), w.rule, w.kind, w.channel, str(w.tries), str(w.attempts),
+                [str(w.event_id), _when(w.occurred_at), _rule(w.rule, w.segment_key), w.kind, w.channel, str(w.tries), str(w.attempts),
                  _when(w.last_attempt_at), _when(w.next_attempt_at), (w.last_error or "-")[:80], str(w.delivery_id)]
                 for w in waiting
             ],
@@ -115,7 +140,7 @@ def list_alerts(
     typer.echo(_table(
         ["id", "when", "rule", "alert", "value", "max", "samples", "failed", "flow run", "delivery"],
         [
-            [str(h.id), _when(h.occurred_at), h.rule, h.kind, _pct(h.value), _pct(h.threshold), str(h.sample_size),
+            [str(h.id), _when(h.occurred_at), _rule(h.rule, h.segment_key), h.kind, _pct(h.value), _pct(h.threshold), str(h.sample_size),
              str(h.failed_count), h.flow_run_id or "-", _delivery(h.delivery_status, h.delivery_error)]
             for h in history
         ],
@@ -143,11 +168,12 @@ def check(
     _flush_prefect_events()
 
     typer.echo(_table(
-        ["rule", "state", "evaluation", "value", "max", "samples/min", "failed", "notification"],
+        ["rule", "state", "evaluation", "value", "max", "samples/min", "failed", "baseline", "p (rise)", "notification"],
         [
-            [r.rule, "disabled", "-", "-", "-", "-", "-", "-"] if not r.enabled else [
-                r.rule, (r.state or "").upper(), _outcome(r.outcome), _pct(r.value), _pct(r.threshold),
-                f"{r.sample_size}/{r.min_samples}", str(r.failed_count),
+            [r.rule, "disabled", "-", "-", "-", "-", "-", "-", "-", "-"] if not r.enabled else [
+                _rule(r.rule, "" if not r.segment else r.segment_label), (r.state or "").upper(), _outcome(r.outcome),
+                _pct(r.value), ("+" if r.is_regression else "") + _pct(r.threshold),
+                f"{r.sample_size}/{r.min_samples}", str(r.failed_count), _pct(r.baseline_value), _p(r.p_value),
                 f"{r.transition} ({_delivery(r.delivery_status, r.delivery_error)})" if r.transition else "-",
             ]
             for r in results

@@ -91,6 +91,10 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
     """The JSON body of the webhook and the payload of the Prefect event. It is
     stored with the notification and sent unchanged on every redelivery."""
     rule, figures = decision.rule, decision.figures
+
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 6)
+
     return {
         "event": event_name(decision),
         "notification": decision.transition,  # fired | reminder | resolved
@@ -99,14 +103,28 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
         "rule": rule.name,
         "metric": rule.metric,
         "description": rule.description,
+        "kind": rule.kind,  # not_passed_rate | failure_rate | regression
+        # {} over all results; {"app": "B"} for one segment ("other": the values
+        # outside the rule's top JUDGEFLOW_ALERT_SEGMENT_TOP)
+        "segment": figures.segment.as_json(),
         "state": decision.state,
-        "rate": None if figures.value is None else round(figures.value, 6),
-        "threshold": rule.maximum,
+        "rate": rounded(figures.value),
+        "baseline_rate": rounded(figures.baseline_value),
+        "increase": rounded(figures.increase),
+        # one-sided Fisher's exact test of "the window's rate is above the baseline's"
+        "p_value": figures.p_value,
+        "threshold": rule.maximum,  # maximum rules: the maximum rate
+        "min_increase": rule.min_increase,  # regression rules: the smallest rise that pages
+        "alpha": rule.alpha if rule.is_regression else None,
         "window": rule.window,
         "window_start": iso_utc(figures.window_start),
+        "baseline": rule.baseline,
+        "baseline_start": iso_utc(figures.baseline_start),
         "evaluated_at": iso_utc(figures.evaluated_at),
         "sample_size": figures.sample_size,
         "violations": figures.violations,
+        "baseline_sample_size": figures.baseline_sample_size,
+        "baseline_violations": figures.baseline_violations,
         "failed_count": figures.failed,
         "min_samples": rule.min_samples,
         "opened_at": iso_utc(decision.opened_at),
@@ -175,13 +193,32 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
     else:
         head = f":rotating_light: *judgeflow alert firing: {rule}*"
         relation = "is above"
-    lines = [
-        head,
-        f"{label} {_pct(payload['rate'])} {relation} the maximum {_pct(payload['threshold'])} "
-        f"over the last {payload['window']} ({payload['sample_size']} results"
-        + (f"; {payload['failed_count']} failed scorings not counted" if payload.get("metric") and payload["failed_count"] else "")
-        + ").",
-    ]
+    segment = ", ".join(f"{k}={v}" for k, v in (payload.get("segment") or {}).items())
+    if segment:
+        head = head[:-1] + f" for {_slack_escape(segment)}*"
+    if payload.get("kind") == "regression":
+        p = payload.get("p_value")
+        rise = (
+            f"{label}: {_pct(payload['rate'])} over the last {payload['window']} "
+            f"({payload['violations']}/{payload['sample_size']}) against {_pct(payload.get('baseline_rate'))} "
+            f"in the {payload.get('baseline')} before "
+            f"({payload.get('baseline_violations')}/{payload.get('baseline_sample_size')}); "
+            f"p = {'n/a' if p is None else f'{p:.2g}'} (one-sided Fisher's exact test), "
+            f"paging from a rise of {_pct(payload.get('min_increase'))}."
+        )
+        lines = [head, rise]
+    else:
+        baseline = (
+            f" Baseline ({payload.get('baseline')} before): {_pct(payload.get('baseline_rate'))}."
+            if payload.get("baseline_rate") is not None else ""
+        )
+        lines = [
+            head,
+            f"{label} {_pct(payload['rate'])} {relation} the maximum {_pct(payload['threshold'])} "
+            f"over the last {payload['window']} ({payload['sample_size']} results"
+            + (f"; {payload['failed_count']} failed scorings not counted" if payload.get("metric") and payload["failed_count"] else "")
+            + ")." + baseline,
+        ]
     if payload["worst_traces"] and kind != "resolved":
         lines.append("Worst traces:")
         for w in payload["worst_traces"]:
@@ -217,13 +254,19 @@ def _prefect_emit(**kwargs: Any) -> Any:
 
 
 def event_resource(payload: dict[str, Any]) -> dict[str, str]:
+    segment = payload.get("segment") or {}
+    label = ",".join(f"{k}={v}" for k, v in segment.items())
     resource = {
-        "prefect.resource.id": f"judgeflow.rule.{payload['rule']}",
-        "prefect.resource.name": payload["rule"],
+        # one resource per (rule, segment): automations can pair a segment's fired and resolved
+        "prefect.resource.id": f"judgeflow.rule.{payload['rule']}" + (f".segment.{label}" if label else ""),
+        "prefect.resource.name": payload["rule"] + (f" [{label}]" if label else ""),
         "judgeflow.state": payload["state"],
+        "judgeflow.rule": payload["rule"],
     }
     if payload.get("metric"):
         resource["judgeflow.metric"] = payload["metric"]
+    for key, value in segment.items():
+        resource[f"judgeflow.segment.{key}"] = str(value)
     return resource
 
 

@@ -15,7 +15,9 @@ back exponentially (``JUDGEFLOW_ALERT_REDELIVERY_BACKOFF_S`` doubling up to
 commit and the send, or during it, leaves the delivery pending: the next
 evaluation sends it, with the same delivery id, so receivers drop a duplicate.
 
-Ordering and superseding, per rule and channel:
+Ordering and superseding, per (rule, segment) and channel (a segment's
+notifications are a queue of their own: a segment firing never waits behind
+another segment's undelivered ones):
 
 - deliveries go out in notification order; a channel stops at the first
   failure, so a ``resolved`` never overtakes the ``fired`` it resolves;
@@ -70,19 +72,22 @@ class Sent:
     attempts: int  # requests made in this evaluation
     tries: int  # evaluations that have tried it, this one included
     error: str | None
+    segment_key: str = ""  # '' overall, 'app=B' a segment
 
 
 # --- writing, inside the evaluation's transaction --------------------------------
 
 
-def add_deliveries(conn: Connection, *, event_id: int, rule: str, kind: str, channels: list[str]) -> None:
+def add_deliveries(
+    conn: Connection, *, event_id: int, rule: str, kind: str, channels: list[str], segment_key: str = ""
+) -> None:
     """Queue notification ``event_id`` on ``channels`` and settle what it supersedes.
 
     Runs in the transaction that created the notification (under the rule's row lock)."""
     earlier = conn.execute(
         select(d.c.event_id, d.c.channel, e.c.kind)
         .select_from(d.join(e, e.c.id == d.c.event_id))
-        .where(e.c.rule == rule, d.c.status == "pending", d.c.event_id < event_id)
+        .where(e.c.rule == rule, e.c.segment_key == segment_key, d.c.status == "pending", d.c.event_id < event_id)
         .order_by(d.c.event_id, d.c.channel)
         .with_for_update(of=d)  # same order as every writer: no deadlock
     ).all()
@@ -162,8 +167,8 @@ def redelivery_delay_s(settings: Settings, tries: int) -> float:
     return min(base * 2 ** max(tries - 1, 0), cap)
 
 
-def _lock_key(rule: str, channel: str) -> str:
-    return f"judgeflow.alert_delivery:{rule}:{channel}"
+def _lock_key(rule: str, segment_key: str, channel: str) -> str:
+    return f"judgeflow.alert_delivery:{rule}:{segment_key}:{channel}"
 
 
 def deliver_pending(engine: Engine, notifier: Notifier, settings: Settings, *, force: bool = False) -> list[Sent]:
@@ -176,25 +181,28 @@ def deliver_pending(engine: Engine, notifier: Notifier, settings: Settings, *, f
         # is known, and no transaction stays open while a channel is slow
         conn.execution_options(isolation_level="AUTOCOMMIT")
         queues = conn.execute(
-            select(e.c.rule, d.c.channel, func.min(d.c.event_id).label("head"))
+            select(e.c.rule, e.c.segment_key, d.c.channel, func.min(d.c.event_id).label("head"))
             .select_from(d.join(e, e.c.id == d.c.event_id))
             .where(d.c.status == "pending")
-            .group_by(e.c.rule, d.c.channel)
-            .order_by(e.c.rule, d.c.channel)
+            .group_by(e.c.rule, e.c.segment_key, d.c.channel)
+            .order_by(e.c.rule, e.c.segment_key, d.c.channel)
         ).all()
         for queue in queues:
-            key = _lock_key(queue.rule, queue.channel)
+            key = _lock_key(queue.rule, queue.segment_key, queue.channel)
             if not conn.execute(select(func.pg_try_advisory_lock(func.hashtextextended(key, 0)))).scalar_one():
                 continue  # another evaluator is sending this queue right now
             try:
-                sent += _send_queue(conn, notifier, settings, queue.rule, queue.channel, force=force)
+                sent += _send_queue(
+                    conn, notifier, settings, queue.rule, queue.segment_key, queue.channel, force=force
+                )
             finally:
                 conn.execute(select(func.pg_advisory_unlock(func.hashtextextended(key, 0))))
     return sent
 
 
 def _send_queue(
-    conn: Connection, notifier: Notifier, settings: Settings, rule: str, channel: str, *, force: bool
+    conn: Connection, notifier: Notifier, settings: Settings, rule: str, segment_key: str, channel: str, *,
+    force: bool,
 ) -> list[Sent]:
     # read under the lock: another evaluator may have sent (or failed) these just now
     rows = conn.execute(
@@ -203,7 +211,7 @@ def _send_queue(
             (d.c.next_attempt_at <= func.clock_timestamp()).label("due"),
         )
         .select_from(d.join(e, e.c.id == d.c.event_id))
-        .where(e.c.rule == rule, d.c.channel == channel, d.c.status == "pending")
+        .where(e.c.rule == rule, e.c.segment_key == segment_key, d.c.channel == channel, d.c.status == "pending")
         .order_by(d.c.event_id)
     ).all()
     if not rows or not (force or rows[0].due):
@@ -219,10 +227,10 @@ def _send_queue(
         summarise(conn, row.event_id)
         sent.append(Sent(
             event_id=row.event_id, delivery_id=str(row.delivery_id), rule=rule, kind=row.kind, channel=channel,
-            status=result.status, attempts=result.attempts, tries=tries, error=result.error,
+            status=result.status, attempts=result.attempts, tries=tries, error=result.error, segment_key=segment_key,
         ))
         if result.status == "failed":
-            break  # later notifications of this rule wait: order is kept per channel
+            break  # later notifications of this (rule, segment) wait: order is kept per channel
     return sent
 
 
@@ -257,7 +265,7 @@ def undelivered(conn: Connection, *, limit: int = 50) -> list:
     return list(conn.execute(
         select(
             d.c.event_id, d.c.channel, d.c.tries, d.c.attempts, d.c.last_attempt_at, d.c.next_attempt_at,
-            d.c.last_error, e.c.rule, e.c.kind, e.c.occurred_at, e.c.delivery_id,
+            d.c.last_error, e.c.rule, e.c.segment_key, e.c.kind, e.c.occurred_at, e.c.delivery_id,
         )
         .select_from(d.join(e, e.c.id == d.c.event_id))
         .where(d.c.status == "pending")

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 from judgeflow.alerts.notify import Notifier, configured_channels
 from judgeflow.alerts.outbox import Sent, deliver_pending
 from judgeflow.alerts.rules import Rule, all_rules
-from judgeflow.alerts.state import Decision, evaluate_rule
+from judgeflow.alerts.state import Decision, evaluate_rule_segments
 from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.alerts")
@@ -25,6 +25,7 @@ class RuleEvaluation(BaseModel):
 
     rule: str
     metric: str | None
+    segment: dict[str, str] = {}  # {} overall, {key: value} one segment
     enabled: bool = True
     outcome: str | None = None  # ok | firing | not_enough_data (None: disabled)
     state: str | None = None  # ok | firing
@@ -37,6 +38,10 @@ class RuleEvaluation(BaseModel):
     min_samples: int
     violations: int = 0
     failed_count: int = 0
+    baseline_value: float | None = None
+    baseline_sample_size: int = 0
+    baseline_violations: int = 0
+    p_value: float | None = None
     evaluated_at: datetime | None = None
     alert_event_id: int | None = None
     delivery_id: str | None = None
@@ -58,17 +63,22 @@ class RuleEvaluation(BaseModel):
         return cls(
             rule=d.rule.name,
             metric=d.rule.metric,
+            segment=f.segment.as_json(),
             outcome=d.outcome,
             state=d.state,
             state_before=d.state_before,
             transition=d.transition,
             value=f.value,
-            threshold=d.rule.maximum,
+            threshold=d.rule.limit,
             window=d.rule.window,
             sample_size=f.sample_size,
             min_samples=d.rule.min_samples,
             violations=f.violations,
             failed_count=f.failed,
+            baseline_value=f.baseline_value,
+            baseline_sample_size=f.baseline_sample_size,
+            baseline_violations=f.baseline_violations,
+            p_value=f.p_value,
             evaluated_at=f.evaluated_at,
             alert_event_id=d.alert_event_id,
             delivery_id=d.delivery_id,
@@ -83,16 +93,37 @@ class RuleEvaluation(BaseModel):
         )
 
     @property
+    def segment_label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.segment.items()) or "overall"
+
+    @property
+    def is_regression(self) -> bool:
+        return self.rule.endswith("_regression")
+
+    @property
     def summary(self) -> str:
         if not self.enabled:
             return "disabled"
         if self.outcome == "not_enough_data":
-            return f"not enough data ({self.sample_size}/{self.min_samples} samples)"
+            return (
+                f"not enough data ({self.sample_size}/{self.min_samples} samples"
+                + (f", baseline {self.baseline_sample_size}" if self.is_regression else "") + ")"
+            )
+        if self.is_regression:
+            return (
+                f"{self.state.upper()} ({_pct(self.value)} vs baseline {_pct(self.baseline_value)}, "
+                f"min increase {_pct(self.threshold)}, p {_p(self.p_value)}, "
+                f"{self.sample_size}/{self.baseline_sample_size} samples)"
+            )
         return f"{self.state.upper()} ({_pct(self.value)} vs max {_pct(self.threshold)}, {self.sample_size} samples)"
 
 
 def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1%}"
+
+
+def _p(value: float | None) -> str:
+    return "n/a" if value is None else ("<0.0001" if value < 1e-4 else f"{value:.4f}")
 
 
 def run_url(flow_run_id: str | None) -> str | None:
@@ -133,7 +164,9 @@ def evaluate_rules(
         if not rule.enabled:
             decisions.append(rule)
             continue
-        decisions.append(evaluate_rule(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url))
+        decisions.extend(
+            evaluate_rule_segments(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url)
+        )
 
     # after the commits: a crash before or during this leaves the outbox rows pending
     sent = deliver_pending(engine, notifier, settings, force=redeliver_now)
@@ -154,20 +187,30 @@ def evaluate_rules(
             continue
         decision, rule = item, item.rule
         summary = summaries.get(decision.alert_event_id) if decision.notify else None
-        earlier = [s for s in sent if s.rule == rule.name and s.event_id != decision.alert_event_id]
+        earlier = [
+            s for s in sent
+            if s.rule == rule.name and s.segment_key == decision.figures.segment.label
+            and s.event_id != decision.alert_event_id
+        ]
         result = RuleEvaluation.from_decision(decision, summary, earlier)
         if decision.notify:
             log_fn = log.warning if result.delivery_status in ("failed", "partial") else log.info
             log_fn(
-                "alert %s %s: %s %s (value %s, max %s, %d samples); delivery %s%s",
-                rule.name, decision.transition, decision.state_before, decision.state,
-                _pct(decision.figures.value), _pct(rule.maximum), decision.figures.sample_size,
+                "alert %s%s %s: %s %s (value %s, %s %s, baseline %s, p %s, %d samples); delivery %s%s",
+                rule.name, _in(decision), decision.transition, decision.state_before, decision.state,
+                _pct(decision.figures.value), "min increase" if rule.is_regression else "max", _pct(rule.limit),
+                _pct(decision.figures.baseline_value), _p(decision.figures.p_value), decision.figures.sample_size,
                 result.delivery_status, f" ({result.delivery_error})" if result.delivery_error else "",
             )
         else:
-            log.info("alert rule %s: %s", rule.name, result.summary)
+            log.info("alert rule %s%s: %s", rule.name, _in(decision), result.summary)
         results.append(result)
     return results
+
+
+def _in(decision: Decision) -> str:
+    label = decision.figures.segment.label
+    return f" [{label}]" if label else ""
 
 
 def _summaries(engine: Engine, event_ids: list[int]) -> dict[int, dict]:
@@ -191,27 +234,40 @@ def _summaries(engine: Engine, event_ids: list[int]) -> dict[int, dict]:
 
 
 def render_markdown(evaluations: list[RuleEvaluation]) -> str:
+    """Each rule overall, and each segment that is firing or just changed state;
+    the other segments are counted under their rule."""
     lines = [
         "# judgeflow alert rules",
         "",
-        "| rule | state | last evaluation | value | maximum | samples (min) | failed | window | notification |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| rule | segment | state | last evaluation | value | baseline | limit | p (rise) | samples (baseline; min) "
+        "| failed | window | notification |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    quiet: dict[str, int] = {}
     for e in evaluations:
         if not e.enabled:
-            lines.append(f"| {e.rule} | disabled | - | - | - | - | - | {e.window} | - |")
+            lines.append(f"| {e.rule} | - | disabled | - | - | - | - | - | - | - | {e.window} | - |")
+            continue
+        if e.segment and e.state != "firing" and not e.transition:
+            quiet[e.rule] = quiet.get(e.rule, 0) + 1
             continue
         outcome = "not enough data" if e.outcome == "not_enough_data" else e.outcome
         note = "-"
         if e.transition:
             note = f"{e.transition}, delivery {e.delivery_status}"
             if e.delivery_error:
-                note += f": {e.delivery_error}".replace("|", "\\|")
+                note += f": {e.delivery_error}"
         earlier = [f"earlier {r['notification']} #{r['alert_id']} via {r['channel']}: {r['status']}" for r in e.redelivered]
         if earlier:
             note = "; ".join(([] if note == "-" else [note]) + earlier)
-        lines.append(
-            f"| {e.rule} | **{(e.state or '').upper()}** | {outcome} | {_pct(e.value)} | {_pct(e.threshold)} | "
-            f"{e.sample_size} ({e.min_samples}) | {e.failed_count} | {e.window} | {note} |"
-        )
+        limit = f"+{_pct(e.threshold)}" if e.is_regression else f"max {_pct(e.threshold)}"
+        cells = [
+            e.rule, e.segment_label, f"**{(e.state or '').upper()}**", outcome, _pct(e.value), _pct(e.baseline_value),
+            limit, _p(e.p_value), f"{e.sample_size} ({e.baseline_sample_size}; {e.min_samples})", str(e.failed_count),
+            e.window, note,
+        ]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    if quiet:
+        lines += ["", "Segments evaluated and OK (not listed): "
+                  + ", ".join(f"{rule}: {n}" for rule, n in quiet.items())]
     return "\n".join(lines)

@@ -1,11 +1,15 @@
 """The per-rule state machine and its persistence in ``judgeflow.alerts``.
 
-One short transaction per rule:
+One row per (rule, segment): ``segment_key`` '' is the rule over all results,
+'app=B' one segment (:mod:`judgeflow.alerts.evaluation`). One short
+transaction per rule:
 
-1. make sure the rule's row exists (``INSERT ... ON CONFLICT DO NOTHING``),
+1. make sure the rule's overall row exists (``INSERT ... ON CONFLICT DO NOTHING``),
 2. lock it (``SELECT ... FOR UPDATE``): concurrent evaluators of the same rule
-   queue here, so exactly one of them sees any given state,
-3. compute the figures and decide (:func:`decide`),
+   queue here, so exactly one of them sees any given state of the rule or any
+   of its segments,
+3. compute the figures overall and per segment, and decide each
+   (:func:`judgeflow.alerts.lifecycle.decide`, with hysteresis),
 4. when a notification is due, write its ``alert_events`` row with the payload
    to send, its outbox rows (one per channel, :mod:`judgeflow.alerts.outbox`)
    and ``last_notified_at`` - this *claims* the notification,
@@ -22,12 +26,12 @@ evaluation tries it again, with the same delivery id.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from judgeflow.alerts.evaluation import Figures, compute_figures
+from judgeflow.alerts.evaluation import Figures, Segment, all_segment_figures, with_worst
 from judgeflow.alerts.lifecycle import Outcome, State, Transition, decide
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
@@ -62,96 +66,174 @@ def evaluate_rule(
     channels: list[str] | None = None,
     run_url: str | None = None,
 ) -> Decision:
-    """Evaluate one enabled rule and record the outcome, under the rule's row lock.
-    A notification due is queued for ``channels`` (default: none, so it is
-    recorded as 'skipped') in the same transaction."""
-    from judgeflow.alerts.notify import build_payload
-    from judgeflow.alerts.outbox import add_deliveries
+    """Evaluate one enabled rule (and its segments); returns the overall decision."""
+    return evaluate_rule_segments(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=run_url)[0]
 
+
+def evaluate_rule_segments(
+    engine: Engine,
+    rule: Rule,
+    *,
+    flow_run_id: str | None = None,
+    channels: list[str] | None = None,
+    run_url: str | None = None,
+) -> list[Decision]:
+    """Evaluate one enabled rule overall and per segment, and record each
+    (rule, segment)'s outcome, all under the rule's overall row lock: every
+    evaluator of a rule takes that lock first, so it also guards the rule's
+    segment rows. A notification due is queued for ``channels`` (default: none,
+    so it is recorded as 'skipped') in the same transaction. Overall first."""
     with engine.begin() as conn:
         conn.execute(
-            pg_insert(alerts).values(rule=rule.name, state="ok").on_conflict_do_nothing(index_elements=["rule"])
+            pg_insert(alerts)
+            .values(rule=rule.name, segment_key="", state="ok")
+            .on_conflict_do_nothing(index_elements=["rule", "segment_key"])
         )
-        current = conn.execute(select(alerts).where(alerts.c.rule == rule.name).with_for_update()).one()
+        conn.execute(
+            select(alerts.c.rule).where(alerts.c.rule == rule.name, alerts.c.segment_key == "").with_for_update()
+        ).one()
+        rows = {r.segment_key: r for r in conn.execute(select(alerts).where(alerts.c.rule == rule.name))}
         # the time after the lock was granted: evaluators serialised on the lock
         # see increasing times (now() would be each transaction's start)
         now = conn.execute(select(func.clock_timestamp())).scalar_one()
-        figures = compute_figures(conn, rule, now=now)
-        outcome, state, transition = decide(
-            rule, figures, state=current.state, last_notified_at=current.last_notified_at, now=now
-        )
+        # firing segments stay evaluated (so they can resolve) even outside the top N
+        keep: dict[str, tuple[str, ...]] = {}
+        for r in rows.values():
+            for key, value in (r.segment or {}).items():
+                if r.state == "firing" and key in rule.segment_by:
+                    keep[key] = keep.get(key, ()) + (value,)
+        figures = all_segment_figures(conn, rule, now=now, keep=keep)
+        seen = {f.segment.label for f in figures}
+        for r in rows.values():  # a firing segment with no results at all: not enough data, state kept
+            if r.segment_key and r.state == "firing" and r.segment_key not in seen and set(r.segment) <= set(rule.segment_by):
+                [(key, value)] = r.segment.items()
+                figures.append(_empty(rule, Segment(key, value), now))
+        return [
+            _record(conn, rule, f, rows.get(f.segment.label), now=now, flow_run_id=flow_run_id,
+                    channels=channels, run_url=run_url)
+            for f in figures
+        ]
 
-        opened_at, resolved_at, last_notified_at = current.opened_at, current.resolved_at, current.last_notified_at
-        if transition == "fired":
-            opened_at, resolved_at = now, None
-        elif transition == "resolved":
-            resolved_at = now
 
-        # the figures as both the rule's row and its events record them
-        measured = dict(
-            state=state,
-            value=figures.value,
-            threshold=rule.maximum,
-            window=rule.window,
-            sample_size=figures.sample_size,
-            violations=figures.violations,
-            failed_count=figures.failed,
+def _empty(rule: Rule, segment: Segment, now: datetime) -> Figures:
+    start = now - timedelta(seconds=rule.window_s)
+    return Figures(
+        value=None, violations=0, sample_size=0, failed=0, worst=[], evaluated_at=now, window_start=start,
+        segment=segment, baseline_start=start - timedelta(seconds=rule.baseline_s),
+    )
+
+
+def _record(
+    conn: Connection,
+    rule: Rule,
+    figures: Figures,
+    current,
+    *,
+    now: datetime,
+    flow_run_id: str | None,
+    channels: list[str] | None,
+    run_url: str | None,
+) -> Decision:
+    """Decide one (rule, segment) and write its row, and its notification if one is due."""
+    from judgeflow.alerts.notify import build_payload
+    from judgeflow.alerts.outbox import add_deliveries
+
+    segment = figures.segment
+    where = (alerts.c.rule == rule.name) & (alerts.c.segment_key == segment.label)
+    if current is None:
+        conn.execute(
+            pg_insert(alerts)
+            .values(rule=rule.name, segment_key=segment.label, segment=segment.as_json(), state="ok")
+            .on_conflict_do_nothing(index_elements=["rule", "segment_key"])
         )
-        values = dict(
-            measured,
-            last_outcome=outcome,
-            min_samples=rule.min_samples,
-            opened_at=opened_at,
-            resolved_at=resolved_at,
-            last_evaluated_at=now,
-            updated_at=now,
-        )
-        event_id = delivery_id = None
-        if transition is not None:
-            last_notified_at = now
-            event_id, delivery_id = conn.execute(
-                alert_events.insert()
-                .values(
-                    **measured,
-                    rule=rule.name,
-                    kind=transition,
-                    occurred_at=now,
-                    worst=[w.as_json() for w in figures.worst],
-                    flow_run_id=flow_run_id,
-                    delivery_status="pending",
-                )
-                .returning(alert_events.c.id, alert_events.c.delivery_id)
-            ).one()
-            values.update(
-                last_notified_at=now,
-                last_event_id=event_id,
+        current = conn.execute(select(alerts).where(where)).one()
+    state_before = current.state
+    outcome, state, transition = decide(
+        rule, figures, state=state_before, last_notified_at=current.last_notified_at, now=now
+    )
+
+    opened_at, resolved_at, last_notified_at = current.opened_at, current.resolved_at, current.last_notified_at
+    if transition == "fired":
+        opened_at, resolved_at = now, None
+    elif transition == "resolved":
+        resolved_at = now
+    if transition is not None:
+        figures = with_worst(conn, rule, figures)  # the segment's own worst traces
+
+    # the figures as both the row and its events record them
+    measured = dict(
+        state=state,
+        value=figures.value,
+        threshold=rule.limit,
+        window=rule.window,
+        sample_size=figures.sample_size,
+        violations=figures.violations,
+        failed_count=figures.failed,
+        segment=segment.as_json(),
+        baseline_value=figures.baseline_value,
+        baseline_sample_size=figures.baseline_sample_size,
+        baseline_violations=figures.baseline_violations,
+        p_value=figures.p_value,
+    )
+    values = dict(
+        measured,
+        last_outcome=outcome,
+        min_samples=rule.min_samples,
+        opened_at=opened_at,
+        resolved_at=resolved_at,
+        last_evaluated_at=now,
+        updated_at=now,
+    )
+    event_id = delivery_id = None
+    if transition is not None:
+        last_notified_at = now
+        event_id, delivery_id = conn.execute(
+            alert_events.insert()
+            .values(
+                **measured,
+                rule=rule.name,
+                segment_key=segment.label,
+                kind=transition,
+                occurred_at=now,
+                worst=[w.as_json() for w in figures.worst],
+                flow_run_id=flow_run_id,
                 delivery_status="pending",
-                delivered_at=None,
-                delivery_error=None,
-                delivery_attempts=0,
             )
-        conn.execute(update(alerts).where(alerts.c.rule == rule.name).values(**values))
-        decision = Decision(
-            rule=rule,
-            figures=figures,
-            outcome=outcome,
-            state_before=current.state,
-            state=state,
-            transition=transition,
-            alert_event_id=event_id,
-            opened_at=opened_at,
-            resolved_at=resolved_at,
-            last_notified_at=last_notified_at,
-            flow_run_id=flow_run_id,
-            delivery_id=None if delivery_id is None else str(delivery_id),
+            .returning(alert_events.c.id, alert_events.c.delivery_id)
+        ).one()
+        values.update(
+            last_notified_at=now,
+            last_event_id=event_id,
+            delivery_status="pending",
+            delivered_at=None,
+            delivery_error=None,
+            delivery_attempts=0,
         )
-        if event_id is not None:
-            conn.execute(
-                update(alert_events)
-                .where(alert_events.c.id == event_id)
-                .values(payload=build_payload(decision, run_url=run_url))
-            )
-            add_deliveries(conn, event_id=event_id, rule=rule.name, kind=transition, channels=list(channels or []))
+    conn.execute(update(alerts).where(where).values(**values))
+    decision = Decision(
+        rule=rule,
+        figures=figures,
+        outcome=outcome,
+        state_before=state_before,
+        state=state,
+        transition=transition,
+        alert_event_id=event_id,
+        opened_at=opened_at,
+        resolved_at=resolved_at,
+        last_notified_at=last_notified_at,
+        flow_run_id=flow_run_id,
+        delivery_id=None if delivery_id is None else str(delivery_id),
+    )
+    if event_id is not None:
+        conn.execute(
+            update(alert_events)
+            .where(alert_events.c.id == event_id)
+            .values(payload=build_payload(decision, run_url=run_url))
+        )
+        add_deliveries(
+            conn, event_id=event_id, rule=rule.name, segment_key=segment.label, kind=transition,
+            channels=list(channels or []),
+        )
     return decision
 
 
@@ -163,7 +245,8 @@ def alert_tables_exist(conn: Connection) -> bool:
 
 
 def current_alerts(conn: Connection) -> list:
-    return list(conn.execute(select(alerts).order_by(alerts.c.rule)))
+    """Every (rule, segment) row; a rule's overall row ('' segment) first."""
+    return list(conn.execute(select(alerts).order_by(alerts.c.rule, alerts.c.segment_key)))
 
 
 def alert_history(conn: Connection, *, limit: int = 20, rule: str | None = None) -> list:

@@ -35,6 +35,19 @@ NOTIFICATION_KINDS = ("fired", "reminder", "resolved")
 DELIVERY_STATUSES = ("pending", "delivered", "partial", "failed", "skipped", "superseded")
 CHANNEL_STATUSES = ("pending", "delivered", "skipped", "superseded")
 
+def _segment_columns(*, key: bool = True) -> list[Column]:
+    """The segment and the baseline evidence, on both alert tables (migration 0007)."""
+    columns = [Column("segment", JSONB, nullable=False, server_default="{}")]
+    if key:
+        columns.append(Column("segment_key", Text, nullable=False, server_default=""))
+    return columns + [
+        Column("baseline_value", Float),
+        Column("baseline_sample_size", Integer),
+        Column("baseline_violations", Integer),
+        Column("p_value", Float),
+    ]
+
+
 alert_events = Table(
     "alert_events",
     metadata,
@@ -59,6 +72,7 @@ alert_events = Table(
     Column("delivery_id", UUID(as_uuid=False), nullable=False, server_default=text("gen_random_uuid()"), unique=True),
     Column("payload", JSONB),
     Column("superseded_by", BigInteger, ForeignKey(f"{SCHEMA}.alert_events.id", ondelete="SET NULL")),
+    *_segment_columns(),
     CheckConstraint("kind IN ('fired', 'reminder', 'resolved')", name="alert_events_kind_check"),
     CheckConstraint("state IN ('ok', 'firing')", name="alert_events_state_check"),
     CheckConstraint(
@@ -66,6 +80,7 @@ alert_events = Table(
         name="alert_events_delivery_status_check",
     ),
     Index("alert_events_rule_occurred_idx", "rule", "occurred_at"),
+    Index("alert_events_rule_segment_idx", "rule", "segment_key", "id"),
     schema=SCHEMA,
 )
 
@@ -73,6 +88,8 @@ alerts = Table(
     "alerts",
     metadata,
     Column("rule", Text, primary_key=True),
+    # one row per (rule, segment); '' is the rule over all results (migration 0007)
+    Column("segment_key", Text, primary_key=True, server_default=""),
     Column("state", Text, nullable=False, server_default="ok"),
     Column("last_outcome", Text),
     Column("value", Float),
@@ -92,6 +109,7 @@ alerts = Table(
     Column("delivery_error", Text),
     Column("delivery_attempts", Integer, nullable=False, server_default="0"),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
+    *_segment_columns(key=False),
     CheckConstraint("state IN ('ok', 'firing')", name="alerts_state_check"),
     CheckConstraint(
         "last_outcome IS NULL OR last_outcome IN ('ok', 'firing', 'not_enough_data')",

@@ -140,6 +140,7 @@ def test_event_content_through_the_emitter_seam(db, database_url):
         "prefect.resource.id": "judgeflow.rule.hallucination_rate",
         "prefect.resource.name": "hallucination_rate",
         "judgeflow.state": "firing",
+        "judgeflow.rule": "hallucination_rate",
         "judgeflow.metric": "hallucination",
     }
     assert call["payload"]["rate"] == 0.5 and call["payload"]["rule"] == "hallucination_rate"
