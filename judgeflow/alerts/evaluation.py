@@ -62,7 +62,8 @@ class Segment:
             return "TRUE", {}
         if self.is_other:
             return (
-                "(segment ->> :seg_key) IS NOT NULL AND NOT ((segment ->> :seg_key) = ANY(CAST(:seg_named AS text[])))",
+                "(segment ->> :seg_key) IS NOT NULL"
+                " AND NOT ((segment ->> :seg_key) = ANY(CAST(:seg_named AS text[])))",
                 {"seg_key": self.key, "seg_named": list(self.named)},
             )
         return "(segment ->> :seg_key) = :seg_value", {"seg_key": self.key, "seg_value": self.value}

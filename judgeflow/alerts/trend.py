@@ -186,7 +186,7 @@ def _rows(trend: Trend, metric: str) -> list[list[str]]:
     return rows
 
 
-HEADERS = ["segment", "per day", "last day", "window", "baseline", "change", "p (rise)", "results (window / baseline)"]
+HEADERS = ["segment", "per day", "last day", "window", "baseline", "change", "p (rise)", "n (window / baseline)"]
 
 
 def svg_chart(trend: Trend, metric: str, *, width: int = 640, height: int = 220) -> str:
@@ -213,8 +213,9 @@ def svg_chart(trend: Trend, metric: str, *, width: int = 640, height: int = 220)
     for step in range(5):
         rate = top * step / 4
         parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(rate):.1f}" y2="{y(rate):.1f}" stroke="#e5e7eb"/>')
-        parts.append(f'<text x="{left - 4}" y="{y(rate) + 4:.1f}" text-anchor="end" fill="#6b7280">{rate:.0%}</text>'
-                     if top >= 0.04 else
+        whole = abs(rate * 100 - round(rate * 100)) < 1e-9
+        parts.append(f'<text x="{left - 4}" y="{y(rate) + 4:.1f}" text-anchor="end" fill="#6b7280">'
+                     f'{rate:.0%}</text>' if whole else
                      f'<text x="{left - 4}" y="{y(rate) + 4:.1f}" text-anchor="end" fill="#6b7280">{rate:.1%}</text>')
     for i, d in enumerate(dates):
         if i % max(1, len(dates) // 7) == 0 or i == len(dates) - 1:

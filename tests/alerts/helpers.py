@@ -83,11 +83,14 @@ def clear_results(engine: sa.Engine) -> None:
         conn.execute(eval_results.delete())
 
 
-def alert_row(engine: sa.Engine, rule: str = "toxicity_rate"):
+def alert_row(engine: sa.Engine, rule: str = "toxicity_rate", segment_key: str = ""):
+    """The rule's row overall ('' segment) or for one segment ('app=b')."""
     from judgeflow.db.alert_tables import alerts
 
     with engine.connect() as conn:
-        return conn.execute(sa.select(alerts).where(alerts.c.rule == rule)).one_or_none()
+        return conn.execute(
+            sa.select(alerts).where(alerts.c.rule == rule, alerts.c.segment_key == segment_key)
+        ).one_or_none()
 
 
 def alert_events_rows(engine: sa.Engine, rule: str | None = None) -> list:

@@ -73,10 +73,14 @@ def test_publishes_the_alert_state_artifact(prefect_server, db, database_url):
     artifact = read_artifact(state.state_details.flow_run_id, ALERT_STATE_KEY)
     assert artifact.type == "markdown"
     markdown = artifact.data
-    assert "| toxicity_rate | **OK** | not enough data | 0.0% | 5.0% | 5 (10) |" in markdown
-    assert "| hallucination_rate | **FIRING** | firing | 20.0% | 10.0% | 50 (10) |" in markdown
+    # rule | segment | state | evaluation | value | baseline | limit | p | samples (baseline; min)
+    assert "| toxicity_rate | overall | **OK** | not enough data | 0.0% | n/a | max 5.0% | n/a | 5 (0; 10) |" in markdown
+    assert (
+        "| hallucination_rate | overall | **FIRING** | firing | 20.0% | n/a | max 10.0% | n/a | 50 (0; 10) |"
+        in markdown
+    )
     assert "fired, delivery delivered" in markdown
-    assert "| judge_failure_rate | disabled |" in markdown
+    assert "| judge_failure_rate | - | disabled |" in markdown
 
 
 def test_a_database_failure_fails_the_task(prefect_server):
