@@ -107,7 +107,11 @@ def claim_traces(
         metrics=list(metrics), n=batch_size, owner=owner, lease=settings.lease_timeout_s, owner_key=owner_key
     )
     try:
-        with engine_for(settings).begin() as conn:
+        # autocommit, one statement: a process frozen between a statement and
+        # its COMMIT would hold the new claims' row locks, and another run
+        # trying to take them over would wait on it for as long as it is frozen
+        with engine_for(settings).connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             source, select_list = _source(settings, conn)
             rows = conn.execute(
                 text(
@@ -309,9 +313,14 @@ class LeaseKeeper:
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._before_release is not None:
-            # leases keep being renewed meanwhile: the work still owns its pairs
-            self._before_release()
+        try:
+            if self._before_release is not None:
+                # leases keep being renewed meanwhile: the work still owns its pairs
+                self._before_release()
+        finally:
+            self._leave()
+
+    def _leave(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
         if self._thread.is_alive() or not self._conn_lock.acquire(timeout=5):

@@ -181,6 +181,7 @@ _SUPERSEDED = text(
         flow_run_id text, why text)
     """
 )
+_IDLE_LIMIT = text("SET LOCAL idle_in_transaction_session_timeout = '30s'")
 CLAIM_LOST = "the claim had moved to another run"
 DONE_EXISTS = "a done result was already stored"
 
@@ -209,6 +210,11 @@ class StoredPairs(set):
 def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: datetime | None) -> StoredPairs:
     keys = {"trace_ids": [r["trace_id"] for r in rows], "metrics": [r["metric"] for r in rows], "owner": owner}
     with engine_for(settings).begin() as conn:
+        # A process frozen (SIGSTOP, a stalled VM) inside this transaction holds
+        # the claims' row locks, and a run taking its pairs over would wait for
+        # as long as it stays frozen: the server ends such a session instead
+        # (this run then retries the write, and finds the claims gone).
+        conn.execute(_IDLE_LIMIT)
         owned = {(t, m) for t, m in conn.execute(_OWNED, keys).all()}
         # only the claim's current owner writes: a run that lost the claim (it
         # was frozen past its lease, say) must not race the run that took it over
