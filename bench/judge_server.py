@@ -45,5 +45,32 @@ def _do_get(self) -> None:  # noqa: N802
 
 judge_server._Handler.do_GET = _do_get
 
+# The peer benchmark (bench/peer.py) points deepeval's ToxicityMetric and
+# HallucinationMetric at this server. Their requests carry no judgeflow data
+# block; they are answered by their structured-output schema's name with
+# fixed, valid replies: two opinions (so toxicity makes its three calls:
+# opinions, verdicts, reason) and one verdict per list.
+_PEER_REPLIES = {
+    "Opinions": {"opinions": ["I like this plan.", "You are clueless."]},
+    "Verdicts": {"verdicts": [{"verdict": "no", "reason": "Not toxic and consistent with the context."}]},
+    "ToxicityScoreReason": {"reason": "The score is 0.00 because no opinion was toxic."},
+    "HallucinationScoreReason": {"reason": "The score is 0.00 because the output agrees with the context."},
+}
+_rule_responder = judge_server.rule_responder
+
+
+def peer_or_rule_responder(req: judge_server.ChatRequest) -> judge_server.Reply:
+    if req.data is None and req.step in _PEER_REPLIES:
+        reply = _PEER_REPLIES[req.step]
+        prompt = json.dumps(req.messages).lower()
+        if req.step == "Verdicts" and "context" in prompt and "opinions:" not in prompt:
+            # hallucination: "yes" means the output agrees with the context
+            reply = {"verdicts": [{"verdict": "yes", "reason": "The output agrees with the context."}]}
+        return judge_server.json_reply(reply)
+    return _rule_responder(req)
+
+
+judge_server.rule_responder = peer_or_rule_responder  # the server's default responder
+
 if __name__ == "__main__":
     raise SystemExit(judge_server.main())

@@ -18,6 +18,9 @@ Cases (``--case``, repeatable; default: all):
                 task per (trace, metric), the default shape), 1,000 traces
 * ``custom``    your own: ``--traces --latency --jitter --fault 429=0.05 --concurrency --fanout
                 --judge-processes``
+* ``peer``      side by side with deepeval evaluate() (ToxicityMetric + HallucinationMetric) on
+                the same traces, 200 ms judge and 64 calls in flight; judgeflow with its defaults
+                (needs the ``peer`` extra: ``pip install -e '.[peer]'``; not in the default set)
 * ``backlog``   1k / 10k / 100k traces in the source: claim time per batch, plans, memory
 * ``scaleout``  1, 2, 4 processes at once on one backlog, 200 ms judge
 
@@ -113,7 +116,10 @@ def machine(stack: Stack | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", action="append", choices=[*ALL, "custom"], help="default: all but custom")
+    parser.add_argument("--case", action="append", choices=[*ALL, "custom", "peer"],
+                        help="default: all but custom and peer")
+    parser.add_argument("--peer-traces", type=int, default=400, help="peer: traces (default %(default)s)")
+    parser.add_argument("--peer-concurrency", type=int, default=64, help="peer: calls in flight (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     parser.add_argument("--profile", action="store_true", help="py-spy the scoring process (throughput cases)")
     parser.add_argument("--traces", type=int, help="traces per throughput case (default 3000; quick 300)")
@@ -202,6 +208,17 @@ def main(argv: list[str] | None = None) -> int:
                         profiled = run_case(stack, case, out=out, profile=True, quiet=True)
                         say(f"\n### Profile: {case.name} (py-spy --gil; this run's own figures are skewed by the "
                             f"profiler)\n\n{profiled.profile}")
+        if "peer" in cases:
+            from bench.peer import peer_rows, run_peer
+
+            for repetition in range(args.repeat):
+                ours, peer = run_peer(stack, traces=args.peer_traces, concurrency=args.peer_concurrency, out=out)
+                say(f"\n## Side by side with deepeval evaluate() (run {repetition + 1})\n")
+                say(markdown_table(peer_rows(ours, peer)))
+                say(f"\njudgeflow is {peer.wall_s / ours.wall_s:.1f}x faster over the whole process "
+                    f"({peer.wall_s:.1f} s / {ours.wall_s:.1f} s); per judge call "
+                    f"{(peer.wall_s / max(peer.calls, 1)) / (ours.wall_s / max(ours.calls, 1)):.1f}x. "
+                    f"judgeflow rows: {ours.rows}")
         if "backlog" in cases:
             sizes = [1000, 10000] if args.quick else [1000, 10000, 100000]
             backlog = run_backlog(stack, sizes, out=out, limit=200 if args.quick else 500)

@@ -47,7 +47,7 @@ class Case:
     processes: int = 1
     judge_model: str = "openai/gpt-4o-mini"
     faults: dict[str, float] = field(default_factory=dict)
-    fanout: str = "batch"  # judgeflow score --fanout: "batch" (a task per batch) or "pair" (per pair)
+    fanout: str = "batch"  # judgeflow score --fanout: "batch" (a task per batch), "pair" (per pair), "default" (none)
     judge_processes: int = 1  # judgeflow score --judge-processes: worker processes making the judge calls
 
 
@@ -136,7 +136,9 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
     with JudgeProcess(latency_mean=case.latency_s, latency_jitter=case.jitter_s, faults=case.faults) as judge:
         env = stack.score_env(url, judge.url, JUDGEFLOW_JUDGE_MODEL=case.judge_model)
         args = ["--batch-size", str(case.batch_size), "--max-concurrency", str(case.concurrency),
-                "--fanout", case.fanout, "--judge-processes", str(case.judge_processes)]
+                "--judge-processes", str(case.judge_processes)]
+        if case.fanout != "default":  # "default": whatever `judgeflow score` does without --fanout
+            args += ["--fanout", case.fanout]
         stack.prefect.wait_idle()  # a previous case's events must not be processed during this one
         calibration = calibrate_ms()
         before = {"judge": judge.cpu_s(), "postgres": stack.pg_cpu_s(), "prefect": stack.prefect.cpu_s(),

@@ -25,7 +25,7 @@ def backfill_traces(
     batch_size: int = 100,
     metrics: list[str] = list(METRIC_NAMES),
     max_concurrency: int | None = None,
-    fanout: Fanout = "pair",
+    fanout: Fanout = "batch",
     judge_processes: int | None = None,
     budget_usd: float | None = None,
 ) -> RunSummary:

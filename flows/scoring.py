@@ -1,7 +1,7 @@
-"""The scoring flow: claim new traces in batches, fan each (trace, metric) out
-to a retrying task (or, with ``fanout="batch"``, each batch to one task that
-scores its pairs concurrently), write results as they arrive, report,
-evaluate alerts. Claiming continues while earlier work is scored, so the
+"""The scoring flow: claim new traces in batches, fan each batch out to one
+task that scores its (trace, metric) pairs concurrently, each retried and
+failing alone (or, with ``fanout="pair"``, each pair to its own retrying
+task), write results as they arrive, report, evaluate alerts. Claiming continues while earlier work is scored, so the
 judge never waits for the database.
 
 Flows only wire: every database read/write and judge call happens in a task.
@@ -104,17 +104,20 @@ def score_traces(
     sample_rate: float,
     metrics: list[str],
     rescore: bool,
-    fanout: Fanout = "pair",
+    fanout: Fanout = "batch",
     retry_failed: bool = False,
 ) -> RunSummary:
     """The body shared by the nightly and the backfill flows.
 
+    ``fanout="batch"`` (the default) submits one task per claimed batch whose
+    pairs run concurrently in-process, each retried on the same schedule and
+    failing alone; the task logs its trace ids and publishes a table artifact
+    with a row per pair, so a trace id found in the UI leads to its batch.
     ``fanout="pair"`` submits one retrying Prefect task per (trace, metric),
-    named ``<metric>:<trace id>`` in the UI. ``fanout="batch"`` submits one
-    task per claimed batch whose pairs run concurrently in-process with the
-    same retries: a Prefect task run costs milliseconds of client and server
-    CPU, which bounds pair mode to roughly a tenth of batch mode's throughput
-    on a small machine (see the README's benchmark).
+    named ``<metric>:<trace id>``: a Prefect task run costs milliseconds of
+    client and ~30 ms of server CPU, which bounds pair mode to roughly a tenth
+    of batch mode's throughput on a small machine and writes two task runs per
+    trace into Prefect's database (see the README's benchmark).
 
     A pair that ended 'failed' in ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given
     up unless ``retry_failed``."""
@@ -328,7 +331,7 @@ def score_new_traces(
     metrics: list[str] = list(METRIC_NAMES),
     max_concurrency: int | None = None,
     evaluate_alerts: bool = True,
-    fanout: Fanout = "pair",
+    fanout: Fanout = "batch",
     judge_processes: int | None = None,
     settle_delay: str | None = None,
     budget_usd: float | None = None,

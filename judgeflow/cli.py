@@ -70,7 +70,10 @@ def score(
     sample_rate: float = typer.Option(1.0, help="score this deterministic share of traces"),
     max_concurrency: Optional[int] = typer.Option(None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"),
     alerts: bool = typer.Option(True, help="evaluate alert rules after scoring"),
-    fanout: str = typer.Option("pair", help="'pair': a Prefect task per (trace, metric); 'batch': a task per batch (faster)"),
+    fanout: str = typer.Option(
+        "batch", help="'batch': a Prefect task per claimed batch, pairs retried in it (default; ~10x faster, "
+        "2 task runs per 100 pairs); 'pair': a Prefect task per (trace, metric)"
+    ),
     judge_processes: Optional[int] = typer.Option(
         None, help="worker processes making judge calls, e.g. one per core (default JUDGEFLOW_JUDGE_PROCESSES)"
     ),
@@ -97,6 +100,12 @@ def score(
 
         require_prices(settings, why="a run budget is set")
     _announce_database(settings)
+    if _nothing_pending(settings, since=parse_when(since), until=parse_when(until), sample_rate=sample_rate):
+        typer.echo(f"nothing to score: no (trace, metric) pair is pending in {settings.traces_table}; "
+                   "no flow run was started")
+        if alerts:
+            _evaluate_alerts_now(settings)
+        return
     _use_prefect(settings)
     summary = score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
@@ -105,6 +114,43 @@ def score(
         retry_failed=retry_failed,
     )
     typer.echo(summary.markdown())
+
+
+def _nothing_pending(settings, *, since, until, sample_rate: float) -> bool:
+    """True only when no (trace, metric) pair is pending (the flow's own
+    definition, before its settle delay, which can only exclude more): then
+    `judgeflow score` starts no flow run and imports neither the flows nor
+    litellm. Any doubt (no schema yet, an error) means "run the flow"."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.pending import count_pending
+    from judgeflow.db.source import SourceTable
+    from judgeflow.errors import JudgeflowError
+    from judgeflow.tasks.work import METRIC_NAMES
+
+    try:
+        with engine_for(settings).connect() as conn:
+            counts = count_pending(conn, SourceTable.parse(settings.traces_table), list(METRIC_NAMES),
+                                   since=since, until=until, sample_rate=sample_rate)
+    except (SQLAlchemyError, JudgeflowError):
+        return False
+    return sum(counts.values()) == 0
+
+
+def _evaluate_alerts_now(settings) -> None:
+    """The alert rules, evaluated as a scoring run would evaluate them at its end."""
+    from judgeflow.alerts.cli import _flush_prefect_events
+    from judgeflow.alerts.service import evaluate_rules, render_markdown
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+
+    _use_prefect(settings)  # the alert events go to the same Prefect server as the runs' do
+    engine = engine_for(settings)
+    migrate.upgrade(engine)
+    evaluations = evaluate_rules(settings, engine=engine)
+    _flush_prefect_events()
+    typer.echo(render_markdown(evaluations))
 
 
 @app.command()
@@ -116,7 +162,7 @@ def backfill(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     batch_size: int = typer.Option(100),
     max_concurrency: Optional[int] = typer.Option(None),
-    fanout: str = typer.Option("pair", help="'pair' or 'batch' (see `judgeflow score --help`)"),
+    fanout: str = typer.Option("batch", help="'batch' or 'pair' (see `judgeflow score --help`)"),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
     budget_usd: Optional[float] = typer.Option(None, help="see `judgeflow score --help`"),
 ) -> None:

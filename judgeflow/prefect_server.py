@@ -259,6 +259,11 @@ def _configured_without_import() -> str | None:
     PREFECT_HOME's profiles.toml, read without importing prefect (~1 s)."""
     if os.environ.get("PREFECT_API_URL"):
         return os.environ["PREFECT_API_URL"]
+    if "prefect.context" in sys.modules:
+        # prefect is imported already (and may be inside temporary_settings): ask it
+        from prefect.settings import get_current_settings
+
+        return get_current_settings().api.url or None
     home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
     path = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
     try:

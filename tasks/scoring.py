@@ -2,11 +2,12 @@
 
 Two task shapes, chosen by the flow's ``fanout`` parameter:
 
-- ``score-trace`` (fanout "pair", the default): one Prefect task run per pair,
+- ``score-trace`` (fanout "pair"): one Prefect task run per pair,
   named ``<metric>:<trace id>``, retried by Prefect on transient judge errors.
   The task owns its transaction: the result row is upserted and the claim
   released together.
-- ``score-batch`` (fanout "batch"): one task per claimed batch. Its pairs run
+- ``score-batch`` (fanout "batch", the default): one task per claimed batch,
+  which logs its trace ids and publishes a table artifact with one row per pair. Its pairs run
   as coroutines on the process's judge event loop (at most ``max_concurrency``
   at once across every batch in flight), each retried in-process on the same
   schedule (``JUDGEFLOW_TASK_RETRIES`` retries, ``JUDGEFLOW_TASK_RETRY_DELAY_S``
@@ -569,6 +570,8 @@ def score_batch(
     if lost:
         log.warning("%d pair(s) of the batch were taken over by another run; not judged here", len(lost))
         items = [w for w in items if (w.trace_id, w.metric) in owned]
+    # findable from the UI: searching the run's logs for a trace id finds its batch
+    log.info("scoring %d pair(s) of traces %s", len(items), ", ".join(dict.fromkeys(w.trace_id for w in items)))
     metrics = build_metrics(settings)
     loop = judge_loop()
     delays = list(retry_delays or [])
@@ -606,4 +609,22 @@ def score_batch(
     finally:
         for future in pending:  # the batch failed (its writes): do not start what is still queued
             future.cancel()
+    _publish_batch_outcomes(outcomes)
     return outcomes
+
+
+def _publish_batch_outcomes(outcomes: list[ScoreOutcome]) -> None:
+    """A table artifact on the batch's task run: one row per (trace, metric),
+    so the UI shows what happened to each trace without a task run per pair."""
+    from prefect.artifacts import create_table_artifact
+
+    rows = [
+        {"trace_id": o.trace_id, "metric": o.metric, "status": o.status,
+         "score": "" if o.score is None else round(o.score, 4), "attempts": o.attempts,
+         "error": (o.error or "")[:200]}
+        for o in outcomes
+    ]
+    try:
+        create_table_artifact(rows, description=f"{len(rows)} (trace, metric) pair(s) of this batch")
+    except Exception as error:  # the results are stored; the UI row is a convenience
+        log.warning("could not publish the batch's artifact: %s", error)

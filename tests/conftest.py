@@ -1,5 +1,6 @@
 """Suite-wide fixtures: a real PostgreSQL server, a real Prefect server
-(prefect_test_harness), and the local OpenAI-compatible judge server."""
+(judgeflow's local one, judgeflow/prefect_server.py), and the local
+OpenAI-compatible judge server."""
 
 from __future__ import annotations
 
@@ -64,12 +65,27 @@ def db(database_url):
 
 @pytest.fixture(scope="session")
 def prefect_server():
-    """A real Prefect API server (temporary, sqlite-backed) for the whole session."""
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
+    """A real Prefect API server for the whole session: judgeflow's own local
+    server (``prefect server start``, sqlite) in a temporary directory. Unlike
+    prefect_test_harness, its start waits as long as a busy machine needs
+    (polling its health check) instead of timing out after a fixed 90 s."""
+    import shutil
+    import tempfile
+    from pathlib import Path
 
-    with prefect_test_harness(server_startup_timeout=90):
-        yield PREFECT_API_URL.value()
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from judgeflow.prefect_server import LocalPrefectServer
+
+    base = Path(tempfile.mkdtemp(prefix="judgeflow-test-prefect-"))
+    server = LocalPrefectServer(base)
+    try:
+        url, _ = server.start(timeout_s=600)
+        with temporary_settings(updates={PREFECT_API_URL: url}):
+            yield url
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

@@ -82,6 +82,12 @@ def test_concurrent_first_commands_start_one_server_later_commands_reuse_it_and_
         assert "| traces | 3 |" in scored.stdout, scored.stdout
         assert "Traceback" not in scored.stderr, scored.stderr
         assert server.pid == pid and _server_roots(server.base_dir) == [pid]
+        # nothing left to score: no flow run, no flow module or litellm imported, alerts still evaluated
+        idle = _judgeflow(home, "score", **judge)
+        assert idle.returncode == 0, idle.stderr
+        assert "nothing to score: no (trace, metric) pair is pending in llm_traces; no flow run was started" \
+            in idle.stdout
+        assert "toxicity_rate" in idle.stdout and "Traceback" not in idle.stderr
 
         # `judgeflow stop` stops what it started (the embedded database was not used here)
         stopped = _judgeflow(home, "stop")
