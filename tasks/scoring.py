@@ -34,7 +34,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from datetime import datetime
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 from sqlalchemy import text
@@ -570,8 +570,11 @@ def score_batch(
     if lost:
         log.warning("%d pair(s) of the batch were taken over by another run; not judged here", len(lost))
         items = [w for w in items if (w.trace_id, w.metric) in owned]
-    # findable from the UI: searching the run's logs for a trace id finds its batch
-    log.info("scoring %d pair(s) of traces %s", len(items), ", ".join(dict.fromkeys(w.trace_id for w in items)))
+    # findable from the UI: searching the run's logs for a trace id finds its batch (the
+    # task run's own logger: INFO reaches the UI whatever level the judgeflow logger has)
+    get_run_logger().info(
+        "scoring %d pair(s) of traces %s", len(items), ", ".join(dict.fromkeys(w.trace_id for w in items))
+    )
     metrics = build_metrics(settings)
     loop = judge_loop()
     delays = list(retry_delays or [])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import re
+import time
 
 import pytest
 
@@ -229,8 +230,16 @@ def test_a_default_run_writes_the_task_runs_the_readme_states_and_each_trace_is_
         assert len(task_runs) == 2 * 3 + 1 + 5 + 1  # 0.11 per trace here; 0.04 per trace at 100k traces
 
         batch_ids = {t["id"] for t in task_runs if t["name"].startswith("score-batch")}
-        logs = client.request("POST", "/logs/filter", json={**flow_filter, "limit": 200}).json()
-        logged = " ".join(entry["message"] for entry in logs if entry["task_run_id"] in batch_ids)
+        deadline = time.monotonic() + 60  # log lines reach the server in the background, in batches
+        while True:
+            logs = client.request(
+                "POST", "/logs/filter",
+                json={"logs": {"flow_run_id": {"any_": [summary.flow_run_id]}}, "limit": 200},
+            ).json()
+            logged = " ".join(entry["message"] for entry in logs if entry["task_run_id"] in batch_ids)
+            if all(row["id"] in logged for row in rows) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
         artifacts = client.request(
             "POST", "/artifacts/filter", json={"artifacts": {"task_run_id": {"any_": sorted(batch_ids)}}, "limit": 50}
         ).json()
