@@ -203,11 +203,11 @@ def test_run_publishes_summary_and_progress_artifacts(run, db, judge_server, pre
 
 
 def test_a_default_run_writes_the_task_runs_the_readme_states_and_each_trace_is_findable(run, db, judge_server):
-    """README, "How a run works": the default fan-out writes two task runs per
+    """docs/running.md, "Fan-out": the default fan-out writes two task runs per
     claimed batch of up to 100 (trace, metric) pairs (claim-traces and
-    score-batch), one more claim-traces that finds nothing left, and five task
-    runs per run (ensure-schema, count-pending-work, start-judge,
-    count-pairs-left-to-other-runs, publish-run-summary), plus
+    score-batch), one more claim-traces that finds nothing left, and once per
+    run ensure-schema, count-pending-work, count-unusable-rows, start-judge,
+    count-pairs-left-to-other-runs, publish-run-summary, publish-trend, plus
     evaluate-alert-rules when alerts are evaluated. Each trace id is in its
     batch's log line and artifact."""
     from prefect.client.orchestration import get_client
@@ -225,9 +225,9 @@ def test_a_default_run_writes_the_task_runs_the_readme_states_and_each_trace_is_
         task_runs = client.request("POST", "/task_runs/filter", json={**flow_filter, "limit": 200}).json()
         names = collections.Counter(re.sub(r"-[0-9a-f]{3}$", "", t["name"]) for t in task_runs)
         assert names == {"claim-traces": 4, "score-batch": 3, "ensure-schema": 1, "count-pending-work": 1,
-                         "start-judge": 1, "count-pairs-left-to-other-runs": 1, "publish-run-summary": 1,
-                         "evaluate-alert-rules": 1}
-        assert len(task_runs) == 2 * 3 + 1 + 5 + 1  # 0.11 per trace here; 0.04 per trace at 100k traces
+                         "count-unusable-rows": 1, "start-judge": 1, "count-pairs-left-to-other-runs": 1,
+                         "publish-run-summary": 1, "publish-trend": 1, "evaluate-alert-rules": 1}
+        assert len(task_runs) == 2 * 3 + 9  # 0.125 per trace here; 0.04 per trace at 100k traces
 
         batch_ids = {t["id"] for t in task_runs if t["name"].startswith("score-batch")}
         deadline = time.monotonic() + 60  # log lines reach the server in the background, in batches
