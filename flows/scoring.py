@@ -31,6 +31,7 @@ from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.settings import Settings, load_settings
 from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs, count_pending_work
+from judgeflow.tasks import reuse
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.reporting import (
     Progress,
@@ -297,6 +298,7 @@ def score_traces(
         left = count_left_to_other_runs(settings, owner, metrics, **filters)
     if judge_started is not None:
         judge_started.wait()
+    reuse.in_flight.forget(owner)  # identical pairs of this run were coalesced through it
 
     summary = summarise(budget_notes)
     if summary.deferred:

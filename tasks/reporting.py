@@ -35,6 +35,7 @@ class RunSummary(BaseModel):
     skipped: int = 0
     failed: int = 0
     superseded: int = 0
+    reused: int = 0  # results copied from identical content, no judge call
     taken_over: int = 0
     # pairs in this run's scope that other live runs still held when it ended:
     # {flow run id: pairs}; None when the database could not say
@@ -90,6 +91,7 @@ class RunSummary(BaseModel):
             {"figure": "scores written", "value": self.scored},
             {"figure": "skipped", "value": self.skipped},
             {"figure": "failed", "value": self.failed},
+            {"figure": "reused (identical content, no judge call)", "value": self.reused},
             # judged here, but the pair's claim had moved to another run: its result stands
             {"figure": "superseded", "value": self.superseded},
             # the claim had moved to another run before this one judged the pair
@@ -156,6 +158,8 @@ class SummaryBuilder:
         for o in outcomes:
             self._trace_ids.add(o.trace_id)
             self._statuses[o.status] += 1
+            if o.reused and o.status in ("scored", "skipped"):
+                self._statuses["reused"] += 1
             counts = self._by_metric.setdefault(o.metric, Counter())
             counts[o.status] += 1
             if o.status == "scored" and o.passed:
@@ -190,6 +194,7 @@ class SummaryBuilder:
             scored=self._statuses["scored"], skipped=self._statuses["skipped"], failed=self._statuses["failed"],
             superseded=self._statuses["superseded"], taken_over=self._statuses["taken_over"],
             deferred=self._statuses["deferred"],
+            reused=self._statuses["reused"],
             left_to_other_runs=None if left_to_other_runs is None else dict(left_to_other_runs),
             by_metric=by_metric, pass_rate=pass_rate,
             judge_calls=self._judge_calls,

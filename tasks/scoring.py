@@ -56,6 +56,7 @@ from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.settings import Settings
 from judgeflow.tasks.claims import still_owned
+from judgeflow.tasks import reuse
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
 
 log = logging.getLogger("judgeflow.scoring")
@@ -110,7 +111,7 @@ _COLUMNS = (
     "trace_id text, metric text, metric_version text, status text, score float8, passed boolean, "
     "threshold float8, reason text, details jsonb, judge_model text, prompt_tokens bigint, "
     "completion_tokens bigint, cost_usd float8, latency_ms float8, judge_calls int, error text, "
-    "error_kind text, attempts int, flow_run_id text, trace_created_at timestamptz, segment jsonb"
+    "error_kind text, attempts int, flow_run_id text, trace_created_at timestamptz, segment jsonb, content_hash text"
 )
 _NAMES = ", ".join(c.split()[0] for c in _COLUMNS.split(", "))
 # a row built without a segment (none configured) stores '{}'
@@ -130,7 +131,8 @@ _UPSERT = text(
         cost_usd = excluded.cost_usd, latency_ms = excluded.latency_ms,
         judge_calls = excluded.judge_calls, error = excluded.error, error_kind = excluded.error_kind,
         attempts = r.attempts + excluded.attempts, flow_run_id = excluded.flow_run_id,
-        trace_created_at = excluded.trace_created_at, segment = excluded.segment, scored_at = now(),
+        trace_created_at = excluded.trace_created_at, segment = excluded.segment, content_hash = excluded.content_hash,
+        scored_at = now(),
         failed_runs = r.failed_runs + excluded.failed_runs
     -- a done result is only replaced when re-scoring, and only by a new score:
     -- never by a late duplicate, never by a failed re-score (see _NOTE_FAILED_RESCORE)
@@ -351,7 +353,7 @@ def _result_row(work: TraceWork, result: MetricResult, attempts: int, flow_run_i
         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
         "cost_usd": result.cost_usd, "latency_ms": result.latency_ms, "judge_calls": result.judge_calls,
         "error": None, "error_kind": None, "attempts": attempts, "flow_run_id": flow_run_id,
-        "trace_created_at": work.created_at, "segment": work.segment,
+        "trace_created_at": work.created_at, "segment": work.segment, "content_hash": None,
     })
 
 
@@ -366,7 +368,7 @@ def _failure_row(work: TraceWork, error: Exception, kind: str, attempts: int, fl
         "cost_usd": None, "latency_ms": None, "judge_calls": 0,
         "error": f"{type(error).__name__}: {error}"[:_ERROR_TEXT_MAX], "error_kind": kind,
         "attempts": attempts, "flow_run_id": flow_run_id, "trace_created_at": work.created_at,
-        "segment": work.segment,
+        "segment": work.segment, "content_hash": None,
     })
 
 
@@ -401,6 +403,71 @@ async def score_pair(
     flow_run_id: str | None,
     retry_delays: list[float],
     deadline: float | None = None,
+    digest: str | None = None,
+    run: str | None = None,
+    slots: int | None = None,
+) -> tuple[dict | None, ScoreOutcome]:
+    """:func:`judge_pair`, once per content ``digest`` in run ``run``: an
+    identical pair already being judged is waited for and copied (tasks/reuse.py).
+    With ``slots``, the judging takes one of that many slots of the judge loop;
+    waiting for a twin takes none."""
+
+    async def judge() -> tuple[dict | None, ScoreOutcome]:
+        kwargs = dict(flow_run_id=flow_run_id, retry_delays=retry_delays, deadline=deadline, digest=digest)
+        if slots is None:
+            return await judge_pair(work, settings, metrics, **kwargs)
+        return await judge_loop().bounded(slots, judge_pair, work, settings, metrics, **kwargs)
+
+    if digest is None or run is None:
+        return await judge()
+    leader, future = reuse.in_flight.lead_or_follow(run, digest)
+    if not leader:
+        source = await asyncio.wrap_future(future)
+        if source is not None:
+            return _copied(work, source, metrics, flow_run_id, digest)
+        return await judge()
+    row = None
+    try:
+        row, outcome = await judge()
+        return row, outcome
+    finally:
+        reuse.in_flight.settle(run, digest, future, None if row is None else reuse.reusable(row))
+
+
+def _copied(work: TraceWork, source: dict, metrics: dict, flow_run_id: str | None, digest: str
+            ) -> tuple[dict, ScoreOutcome]:
+    row = reuse.copied_row(work, source, threshold=metrics[work.metric].effective_threshold,
+                           flow_run_id=flow_run_id, digest=digest)
+    row["segment"] = getattr(work, "segment", None)  # this trace's own alert segment, not the source's
+    row = _storable(row)
+    return row, ScoreOutcome(
+        trace_id=work.trace_id, metric=work.metric, status=row["status"], score=row["score"],
+        passed=row["passed"], reason=row["reason"], cost_usd=0.0, reused=True,
+    )
+
+
+def _digests(items: list[TraceWork], settings: Settings, metrics: dict) -> dict[tuple[str, str], str]:
+    """Content hashes of the pairs that may reuse a result (none when reuse is off)."""
+    if not settings.reuse_identical:
+        return {}
+    versions = {name: metric.metric_version for name, metric in metrics.items()}
+    out = {}
+    for work in items:
+        digest = reuse.content_hash(work, settings, versions[work.metric])
+        if digest is not None:
+            out[(work.trace_id, work.metric)] = digest
+    return out
+
+
+async def judge_pair(
+    work: TraceWork,
+    settings: Settings,
+    metrics: dict,
+    *,
+    flow_run_id: str | None,
+    retry_delays: list[float],
+    deadline: float | None = None,
+    digest: str | None = None,
 ) -> tuple[dict | None, ScoreOutcome]:
     """Score one claimed (trace, metric): the row to store and the outcome to
     report (its status assuming the row is written). Never raises: transient
@@ -426,7 +493,7 @@ async def score_pair(
         except Exception as error:  # a bug must not sink the run; it is stored and visible
             log.exception("unexpected error scoring %s/%s", work.trace_id, work.metric)
             return _failure(work, error, attempt, flow_run_id)
-        return _success(work, result, attempt, flow_run_id)
+        return _success(work, result, attempt, flow_run_id, digest)
     raise AssertionError("unreachable")
 
 
@@ -447,8 +514,10 @@ def release_pairs(settings: Settings, pairs: list[tuple[str, str]], owner: str) 
                                     "owner": owner})
 
 
-def _success(work: TraceWork, result: MetricResult, attempt: int, flow_run_id: str | None) -> tuple[dict, ScoreOutcome]:
+def _success(work: TraceWork, result: MetricResult, attempt: int, flow_run_id: str | None,
+             digest: str | None = None) -> tuple[dict, ScoreOutcome]:
     row = _result_row(work, result, attempt, flow_run_id)
+    row["content_hash"] = digest
     return row, ScoreOutcome(
         trace_id=work.trace_id, metric=work.metric, status=result.status,
         score=result.score, passed=result.passed, reason=row["reason"], judge_calls=row["judge_calls"],
@@ -496,22 +565,51 @@ def score_and_store(
     if not still_owned(settings, owner, [work]):
         log.warning("%s for trace %s: another run took the claim over; not judged here", work.metric, work.trace_id)
         return ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=attempt - 1)
+    metrics = build_metrics(settings)
+    digest = _digests([work], settings, metrics).get((work.trace_id, work.metric))
+    leader, future = (True, None) if digest is None else reuse.in_flight.lead_or_follow(owner, digest)
+    if not leader:
+        source = future.result()  # the identical pair being judged now by another task of this run
+        if source is not None:
+            return _store_copy(work, source, metrics, settings, owner, flow_run_id, rescore_before, digest)
+    source = None
     try:
-        row, outcome = _success(work, _metric_call(work, build_metrics(settings), asynchronous=False), attempt,
-                                flow_run_id)
+        if leader and digest is not None:
+            source = reuse.find_done(settings, [digest], rescore_before=rescore_before).get(digest)
+            if source is not None:
+                return _store_copy(work, source, metrics, settings, owner, flow_run_id, rescore_before, digest)
+        row, outcome = _judge_and_store(work, metrics, settings, owner, flow_run_id, rescore_before, max_attempts,
+                                        attempt, digest, deadline)
+        source = None if row is None else reuse.reusable(row)
+        return outcome
+    finally:
+        if leader and future is not None:  # never leaves a twin waiting, whatever happened here
+            reuse.in_flight.settle(owner, digest, future, source)
+
+
+def _store_copy(work, source, metrics, settings, owner, flow_run_id, rescore_before, digest) -> ScoreOutcome:
+    row, outcome = _copied(work, source, metrics, flow_run_id, digest)
+    return settle_outcome(outcome, store_outcome(settings, row, owner=owner, rescore_before=rescore_before))
+
+
+def _judge_and_store(work, metrics, settings, owner, flow_run_id, rescore_before, max_attempts, attempt, digest,
+                     deadline) -> tuple[dict | None, ScoreOutcome]:
+    try:
+        row, outcome = _success(work, _metric_call(work, metrics, asynchronous=False), attempt, flow_run_id,
+                                digest)
     except TransientJudgeError as error:
         if attempt < max_attempts and not past(deadline):
             raise
         if attempt < max_attempts:  # a retry is due but the budget is spent: the next run tries again
             release_pairs(settings, [(work.trace_id, work.metric)], owner)
-            return _deferred(work, attempt)
+            return None, _deferred(work, attempt)
         row, outcome = _failure(work, error, attempt, flow_run_id)
     except JudgeflowError as error:
         row, outcome = _failure(work, error, attempt, flow_run_id)
     except Exception as error:  # a bug must not sink the run; it is stored and visible
         log.exception("unexpected error scoring %s/%s", work.trace_id, work.metric)
         row, outcome = _failure(work, error, attempt, flow_run_id)
-    return settle_outcome(outcome, store_outcome(settings, row, owner=owner, rescore_before=rescore_before))
+    return row, settle_outcome(outcome, store_outcome(settings, row, owner=owner, rescore_before=rescore_before))
 
 
 class _JudgeLoop:
@@ -528,7 +626,7 @@ class _JudgeLoop:
         self._slots: dict[int, asyncio.Semaphore] = {}
         threading.Thread(target=self.loop.run_forever, name="judgeflow-judge-loop", daemon=True).start()
 
-    async def _bounded(self, size: int, coro_fn, *args, **kwargs):
+    async def bounded(self, size: int, coro_fn, *args, **kwargs):
         slots = self._slots.get(size)
         if slots is None:
             slots = self._slots[size] = asyncio.Semaphore(size)
@@ -538,7 +636,11 @@ class _JudgeLoop:
     def submit(self, size: int, coro_fn, *args, **kwargs) -> Future:
         # the coroutine runs in a copy of the caller's context (run_coroutine_threadsafe
         # schedules it from this thread), so its log lines belong to the calling task run
-        return asyncio.run_coroutine_threadsafe(self._bounded(size, coro_fn, *args, **kwargs), self.loop)
+        return asyncio.run_coroutine_threadsafe(self.bounded(size, coro_fn, *args, **kwargs), self.loop)
+
+    def submit_unbounded(self, coro_fn, *args, **kwargs) -> Future:
+        """For coroutines that take their slot themselves (score_pair with ``slots``)."""
+        return asyncio.run_coroutine_threadsafe(coro_fn(*args, **kwargs), self.loop)
 
 
 _judge_loop: _JudgeLoop | None = None
@@ -578,17 +680,24 @@ def score_batch(
     metrics = build_metrics(settings)
     loop = judge_loop()
     delays = list(retry_delays or [])
-    pending: set[Future] = {
-        loop.submit(settings.max_concurrency, score_pair, work, settings, metrics,
-                    flow_run_id=flow_run_id, retry_delays=delays, deadline=deadline)
-        for work in items
-    }
+    digests = _digests(items, settings, metrics)
+    stored = reuse.find_done(settings, list(digests.values()), rescore_before=rescore_before)
+    copies: list[tuple[dict, ScoreOutcome]] = []
+    pending: set[Future] = set()
+    for work in items:
+        digest = digests.get((work.trace_id, work.metric))
+        if digest in stored:  # judged before: copied, no judge call
+            copies.append(_copied(work, stored[digest], metrics, flow_run_id, digest))
+            continue
+        pending.add(loop.submit_unbounded(score_pair, work, settings, metrics, flow_run_id=flow_run_id,
+                                          retry_delays=delays, deadline=deadline, digest=digest, run=owner,
+                                          slots=settings.max_concurrency))
 
     outcomes: list[ScoreOutcome] = [
         ScoreOutcome(trace_id=w.trace_id, metric=w.metric, status="taken_over", attempts=0) for w in lost
     ]
-    buffered: list[tuple[dict, ScoreOutcome]] = []
-    oldest = 0.0  # time.monotonic() the oldest buffered result arrived
+    buffered: list[tuple[dict, ScoreOutcome]] = copies
+    oldest = time.monotonic()  # time.monotonic() the oldest buffered result arrived
 
     def flush() -> None:
         rows = [row for row, _ in buffered if row is not None]
@@ -599,6 +708,8 @@ def score_batch(
         buffered.clear()
 
     try:
+        if buffered and not pending:
+            flush()
         while pending:
             timeout = None if not buffered else max(0.0, oldest + FLUSH_INTERVAL_S - time.monotonic())
             done, pending = wait(pending, timeout=timeout, return_when=FIRST_COMPLETED)

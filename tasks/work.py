@@ -60,3 +60,4 @@ class ScoreOutcome(BaseModel):
     completion_tokens: int = 0
     cost_usd: float | None = None
     attempts: int = 1
+    reused: bool = False  # copied from an identical pair's result: no judge call (tasks/reuse.py)

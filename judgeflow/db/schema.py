@@ -13,12 +13,14 @@ from sqlalchemy import (
     Column,
     DateTime,
     Float,
+    Index,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
     Table,
     Text,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -58,10 +60,16 @@ eval_results = Table(
     Column("scored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     # the trace's JUDGEFLOW_ALERT_SEGMENT_BY metadata values when it was scored (migration 0007)
     Column("segment", JSONB, nullable=False, server_default="{}"),
+    # sha256 of what the result depends on (tasks/reuse.py); indexed for done rows (migration 0006)
+    Column("content_hash", Text),
     PrimaryKeyConstraint("trace_id", "metric", name="eval_results_pkey"),
     CheckConstraint("metric IN ('toxicity', 'hallucination')", name="eval_results_metric_check"),
     CheckConstraint("status IN ('scored', 'skipped', 'failed')", name="eval_results_status_check"),
     CheckConstraint("score IS NULL OR (score >= 0 AND score <= 1)", name="eval_results_score_check"),
+    Index(
+        "eval_results_content_hash_idx", "content_hash",
+        postgresql_where=text("content_hash IS NOT NULL AND status IN ('scored', 'skipped')"),
+    ),
 )
 
 claims = Table(

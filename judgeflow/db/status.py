@@ -183,5 +183,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
         cost = prices.cost(prompt_tokens, completion_tokens)
         basis = (f"~{prompt_tokens / 1e6:.2f}M prompt + {completion_tokens / 1e6:.2f}M completion tokens "
                  f"estimated from the traces' text, at {prices.source}")
+        if settings.reuse_identical:
+            basis += "; identical traces are judged once, so repeats cost less than this"
     scored_traces = traces if rescore else min(traces, max(per_metric.values(), default=0))
     return BackfillEstimate(pairs=pairs, traces=scored_traces, per_metric=per_metric, cost_usd=cost, basis=basis)

@@ -103,3 +103,88 @@ def test_a_budget_is_refused_without_a_price(judgeflow_env, db):
     assert result.exit_code == 2
     assert "no price for judge model 'openai/judge-test'" in result.output
     assert "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK" in result.output
+
+
+CANNED = "Thanks for reaching out! Our team will get back to you within one business day."
+
+
+@pytest.mark.parametrize("fanout", ["pair", "batch"])
+def test_identical_traces_are_judged_once_and_every_copy_has_its_row(run, db, judge_server, fanout):
+    from tests.support.traces import BASE_TIME, scripted_trace
+
+    copies = [{"id": f"copy-{i:02d}", "created_at": BASE_TIME + timedelta(seconds=i), "input": "hello",
+               "output": CANNED, "context": ["canned replies"]} for i in range(50)]
+    unique = [scripted_trace(i)[0] for i in range(50)]
+    insert_traces(db, copies + unique)
+
+    summary = run(batch_size=20, max_concurrency=6, fanout=fanout)
+
+    stored = results(db)
+    assert len(stored) == 200 and all(r["status"] == "scored" for r in stored.values())
+    # 51 traces' worth of judge calls: per metric, the canned text once plus the 50 unique outputs
+    outputs = [req.data.get("output") for req in judge_server.requests
+               if req.data and req.step in ("Opinions", "HallucinationJudgement")]
+    assert outputs.count(CANNED) == 2  # one toxicity, one hallucination judgement
+    assert len(outputs) == 2 * 51
+    assert judge_server.calls() == sum(r["judge_calls"] for r in stored.values())
+    for metric in ("toxicity", "hallucination"):
+        rows = [stored[(c["id"], metric)] for c in copies]
+        [original] = [r for r in rows if "reused_from" not in r["details"]]
+        reused = [r for r in rows if "reused_from" in r["details"]]
+        assert len(reused) == 49
+        for r in reused:
+            assert r["details"]["reused_from"] == original["trace_id"]
+            assert (r["score"], r["passed"], r["reason"]) == (original["score"], original["passed"], original["reason"])
+            assert r["judge_calls"] == 0 and r["cost_usd"] == 0 and r["prompt_tokens"] == 0
+            assert r["content_hash"] == original["content_hash"]
+    assert summary.reused == 98 and summary.scored == 200
+
+
+def test_a_later_run_reuses_a_stored_result_through_the_index(run, db, judge_server, monkeypatch):
+    insert_traces(db, [{"id": "first", "output": CANNED, "context": ["x"]}])
+    run()
+    judge_server.reset()
+    insert_traces(db, [{"id": "second", "output": CANNED, "context": ["x"]},
+                       {"id": "other-context", "output": CANNED, "context": ["y"]}])
+
+    summary = run(fanout="batch")
+
+    stored = results(db)
+    assert stored[("second", "toxicity")]["details"]["reused_from"] == "first"
+    assert stored[("second", "hallucination")]["details"]["reused_from"] == "first"
+    # a different context is different content: judged (hallucination) -- toxicity ignores context but
+    # the hash covers the whole trace, so it is judged too
+    assert "reused_from" not in stored[("other-context", "hallucination")]["details"]
+    assert judge_server.calls("HallucinationJudgement") == 1
+    assert summary.reused == 2
+    with db.connect() as conn:
+        conn.execute(sa.text("SET enable_seqscan = off"))
+        plan = "\n".join(r[0] for r in conn.execute(sa.text(
+            "EXPLAIN SELECT trace_id FROM judgeflow.eval_results WHERE content_hash = ANY(CAST(:h AS text[])) "
+            "AND status IN ('scored', 'skipped')"), {"h": ["abc"]}))
+    assert "eval_results_content_hash_idx" in plan
+
+    # turned off: identical content is judged again
+    monkeypatch.setenv("JUDGEFLOW_REUSE_IDENTICAL", "false")
+    insert_traces(db, [{"id": "third", "output": CANNED, "context": ["x"]}])
+    judge_server.reset()
+    run()
+    assert judge_server.calls("HallucinationJudgement") == 1
+    assert "reused_from" not in results(db)[("third", "hallucination")]["details"]
+
+
+def test_a_rescore_judges_identical_content_again_once(run, db, judge_server):
+    from judgeflow.flows.backfill import backfill_traces
+    from tests.support.traces import BASE_TIME
+
+    insert_traces(db, [{"id": "a", "output": CANNED, "context": ["x"]}, {"id": "b", "output": CANNED, "context": ["x"]}])
+    run()
+    judge_server.reset()
+
+    backfill_traces(since=BASE_TIME - timedelta(days=1), until=datetime.now(timezone.utc), rescore=True,
+                    fanout="batch")
+
+    # the old results are not reused by the re-scoring run; the two identical traces still cost one judgement
+    assert judge_server.calls("HallucinationJudgement") == 1
+    stored = results(db)
+    assert sorted("reused_from" in stored[(t, "hallucination")]["details"] for t in ("a", "b")) == [False, True]
