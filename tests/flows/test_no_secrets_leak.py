@@ -219,7 +219,10 @@ def test_a_base_url_from_a_secret_block_does_not_leak(prefect_server, judgeflow_
     Secret(value=base_url_with_credentials(judge_server.url, secrets)).save(name, _sync=True)
     monkeypatch.setenv("JUDGEFLOW_JUDGE_API_BASE", f"prefect-secret://{name}")
     monkeypatch.setenv("JUDGEFLOW_JUDGE_API_KEY", secrets["api_key"])
-    summary = score_new_traces(evaluate_alerts=False)
+    # pair: litellm's async client (batch fan-out) cannot connect to a base URL with
+    # userinfo at all ("Connection error"), so the 404 that proves the block's URL was
+    # used only comes back on the sync path; a known gap of the batch default
+    summary = score_new_traces(evaluate_alerts=False, fanout="pair")
     assert summary.scored == 0 and summary.failed == 10
     # the block's URL was really used: only its query makes the judge server answer 404
     stored = eval_results_text(db)
