@@ -35,6 +35,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from datetime import datetime
 
 from prefect import get_run_logger, task
+from prefect.exceptions import MissingContextError
 from prefect.cache_policies import NO_CACHE
 from prefect.runtime import task_run
 from sqlalchemy import text
@@ -674,9 +675,11 @@ def score_batch(
         items = [w for w in items if (w.trace_id, w.metric) in owned]
     # findable from the UI: searching the run's logs for a trace id finds its batch (the
     # task run's own logger: INFO reaches the UI whatever level the judgeflow logger has)
-    get_run_logger().info(
-        "scoring %d pair(s) of traces %s", len(items), ", ".join(dict.fromkeys(w.trace_id for w in items))
-    )
+    try:
+        batch_log = get_run_logger()
+    except MissingContextError:  # called as a plain function (tests)
+        batch_log = log
+    batch_log.info("scoring %d pair(s) of traces %s", len(items), ", ".join(dict.fromkeys(w.trace_id for w in items)))
     metrics = build_metrics(settings)
     loop = judge_loop()
     delays = list(retry_delays or [])
@@ -731,7 +734,10 @@ def _publish_batch_outcomes(outcomes: list[ScoreOutcome]) -> None:
     """A table artifact on the batch's task run: one row per (trace, metric),
     so the UI shows what happened to each trace without a task run per pair."""
     from prefect.artifacts import create_table_artifact
+    from prefect.context import TaskRunContext
 
+    if TaskRunContext.get() is None:  # called as a plain function (tests): no task run to attach to
+        return
     rows = [
         {"trace_id": o.trace_id, "metric": o.metric, "status": o.status,
          "score": "" if o.score is None else round(o.score, 4), "attempts": o.attempts,
