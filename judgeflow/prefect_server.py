@@ -16,7 +16,6 @@ nothing is started: the configured server is used.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import signal
@@ -26,9 +25,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from contextlib import contextmanager
 from pathlib import Path
 
+from judgeflow.dir_lock import locked
 from judgeflow.errors import PrefectServerError
 
 HOST = "127.0.0.1"
@@ -122,7 +121,7 @@ class LocalPrefectServer:
         Safe to call from several processes at once: one starts, the others wait
         for it and reuse it."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        with self._lock():
+        with locked(self.base_dir):
             if self.is_healthy():
                 return self.api_url, False
             state = self.state()
@@ -150,7 +149,7 @@ class LocalPrefectServer:
         """Stop the server if it runs; returns whether one was stopped."""
         if not self.base_dir.exists():
             return False
-        with self._lock():
+        with locked(self.base_dir):
             state = self.state()
             stopped = False
             if state and _pid_alive(state["pid"]) and _is_our_server(state["pid"], self.base_dir):
@@ -217,15 +216,6 @@ class LocalPrefectServer:
                 if not _pid_alive(pid):
                     return
                 time.sleep(0.1)
-
-    @contextmanager
-    def _lock(self):
-        with open(self.base_dir / ".lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _healthy(api_url: str) -> bool:

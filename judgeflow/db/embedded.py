@@ -14,16 +14,15 @@ server to expose.
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import os
 import pwd
 import shutil
 import socket
 import subprocess
-from contextlib import contextmanager
 from pathlib import Path
 
+from judgeflow.dir_lock import locked
 from judgeflow.errors import ConfigError, DatabaseError
 
 USER = "judgeflow"
@@ -105,7 +104,7 @@ class EmbeddedPostgres:
         """Initialise if needed, start if not running, create the database.
         Safe to call from several processes at once. Returns the URL."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        with self._lock():
+        with locked(self.base_dir):
             if not self.is_initialised():
                 self._initdb()
             if not self.is_running():
@@ -143,15 +142,6 @@ class EmbeddedPostgres:
             if not _port_open(port):
                 return port
         return None
-
-    @contextmanager
-    def _lock(self):
-        with open(self.base_dir / ".lock", "w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def _run_as(self) -> str | None:
         return _RUN_AS_WHEN_ROOT if os.geteuid() == 0 else None
