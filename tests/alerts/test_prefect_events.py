@@ -1,5 +1,5 @@
 """Alerts as Prefect events, read back from a real Prefect server, and the
-automation in the README working end to end on that server."""
+automation in docs/alerts.md working end to end on that server."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from judgeflow.alerts.notify import Notifier, prefect_api_available
 from tests.alerts.helpers import add_results, make_settings, migrated
 from tests.support.webhook_receiver import WebhookReceiver
 
-DOCS = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
 PLACEHOLDER = "00000000-0000-0000-0000-000000000000"
 
 
