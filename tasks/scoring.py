@@ -439,7 +439,7 @@ def _copied(work: TraceWork, source: dict, metrics: dict, flow_run_id: str | Non
             ) -> tuple[dict, ScoreOutcome]:
     row = reuse.copied_row(work, source, threshold=metrics[work.metric].effective_threshold,
                            flow_run_id=flow_run_id, digest=digest)
-    row["segment"] = getattr(work, "segment", None)  # this trace's own alert segment, not the source's
+    row["segment"] = work.segment  # this trace's own alert segment, not the source's
     row = _storable(row)
     return row, ScoreOutcome(
         trace_id=work.trace_id, metric=work.metric, status=row["status"], score=row["score"],
