@@ -29,7 +29,7 @@ from judgeflow.db.source import SourceTable
 from judgeflow.db.unusable import describe as describe_unusable
 from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
-from judgeflow.settings import Settings, load_settings
+from judgeflow.settings import Settings, run_settings
 from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs, count_pending_work
 from judgeflow.tasks import reuse
 from judgeflow.tasks.database import ensure_schema
@@ -53,13 +53,6 @@ MAX_THREADS = 128
 
 def _run_name() -> str:
     return f"score-{datetime.now(timezone.utc):%Y-%m-%dT%H:%M}"
-
-
-def run_settings(*, max_concurrency: int | None, judge_processes: int | None, **more) -> Settings:
-    """The settings of a run: the environment's, with the run's parameters on top
-    (a parameter left None keeps the setting)."""
-    overrides = {"max_concurrency": max_concurrency, "judge_processes": judge_processes, **more}
-    return load_settings(**{k: v for k, v in overrides.items() if v is not None})
 
 
 def _retry_delays(settings: Settings) -> list[float]:

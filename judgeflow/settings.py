@@ -49,10 +49,11 @@ class Settings(BaseSettings):
     judge_backoff_max_s: float = Field(30.0, ge=0)
     judge_max_repairs: int = Field(2, ge=0, description="re-asks after an invalid reply")
     max_concurrency: int = Field(8, ge=1, description="judge calls in flight per scoring run (per process)")
-    judge_processes: int = Field(
-        1, ge=1, le=32,
-        description="worker processes making the judge calls of a run (litellm costs ~5 ms of CPU per call, "
-        "so one process tops out at one core); max_concurrency is shared between them",
+    judge_processes: int | None = Field(
+        None, ge=1, le=32,
+        description="worker processes making the judge calls of a run (litellm costs ~4 ms of CPU per call, "
+        "so one process tops out at one core); max_concurrency is shared between them. Unset: one per core, "
+        "at most 4 (1 on a one-core machine: the calls stay in the run's process)",
     )
 
     # --- judge spend -----------------------------------------------------
@@ -250,3 +251,11 @@ def load_settings(**overrides) -> Settings:
     register_settings(settings)
     install_log_scrubbing()
     return settings
+
+
+def run_settings(*, max_concurrency: int | None = None, judge_processes: int | None = None, **more) -> Settings:
+    """The settings of a run: the environment's, with the run's parameters on top
+    (a parameter left None keeps the setting). The CLI and the flows both call
+    it, so the judge the CLI starts early is the one the flow finds."""
+    overrides = {"max_concurrency": max_concurrency, "judge_processes": judge_processes, **more}
+    return load_settings(**{k: v for k, v in overrides.items() if v is not None})

@@ -51,7 +51,7 @@ from judgeflow.errors import (
     PermanentJudgeError,
     TransientJudgeError,
 )
-from judgeflow.judge.factory import build_judge
+from judgeflow.judge.factory import build_judge, build_started_judge
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
@@ -98,10 +98,7 @@ def start_judge(settings: Settings) -> str:
     seconds, in the run's process or in each judge worker. Never fails the run:
     a judge that cannot be built fails the pairs' tasks, which record why."""
     try:
-        judge = build_judge(settings)
-        start = getattr(judge, "start", None)
-        if start is not None:
-            start()
+        judge = build_started_judge(settings)  # `judgeflow score` may have started it: then it is that (cached) judge
     except Exception as error:  # reported by every pair it would have scored
         log.warning("the judge could not be started ahead of the run: %s", error)
         return "not started"

@@ -109,6 +109,9 @@ def judgeflow_env(monkeypatch, database_url, judge_server, tmp_path):
         "JUDGEFLOW_JUDGE_BACKOFF_MAX_S": "0.5",
         "JUDGEFLOW_TASK_RETRY_DELAY_S": "0.1",
         "JUDGEFLOW_HOME": str(tmp_path / "home"),
+        # judge calls in the run's process: each judge worker process imports
+        # litellm (~3 s of CPU); the tests of the default (one per core) opt out
+        "JUDGEFLOW_JUDGE_PROCESSES": "1",
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)

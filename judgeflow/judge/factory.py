@@ -3,14 +3,17 @@
 ``offline`` / ``offline/...`` selects the key-less offline judge; anything else
 is a litellm model string. LiteLLM judges are cached per process so that every
 caller with the same configuration shares one instance, and therefore one
-bound on calls in flight (``max_concurrency``). With ``judge_processes`` > 1
-the judge is a :class:`~judgeflow.judge.process_pool.JudgeProcessPool` whose
-workers each hold a litellm judge. The judge modules are imported lazily: an
-offline run never imports litellm.
+bound on calls in flight (``max_concurrency``). With more than one judge
+process (:func:`judge_process_count`: ``JUDGEFLOW_JUDGE_PROCESSES``, unset: one
+per core, at most 4) the judge is a
+:class:`~judgeflow.judge.process_pool.JudgeProcessPool` whose workers each hold
+a litellm judge, and the run's own process never imports litellm. The judge
+modules are imported lazily: an offline run never imports litellm.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import TYPE_CHECKING
 
@@ -23,8 +26,31 @@ _cache: dict[tuple, Judge] = {}
 _lock = threading.Lock()
 
 
+# More workers than this buy nothing at the concurrency one run allows (one
+# worker keeps ~200 calls/s in flight) and each costs ~150 MB.
+MAX_DEFAULT_JUDGE_PROCESSES = 4
+
+
 def is_offline_model(model: str) -> bool:
     return model == "offline" or model.startswith("offline/")
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # what this process may run on (containers, taskset)
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def judge_process_count(settings: "Settings") -> int:
+    """How many processes make a run's litellm judge calls: the setting, else one
+    per core up to :data:`MAX_DEFAULT_JUDGE_PROCESSES`. 1 keeps the calls in the
+    run's process. Why more than one by default: litellm spends ~4 ms of CPU per
+    call and Python runs it on one core, so a 200 ms judge with 64 calls in flight
+    (320 calls/s) needs more than a core of litellm alone."""
+    if settings.judge_processes is not None:
+        return settings.judge_processes
+    return max(1, min(MAX_DEFAULT_JUDGE_PROCESSES, usable_cores()))
 
 
 def _key(settings: "Settings") -> tuple:
@@ -38,7 +64,7 @@ def _key(settings: "Settings") -> tuple:
         float(settings.judge_backoff_base_s),
         float(settings.judge_backoff_max_s),
         int(settings.max_concurrency),
-        int(settings.judge_processes),
+        judge_process_count(settings),
         settings.judge_input_cost_per_mtok,
         settings.judge_output_cost_per_mtok,
     )
@@ -55,16 +81,29 @@ def build_judge(settings: "Settings") -> Judge:
     with _lock:
         judge = _cache.get(key)
         if judge is None:
-            if settings.judge_processes > 1:
+            processes = judge_process_count(settings)
+            if processes > 1:
                 from judgeflow.judge.process_pool import JudgeProcessPool
 
-                judge = JudgeProcessPool(settings)
+                judge = JudgeProcessPool(settings, processes)
             else:
                 from judgeflow.judge.litellm_judge import LiteLLMJudge
 
                 judge = LiteLLMJudge.from_settings(settings)
             _cache[key] = judge
         return judge
+
+
+def build_started_judge(settings: "Settings") -> Judge:
+    """The run's judge, built now, with its worker processes (if any) started:
+    each imports litellm (~3 s of CPU), which then overlaps whatever the caller
+    does next (the CLI imports Prefect and creates the flow run meanwhile).
+    Does not wait for them."""
+    judge = build_judge(settings)
+    start = getattr(judge, "start", None)
+    if start is not None:
+        start()
+    return judge
 
 
 def clear_judge_cache() -> None:

@@ -61,6 +61,13 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# OpenAI and OpenAI-compatible models through litellm's own HTTP handler rather
+# than the OpenAI SDK's client: the SDK re-validates every request body against
+# its typed schema (~20% of a call's CPU) and the whole call costs ~35% less CPU
+# this way (2.6-3.5 ms against 4.2-5.6 ms, bench/ on 2 cores). Errors, headers
+# and Retry-After reach this adapter the same way (tests/judge cover both
+# paths). Set it to false in the environment to go back to the SDK.
+os.environ.setdefault("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "true")
 
 import asyncio  # noqa: E402
 import functools  # noqa: E402
@@ -262,6 +269,12 @@ def _translate(exc: Exception, *, model: str, api_key: str | tuple[str, ...] | N
         status is not None and 400 <= status < 500
     ):
         return _tag(TransientJudgeError(f"{where}: connection failed: {_detail(exc, api_key)}"), status, exc)
+    if status is not None and 200 <= status < 300:
+        # a 200 whose body is not a chat completion (an HTML error page from a
+        # proxy, a truncated body): litellm's own HTTP handler reports it this way
+        return _tag(TransientJudgeError(
+            f"{where}: unreadable response body (HTTP {status}): {_detail(exc, api_key)}"
+        ), status, exc)
     if status is not None and (status >= 500 or status in _TRANSIENT_STATUSES):
         retry_after = _retry_after_of(exc)
         return _tag(TransientJudgeError(

@@ -26,6 +26,14 @@ Behaviour:
   :data:`MAX_FAILED_STARTS` times in a row before answering anything (a broken
   environment) is not started again: calls to it fail with
   :class:`~judgeflow.errors.PermanentJudgeError`.
+* **One litellm import.** The first start spawns one worker process, which
+  imports litellm (~3 s of CPU) and then forks the others from itself, each
+  with its own pair of pipes that the pool created: on two cores, two workers
+  importing litellm side by side beside the run's own start-up delayed the
+  first judge call by ~2 s. A worker started later (one replacing a dead
+  worker) is a fresh process of its own. Forked workers are not children of
+  the run's process: the pool learns their pid from their first frame and
+  sees them exit by the end of their reply pipe.
 * **Workers die with their process.** A worker exits when its stdin closes:
   when the pool is closed (:meth:`JudgeProcessPool.close`; at the latest at
   exit) or when the process that started it is killed. The pool is cached per
@@ -43,10 +51,13 @@ import asyncio
 import atexit
 import itertools
 import logging
+import os
+import signal
 import struct
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import Future, InvalidStateError
 from typing import IO, TYPE_CHECKING, Any
 
@@ -67,6 +78,7 @@ _HEADER = struct.Struct(">I")
 _CLOSE_WAIT_S = 10.0
 WORKER_COMMAND = (sys.executable, "-m", "judgeflow.judge.worker")
 MAX_FAILED_STARTS = 3  # workers in a row that died before answering anything
+HELLO = -1  # call id of a worker's first frame: (HELLO, True, its pid), once it can take calls
 
 
 # --------------------------------------------------------------------------
@@ -137,6 +149,35 @@ def split_concurrency(total: int, processes: int) -> list[int]:
 # --------------------------------------------------------------------------
 
 
+class _ForkedProcess:
+    """A worker forked by another worker: the part of ``subprocess.Popen`` the
+    pool uses, kept through the worker's pipes, since it is not our child (no
+    exit code: it is reaped by the worker that forked it)."""
+
+    def __init__(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
+        self.stdin, self.stdout = stdin, stdout
+        self.pid: int | None = None  # from its hello frame
+        self._gone = threading.Event()
+
+    def saw_exit(self) -> None:
+        self._gone.set()
+
+    def poll(self) -> int | None:
+        return None if not self._gone.is_set() else -1
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        if not self._gone.wait(timeout):
+            raise subprocess.TimeoutExpired("judge worker", timeout or 0)
+        return None  # unknown
+
+    def kill(self) -> None:
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 class _Worker:
     """One worker slot: its current process, restarted on the next call after it died."""
 
@@ -162,20 +203,47 @@ class _Worker:
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
 
-    def _start(self) -> None:
+    def _start(self, forks: list[tuple[int, int]] | None = None) -> None:
+        """Start a worker process; ``forks``: (request read fd, reply write fd)
+        pairs, one per further worker it forks after importing litellm."""
+        argv = list(WORKER_COMMAND)
+        if forks:
+            argv += ["--fork", ",".join(f"{r}:{w}" for r, w in forks)]
         # -m with this interpreter: the child imports judgeflow from the same
         # environment; its stderr is ours, so its log lines reach the run's log.
         proc = subprocess.Popen(
-            list(WORKER_COMMAND),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
+            pass_fds=[fd for pair in forks or () for fd in pair],
         )
+        self._adopt(proc)
+        write_frame(proc.stdin, self._settings)
+
+    def _adopt(self, proc: "subprocess.Popen | _ForkedProcess") -> None:
         self.starts += 1
         self._proc, self._pending = proc, {}
         # the reader first: if the worker dies before taking its settings, the
         # reader sees it exit and counts a failed start
         threading.Thread(target=self._read_replies, args=(proc, self._pending),
                          name=f"judgeflow-judge-worker-{self.index}", daemon=True).start()
-        write_frame(proc.stdin, self._settings)
+
+    def start_with_forks(self, others: list["_Worker"]) -> None:
+        """Start this slot's process, which forks one worker for each of ``others``."""
+        with self._lock:
+            if self._proc is not None and self._proc.poll() is None:
+                return
+            pipes = [(os.pipe(), os.pipe()) for _ in others]  # (requests, replies) per forked worker
+            try:
+                self._start(forks=[(requests[0], replies[1]) for requests, replies in pipes])
+            finally:
+                for requests, replies in pipes:  # the started process holds the child ends now
+                    os.close(requests[0])
+                    os.close(replies[1])
+        for other, (requests, replies) in zip(others, pipes):
+            other.adopt_forked(_ForkedProcess(os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb")))
+
+    def adopt_forked(self, proc: _ForkedProcess) -> None:
+        with self._lock:
+            self._adopt(proc)
 
     def _ensure_process(self) -> None:
         """Start a process unless one is running (the caller holds the lock)."""
@@ -214,6 +282,10 @@ class _Worker:
                     if not answered:
                         self.failed_starts = 0
                 answered += 1
+                if call_id == HELLO:
+                    if isinstance(proc, _ForkedProcess):
+                        proc.pid = payload
+                    continue
                 if future is None:  # e.g. its caller was cancelled
                     continue
                 if ok:
@@ -222,7 +294,9 @@ class _Worker:
                     _settle(future, error=decode_error(*payload))
         except (EOFError, OSError, ValueError):
             pass
-        code = proc.wait()
+        if isinstance(proc, _ForkedProcess):
+            proc.saw_exit()
+        code = proc.wait()  # None: a forked worker's code is not ours to know
         with self._lock:
             lost = list(pending.values())
             pending.clear()
@@ -237,20 +311,30 @@ class _Worker:
         for future in lost:
             _settle(future, error=TransientJudgeError(f"judge worker {self.index} exited (code {code})"))
 
-    def close(self) -> None:
+    def hang_up(self) -> "subprocess.Popen | _ForkedProcess | None":
+        """Close the worker's request pipe (it exits when it reads the end);
+        returns its process for :meth:`wait_closed`."""
         with self._lock:
             proc, self._proc = self._proc, None
+        if proc is not None:
+            try:
+                proc.stdin.close()
+            except OSError:
+                pass
+        return proc
+
+    @staticmethod
+    def wait_closed(proc: "subprocess.Popen | _ForkedProcess | None") -> None:
         if proc is None:
             return
-        try:
-            proc.stdin.close()  # a worker exits when its stdin closes
-        except OSError:
-            pass
         try:
             proc.wait(timeout=_CLOSE_WAIT_S)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+    def close(self) -> None:
+        self.wait_closed(self.hang_up())
 
 
 # --------------------------------------------------------------------------
@@ -265,7 +349,10 @@ class JudgeProcessPool:
     litellm."""
 
     def __init__(self, settings: "Settings", processes: int | None = None) -> None:
-        processes = processes or settings.judge_processes
+        if processes is None:
+            from judgeflow.judge.factory import judge_process_count
+
+            processes = judge_process_count(settings)
         shares = split_concurrency(settings.max_concurrency, processes)
         self._model = settings.judge_model
         self.max_concurrency = settings.max_concurrency
@@ -300,11 +387,25 @@ class JudgeProcessPool:
         return f"JudgeProcessPool(model={self._model!r}, processes={self.processes}, max_concurrency={self.max_concurrency})"
 
     def start(self) -> "JudgeProcessPool":
-        """Start every worker (they import litellm in parallel)."""
-        for worker in self._workers:
+        """Start every worker without waiting for them: the first imports
+        litellm and forks the others (see the module doc)."""
+        with self._dispatch_lock:
+            if not self._started:
+                first, *others = self._workers
+                first.start_with_forks(others)
+                self._started = True
+        for worker in self._workers:  # any slot whose worker is gone gets a fresh one
             worker.ensure_started()
-        self._started = True
         return self
+
+    def wait_ready(self, timeout: float = 60.0) -> bool:
+        """Whether every worker said hello (knows its pid) within ``timeout`` s: tests, benchmark."""
+        deadline = time.monotonic() + timeout
+        while None in self.worker_pids():
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.02)
+        return True
 
     def _submit(self, request: JudgeRequest) -> Future:
         if self._closed:
@@ -328,8 +429,10 @@ class JudgeProcessPool:
     def close(self) -> None:
         """Stop the workers (waiting for them, so their CPU time is accounted to this process)."""
         self._closed = True
-        for worker in self._workers:
-            worker.close()
+        # every pipe first: the worker that forked the others waits for them before it exits
+        procs = [worker.hang_up() for worker in self._workers]
+        for proc in procs:
+            _Worker.wait_closed(proc)
         atexit.unregister(self.close)
 
     def __enter__(self) -> "JudgeProcessPool":

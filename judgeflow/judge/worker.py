@@ -1,12 +1,15 @@
 """One judge worker process of :class:`~judgeflow.judge.process_pool.JudgeProcessPool`.
 
-Started as ``python -m judgeflow.judge.worker`` by the pool, never by hand. It
-reads the settings, then ``(call id, JudgeRequest)`` frames from stdin, runs
-each call on its event loop with its own
-:class:`~judgeflow.judge.litellm_judge.LiteLLMJudge` (which bounds its calls
-in flight to its share of ``max_concurrency``) and writes ``(call id, ok,
-reply or error)`` frames to stdout as calls finish, in any order. It exits
-when stdin closes: the run finished or its process died.
+Started as ``python -m judgeflow.judge.worker [--fork R:W,...]`` by the pool,
+never by hand. It imports litellm, reads the settings, forks one more worker
+for each ``R:W`` pair of pipe descriptors the pool passed it (so litellm is
+imported once for all of them), then every process reads ``(call id,
+JudgeRequest)`` frames from its request pipe, runs each call on its event loop
+with its own :class:`~judgeflow.judge.litellm_judge.LiteLLMJudge` (which bounds
+its calls in flight to its share of ``max_concurrency``) and writes ``(call id,
+ok, reply or error)`` frames to its reply pipe as calls finish, in any order,
+after a first ``(HELLO, True, pid)``. Each exits when its request pipe closes:
+the run finished or its process died.
 """
 
 from __future__ import annotations
@@ -15,22 +18,83 @@ import asyncio
 import os
 import sys
 import threading
+import time
+from typing import IO
 
 
-def main() -> int:
+def _fork_pairs(argv: list[str]) -> list[tuple[int, int]]:
+    if len(argv) >= 2 and argv[0] == "--fork":
+        return [(int(r), int(w)) for r, w in (pair.split(":") for pair in argv[1].split(","))]
+    return []
+
+
+def _fork_workers(
+    forks: list[tuple[int, int]], requests: IO[bytes], replies: IO[bytes]
+) -> tuple[IO[bytes], IO[bytes], list[int]]:
+    """Fork a worker per pair; returns the pipes this process serves (its own,
+    or in a forked worker, its pair's) and the pids it forked. Called before
+    any thread or event loop exists, so forking is safe."""
+    children: list[int] = []
+    for i, (request_fd, reply_fd) in enumerate(forks):
+        pid = os.fork()
+        if pid == 0:
+            # keep only this pair: a pipe end left open here would hide another
+            # worker's exit (or the run's) from the process reading the other end
+            replies.close()
+            devnull = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(devnull, requests.fileno())
+            os.close(devnull)
+            for later_request, later_reply in forks[i + 1:]:
+                os.close(later_request)
+                os.close(later_reply)
+            return os.fdopen(request_fd, "rb"), os.fdopen(reply_fd, "wb"), []
+        children.append(pid)
+        os.close(request_fd)
+        os.close(reply_fd)
+    return requests, replies, children
+
+
+def _reap(children: list[int], timeout_s: float) -> None:
+    """Wait for the workers this process forked (they exit when the run closes
+    their pipes, as this one did): reaped here, their CPU time is counted in
+    this process's children, and so in the run's."""
+    deadline = time.monotonic() + timeout_s
+    waiting = set(children)
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                waiting.discard(pid)
+        if waiting:
+            time.sleep(0.02)
+
+
+def main(argv: list[str] | None = None) -> int:
+    forks = _fork_pairs(sys.argv[1:] if argv is None else argv)
     # Keep the reply pipe for frames alone: anything printed (a library's
     # banner, a stray print) goes to stderr instead of corrupting it.
     replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    requests = sys.stdin.buffer
+    requests: IO[bytes] = sys.stdin.buffer
+
+    import gc
 
     from judgeflow.judge.litellm_judge import LiteLLMJudge
-    from judgeflow.judge.process_pool import encode_error, read_frame, write_frame
+    from judgeflow.judge.process_pool import HELLO, encode_error, read_frame, write_frame
+
+    # litellm's import leaves ~1M long-lived objects: out of the collector's
+    # way, each call's garbage collections are cheaper (~5% of a worker's CPU),
+    # and forked workers share those pages instead of copying them
+    gc.freeze()
 
     try:
         settings = read_frame(requests)
     except EOFError:
         return 0
+    requests, replies, children = _fork_workers(forks, requests, replies)
     # the worker never calls load_settings: scrub its stderr (libraries' logs) too
     from judgeflow.scrub import install_log_scrubbing, register_settings
 
@@ -38,6 +102,7 @@ def main() -> int:
     install_log_scrubbing()
     judge = LiteLLMJudge.from_settings(settings)
     loop = asyncio.new_event_loop()
+    write_frame(replies, (HELLO, True, os.getpid()))
 
     async def answer(call_id: int, request) -> None:
         try:
@@ -62,6 +127,7 @@ def main() -> int:
     # Calls still in flight belong to a caller that is gone or closing: leave
     # without unwinding them (or printing warnings about them).
     replies.flush()
+    _reap(children, timeout_s=10.0)
     os._exit(0)
 
 

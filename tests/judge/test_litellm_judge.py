@@ -50,6 +50,19 @@ def server():
         yield srv
 
 
+@pytest.fixture(params=["litellm-http-handler", "openai-sdk"])
+def http_path(request, monkeypatch):
+    """The adapter's default (litellm's own HTTP handler for OpenAI models) and
+    the OpenAI SDK path a user gets back with the switch set to false: replies,
+    errors and Retry-After must reach the adapter the same way on both."""
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER",
+                       "true" if request.param == "litellm-http-handler" else "false")
+    return request.param
+
+
+both_http_paths = pytest.mark.usefixtures("http_path")
+
+
 def make_judge(server: JudgeServer, **kwargs) -> LiteLLMJudge:
     opts = dict(api_base=server.url, api_key=API_KEY, timeout_s=5, max_retries=2,
                 backoff_base_s=0.01, backoff_max_s=0.05)
@@ -135,6 +148,7 @@ def test_cost_helper_prices_a_known_model_without_network():
 # --------------------------------------------------------------------------
 
 
+@both_http_paths
 def test_success_reply_tokens_cost_latency(server):
     judge = make_judge(server)
     reply = judge.complete(opinions_request())
@@ -160,11 +174,13 @@ def test_null_content_is_an_empty_string(server):
     assert make_judge(server).complete(opinions_request()).content == ""
 
 
+@both_http_paths
 def test_garbage_content_is_returned_verbatim(server):
     server.script(Reply(content="Sure! Here's my analysis..."))
     assert make_judge(server).complete(opinions_request()).content == "Sure! Here's my analysis..."
 
 
+@both_http_paths
 def test_429_retry_after_is_honoured_then_success(server):
     server.script(error_reply(429, "Rate limit reached", headers={"Retry-After": "2"}))
     judge = make_judge(server, backoff_base_s=0.01, backoff_max_s=0.02)
@@ -185,6 +201,7 @@ def test_500_then_success_makes_exactly_two_requests(server):
     assert server.calls() == 2  # no hidden retries inside litellm or the OpenAI client
 
 
+@both_http_paths
 def test_persistent_500_gives_up_after_one_plus_max_retries(server):
     server.responder = lambda req: error_reply(500, "boom")
     judge = make_judge(server, max_retries=3)
@@ -195,6 +212,7 @@ def test_persistent_500_gives_up_after_one_plus_max_retries(server):
     assert info.value.retry_after_s is None
 
 
+@both_http_paths
 def test_persistent_429_carries_retry_after(server):
     server.responder = lambda req: error_reply(429, "slow down", headers={"Retry-After": "0.1"})
     with pytest.raises(TransientJudgeError) as info:
@@ -214,6 +232,7 @@ def test_retry_after_beyond_cap_gives_up_at_once(server):
     assert info.value.retry_after_s == float(big)
 
 
+@both_http_paths
 def test_503_and_malformed_200_are_transient(server):
     server.script(error_reply(503, "overloaded"), Reply(status=200, body="<html>not json</html>"))
     reply = make_judge(server).complete(opinions_request())
@@ -221,6 +240,7 @@ def test_503_and_malformed_200_are_transient(server):
     assert reply.content
 
 
+@both_http_paths
 @pytest.mark.parametrize(
     "reply, needle",
     [
@@ -245,6 +265,7 @@ def test_permanent_errors_after_exactly_one_request(server, reply, needle):
     assert API_KEY not in repr(info.value)
 
 
+@both_http_paths
 def test_api_key_is_scrubbed_from_transient_messages(server):
     server.responder = lambda req: error_reply(500, f"upstream said Bearer {API_KEY} and sk-abcdef123456789")
     with pytest.raises(TransientJudgeError) as info:
@@ -253,6 +274,7 @@ def test_api_key_is_scrubbed_from_transient_messages(server):
     assert API_KEY not in rendered and "sk-abcdef123456789" not in rendered
 
 
+@both_http_paths
 def test_stall_beyond_timeout_is_retried_then_transient(server):
     server.responder = lambda req: Reply(content='{"opinions": []}', delay_s=20.0)
     judge = make_judge(server, timeout_s=0.4, max_retries=1)
@@ -266,6 +288,7 @@ def test_stall_beyond_timeout_is_retried_then_transient(server):
     assert time.monotonic() - started < 15
 
 
+@both_http_paths
 def test_connection_refused_is_transient():
     judge = LiteLLMJudge(MODEL, api_base="http://127.0.0.1:9/v1", api_key=API_KEY, timeout_s=2,
                          max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01)
@@ -330,6 +353,7 @@ async def test_acomplete_retries_and_respects_the_bound(server):
     assert server.max_in_flight <= 2
 
 
+@both_http_paths
 async def test_acomplete_translates_errors(server):
     server.script(error_reply(401, f"bad key {API_KEY}"))
     with pytest.raises(PermanentJudgeError) as info:
@@ -385,7 +409,7 @@ def test_from_settings_and_factory_cache(server):
 
     clear_judge_cache()
     settings = Settings(judge_model=MODEL, judge_api_base=server.url, judge_api_key=API_KEY,
-                        judge_timeout_s=5, judge_max_retries=1, max_concurrency=3)
+                        judge_timeout_s=5, judge_max_retries=1, max_concurrency=3, judge_processes=1)
     judge = build_judge(settings)
     assert isinstance(judge, LiteLLMJudge)
     assert judge.model == MODEL and judge.max_concurrency == 3 and judge.max_retries == 1

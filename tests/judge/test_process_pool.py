@@ -162,6 +162,7 @@ def test_errors_raised_in_a_worker_reach_the_caller_as_judgeflow_errors(pooled):
 
 def test_closing_the_pool_stops_its_workers(server):
     pool = JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)).start()
+    assert pool.wait_ready()  # a forked worker tells its pid once forked
     pids = pool.worker_pids()
     assert len(set(pids)) == 2 and all(pids)
     pool.close()

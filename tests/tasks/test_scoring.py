@@ -16,6 +16,7 @@ def test_start_judge_starts_the_judge_workers_without_calling_the_judge(judge_se
         described = start_judge.fn(settings)
         pool = build_judge(settings)
         assert isinstance(pool, JudgeProcessPool) and described == repr(pool)
+        assert pool.wait_ready()  # the second worker is forked by the first, after its litellm import
         assert all(pool.worker_pids()) and len(set(pool.worker_pids())) == 2
         assert judge_server.calls() == 0
     finally:
@@ -28,5 +29,5 @@ def test_start_judge_never_fails_the_run(monkeypatch):
     def broken(settings):
         raise RuntimeError("cannot build")
 
-    monkeypatch.setattr(scoring, "build_judge", broken)
+    monkeypatch.setattr(scoring, "build_started_judge", broken)
     assert start_judge.fn(Settings(judge_model="openai/x")) == "not started"
