@@ -103,7 +103,7 @@ def run_peer(stack: Stack, *, traces: int, concurrency: int, out: Path) -> tuple
     """judgeflow's default ``judgeflow score`` and deepeval evaluate() on the
     same traces, judge and concurrency. Returns both measurements."""
     case = Case(f"peer: 200 ms judge, {concurrency} in flight", traces, latency_s=0.2, jitter_s=0.05,
-                concurrency=concurrency, fanout="default")
+                concurrency=concurrency, fanout="default", judge_processes=None)
     ours = run_case(stack, case, out=out)
     with JudgeProcess(latency_mean=0.2, latency_jitter=0.05) as judge:
         peer = time_deepeval(judge, traces, concurrency, log=out / "peer-deepeval.log")

@@ -48,7 +48,8 @@ class Case:
     judge_model: str = "openai/gpt-4o-mini"
     faults: dict[str, float] = field(default_factory=dict)
     fanout: str = "batch"  # judgeflow score --fanout: "batch" (a task per batch), "pair" (per pair), "default" (none)
-    judge_processes: int = 1  # judgeflow score --judge-processes: worker processes making the judge calls
+    # judgeflow score --judge-processes: worker processes making the judge calls (None: its default)
+    judge_processes: int | None = 1
 
 
 @dataclass
@@ -91,7 +92,7 @@ class Result:
         ideal = self.ideal_s
         return {
             "case": c.name,
-            "fan-out": c.fanout + (f", {c.judge_processes} judge processes" if c.judge_processes > 1 else ""),
+            "fan-out": c.fanout + (f", {c.judge_processes} judge processes" if (c.judge_processes or 1) > 1 else ""),
             "traces": str(self.traces),
             "judge calls/trace": f"{self.calls / max(self.traces, 1):.2f}",
             "in flight max (mean)": f"{c.concurrency * c.processes} ({self.stats.get('mean_in_flight', 0):.1f})",
@@ -135,8 +136,9 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
     stack.migrate(url)
     with JudgeProcess(latency_mean=case.latency_s, latency_jitter=case.jitter_s, faults=case.faults) as judge:
         env = stack.score_env(url, judge.url, JUDGEFLOW_JUDGE_MODEL=case.judge_model)
-        args = ["--batch-size", str(case.batch_size), "--max-concurrency", str(case.concurrency),
-                "--judge-processes", str(case.judge_processes)]
+        args = ["--batch-size", str(case.batch_size), "--max-concurrency", str(case.concurrency)]
+        if case.judge_processes is not None:
+            args += ["--judge-processes", str(case.judge_processes)]
         if case.fanout != "default":  # "default": whatever `judgeflow score` does without --fanout
             args += ["--fanout", case.fanout]
         stack.prefect.wait_idle()  # a previous case's events must not be processed during this one

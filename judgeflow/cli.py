@@ -83,7 +83,8 @@ def score(
         "2 task runs per 100 pairs); 'pair': a Prefect task per (trace, metric)"
     ),
     judge_processes: Optional[int] = typer.Option(
-        None, help="worker processes making judge calls, e.g. one per core (default JUDGEFLOW_JUDGE_PROCESSES)"
+        None, help="worker processes making judge calls (default JUDGEFLOW_JUDGE_PROCESSES, else one per core, "
+        "at most 4; 1: in this process)"
     ),
     settle_delay: Optional[str] = typer.Option(
         None, help="only score traces older than this, e.g. 10m (default JUDGEFLOW_SETTLE_DELAY, else 0)"

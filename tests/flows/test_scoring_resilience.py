@@ -290,8 +290,9 @@ def test_database_going_away_mid_run_loses_nothing(prefect_server, judgeflow_env
 
 
 def _judge_workers(parent: int) -> list[int]:
-    """PIDs of the judge worker processes started by ``parent``."""
-    found = []
+    """PIDs of the judge worker processes of the run ``parent``: the one it
+    started, then those that one forked (a fork keeps its command line)."""
+    children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -300,9 +301,10 @@ def _judge_workers(parent: int) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == parent and b"judgeflow.judge.worker" in cmdline:
-            found.append(int(entry.name))
-    return found
+        if b"judgeflow.judge.worker" in cmdline:
+            children.setdefault(ppid, []).append(int(entry.name))
+    started = children.get(parent, [])
+    return started + [pid for first in started for pid in children.get(first, [])]
 
 
 def test_a_judge_worker_killed_mid_run_costs_retries_not_results(prefect_server, judgeflow_env, db, judge_server):

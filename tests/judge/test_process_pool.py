@@ -160,6 +160,30 @@ def test_errors_raised_in_a_worker_reach_the_caller_as_judgeflow_errors(pooled):
     assert pool.complete(opinions_request()).content == '{"opinions": ["fine"]}'
 
 
+def _parent_pid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_litellm_is_imported_once_the_first_worker_forks_the_others(server):
+    with JudgeProcessPool(pool_settings(server, max_concurrency=3, judge_processes=3)) as pool:
+        pool.start()
+        assert pool.wait_ready()
+        first, *forked = pool.worker_pids()
+        assert _parent_pid(first) == os.getpid()
+        assert all(_parent_pid(pid) == first for pid in forked), "not forked by the first worker"
+        assert pool.worker_starts() == [1, 1, 1]
+
+        # the worker that forked the others dies: they keep answering, and it alone is replaced
+        os.kill(first, signal.SIGKILL)
+        assert _wait_gone(first)
+        for _ in range(6):
+            assert pool.complete(opinions_request()).content
+        assert all(_alive(pid) for pid in forked)
+        assert pool.worker_starts() == [2, 1, 1]
+        assert pool.calls_per_worker()[1] > 0 and pool.calls_per_worker()[2] > 0
+
+
 def test_closing_the_pool_stops_its_workers(server):
     pool = JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)).start()
     assert pool.wait_ready()  # a forked worker tells its pid once forked
@@ -263,3 +287,15 @@ def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(se
         assert "failed to start 3 times" in str(errors[-1]) and "exit code 3" in str(errors[-1])
         assert all(isinstance(e, TransientJudgeError) for e in errors[:-1]) and len(errors) >= 4
         assert server.calls() == 0
+
+
+def test_judge_processes_default_to_one_per_core_at_most_four(monkeypatch):
+    import judgeflow.judge.factory as factory
+
+    unset = Settings(judge_model=MODEL)
+    assert unset.judge_processes is None
+    for cores, expected in [(1, 1), (2, 2), (3, 3), (16, factory.MAX_DEFAULT_JUDGE_PROCESSES)]:
+        monkeypatch.setattr(factory, "usable_cores", lambda cores=cores: cores)
+        assert factory.judge_process_count(unset) == expected
+    assert factory.judge_process_count(Settings(judge_model=MODEL, judge_processes=1)) == 1  # set: as set
+    assert factory.judge_process_count(Settings(judge_model=MODEL, judge_processes=6)) == 6

@@ -167,3 +167,62 @@ def test_every_page_an_error_points_to_exists():
     repo = Path(__file__).resolve().parents[2]
     for page in set(DOCS_PAGES.values()):
         assert (repo / page).is_file(), page
+
+
+# A `judgeflow score` as users run it, in its own process: which modules the run's
+# process holds when its judge workers start, and after the run.
+_SCORE_AND_REPORT = """
+import json, sys
+import judgeflow.judge.process_pool as process_pool
+seen = {}
+_start = process_pool.JudgeProcessPool.start
+def start(self):
+    seen.setdefault("prefect_imported_when_workers_started", "prefect" in sys.modules)
+    seen["processes"] = self.processes
+    return _start(self)
+process_pool.JudgeProcessPool.start = start
+from judgeflow.cli import app
+try:
+    app(["score", "--no-alerts"], standalone_mode=False)
+finally:
+    from judgeflow.judge.factory import _cache
+    (pool,) = _cache.values()
+    seen["calls_per_worker"] = pool.calls_per_worker()
+    seen["litellm_imported_by_the_run"] = "litellm" in sys.modules
+    print("REPORT " + json.dumps(seen), flush=True)
+"""
+
+
+def test_score_by_default_judges_in_worker_processes_started_before_prefect(
+    judgeflow_env, db, prefect_server, judge_server
+):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from judgeflow.judge.factory import MAX_DEFAULT_JUDGE_PROCESSES, usable_cores
+    from tests.support.traces import first_step_calls, results
+
+    expected = min(MAX_DEFAULT_JUDGE_PROCESSES, usable_cores())
+    if expected < 2:
+        import pytest
+
+        pytest.skip("one usable core: the default keeps the judge calls in the run's process")
+    insert_traces(db, [scripted_trace(i)[0] for i in range(30)])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}
+    env.update({k: v for k, v in judgeflow_env.items() if k != "JUDGEFLOW_JUDGE_PROCESSES"}, PREFECT_API_URL=prefect_server)
+    done = subprocess.run([sys.executable, "-c", _SCORE_AND_REPORT], env=env, cwd=os.getcwd(),
+                          capture_output=True, text=True, timeout=300)
+    report_lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and report_lines, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(report_lines[0][len("REPORT "):])
+
+    assert report["processes"] == expected
+    assert report["prefect_imported_when_workers_started"] is False  # litellm's import overlapped Prefect's start
+    assert report["litellm_imported_by_the_run"] is False
+    assert all(n > 0 for n in report["calls_per_worker"]), report  # the forked workers took calls too
+    assert sum(report["calls_per_worker"]) == judge_server.calls()
+    assert len(results(db)) == 60 and {r["status"] for r in results(db).values()} == {"scored"}
+    assert set(first_step_calls(judge_server).values()) == {1}  # each (trace, metric) reached the judge once
+    assert "Traceback" not in done.stdout + done.stderr
