@@ -21,6 +21,8 @@ Cases (``--case``, repeatable; default: all):
 * ``peer``      side by side with deepeval evaluate() (ToxicityMetric + HallucinationMetric) on
                 the same traces, 200 ms judge and 64 calls in flight; judgeflow with its defaults
                 (needs the ``peer`` extra: ``pip install -e '.[peer]'``; not in the default set)
+* ``ceiling``   the same judge calls straight through judgeflow's judge, nothing else running:
+                what litellm's CPU per call allows on this machine (not in the default set)
 * ``backlog``   1k / 10k / 100k traces in the source: claim time per batch, plans, memory
 * ``scaleout``  1, 2, 4 processes at once on one backlog, 200 ms judge
 
@@ -116,8 +118,8 @@ def machine(stack: Stack | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", action="append", choices=[*ALL, "custom", "peer"],
-                        help="default: all but custom and peer")
+    parser.add_argument("--case", action="append", choices=[*ALL, "custom", "peer", "ceiling"],
+                        help="default: all but custom, peer and ceiling")
     parser.add_argument("--peer-traces", type=int, default=400, help="peer: traces (default %(default)s)")
     parser.add_argument("--peer-concurrency", type=int, default=64, help="peer: calls in flight (default %(default)s)")
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
@@ -219,6 +221,17 @@ def main(argv: list[str] | None = None) -> int:
                     f"({peer.wall_s:.1f} s / {ours.wall_s:.1f} s); per judge call "
                     f"{(peer.wall_s / max(peer.calls, 1)) / (ours.wall_s / max(ours.calls, 1)):.1f}x. "
                     f"judgeflow rows: {ours.rows}")
+        if "ceiling" in cases:
+            from bench.ceiling import measure
+            from judgeflow.judge.factory import judge_process_count
+            from judgeflow.settings import Settings
+
+            default = judge_process_count(Settings(_env_file=None))
+            ceilings = [measure(n, concurrency=args.peer_concurrency, calls=round(args.peer_traces * 3.5))
+                        for n in sorted({1, default}) for _ in range(args.repeat)]
+            say(f"\n## What litellm alone allows ({args.peer_concurrency} calls in flight, 200 ms judge, "
+                "no Prefect, no database, workers warm)\n")
+            say(markdown_table([c.row() for c in ceilings]))
         if "backlog" in cases:
             sizes = [1000, 10000] if args.quick else [1000, 10000, 100000]
             backlog = run_backlog(stack, sizes, out=out, limit=200 if args.quick else 500)
