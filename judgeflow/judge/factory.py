@@ -13,6 +13,7 @@ modules are imported lazily: an offline run never imports litellm.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from typing import TYPE_CHECKING
@@ -35,11 +36,30 @@ def is_offline_model(model: str) -> bool:
     return model == "offline" or model.startswith("offline/")
 
 
+CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
+
+
+def cpu_quota_cores(path: str = CGROUP_CPU_MAX) -> int | None:
+    """Cores' worth of CPU time a cgroup v2 quota allows ("200000 100000" -> 2),
+    or None without one. Kubernetes' CPU limits and `docker run --cpus` set it
+    while every core of the host stays visible."""
+    try:
+        with open(path) as handle:
+            quota, period = handle.read().split()[:2]
+        if quota == "max":
+            return None
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        return None
+
+
 def usable_cores() -> int:
     try:
-        return len(os.sched_getaffinity(0))  # what this process may run on (containers, taskset)
+        cores = len(os.sched_getaffinity(0))  # what this process may run on (taskset, cpusets)
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cpu_quota_cores()
+    return min(cores, quota) if quota else cores
 
 
 def judge_process_count(settings: "Settings") -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import sys
 import threading
 import time
@@ -73,6 +74,10 @@ def _reap(children: list[int], timeout_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Ctrl-C reaches the whole process group: the run handles it and closes the
+    # workers' pipes, which ends them; a KeyboardInterrupt here would only print
+    # a traceback per worker over the run's own message
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     forks = _fork_pairs(sys.argv[1:] if argv is None else argv)
     # Keep the reply pipe for frames alone: anything printed (a library's
     # banner, a stray print) goes to stderr instead of corrupting it.

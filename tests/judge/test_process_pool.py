@@ -299,3 +299,28 @@ def test_judge_processes_default_to_one_per_core_at_most_four(monkeypatch):
         assert factory.judge_process_count(unset) == expected
     assert factory.judge_process_count(Settings(judge_model=MODEL, judge_processes=1)) == 1  # set: as set
     assert factory.judge_process_count(Settings(judge_model=MODEL, judge_processes=6)) == 6
+
+
+@pytest.mark.parametrize("content, cores", [("max 100000\n", None), ("200000 100000\n", 2),
+                                            ("150000 100000\n", 2), ("50000 100000\n", 1), ("garbage", None)])
+def test_a_cgroup_cpu_quota_caps_the_default(tmp_path, content, cores):
+    from judgeflow.judge.factory import cpu_quota_cores
+
+    cpu_max = tmp_path / "cpu.max"
+    cpu_max.write_text(content)
+    assert cpu_quota_cores(str(cpu_max)) == cores
+    assert cpu_quota_cores(str(tmp_path / "missing")) is None
+
+
+def test_workers_ignore_ctrl_c_the_run_ends_them(server):
+    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
+        pool.start()
+        assert pool.wait_ready()
+        pids = pool.worker_pids()
+        for pid in pids:
+            os.kill(pid, signal.SIGINT)
+        time.sleep(0.5)
+        assert all(_alive(pid) for pid in pids)
+        assert pool.complete(opinions_request()).content and pool.complete(opinions_request()).content
+    for pid in pids:
+        assert _wait_gone(pid)
