@@ -34,7 +34,7 @@ class Ceiling:
                 "calls in flight (mean)": f"{self.mean_in_flight:.1f} of {self.concurrency}",
                 "wall s": f"{self.wall_s:.2f}", "ideal s": f"{self.ideal_s:.2f}",
                 "ideal / wall": f"{self.ideal_s / self.wall_s:.0%}",
-                "litellm CPU ms per call": f"{self.cpu_ms_per_call:.2f}"}
+                "CPU ms per call": f"{self.cpu_ms_per_call:.2f}"}
 
 
 def _requests(n: int):

@@ -234,6 +234,11 @@ class _Worker:
             pipes = [(os.pipe(), os.pipe()) for _ in others]  # (requests, replies) per forked worker
             try:
                 self._start(forks=[(requests[0], replies[1]) for requests, replies in pipes])
+            except BaseException:
+                for requests, replies in pipes:  # nobody will use ours either
+                    os.close(requests[1])
+                    os.close(replies[0])
+                raise
             finally:
                 for requests, replies in pipes:  # the started process holds the child ends now
                     os.close(requests[0])
