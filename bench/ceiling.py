@@ -71,11 +71,15 @@ def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency
             pool.wait_ready()
         judge_server.reset()
         pids = pool.worker_pids() if pool else []
-        cpu_before = sum(proc_cpu_s(p) for p in pids) if pool else time.process_time()
+
+        def cpu_s() -> float:  # of whichever processes make the calls
+            return sum(proc_cpu_s(p) for p in pids) if pool else time.process_time()
+
+        cpu_before = cpu_s()
         started = time.monotonic()
         asyncio.run(run(requests))
         wall = time.monotonic() - started
-        cpu = (sum(proc_cpu_s(p) for p in pids) if pool else time.process_time()) - cpu_before
+        cpu = cpu_s() - cpu_before
         stats = judge_server.stats()
         clear_judge_cache()
     return Ceiling(processes=processes, calls=calls, concurrency=concurrency, wall_s=wall,

@@ -338,9 +338,6 @@ class _Worker:
             proc.kill()
             proc.wait()
 
-    def close(self) -> None:
-        self.wait_closed(self.hang_up())
-
 
 # --------------------------------------------------------------------------
 # the pool
