@@ -29,6 +29,7 @@ from pathlib import Path
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import PrefectServerError
+from judgeflow.local_process import pid_alive as _pid_alive, runs_in as _is_our_server
 
 HOST = "127.0.0.1"
 # On a busy 2-core machine the server's first start (imports, sqlite
@@ -46,29 +47,6 @@ def _port_open(port: int) -> bool:
     with socket.socket() as s:
         s.settimeout(0.2)
         return s.connect_ex((HOST, port)) == 0
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # a zombie (exited, not reaped by its parent yet) is not alive
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state != "Z"
-
-
-def _is_our_server(pid: int, base_dir: Path) -> bool:
-    """``pid`` is still the server started in ``base_dir`` (not a reused pid)."""
-    try:
-        return Path(os.readlink(f"/proc/{pid}/cwd")).resolve() == base_dir.resolve()
-    except OSError:
-        return _pid_alive(pid)
 
 
 class LocalPrefectServer:

@@ -64,7 +64,7 @@ from typing import IO, TYPE_CHECKING, Any
 import cloudpickle
 
 from judgeflow import errors
-from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
+from judgeflow.errors import JudgeError, JudgeHostError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeReply, JudgeRequest
 
 if TYPE_CHECKING:
@@ -149,6 +149,27 @@ def split_concurrency(total: int, processes: int) -> list[int]:
 # --------------------------------------------------------------------------
 
 
+def hosted_processes(settings: "Settings", count: int) -> list["_ForkedProcess"]:
+    """``count`` workers forked by the judge host of ``settings.home``
+    (:mod:`judgeflow.judge.host`), each seen through the pipes made here."""
+    from judgeflow.judge import host
+
+    pipes = [(os.pipe(), os.pipe()) for _ in range(count)]  # (requests, replies) per worker
+    try:
+        host.fork_workers(settings.home, [(requests[0], replies[1]) for requests, replies in pipes],
+                          idle_s=settings.judge_host_idle_s)
+    except BaseException:
+        for requests, replies in pipes:
+            os.close(requests[1])
+            os.close(replies[0])
+        raise
+    finally:
+        for requests, replies in pipes:  # the host's workers hold the child ends now
+            os.close(requests[0])
+            os.close(replies[1])
+    return [_ForkedProcess(os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb")) for requests, replies in pipes]
+
+
 class _ForkedProcess:
     """A worker forked by another worker: the part of ``subprocess.Popen`` the
     pool uses, kept through the worker's pipes, since it is not our child (no
@@ -205,7 +226,18 @@ class _Worker:
 
     def _start(self, forks: list[tuple[int, int]] | None = None) -> None:
         """Start a worker process; ``forks``: (request read fd, reply write fd)
-        pairs, one per further worker it forks after importing litellm."""
+        pairs, one per further worker it forks after importing litellm. With
+        the judge host on, one forked by the host instead (a replacement for a
+        dead worker takes milliseconds, not a litellm import)."""
+        if not forks and self._settings.judge_host:
+            try:
+                (proc,) = hosted_processes(self._settings, 1)
+            except (OSError, JudgeHostError) as exc:
+                log.warning("judge host unavailable (%s); judge worker %d starts on its own", exc, self.index)
+            else:
+                self._adopt(proc)
+                write_frame(proc.stdin, self._settings)
+                return
         argv = list(WORKER_COMMAND)
         if forks:
             argv += ["--fork", ",".join(f"{r}:{w}" for r, w in forks)]
@@ -246,9 +278,11 @@ class _Worker:
         for other, (requests, replies) in zip(others, pipes):
             other.adopt_forked(_ForkedProcess(os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb")))
 
-    def adopt_forked(self, proc: _ForkedProcess) -> None:
+    def adopt_forked(self, proc: _ForkedProcess, *, send_settings: bool = False) -> None:
         with self._lock:
             self._adopt(proc)
+            if send_settings:  # a host-forked worker reads its own settings (its concurrency share)
+                write_frame(proc.stdin, self._settings)
 
     def _ensure_process(self) -> None:
         """Start a process unless one is running (the caller holds the lock)."""
@@ -357,6 +391,7 @@ class JudgeProcessPool:
             processes = judge_process_count(settings)
         shares = split_concurrency(settings.max_concurrency, processes)
         self._model = settings.judge_model
+        self._settings = settings
         self.max_concurrency = settings.max_concurrency
         self._workers = [
             _Worker(i, settings.model_copy(update={"max_concurrency": share}))
@@ -393,12 +428,27 @@ class JudgeProcessPool:
         litellm and forks the others (see the module doc)."""
         with self._dispatch_lock:
             if not self._started:
-                first, *others = self._workers
-                first.start_with_forks(others)
+                if not self._start_from_host():
+                    first, *others = self._workers
+                    first.start_with_forks(others)
                 self._started = True
         for worker in self._workers:  # any slot whose worker is gone gets a fresh one
             worker.ensure_started()
         return self
+
+    def _start_from_host(self) -> bool:
+        """Every worker forked by the judge host (one request); False when the
+        host is off or cannot be reached (the caller starts them itself)."""
+        if not self._settings.judge_host:
+            return False
+        try:
+            procs = hosted_processes(self._settings, len(self._workers))
+        except (OSError, JudgeHostError) as exc:
+            log.warning("judge host unavailable (%s); the run starts its judge workers itself", exc)
+            return False
+        for worker, proc in zip(self._workers, procs):
+            worker.adopt_forked(proc, send_settings=True)
+        return True
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Whether every worker said hello (knows its pid) within ``timeout`` s: tests, benchmark."""

@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import gc
 
-    from judgeflow.judge.litellm_judge import LiteLLMJudge
-    from judgeflow.judge.process_pool import HELLO, encode_error, read_frame, write_frame
+    import judgeflow.judge.litellm_judge  # noqa: F401 - litellm's import, once, before forking
+    from judgeflow.judge.process_pool import read_frame
 
     # litellm's import leaves ~1M long-lived objects: out of the collector's
     # way, each call's garbage collections are cheaper (~5% of a worker's CPU),
@@ -100,6 +100,20 @@ def main(argv: list[str] | None = None) -> int:
     except EOFError:
         return 0
     requests, replies, children = _fork_workers(forks, requests, replies)
+    serve(settings, requests, replies)
+    # Calls still in flight belong to a caller that is gone or closing: leave
+    # without unwinding them (or printing warnings about them).
+    _reap(children, timeout_s=10.0)
+    os._exit(0)
+
+
+def serve(settings, requests: IO[bytes], replies: IO[bytes]) -> None:
+    """Answer ``(call id, JudgeRequest)`` frames from ``requests`` on ``replies``
+    until ``requests`` closes (after a first ``(HELLO, True, pid)`` frame). Used
+    by the workers the pool starts and by those the judge host forks."""
+    from judgeflow.judge.litellm_judge import LiteLLMJudge
+    from judgeflow.judge.process_pool import HELLO, encode_error, read_frame, write_frame
+
     # the worker never calls load_settings: scrub its stderr (libraries' logs) too
     from judgeflow.scrub import install_log_scrubbing, register_settings
 
@@ -129,11 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
     threading.Thread(target=read_requests, name="judgeflow-judge-requests", daemon=True).start()
     loop.run_forever()
-    # Calls still in flight belong to a caller that is gone or closing: leave
-    # without unwinding them (or printing warnings about them).
     replies.flush()
-    _reap(children, timeout_s=10.0)
-    os._exit(0)
 
 
 if __name__ == "__main__":

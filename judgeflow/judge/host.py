@@ -1,0 +1,342 @@
+"""The judge host: litellm imported once per machine and home, not once per run.
+
+Importing litellm costs ~3 s of CPU, paid by every run before its first judge
+call (measured: the first call of a 400-trace run waited until ~4 s after the
+process started, a third of the run). The judge host is a process under
+``JUDGEFLOW_HOME/judge-host`` that has imported litellm and forks a judge
+worker (:mod:`judgeflow.judge.worker`) for each worker a run's
+:class:`~judgeflow.judge.process_pool.JudgeProcessPool` asks for; a fork
+takes milliseconds. It lives like the local Prefect server: the first run that
+needs it starts it, later runs reuse it, ``judgeflow stop`` stops it, and it
+exits by itself after ``JUDGEFLOW_JUDGE_HOST_IDLE`` (default 25 h, so a nightly
+schedule finds it warm) without a worker. ``JUDGEFLOW_JUDGE_HOST=false``
+goes back to starting the workers per run.
+
+What a forked worker runs with:
+
+* **the run's environment**, not the host's: the run sends its ``os.environ``
+  and the worker replaces its own with it before it builds a client (proxies,
+  CA bundles, provider keys are read then); its settings (model, key, base
+  URL, concurrency share) come over its request pipe as before;
+* **the run's working directory and import path** (a request names its
+  response format by module);
+* **the run's stderr**: the run passes its stderr descriptor, so litellm's
+  log lines land in the run's log as with a worker the run started;
+* **the same code**: the host records a fingerprint of the interpreter,
+  judgeflow's source files (path, size, mtime), litellm's version and the
+  ``LITELLM_*`` environment litellm reads at import; a run whose fingerprint
+  differs stops that host (its workers finish serving their runs) and starts
+  a new one.
+
+The wire: a run connects to the host's Unix socket (in a 0700 directory) and
+sends one message, ``len + pickle({"env", "pairs"})`` with the descriptors of
+its pipes attached (``SCM_RIGHTS``: request read end, reply write end per
+worker, then its stderr). It does not wait for an answer: a host that is
+still importing litellm accepts later, and the worker's hello frame on its
+reply pipe is the answer. A host that dies first closes the descriptors in
+flight, which the pool sees as a worker that exited before answering (a
+failed start, retried and counted as before).
+
+CPU: forked workers are the host's children, so their CPU time is counted in
+the host's (reaped children), not the run's; ``bench/`` adds it back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from judgeflow.dir_lock import locked
+from judgeflow.errors import JudgeHostError
+from judgeflow.local_process import pid_alive, runs_in
+
+SOCKET_NAME = "host.sock"
+STATE_NAME = "host.json"
+LOG_NAME = "host.log"
+# the host binds its socket before importing litellm; on a busy 2-core machine
+# a Python process has taken seconds to get that far
+START_TIMEOUT_S = 60.0
+_LENGTH = struct.Struct(">I")
+_MAX_FDS = 2 * 32 + 1  # JUDGEFLOW_JUDGE_PROCESSES <= 32 pairs, plus stderr
+# environment names that may hold secrets: not copied into the host's own
+# environment (each worker gets its run's whole environment over the socket)
+_SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "DATABASE_URL", "API_BASE")
+
+
+def host_dir(home: Path) -> Path:
+    return (Path(home) / "judge-host").resolve()
+
+
+# --------------------------------------------------------------------------
+# the run's side
+# --------------------------------------------------------------------------
+
+
+def fingerprint() -> str:
+    """What a forked worker would run: the interpreter, judgeflow's code on disk,
+    litellm's version and the environment litellm reads at import."""
+    from importlib import metadata
+
+    import judgeflow
+    import judgeflow.metrics
+
+    digest = hashlib.sha256(sys.executable.encode())
+    roots = [Path(judgeflow.__file__).parent, *map(Path, judgeflow.metrics.__path__)]
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            stat = path.stat()
+            digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    try:
+        digest.update(metadata.version("litellm").encode())
+    except metadata.PackageNotFoundError:
+        pass
+    for key in sorted(k for k in os.environ if k.startswith(("LITELLM_", "EXPERIMENTAL_OPENAI_"))):
+        digest.update(f"{key}={os.environ[key]}\n".encode())
+    return digest.hexdigest()[:24]
+
+
+def state(home: Path) -> dict | None:
+    """The running host's record (pid, fingerprint, started_at), or None."""
+    directory = host_dir(home)
+    try:
+        record = json.loads((directory / STATE_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    pid = int(record.get("pid", 0))
+    if pid <= 0 or not pid_alive(pid) or not runs_in(pid, directory):
+        return None
+    return record
+
+
+def fork_workers(home: Path, pipes: list[tuple[int, int]], *, idle_s: float) -> None:
+    """Have the host under ``home`` (started or replaced if needed) fork one
+    worker per ``(request read fd, reply write fd)``. Returns once asked; the
+    caller still owns (and should close) its copies of the descriptors."""
+    directory = host_dir(home)
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    wanted = fingerprint()
+    payload = pickle.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path), "pairs": len(pipes)})
+    fds = [fd for pair in pipes for fd in pair] + [2]  # the run's stderr, for the workers' log lines
+    with locked(directory):
+        current = state(home)
+        if current is not None and current.get("fingerprint") != wanted:
+            _terminate(int(current["pid"]))  # its workers finish serving their runs
+            current = None
+        sock = _connect(directory) if current is not None else None
+        if sock is None:
+            _spawn(directory, wanted, idle_s)
+            sock = _connect(directory, wait_s=START_TIMEOUT_S)
+            if sock is None:
+                raise JudgeHostError(f"the judge host did not start; its log is {directory / LOG_NAME}")
+    with sock:
+        socket.send_fds(sock, [_LENGTH.pack(len(payload)) + payload], fds)
+
+
+def stop(home: Path, timeout_s: float = 10.0) -> bool:
+    """Stop the host under ``home``; returns whether one was running. Workers it
+    forked keep serving their runs until those close them."""
+    directory = host_dir(home)
+    if not directory.exists():
+        return False
+    with locked(directory):
+        current = state(home)
+        if current is None:
+            return False
+        _terminate(int(current["pid"]), timeout_s)
+        return True
+
+
+def _connect(directory: Path, wait_s: float = 0.0) -> socket.socket | None:
+    deadline = time.monotonic() + wait_s
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(str(directory / SOCKET_NAME))
+            return sock
+        except OSError:
+            sock.close()
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.02)
+
+
+def _spawn(directory: Path, wanted: str, idle_s: float) -> None:
+    (directory / SOCKET_NAME).unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if not any(word in k.upper() for word in _SECRET_WORDS)}
+    with open(directory / LOG_NAME, "ab") as log:
+        subprocess.Popen(
+            [sys.executable, "-m", "judgeflow.judge.host", "--fingerprint", wanted, "--idle", str(idle_s)],
+            cwd=directory, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            # its own session: it outlives this command and ignores the terminal's Ctrl-C
+            start_new_session=True,
+        )
+
+
+def _terminate(pid: int, timeout_s: float = 10.0) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:  # reap it when this process started it
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            if not pid_alive(pid):
+                return
+            time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------
+# the host process: python -m judgeflow.judge.host
+# --------------------------------------------------------------------------
+
+
+class _Stop(Exception):
+    pass
+
+
+def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
+    data, fds = b"", []
+    while len(data) < _LENGTH.size or len(data) < _LENGTH.size + _LENGTH.unpack(data[:_LENGTH.size])[0]:
+        chunk, more_fds, _, _ = socket.recv_fds(conn, 1 << 16, _MAX_FDS)
+        fds += more_fds
+        if not chunk:
+            for fd in fds:
+                os.close(fd)
+            raise EOFError
+        data += chunk
+    return pickle.loads(data[_LENGTH.size:]), fds
+
+
+def _serve_forked(request_fd: int, reply_fd: int, stderr_fd: int, message: dict) -> None:
+    """In a forked child: become a judge worker of the run that sent ``message``,
+    with what a worker it started itself would have had: its environment,
+    working directory, import path and stderr."""
+    from judgeflow.judge import worker
+    from judgeflow.judge.process_pool import read_frame
+
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.environ.clear()
+    os.environ.update(message["env"])
+    try:
+        os.chdir(message["cwd"])
+    except OSError:
+        pass
+    sys.path[:] = message["path"]
+    os.dup2(stderr_fd, 2)
+    os.dup2(stderr_fd, 1)  # stray prints go to the run's stderr, never into a pipe
+    os.close(stderr_fd)
+    requests, replies = os.fdopen(request_fd, "rb"), os.fdopen(reply_fd, "wb")
+    try:
+        settings = read_frame(requests)
+    except EOFError:
+        os._exit(0)
+    worker.serve(settings, requests, replies)
+    os._exit(0)
+
+
+def _handle(conn: socket.socket, listener: socket.socket) -> list[int]:
+    """Fork a worker per pipe pair of one request; returns their pids."""
+    try:
+        message, fds = _receive(conn)
+    except (EOFError, OSError, ValueError, pickle.UnpicklingError):
+        return []
+    pairs, stderr_fd = fds[:-1], fds[-1]
+    children = []
+    for i in range(0, len(pairs) - 1, 2):
+        pid = os.fork()
+        if pid == 0:
+            try:
+                listener.close()
+                conn.close()
+                for fd in pairs[:i] + pairs[i + 2:]:
+                    os.close(fd)
+                _serve_forked(pairs[i], pairs[i + 1], stderr_fd, message)
+            finally:
+                os._exit(1)
+        children.append(pid)
+    for fd in fds:
+        os.close(fd)
+    return children
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import gc
+    import selectors
+
+    parser = argparse.ArgumentParser(description="judgeflow's judge host (started by judgeflow, not by hand)")
+    parser.add_argument("--fingerprint", required=True)
+    parser.add_argument("--idle", type=float, required=True, help="exit after this many seconds without a worker")
+    args = parser.parse_args(argv)
+    directory = Path.cwd()
+    # Ctrl-C never reaches it (own session); SIGTERM (judgeflow stop, a newer host) ends it
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def on_term(*_):
+        raise _Stop
+
+    signal.signal(signal.SIGTERM, on_term)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = directory / SOCKET_NAME
+    try:
+        # bound before litellm's import: a run can queue its request at once
+        listener.bind(str(path))
+        os.chmod(path, 0o600)
+        listener.listen(64)
+        (directory / STATE_NAME).write_text(json.dumps(
+            {"pid": os.getpid(), "fingerprint": args.fingerprint, "started_at": time.time()}
+        ))
+        import judgeflow.judge.litellm_judge  # noqa: F401 - the point of this process
+        import judgeflow.judge.worker  # noqa: F401
+        import judgeflow.metrics.hallucination.schema  # noqa: F401 - the response formats requests name
+        import judgeflow.metrics.toxicity.schema  # noqa: F401
+
+        # out of the collector's way, and shared copy-on-write with every fork
+        gc.freeze()
+        selector = selectors.DefaultSelector()
+        selector.register(listener, selectors.EVENT_READ)
+        children: set[int] = set()
+        last_busy = time.monotonic()
+        while True:
+            if selector.select(timeout=0.2):
+                conn, _ = listener.accept()
+                with conn:
+                    children.update(_handle(conn, listener))
+            for pid in list(children):  # reaped here, their CPU counts in this process's children
+                try:
+                    done, _ = os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    done = pid
+                if done:
+                    children.discard(pid)
+            if children:
+                last_busy = time.monotonic()
+            elif time.monotonic() - last_busy >= args.idle:
+                return 0
+    except _Stop:
+        return 0
+    finally:
+        listener.close()
+        try:  # only our own files: a newer host may own the directory by now
+            if json.loads((directory / STATE_NAME).read_text()).get("pid") == os.getpid():
+                (directory / STATE_NAME).unlink(missing_ok=True)
+                path.unlink(missing_ok=True)
+        except (OSError, ValueError):
+            pass
+
+
+if __name__ == "__main__":
+    sys.exit(main())
