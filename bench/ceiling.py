@@ -57,7 +57,7 @@ def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency
     with JudgeProcess(latency_mean=latency_s, latency_jitter=0.05) as judge_server:
         settings = Settings(_env_file=None, judge_model="openai/gpt-4o-mini", judge_api_base=judge_server.url,
                             judge_api_key="bench-key-not-secret", max_concurrency=concurrency,
-                            judge_processes=processes)
+                            judge_processes=processes, judge_host=False)
         clear_judge_cache()
         judge = build_judge(settings)
         pool = judge if isinstance(judge, JudgeProcessPool) else None

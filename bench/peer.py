@@ -99,12 +99,16 @@ def time_deepeval(judge: JudgeProcess, n: int, concurrency: int, *, log: Path) -
     )
 
 
-def run_peer(stack: Stack, *, traces: int, concurrency: int, out: Path) -> tuple[Result, PeerRun]:
-    """judgeflow's default ``judgeflow score`` and deepeval evaluate() on the
-    same traces, judge and concurrency. Returns both measurements."""
-    case = Case(f"peer: 200 ms judge, {concurrency} in flight", traces, latency_s=0.2, jitter_s=0.05,
-                concurrency=concurrency, fanout="default", judge_processes=None)
-    ours = run_case(stack, case, out=out)
+def run_peer(stack: Stack, *, traces: int, concurrency: int, out: Path) -> tuple[list[Result], PeerRun]:
+    """judgeflow's default ``judgeflow score``, first with its judge host cold
+    (the run starts it and pays litellm's import: the first run after a boot or
+    after ``judgeflow stop``), then warm (as every later run finds it), and
+    deepeval evaluate() on the same traces, judge and concurrency."""
+    ours = []
+    for host in ("cold", "warm"):
+        case = Case(f"peer: 200 ms judge, {concurrency} in flight, judge host {host}", traces, latency_s=0.2,
+                    jitter_s=0.05, concurrency=concurrency, fanout="default", judge_processes=None, judge_host=host)
+        ours.append(run_case(stack, case, out=out))
     with JudgeProcess(latency_mean=0.2, latency_jitter=0.05) as judge:
         peer = time_deepeval(judge, traces, concurrency, log=out / "peer-deepeval.log")
     if peer.returncode != 0:
@@ -112,21 +116,28 @@ def run_peer(stack: Stack, *, traces: int, concurrency: int, out: Path) -> tuple
     return ours, peer
 
 
-def peer_rows(ours: Result, peer: PeerRun) -> list[dict[str, str]]:
-    ideal = ours.ideal_s or 0.0
-    window = ours.window_s or 0.0
-    ideal_peer = peer.calls * 0.2 / ours.case.concurrency
-    return [
-        {"tool": "judgeflow score (defaults)", "traces": str(ours.traces), "judge calls": str(ours.calls),
-         "calls in flight (mean)": f"{ours.stats.get('mean_in_flight', 0):.1f} of {ours.case.concurrency}",
-         "whole process s": f"{ours.wall_s:.1f}", "scoring window s": f"{window:.1f}",
-         "ideal s": f"{ideal:.1f}", "ideal / window": f"{ideal / window:.0%}" if window else "-",
-         "CPU s": f"{ours.cpu['judgeflow']:.1f}"},
-        {"tool": "deepeval evaluate()", "traces": str(ours.traces), "judge calls": str(peer.calls),
-         "calls in flight (mean)": f"{peer.mean_in_flight:.1f} of {ours.case.concurrency}",
-         "whole process s": f"{peer.wall_s:.1f}", "scoring window s": "-",
-         "ideal s": f"{ideal_peer:.1f}", "ideal / window": "-", "CPU s": f"{peer.cpu_s:.1f}"},
-    ]
+def peer_rows(ours: list[Result], peer: PeerRun) -> list[dict[str, str]]:
+    rows = []
+    for result in ours:
+        ideal = result.ideal_s or 0.0
+        window = result.window_s or 0.0
+        rows.append({
+            "tool": f"judgeflow score (defaults; judge host {result.case.judge_host})", "traces": str(result.traces),
+            "judge calls": str(result.calls),
+            "calls in flight (mean)": f"{result.stats.get('mean_in_flight', 0):.1f} of {result.case.concurrency}",
+            "whole process s": f"{result.wall_s:.1f}", "scoring window s": f"{window:.1f}",
+            "ideal s": f"{ideal:.1f}", "ideal / window": f"{ideal / window:.0%}" if window else "-",
+            "CPU s": f"{result.cpu['judgeflow']:.1f}", "vs deepeval": f"{peer.wall_s / result.wall_s:.1f}x",
+        })
+    concurrency = ours[0].case.concurrency
+    rows.append({
+        "tool": "deepeval evaluate()", "traces": str(ours[0].traces), "judge calls": str(peer.calls),
+        "calls in flight (mean)": f"{peer.mean_in_flight:.1f} of {concurrency}",
+        "whole process s": f"{peer.wall_s:.1f}", "scoring window s": "-",
+        "ideal s": f"{peer.calls * 0.2 / concurrency:.1f}", "ideal / window": "-", "CPU s": f"{peer.cpu_s:.1f}",
+        "vs deepeval": "1.0x",
+    })
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:

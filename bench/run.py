@@ -217,10 +217,11 @@ def main(argv: list[str] | None = None) -> int:
                 ours, peer = run_peer(stack, traces=args.peer_traces, concurrency=args.peer_concurrency, out=out)
                 say(f"\n## Side by side with deepeval evaluate() (run {repetition + 1})\n")
                 say(markdown_table(peer_rows(ours, peer)))
-                say(f"\njudgeflow is {peer.wall_s / ours.wall_s:.1f}x faster over the whole process "
-                    f"({peer.wall_s:.1f} s / {ours.wall_s:.1f} s); per judge call "
-                    f"{(peer.wall_s / max(peer.calls, 1)) / (ours.wall_s / max(ours.calls, 1)):.1f}x. "
-                    f"judgeflow rows: {ours.rows}")
+                for result in ours:
+                    say(f"\njudge host {result.case.judge_host}: judgeflow is {peer.wall_s / result.wall_s:.1f}x "
+                        f"faster over the whole process ({peer.wall_s:.1f} s / {result.wall_s:.1f} s); per judge "
+                        f"call {(peer.wall_s / max(peer.calls, 1)) / (result.wall_s / max(result.calls, 1)):.1f}x. "
+                        f"judgeflow rows: {result.rows}; CPU s: {result.cpu}")
         if "ceiling" in cases:
             from bench.ceiling import measure
             from judgeflow.judge.factory import judge_process_count

@@ -50,6 +50,10 @@ class Case:
     fanout: str = "batch"  # judgeflow score --fanout: "batch" (a task per batch), "pair" (per pair), "default" (none)
     # judgeflow score --judge-processes: worker processes making the judge calls (None: its default)
     judge_processes: int | None = 1
+    # with judge processes: "warm" (the judge host started before the run, outside the
+    # measurement, like the Prefect server), "cold" (stopped first: the run starts it and
+    # pays litellm's import), "off" (JUDGEFLOW_JUDGE_HOST=false: the run starts its workers)
+    judge_host: str = "warm"
 
 
 @dataclass
@@ -141,10 +145,17 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
             args += ["--judge-processes", str(case.judge_processes)]
         if case.fanout != "default":  # "default": whatever `judgeflow score` does without --fanout
             args += ["--fanout", case.fanout]
+        if case.judge_host == "off":
+            env["JUDGEFLOW_JUDGE_HOST"] = "false"
+        elif case.judge_host == "cold":
+            stack.stop_judge_host()
+        elif case.judge_processes != 1:
+            stack.warm_judge_host(env)
         stack.prefect.wait_idle()  # a previous case's events must not be processed during this one
         calibration = calibrate_ms()
+        host_pid = stack.judge_host_pid()
         before = {"judge": judge.cpu_s(), "postgres": stack.pg_cpu_s(), "prefect": stack.prefect.cpu_s(),
-                  "machine": machine_busy_s()}
+                  "machine": machine_busy_s(), "judge host": stack.judge_host_cpu_s(host_pid)}
         wrap, raw = None, None
         if profile:
             raw = out / f"{case.name}.pyspy.txt"
@@ -157,14 +168,19 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
         stats = judge.stats()
         with urllib.request.urlopen(f"{judge.base}/pair-calls", timeout=10) as resp:
             pair_calls = json.loads(resp.read())
+        # the workers the judge host forked for the runs (and, cold, the host's own start) are judgeflow's
+        after_pid = stack.judge_host_pid()
+        host_cpu = stack.judge_host_cpu_s(after_pid) - (before["judge host"] if after_pid == host_pid else 0.0)
         cpu = {
-            "judgeflow": sum(r.cpu_s for r in runs),
+            "judgeflow": sum(r.cpu_s for r in runs) + host_cpu,
+            "judge host": host_cpu,
             "judge": judge.cpu_s() - before["judge"],
             "postgres": stack.pg_cpu_s() - before["postgres"],
             "prefect": stack.prefect.cpu_s() - before["prefect"],
         }
         # whatever else ran on the machine meanwhile (other users' jobs): it competed for the cores
-        cpu["other"] = max(0.0, machine_busy_s() - before["machine"] - sum(cpu.values()))
+        cpu["other"] = max(0.0, machine_busy_s() - before["machine"]
+                           - sum(v for k, v in cpu.items() if k != "judge host"))
     for i, run in enumerate(runs):
         if run.returncode != 0:
             raise RuntimeError(f"{case.name}: judgeflow score #{i} failed:\n{run.output[-3000:]}")

@@ -413,11 +413,17 @@ def ui(
 @app.command()
 @clear_errors
 def stop() -> None:
-    """Stop what judgeflow started under JUDGEFLOW_HOME: the local Prefect server and the embedded PostgreSQL."""
+    """Stop what judgeflow started under JUDGEFLOW_HOME: the local Prefect server, the judge host and the
+    embedded PostgreSQL."""
     from judgeflow.db.embedded import EmbeddedPostgres
+    from judgeflow.judge import host
     from judgeflow.prefect_server import LocalPrefectServer
 
     settings = _settings()
+    if host.stop(settings.home):
+        typer.echo("judge host stopped (runs still in flight keep their workers)")
+    else:
+        typer.echo("judge host was not running")
     if LocalPrefectServer.for_settings(settings).stop():
         typer.echo("Prefect's local server stopped")
     else:

@@ -189,6 +189,9 @@ finally:
     (pool,) = _cache.values()
     seen["calls_per_worker"] = pool.calls_per_worker()
     seen["litellm_imported_by_the_run"] = "litellm" in sys.modules
+    seen["worker_parents"] = [
+        int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) for pid in pool.worker_pids() if pid
+    ]
     print("REPORT " + json.dumps(seen), flush=True)
 """
 
@@ -209,20 +212,43 @@ def test_score_by_default_judges_in_worker_processes_started_before_prefect(
         import pytest
 
         pytest.skip("one usable core: the default keeps the judge calls in the run's process")
-    insert_traces(db, [scripted_trace(i)[0] for i in range(30)])
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}
-    env.update({k: v for k, v in judgeflow_env.items() if k != "JUDGEFLOW_JUDGE_PROCESSES"}, PREFECT_API_URL=prefect_server)
-    done = subprocess.run([sys.executable, "-c", _SCORE_AND_REPORT], env=env, cwd=os.getcwd(),
-                          capture_output=True, text=True, timeout=300)
-    report_lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-    assert done.returncode == 0 and report_lines, done.stdout[-3000:] + done.stderr[-3000:]
-    report = json.loads(report_lines[0][len("REPORT "):])
+    from judgeflow.judge import host
 
-    assert report["processes"] == expected
-    assert report["prefect_imported_when_workers_started"] is False  # litellm's import overlapped Prefect's start
-    assert report["litellm_imported_by_the_run"] is False
-    assert all(n > 0 for n in report["calls_per_worker"]), report  # the forked workers took calls too
-    assert sum(report["calls_per_worker"]) == judge_server.calls()
-    assert len(results(db)) == 60 and {r["status"] for r in results(db).values()} == {"scored"}
-    assert set(first_step_calls(judge_server).values()) == {1}  # each (trace, metric) reached the judge once
-    assert "Traceback" not in done.stdout + done.stderr
+    home = judgeflow_env["JUDGEFLOW_HOME"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}  # the default: the judge host on
+    env.update({k: v for k, v in judgeflow_env.items() if k != "JUDGEFLOW_JUDGE_PROCESSES"}, PREFECT_API_URL=prefect_server)
+
+    def score() -> tuple[dict, subprocess.CompletedProcess]:
+        done = subprocess.run([sys.executable, "-c", _SCORE_AND_REPORT], env=env, cwd=os.getcwd(),
+                              capture_output=True, text=True, timeout=300)
+        report_lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+        assert done.returncode == 0 and report_lines, done.stdout[-3000:] + done.stderr[-3000:]
+        assert "Traceback" not in done.stdout + done.stderr
+        return json.loads(report_lines[0][len("REPORT "):]), done
+
+    insert_traces(db, [scripted_trace(i)[0] for i in range(30)])
+    try:
+        report, done = score()
+        first_host = host.state(home)["pid"]
+        assert report["worker_parents"] == [first_host] * expected  # forked by the judge host
+
+        assert report["processes"] == expected
+        assert report["prefect_imported_when_workers_started"] is False  # litellm's import overlapped Prefect's start
+        assert report["litellm_imported_by_the_run"] is False
+        assert all(n > 0 for n in report["calls_per_worker"]), report  # the forked workers took calls too
+        assert sum(report["calls_per_worker"]) == judge_server.calls()
+        assert len(results(db)) == 60 and {r["status"] for r in results(db).values()} == {"scored"}
+        assert set(first_step_calls(judge_server).values()) == {1}  # each (trace, metric) reached the judge once
+
+        # the next run finds the host warm: same host, litellm not imported again
+        insert_traces(db, [scripted_trace(i)[0] for i in range(30, 40)])
+        report, done = score()
+        assert host.state(home)["pid"] == first_host
+        assert report["worker_parents"] == [first_host] * expected
+        assert len(results(db)) == 80
+        stopped = subprocess.run([sys.executable, "-m", "judgeflow.cli", "stop"], env=env, cwd=os.getcwd(),
+                                 capture_output=True, text=True, timeout=120)
+        assert stopped.returncode == 0 and "judge host stopped" in stopped.stdout, stopped.stdout + stopped.stderr
+        assert host.state(home) is None
+    finally:
+        host.stop(home)
