@@ -29,11 +29,14 @@ What a forked worker runs with:
   a new one.
 
 The wire: a run connects to the host's Unix socket (in a 0700 directory) and
-sends one message, ``len + pickle({"env", "pairs"})`` with the descriptors of
-its pipes attached (``SCM_RIGHTS``: request read end, reply write end per
-worker, then its stderr). It does not wait for an answer: a host that is
-still importing litellm accepts later, and the worker's hello frame on its
-reply pipe is the answer. A host that dies first closes the descriptors in
+sends one message, ``len + pickle({"env", "cwd", "path", "pairs"})`` with the
+descriptors of its pipes attached (``SCM_RIGHTS``: request read end, reply
+write end per worker, then its stderr). To a host still importing litellm
+(just started) it does not wait for an answer: the host accepts later, and
+the worker's hello frame on its reply pipe is the answer. A ready host
+answers one byte once it has forked; one that does not within
+``ACK_TIMEOUT_S`` (stopped, hung) is killed and the run starts its workers
+itself. A host that dies first closes the descriptors in
 flight, which the pool sees as a worker that exited before answering (a
 failed start, retried and counted as before).
 
@@ -65,6 +68,9 @@ LOG_NAME = "host.log"
 # the host binds its socket before importing litellm; on a busy 2-core machine
 # a Python process has taken seconds to get that far
 START_TIMEOUT_S = 60.0
+# a ready host forks and answers within milliseconds; this allows for a busy machine
+ACK_TIMEOUT_S = 15.0
+_ACK = b"+"
 _LENGTH = struct.Struct(">I")
 _MAX_FDS = 2 * 32 + 1  # JUDGEFLOW_JUDGE_PROCESSES <= 32 pairs, plus stderr
 # environment names that may hold secrets: not copied into the host's own
@@ -137,8 +143,21 @@ def fork_workers(home: Path, pipes: list[tuple[int, int]], *, idle_s: float) -> 
             sock = _connect(directory, wait_s=START_TIMEOUT_S)
             if sock is None:
                 raise JudgeHostError(f"the judge host did not start; its log is {directory / LOG_NAME}")
-    with sock:
-        socket.send_fds(sock, [_LENGTH.pack(len(payload)) + payload], fds)
+            current = None
+        with sock:
+            socket.send_fds(sock, [_LENGTH.pack(len(payload)) + payload], fds)
+            if current is not None and current.get("ready"):
+                # A ready host forks at once; one that does not answer (stopped, hung) would
+                # leave the run waiting for workers that never come: replaced instead.
+                sock.settimeout(ACK_TIMEOUT_S)
+                try:
+                    acked = sock.recv(1) == _ACK
+                except OSError:
+                    acked = False
+                if not acked:
+                    _terminate(int(current["pid"]), timeout_s=2.0)
+                    raise JudgeHostError(f"the judge host (pid {current['pid']}) did not answer within "
+                                         f"{ACK_TIMEOUT_S:g} s; it was stopped")
 
 
 def stop(home: Path, timeout_s: float = 10.0) -> bool:
@@ -269,6 +288,10 @@ def _handle(conn: socket.socket, listener: socket.socket) -> list[int]:
         children.append(pid)
     for fd in fds:
         os.close(fd)
+    try:
+        conn.sendall(_ACK)
+    except OSError:  # the run did not wait for the answer
+        pass
     return children
 
 
@@ -306,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
 
         # out of the collector's way, and shared copy-on-write with every fork
         gc.freeze()
+        (directory / STATE_NAME).write_text(json.dumps(
+            {"pid": os.getpid(), "fingerprint": args.fingerprint, "started_at": time.time(), "ready": True}
+        ))
         selector = selectors.DefaultSelector()
         selector.register(listener, selectors.EVENT_READ)
         children: set[int] = set()

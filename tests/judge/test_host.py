@@ -146,3 +146,28 @@ def test_a_host_that_cannot_start_falls_back_to_the_runs_own_workers(server, hom
         assert pool.complete(opinions_request()).content
         assert pool.wait_ready()
         assert _parent_pid(pool.worker_pids()[0]) == os.getpid()
+
+
+def test_a_frozen_host_is_replaced_and_the_run_starts_its_own_workers(server, home, monkeypatch):
+    with hosted(server, home) as pool:
+        assert pool.complete(opinions_request()).content
+    frozen = host.state(home)["pid"]
+    assert host.state(home)["ready"] is True
+    os.kill(frozen, signal.SIGSTOP)  # alive, its socket still accepting, but it never forks
+    monkeypatch.setattr(host, "ACK_TIMEOUT_S", 1.0)
+    try:
+        started = time.monotonic()
+        with hosted(server, home) as pool:
+            assert pool.complete(opinions_request()).content
+            assert pool.wait_ready()
+            assert _parent_pid(pool.worker_pids()[0]) == os.getpid()  # the run's own workers
+        assert time.monotonic() - started < 30
+        assert _wait_gone(frozen), "the frozen host was not stopped"
+    finally:
+        try:
+            os.kill(frozen, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    with hosted(server, home) as pool:  # the next run starts a new host
+        assert pool.complete(opinions_request()).content
+        assert host.state(home)["pid"] != frozen
