@@ -5,6 +5,7 @@ alive and still the process that was started there, not a reused pid."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 
@@ -29,3 +30,31 @@ def runs_in(pid: int, directory: Path) -> bool:
         return Path(os.readlink(f"/proc/{pid}/cwd")).resolve() == directory.resolve()
     except OSError:
         return pid_alive(pid)
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for ``pid`` to exit (reaping it if it is this
+    process's child); returns whether it is gone."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:  # not ours to reap
+            pass
+        if not pid_alive(pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def reap_exited(children: set[int]) -> None:
+    """Reap the children of ``children`` that have exited (their CPU time then
+    counts in this process's children) and drop them from the set."""
+    for pid in list(children):
+        try:
+            done, _ = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done = pid
+        if done:
+            children.discard(pid)

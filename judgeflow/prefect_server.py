@@ -29,7 +29,7 @@ from pathlib import Path
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import PrefectServerError
-from judgeflow.local_process import pid_alive as _pid_alive, runs_in as _is_our_server
+from judgeflow.local_process import pid_alive as _pid_alive, runs_in as _is_our_server, wait_gone
 
 HOST = "127.0.0.1"
 # On a busy 2-core machine the server's first start (imports, sqlite
@@ -185,15 +185,8 @@ class LocalPrefectServer:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     return
-            deadline = time.monotonic() + (timeout_s if sig == signal.SIGTERM else 10.0)
-            while time.monotonic() < deadline:
-                try:  # reap it when this process started it
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-                if not _pid_alive(pid):
-                    return
-                time.sleep(0.1)
+            if wait_gone(pid, timeout_s if sig == signal.SIGTERM else 10.0):
+                return
 
 
 def _healthy(api_url: str) -> bool:

@@ -60,7 +60,7 @@ from pathlib import Path
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import JudgeHostError
-from judgeflow.local_process import pid_alive, runs_in
+from judgeflow.local_process import pid_alive, reap_exited, runs_in, wait_gone
 
 SOCKET_NAME = "host.sock"
 STATE_NAME = "host.json"
@@ -206,15 +206,8 @@ def _terminate(pid: int, timeout_s: float = 10.0) -> None:
             os.kill(pid, sig)
         except ProcessLookupError:
             return
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:  # reap it when this process started it
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            if not pid_alive(pid):
-                return
-            time.sleep(0.05)
+        if wait_gone(pid, timeout_s):
+            return
 
 
 # --------------------------------------------------------------------------
@@ -341,13 +334,7 @@ def main(argv: list[str] | None = None) -> int:
                 conn, _ = listener.accept()
                 with conn:
                     children.update(_handle(conn, listener))
-            for pid in list(children):  # reaped here, their CPU counts in this process's children
-                try:
-                    done, _ = os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    done = pid
-                if done:
-                    children.discard(pid)
+            reap_exited(children)  # reaped here, their CPU counts in this process's children
             if children:
                 last_busy = time.monotonic()
             elif time.monotonic() - last_busy >= args.idle:

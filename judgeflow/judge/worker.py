@@ -59,16 +59,12 @@ def _reap(children: list[int], timeout_s: float) -> None:
     """Wait for the workers this process forked (they exit when the run closes
     their pipes, as this one did): reaped here, their CPU time is counted in
     this process's children, and so in the run's."""
+    from judgeflow.local_process import reap_exited
+
     deadline = time.monotonic() + timeout_s
     waiting = set(children)
     while waiting and time.monotonic() < deadline:
-        for pid in list(waiting):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                waiting.discard(pid)
+        reap_exited(waiting)
         if waiting:
             time.sleep(0.02)
 
