@@ -229,7 +229,16 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
                 os.close(fd)
             raise EOFError
         data += chunk
-    return pickle.loads(data[_LENGTH.size:]), fds
+    try:
+        message = pickle.loads(data[_LENGTH.size:])
+        if not isinstance(message, dict) or len(fds) != 2 * int(message["pairs"]) + 1:
+            raise ValueError("not a run's request")
+    except Exception:
+        # a descriptor kept here would hold a run's reply pipe open: it would wait forever
+        for fd in fds:
+            os.close(fd)
+        raise ValueError("unreadable request") from None
+    return message, fds
 
 
 def _serve_forked(request_fd: int, reply_fd: int, stderr_fd: int, message: dict) -> None:
@@ -263,7 +272,7 @@ def _handle(conn: socket.socket, listener: socket.socket) -> list[int]:
     """Fork a worker per pipe pair of one request; returns their pids."""
     try:
         message, fds = _receive(conn)
-    except (EOFError, OSError, ValueError, pickle.UnpicklingError):
+    except (EOFError, OSError, ValueError):
         return []
     pairs, stderr_fd = fds[:-1], fds[-1]
     children = []

@@ -171,3 +171,22 @@ def test_a_frozen_host_is_replaced_and_the_run_starts_its_own_workers(server, ho
     with hosted(server, home) as pool:  # the next run starts a new host
         assert pool.complete(opinions_request()).content
         assert host.state(home)["pid"] != frozen
+
+
+def test_a_request_that_is_not_a_runs_is_refused_without_holding_its_descriptors(server, home):
+    import socket
+
+    with hosted(server, home) as pool:  # a ready host
+        assert pool.complete(opinions_request()).content
+    read_end, write_end = os.pipe()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(host.host_dir(home) / host.SOCKET_NAME))
+        junk = b"not a pickle"
+        socket.send_fds(sock, [len(junk).to_bytes(4, "big") + junk], [write_end])
+        os.close(write_end)
+        sock.settimeout(10)
+        assert sock.recv(1) == b""  # no answer: nothing was forked
+    with os.fdopen(read_end, "rb") as pipe:
+        assert pipe.read() == b""  # EOF: the host closed the descriptor it was sent
+    with hosted(server, home) as pool:  # and goes on serving runs
+        assert pool.complete(opinions_request()).content
