@@ -299,6 +299,14 @@ def status(
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
         typer.echo(f"flow run {run['flow_run_id']}: {pairs} ({state})")
+    from judgeflow.judge import host
+
+    judge_host = host.state(settings.home)
+    if judge_host is None:
+        typer.echo("judge host: not running (the next run with an LLM judge starts it)")
+    else:
+        typer.echo(f"judge host: running, pid {judge_host['pid']}"
+                   f"{'' if judge_host.get('ready') else ', importing litellm'} ({host.host_dir(settings.home)})")
 
 
 @app.command()

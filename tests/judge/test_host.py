@@ -190,3 +190,32 @@ def test_a_request_that_is_not_a_runs_is_refused_without_holding_its_descriptors
         assert pipe.read() == b""  # EOF: the host closed the descriptor it was sent
     with hosted(server, home) as pool:  # and goes on serving runs
         assert pool.complete(opinions_request()).content
+
+
+def test_runs_starting_at_once_start_one_host_and_share_it(server, home):
+    import threading
+
+    pools = [hosted(server, home) for _ in range(3)]
+    errors: list[BaseException] = []
+
+    def start(pool: JudgeProcessPool) -> None:
+        try:
+            pool.start()
+            assert pool.wait_ready()
+        except BaseException as exc:  # reported below, from the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(pool,)) for pool in pools]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    try:
+        assert not errors, errors
+        hosts = {_parent_pid(pid) for pool in pools for pid in pool.worker_pids()}
+        assert hosts == {host.state(home)["pid"]}  # one host forked every run's workers
+        for pool in pools:
+            assert pool.complete(opinions_request()).content
+    finally:
+        for pool in pools:
+            pool.close()
