@@ -16,7 +16,9 @@ What a forked worker runs with:
 
 * **the run's environment**, not the host's: the run sends its ``os.environ``
   and the worker replaces its own with it before it builds a client (proxies,
-  CA bundles, provider keys are read then); its settings (model, key, base
+  CA bundles, provider keys are read then), then applies the litellm adapter's
+  environment defaults again where the run's does not set them (litellm's HTTP
+  handler switch is read on every call); its settings (model, key, base
   URL, concurrency share) come over its request pipe as before;
 * **the run's working directory and import path** (a request names its
   response format by module);
@@ -256,6 +258,9 @@ def _serve_forked(request_fd: int, reply_fd: int, stderr_fd: int, message: dict)
     except OSError:
         pass
     sys.path[:] = message["path"]
+    from judgeflow.judge.litellm_judge import apply_environment_defaults
+
+    apply_environment_defaults()  # what the adapter sets at import, read by litellm per call
     os.dup2(stderr_fd, 2)
     os.dup2(stderr_fd, 1)  # stray prints go to the run's stderr, never into a pipe
     os.close(stderr_fd)

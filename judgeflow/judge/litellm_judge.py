@@ -3,7 +3,7 @@
 Behaviour, decided here once for every metric:
 
 * **No network at import.** ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set (unless
-  already set) before litellm is imported; otherwise litellm 1.106 fetches its
+  already set; :data:`ENVIRONMENT_DEFAULTS`) before litellm is imported; otherwise litellm 1.106 fetches its
   price map from GitHub at import, with retries and sleeps when offline.
 * **One retry loop: ours.** Every call passes ``num_retries=0`` *and*
   ``max_retries=0``. Without them the OpenAI client underneath litellm retries
@@ -60,14 +60,28 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-# OpenAI and OpenAI-compatible models through litellm's own HTTP handler rather
-# than the OpenAI SDK's client: the SDK re-validates every request body against
-# its typed schema (~20% of a call's CPU) and the whole call costs ~35% less CPU
-# this way (2.6-3.5 ms against 4.2-5.6 ms, bench/ on 2 cores). Errors, headers
-# and Retry-After reach this adapter the same way (tests/judge cover both
-# paths). Set it to false in the environment to go back to the SDK.
-os.environ.setdefault("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "true")
+ENVIRONMENT_DEFAULTS = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    # OpenAI and OpenAI-compatible models through litellm's own HTTP handler rather
+    # than the OpenAI SDK's client: the SDK re-validates every request body against
+    # its typed schema (~20% of a call's CPU) and the whole call costs ~35% less CPU
+    # this way (2.6-3.5 ms against 4.2-5.6 ms, bench/ on 2 cores). Errors, headers
+    # and Retry-After reach this adapter the same way (tests/judge cover both
+    # paths). Set it to false in the environment to go back to the SDK.
+    "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "true",
+}
+
+
+def apply_environment_defaults() -> None:
+    """Set :data:`ENVIRONMENT_DEFAULTS` where the environment does not say
+    otherwise. litellm reads both at call time too (the HTTP handler switch on
+    every call), so a process that replaces its environment (a worker forked by
+    the judge host takes its run's) applies them again."""
+    for name, value in ENVIRONMENT_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+apply_environment_defaults()
 
 import asyncio  # noqa: E402
 import functools  # noqa: E402
@@ -95,7 +109,9 @@ if TYPE_CHECKING:
 litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on stdout
 
 __all__ = [
+    "ENVIRONMENT_DEFAULTS",
     "LiteLLMJudge",
+    "apply_environment_defaults",
     "RETRY_AFTER_MAX_S",
     "backoff_delay",
     "completion_cost_usd",

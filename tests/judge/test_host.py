@@ -42,6 +42,8 @@ def test_a_second_run_reuses_the_host_and_its_workers_get_the_runs_environment(s
     # no key in the settings: litellm reads OPENAI_API_KEY from the environment of
     # the process making the call, which must be the run's, not the host's
     monkeypatch.setenv("OPENAI_API_KEY", "run-one-key")
+    # as in a `judgeflow score` process, which never imports the litellm adapter
+    monkeypatch.delenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", raising=False)
     with hosted(server, home, judge_api_key=None) as pool:
         assert pool.complete(opinions_request()).content
         assert pool.wait_ready()
@@ -50,6 +52,11 @@ def test_a_second_run_reuses_the_host_and_its_workers_get_the_runs_environment(s
         assert all(_parent_pid(pid) == first_host for pid in workers), "not forked by the host"
         assert Path(os.readlink(f"/proc/{workers[0]}/cwd")) == Path.cwd()  # the run's working directory
     assert _authorizations(server) == {"Bearer run-one-key"}
+    # the adapter's environment defaults hold in a forked worker too: litellm's own HTTP
+    # handler (read on every call), not the OpenAI SDK's client, though the run never set it
+    agents = {value.split("/")[0] for r in server.requests
+              for key, value in r.headers.items() if key.lower() == "user-agent"}
+    assert agents == {"litellm"}, agents
     for pid in workers:
         assert _wait_gone(pid), "a worker outlived its pool"
     assert _alive(first_host), "the host must outlive the run"
