@@ -141,10 +141,12 @@ def fork_workers(home: Path, pipes: list[tuple[int, int]], *, idle_s: float) -> 
             current = None
         sock = _connect(directory) if current is not None else None
         if sock is None:
-            _spawn(directory, wanted, idle_s)
-            sock = _connect(directory, wait_s=START_TIMEOUT_S)
+            starting = _spawn(directory, wanted, idle_s)
+            sock = _connect(directory, wait_s=START_TIMEOUT_S, starting=starting)
             if sock is None:
-                raise JudgeHostError(f"the judge host did not start; its log is {directory / LOG_NAME}")
+                exited = starting is not None and starting.poll() is not None
+                how = "exited" if exited else f"did not listen within {START_TIMEOUT_S:g} s"
+                raise JudgeHostError(f"the judge host {how}; its log is {directory / LOG_NAME}")
             current = None
         with sock:
             socket.send_fds(sock, [_LENGTH.pack(len(payload)) + payload], fds)
@@ -176,25 +178,44 @@ def stop(home: Path, timeout_s: float = 10.0) -> bool:
         return True
 
 
-def _connect(directory: Path, wait_s: float = 0.0) -> socket.socket | None:
+def _connect(directory: Path, wait_s: float = 0.0, starting: subprocess.Popen | None = None) -> socket.socket | None:
+    """A connection to the host's socket, waiting up to ``wait_s`` for it to
+    appear (not longer than the ``starting`` host lives)."""
     deadline = time.monotonic() + wait_s
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.connect(str(directory / SOCKET_NAME))
+            _connect_to(sock, directory)
             return sock
         except OSError:
             sock.close()
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or (starting is not None and starting.poll() is not None):
             return None
         time.sleep(0.02)
 
 
-def _spawn(directory: Path, wanted: str, idle_s: float) -> None:
+# A Unix socket's path has room for 107 bytes; a deep JUDGEFLOW_HOME is reached
+# through this process's descriptor of the directory instead.
+_MAX_SOCKET_PATH = 100
+
+
+def _connect_to(sock: socket.socket, directory: Path) -> None:
+    path = str(directory / SOCKET_NAME)
+    if len(path.encode()) <= _MAX_SOCKET_PATH:
+        sock.connect(path)
+        return
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        sock.connect(f"/proc/self/fd/{fd}/{SOCKET_NAME}")
+    finally:
+        os.close(fd)
+
+
+def _spawn(directory: Path, wanted: str, idle_s: float) -> subprocess.Popen:
     (directory / SOCKET_NAME).unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not any(word in k.upper() for word in _SECRET_WORDS)}
     with open(directory / LOG_NAME, "ab") as log:
-        subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "judgeflow.judge.host", "--fingerprint", wanted, "--idle", str(idle_s)],
             cwd=directory, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             # its own session: it outlives this command and ignores the terminal's Ctrl-C
@@ -323,8 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     path = directory / SOCKET_NAME
     try:
         # bound before litellm's import: a run can queue its request at once
-        listener.bind(str(path))
-        os.chmod(path, 0o600)
+        listener.bind(SOCKET_NAME)  # relative to its directory, its working directory: no path length limit
+        os.chmod(SOCKET_NAME, 0o600)
         listener.listen(64)
         (directory / STATE_NAME).write_text(json.dumps(
             {"pid": os.getpid(), "fingerprint": args.fingerprint, "started_at": time.time()}

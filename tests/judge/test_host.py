@@ -226,3 +226,31 @@ def test_runs_starting_at_once_start_one_host_and_share_it(server, home):
     finally:
         for pool in pools:
             pool.close()
+
+
+def test_a_host_that_exits_at_once_is_not_waited_for(server, home, monkeypatch):
+    import subprocess
+    import sys
+
+    def broken(directory, *args):  # e.g. a broken environment: it dies before listening
+        return subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"], cwd=directory)
+
+    monkeypatch.setattr(host, "_spawn", broken)
+    started = time.monotonic()
+    with hosted(server, home) as pool:
+        assert pool.complete(opinions_request()).content
+        assert pool.wait_ready()
+        assert _parent_pid(pool.worker_pids()[0]) == os.getpid()  # the run's own workers
+    assert time.monotonic() - started < host.START_TIMEOUT_S / 2
+
+
+def test_a_home_deeper_than_a_socket_path_allows_still_gets_a_host(server, tmp_path):
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "home"  # the socket's path: well over 108 bytes
+    assert len(str(host.host_dir(deep) / host.SOCKET_NAME)) > 108
+    try:
+        with hosted(server, deep) as pool:
+            assert pool.complete(opinions_request()).content
+            assert pool.wait_ready()
+            assert _parent_pid(pool.worker_pids()[0]) == host.state(deep)["pid"]
+    finally:
+        host.stop(deep)
