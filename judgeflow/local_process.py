@@ -5,6 +5,7 @@ alive and still the process that was started there, not a reused pid."""
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -58,3 +59,29 @@ def reap_exited(children: set[int]) -> None:
             done = pid
         if done:
             children.discard(pid)
+
+
+def terminate(pid: int, timeout_s: float, *, kill_timeout_s: float, group: bool = False) -> None:
+    """SIGTERM ``pid`` (its process group with ``group``: a process started in a
+    session of its own takes its children along), wait up to ``timeout_s``, then
+    SIGKILL it and wait up to ``kill_timeout_s``."""
+    for sig, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, kill_timeout_s)):
+        if not _send(pid, sig, group):
+            return
+        if wait_gone(pid, wait_s):
+            return
+
+
+def _send(pid: int, sig: int, group: bool) -> bool:
+    """Signal ``pid`` (or its group); False when it is gone."""
+    if group:
+        try:
+            os.killpg(pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):  # not a group leader (any more): the process alone
+            pass
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        return False
+    return True

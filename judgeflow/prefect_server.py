@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import PrefectServerError
-from judgeflow.local_process import pid_alive as _pid_alive, runs_in as _is_our_server, wait_gone
+from judgeflow.local_process import pid_alive as _pid_alive, runs_in as _is_our_server, terminate
 
 HOST = "127.0.0.1"
 # On a busy 2-core machine the server's first start (imports, sqlite
@@ -177,16 +176,7 @@ class LocalPrefectServer:
     def _terminate(self, pid: int, timeout_s: float = 30.0) -> None:
         # the server runs in its own process group (start_new_session): its
         # workers go with it
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            try:
-                os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    return
-            if wait_gone(pid, timeout_s if sig == signal.SIGTERM else 10.0):
-                return
+        terminate(pid, timeout_s, kill_timeout_s=10.0, group=True)
 
 
 def _healthy(api_url: str) -> bool:

@@ -62,7 +62,7 @@ from pathlib import Path
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import JudgeHostError
-from judgeflow.local_process import pid_alive, reap_exited, runs_in, wait_gone
+from judgeflow.local_process import pid_alive, reap_exited, runs_in, terminate
 
 SOCKET_NAME = "host.sock"
 STATE_NAME = "host.json"
@@ -224,13 +224,8 @@ def _spawn(directory: Path, wanted: str, idle_s: float) -> subprocess.Popen:
 
 
 def _terminate(pid: int, timeout_s: float = 10.0) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            return
-        if wait_gone(pid, timeout_s):
-            return
+    # the host alone, not its session: the workers it forked are serving runs
+    terminate(pid, timeout_s, kill_timeout_s=timeout_s)
 
 
 # --------------------------------------------------------------------------
@@ -347,9 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         listener.bind(SOCKET_NAME)  # relative to its directory, its working directory: no path length limit
         os.chmod(SOCKET_NAME, 0o600)
         listener.listen(64)
-        (directory / STATE_NAME).write_text(json.dumps(
-            {"pid": os.getpid(), "fingerprint": args.fingerprint, "started_at": time.time()}
-        ))
+        started_at = time.time()
+
+        def record(**more) -> None:
+            (directory / STATE_NAME).write_text(json.dumps(
+                {"pid": os.getpid(), "fingerprint": args.fingerprint, "started_at": started_at, **more}
+            ))
+
+        record()
         import judgeflow.judge.litellm_judge  # noqa: F401 - the point of this process
         import judgeflow.judge.worker  # noqa: F401
         import judgeflow.metrics.hallucination.schema  # noqa: F401 - the response formats requests name
@@ -357,9 +357,7 @@ def main(argv: list[str] | None = None) -> int:
 
         # out of the collector's way, and shared copy-on-write with every fork
         gc.freeze()
-        (directory / STATE_NAME).write_text(json.dumps(
-            {"pid": os.getpid(), "fingerprint": args.fingerprint, "started_at": time.time(), "ready": True}
-        ))
+        record(ready=True)
         selector = selectors.DefaultSelector()
         selector.register(listener, selectors.EVENT_READ)
         children: set[int] = set()

@@ -149,25 +149,35 @@ def split_concurrency(total: int, processes: int) -> list[int]:
 # --------------------------------------------------------------------------
 
 
+def _hand_over_pipes(count: int, hand_over) -> list["_ForkedProcess"]:
+    """Make a (requests, replies) pipe pair per worker, pass the child ends
+    ``[(request read fd, reply write fd), ...]`` to ``hand_over`` (which gives
+    them to whatever will become the workers), and return each worker as seen
+    through the ends kept here. The child ends are closed here in any case; the
+    kept ends too when ``hand_over`` fails."""
+    pipes = [(os.pipe(), os.pipe()) for _ in range(count)]
+    try:
+        hand_over([(requests[0], replies[1]) for requests, replies in pipes])
+    except BaseException:
+        for requests, replies in pipes:  # nobody will use ours either
+            os.close(requests[1])
+            os.close(replies[0])
+        raise
+    finally:
+        for requests, replies in pipes:  # the workers (or their parent) hold the child ends now
+            os.close(requests[0])
+            os.close(replies[1])
+    return [_ForkedProcess(os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb")) for requests, replies in pipes]
+
+
 def hosted_processes(settings: "Settings", count: int) -> list["_ForkedProcess"]:
     """``count`` workers forked by the judge host of ``settings.home``
     (:mod:`judgeflow.judge.host`), each seen through the pipes made here."""
     from judgeflow.judge import host
 
-    pipes = [(os.pipe(), os.pipe()) for _ in range(count)]  # (requests, replies) per worker
-    try:
-        host.fork_workers(settings.home, [(requests[0], replies[1]) for requests, replies in pipes],
-                          idle_s=settings.judge_host_idle_s)
-    except BaseException:
-        for requests, replies in pipes:
-            os.close(requests[1])
-            os.close(replies[0])
-        raise
-    finally:
-        for requests, replies in pipes:  # the host's workers hold the child ends now
-            os.close(requests[0])
-            os.close(replies[1])
-    return [_ForkedProcess(os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb")) for requests, replies in pipes]
+    return _hand_over_pipes(
+        count, lambda child_ends: host.fork_workers(settings.home, child_ends, idle_s=settings.judge_host_idle_s)
+    )
 
 
 class _ForkedProcess:
@@ -236,7 +246,6 @@ class _Worker:
                 log.warning("judge host unavailable (%s); judge worker %d starts on its own", exc, self.index)
             else:
                 self._adopt(proc)
-                write_frame(proc.stdin, self._settings)
                 return
         argv = list(WORKER_COMMAND)
         if forks:
@@ -248,41 +257,31 @@ class _Worker:
             pass_fds=[fd for pair in forks or () for fd in pair],
         )
         self._adopt(proc)
-        write_frame(proc.stdin, self._settings)
 
-    def _adopt(self, proc: "subprocess.Popen | _ForkedProcess") -> None:
+    def _adopt(self, proc: "subprocess.Popen | _ForkedProcess", *, send_settings: bool = True) -> None:
+        """Make ``proc`` this slot's worker and, unless it inherited them from the
+        worker that forked it, send it its settings (its concurrency share)."""
         self.starts += 1
         self._proc, self._pending = proc, {}
         # the reader first: if the worker dies before taking its settings, the
         # reader sees it exit and counts a failed start
         threading.Thread(target=self._read_replies, args=(proc, self._pending),
                          name=f"judgeflow-judge-worker-{self.index}", daemon=True).start()
+        if send_settings:
+            write_frame(proc.stdin, self._settings)
 
     def start_with_forks(self, others: list["_Worker"]) -> None:
         """Start this slot's process, which forks one worker for each of ``others``."""
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
                 return
-            pipes = [(os.pipe(), os.pipe()) for _ in others]  # (requests, replies) per forked worker
-            try:
-                self._start(forks=[(requests[0], replies[1]) for requests, replies in pipes])
-            except BaseException:
-                for requests, replies in pipes:  # nobody will use ours either
-                    os.close(requests[1])
-                    os.close(replies[0])
-                raise
-            finally:
-                for requests, replies in pipes:  # the started process holds the child ends now
-                    os.close(requests[0])
-                    os.close(replies[1])
-        for other, (requests, replies) in zip(others, pipes):
-            other.adopt_forked(_ForkedProcess(os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb")))
+            forked = _hand_over_pipes(len(others), lambda child_ends: self._start(forks=child_ends))
+        for other, proc in zip(others, forked):
+            other.adopt_forked(proc, send_settings=False)  # forked after this worker read its settings
 
-    def adopt_forked(self, proc: _ForkedProcess, *, send_settings: bool = False) -> None:
+    def adopt_forked(self, proc: _ForkedProcess, *, send_settings: bool) -> None:
         with self._lock:
-            self._adopt(proc)
-            if send_settings:  # a host-forked worker reads its own settings (its concurrency share)
-                write_frame(proc.stdin, self._settings)
+            self._adopt(proc, send_settings=send_settings)
 
     def _ensure_process(self) -> None:
         """Start a process unless one is running (the caller holds the lock)."""
