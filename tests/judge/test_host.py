@@ -18,9 +18,8 @@ from tests.support.judge_server import JudgeServer
 
 
 @pytest.fixture
-def server():
-    with JudgeServer() as srv:
-        yield srv
+def server(judge_server):  # the suite's (tests/conftest.py), under the name the pool tests use
+    return judge_server
 
 
 @pytest.fixture
