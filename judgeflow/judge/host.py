@@ -350,7 +350,9 @@ def main(argv: list[str] | None = None) -> int:
             ))
 
         record()
-        import judgeflow.judge.litellm_judge  # noqa: F401 - the point of this process
+        from judgeflow.judge import litellm_judge  # the point of this process
+
+        litellm_judge.preload()  # and what each worker's first calls would import
         import judgeflow.judge.worker  # noqa: F401
         import judgeflow.metrics.hallucination.schema  # noqa: F401 - the response formats requests name
         import judgeflow.metrics.toxicity.schema  # noqa: F401

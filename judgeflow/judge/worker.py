@@ -83,8 +83,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import gc
 
-    import judgeflow.judge.litellm_judge  # noqa: F401 - litellm's import, once, before forking
+    from judgeflow.judge import litellm_judge  # litellm's import, once, before forking
     from judgeflow.judge.process_pool import read_frame
+
+    litellm_judge.preload()  # what the first calls would import, also once for all the forks
 
     # litellm's import leaves ~1M long-lived objects: out of the collector's
     # way, each call's garbage collections are cheaper (~5% of a worker's CPU),
