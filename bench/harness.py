@@ -422,6 +422,14 @@ class Stack:
                   "pool.close()\n")
         self.home.mkdir(parents=True, exist_ok=True)
         subprocess.run([PY, "-c", script], env=env, cwd=self.home, check=True, timeout=600)
+        # and ready for runs: it imports what `judgeflow score` does once it is idle
+        from judgeflow.judge import host
+
+        deadline = time.monotonic() + 300
+        while not (host.state(self.home) or {}).get("runs"):
+            if time.monotonic() > deadline:
+                raise RuntimeError("the judge host did not get ready for runs")
+            time.sleep(0.1)
 
     def score_env(self, db_url: str, judge_url: str, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUDGEFLOW_", "PREFECT_"))}
@@ -446,7 +454,7 @@ def start_score(env: dict[str, str], args: list[str], *, log: Path,
     home = Path(env["JUDGEFLOW_HOME"])
     home.mkdir(parents=True, exist_ok=True)
     handle = open(log, "w")
-    argv = [*(wrap or []), PY, "-m", "judgeflow.cli", "score", "--no-alerts", *args]
+    argv = [*(wrap or []), PY, "-m", "judgeflow", "score", "--no-alerts", *args]
     started = time.monotonic()
     proc = subprocess.Popen(argv, env=env, cwd=home, stdout=handle, stderr=subprocess.STDOUT)
     return proc, handle, started

@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import os
 
-# before litellm or prefect are imported anywhere: no network at import, no
-# analytics, and judgeflow's own log lines shown in the Prefect UI
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("PREFECT_LOGGING_EXTRA_LOGGERS", "judgeflow")
-# judgeflow's log lines outside a flow run (alerts check, status) are not run logs
-os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+ENVIRONMENT_DEFAULTS = {
+    # before litellm or prefect are imported anywhere: no network at import, no
+    # analytics, and judgeflow's own log lines shown in the Prefect UI
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "judgeflow",
+    # judgeflow's log lines outside a flow run (alerts check, status) are not run logs
+    "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
+}
+
+
+def apply_environment_defaults() -> None:
+    for name, value in ENVIRONMENT_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+apply_environment_defaults()
 
 import atexit
 import gc
@@ -493,6 +503,55 @@ def db_stop() -> None:
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
+
+
+def preload() -> None:
+    """Import what `judgeflow score` imports as it runs (Prefect, the flows,
+    the database driver): the judge host imports them once, and each command
+    it forks (:func:`run_forked`) starts with them. Imports only: no thread,
+    loop, engine or client is created, so the host may fork after it."""
+    import sqlalchemy.dialects.postgresql.psycopg  # noqa: F401 - loaded by the first engine otherwise
+
+    import judgeflow.db.engine  # noqa: F401
+    import judgeflow.db.pending  # noqa: F401
+    import judgeflow.db.source  # noqa: F401
+    import judgeflow.flows.scoring  # noqa: F401 - Prefect, the tasks, the metrics
+    import judgeflow.judge.factory  # noqa: F401
+    import judgeflow.judge.process_pool  # noqa: F401
+    import judgeflow.prefect_server  # noqa: F401
+    import judgeflow.settings  # noqa: F401
+    import judgeflow.timeparse  # noqa: F401
+
+
+def run_forked(argv: list[str]) -> int:
+    """Run `judgeflow ARGV` in a process the judge host forked after
+    :func:`preload`, whose environment and working directory are already the
+    caller's: what was read from the host's at import is read again (these
+    defaults, Prefect's settings and its logging set-up), then the command
+    runs as in a process of its own. Returns its exit code."""
+    import logging
+
+    from prefect.context import refresh_global_settings_context
+    from prefect.logging.configuration import setup_logging
+    from prefect.settings import get_current_settings
+
+    from judgeflow.judge import litellm_env
+
+    apply_environment_defaults()
+    litellm_env.apply_environment_defaults()  # litellm, imported in the host, reads some per call
+    # the handlers the host's set-up gave its extra loggers; setup_logging adds afresh
+    for name in get_current_settings().logging.extra_loggers or []:
+        logging.getLogger(name).handlers.clear()
+    refresh_global_settings_context()
+    setup_logging(incremental=False)
+    try:
+        app(args=argv, prog_name="judgeflow")
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

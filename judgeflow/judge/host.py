@@ -62,6 +62,7 @@ from pathlib import Path
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import JudgeHostError
+from judgeflow.judge.litellm_env import ENVIRONMENT_DEFAULTS
 from judgeflow.local_process import pid_alive, reap_exited, runs_in, terminate
 
 SOCKET_NAME = "host.sock"
@@ -90,25 +91,28 @@ def host_dir(home: Path) -> Path:
 
 
 def fingerprint() -> str:
-    """What a forked worker would run: the interpreter, judgeflow's code on disk,
-    litellm's version and the environment litellm reads at import."""
-    from importlib import metadata
+    """What a forked worker or run would run: the interpreter, judgeflow's code
+    on disk (flows, tasks and metrics included), the installed distributions
+    (names carry versions) and the environment litellm reads at import."""
+    from importlib.util import find_spec
 
     import judgeflow
-    import judgeflow.metrics
 
     digest = hashlib.sha256(sys.executable.encode())
-    roots = [Path(judgeflow.__file__).parent, *map(Path, judgeflow.metrics.__path__)]
+    roots = [Path(judgeflow.__file__).parent]
+    for name in ("judgeflow.metrics", "judgeflow.tasks", "judgeflow.flows"):  # their own directories
+        spec = find_spec(name)  # without importing them (flows import Prefect)
+        roots += [Path(p) for p in (spec.submodule_search_locations or [])] if spec else []
     for root in roots:
         for path in sorted(root.rglob("*.py")):
             stat = path.stat()
             digest.update(f"{path}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    try:
-        digest.update(metadata.version("litellm").encode())
-    except metadata.PackageNotFoundError:
-        pass
-    for key in sorted(k for k in os.environ if k.startswith(("LITELLM_", "EXPERIMENTAL_OPENAI_"))):
-        digest.update(f"{key}={os.environ[key]}\n".encode())
+    for entry in sys.path:
+        if entry.endswith("-packages") and os.path.isdir(entry):
+            digest.update("\n".join(sorted(n for n in os.listdir(entry) if n.endswith(".dist-info"))).encode())
+    environ = {**ENVIRONMENT_DEFAULTS, **os.environ}  # as a process that imported the adapter sees it
+    for key in sorted(k for k in environ if k.startswith(("LITELLM_", "EXPERIMENTAL_OPENAI_"))):
+        digest.update(f"{key}={environ[key]}\n".encode())
     return digest.hexdigest()[:24]
 
 
@@ -176,6 +180,88 @@ def stop(home: Path, timeout_s: float = 10.0) -> bool:
             return False
         _terminate(int(current["pid"]), timeout_s)
         return True
+
+
+def run_command(home: Path, argv: list[str]) -> int | None:
+    """Run ``judgeflow ARGV`` in a process the host under ``home`` forks (Prefect,
+    litellm and judgeflow already imported) with this process's environment,
+    working directory, umask and standard streams; returns its exit code. None
+    when no host here can take it (none, not ready for runs, other code, no
+    answer): the caller runs the command itself, nothing was started.
+
+    While the command runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this
+    process are passed on to it; if this process dies, the run gets SIGTERM."""
+    directory = host_dir(home)
+    current = state(home)
+    if current is None or not current.get("runs") or current.get("fingerprint") != fingerprint():
+        return None
+    sock = _connect(directory)
+    if sock is None:
+        return None
+    payload = pickle.dumps({"kind": "run", "argv": list(argv), "env": dict(os.environ), "cwd": os.getcwd(),
+                            "path": list(sys.path), "umask": _umask()})
+    with sock:
+        try:
+            socket.send_fds(sock, [_LENGTH.pack(len(payload)) + payload], [0, 1, 2])
+            sock.settimeout(ACK_TIMEOUT_S)
+            pid = _recv_exactly(sock, _PID.size)
+        except OSError:
+            pid = None
+        if pid is None:
+            return None  # the run did not start: it waits for the go below, and our close ends it
+        sock.settimeout(None)
+        return _attend(sock, _PID.unpack(pid)[0])
+
+
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+_GO = b"!"
+_STATUS = struct.Struct(">ci")  # b"=", exit code
+_PID = struct.Struct(">q")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _recv_exactly(sock: socket.socket, size: int) -> bytes | None:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            return None
+        data += chunk
+    return data
+
+
+def _attend(sock: socket.socket, pid: int) -> int:
+    """Start the forked run (pid) and wait for its exit code, passing signals on."""
+    sent: list[int] = []
+
+    def forward(signum, _frame):
+        sent.append(signum)
+        try:
+            sock.send(bytes([signum]))
+        except OSError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in _FORWARDED}
+    try:
+        sock.sendall(_GO)
+        status = _recv_exactly(sock, _STATUS.size)  # a signal handled meanwhile does not interrupt it (PEP 475)
+    except OSError:
+        status = None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if status is not None:
+        return _STATUS.unpack(status)[1]
+    if sent:  # it ended on the signal passed on, as a process of our own would have
+        return 128 + sent[-1]
+    print(f"judgeflow: the command's process (pid {pid}, forked by the judge host) ended without an exit "
+          "status: it was killed", file=sys.stderr)
+    return 1
 
 
 def _connect(directory: Path, wait_s: float = 0.0, starting: subprocess.Popen | None = None) -> socket.socket | None:
@@ -249,8 +335,12 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
         data += chunk
     try:
         message = pickle.loads(data[_LENGTH.size:])
-        if not isinstance(message, dict) or len(fds) != 2 * int(message["pairs"]) + 1:
-            raise ValueError("not a run's request")
+        if not isinstance(message, dict):
+            raise ValueError("not a request")
+        # a run: its stdin, stdout and stderr; workers: a pipe pair each, then stderr
+        expected = 3 if message.get("kind") == "run" else 2 * int(message["pairs"]) + 1
+        if len(fds) != expected:
+            raise ValueError("not a request")
     except Exception:
         # a descriptor kept here would hold a run's reply pipe open: it would wait forever
         for fd in fds:
@@ -274,7 +364,7 @@ def _serve_forked(request_fd: int, reply_fd: int, stderr_fd: int, message: dict)
     except OSError:
         pass
     sys.path[:] = message["path"]
-    from judgeflow.judge.litellm_judge import apply_environment_defaults
+    from judgeflow.judge.litellm_env import apply_environment_defaults
 
     apply_environment_defaults()  # what the adapter sets at import, read by litellm per call
     os.dup2(stderr_fd, 2)
@@ -289,12 +379,103 @@ def _serve_forked(request_fd: int, reply_fd: int, stderr_fd: int, message: dict)
     os._exit(0)
 
 
+def _log(line: str) -> None:
+    """A line in the host's log (its stdout and stderr are ``host.log``)."""
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} judge host {os.getpid()}: {line}", flush=True)
+
+
+def _become_run(conn: socket.socket, listener: socket.socket, fds: list[int], message: dict) -> None:
+    """In a forked child: become ``judgeflow ARGV`` as the process that sent
+    ``message`` would have run it (see :func:`run_command`), and exit as
+    Python exits (threads joined, exit handlers run), reporting the exit code
+    last."""
+    try:
+        listener.close()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        for target, fd in enumerate(fds):  # its stdin, stdout and stderr
+            os.dup2(fd, target)
+            os.close(fd)
+        os.environ.clear()
+        os.environ.update(message["env"])
+        os.chdir(message["cwd"])
+        sys.path[:] = message["path"]
+        os.umask(message["umask"])
+        sys.argv = ["judgeflow", *message["argv"]]
+        unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+        sys.stdout.reconfigure(line_buffering=unbuffered or os.isatty(1), write_through=unbuffered)
+        sys.stderr.reconfigure(line_buffering=True, write_through=unbuffered)
+        peer = socket.socket(fileno=os.dup(conn.fileno()))  # conn is closed as the host's frames unwind
+        conn.close()
+        peer.sendall(_PID.pack(os.getpid()))
+        peer.settimeout(ACK_TIMEOUT_S)
+        if _recv_exactly(peer, len(_GO)) != _GO:  # the caller gave up and runs the command itself
+            os._exit(0)
+        peer.settimeout(None)
+    except BaseException:
+        os._exit(1)
+
+    import atexit
+    import logging
+    import threading
+    import traceback
+
+    outcome = {"code": 1, "reported": False}
+
+    def report() -> None:  # registered after the host's imports' handlers: runs before them
+        logging.shutdown()  # Prefect's API log handler sends what it holds
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        outcome["reported"] = True
+        try:
+            peer.sendall(_STATUS.pack(b"=", outcome["code"]))
+        except OSError:
+            pass
+
+    def relay_signals() -> None:
+        while True:
+            try:
+                data = peer.recv(64)
+            except OSError:
+                return
+            if not data:  # the caller died: as if its supervisor had stopped it
+                if not outcome["reported"]:
+                    os.kill(os.getpid(), signal.SIGTERM)
+                return
+            for signum in data:
+                os.kill(os.getpid(), signum)
+
+    atexit.register(report)
+    threading.Thread(target=relay_signals, name="judgeflow-host-signals", daemon=True).start()
+    try:
+        from judgeflow.cli import run_forked
+
+        outcome["code"] = run_forked(message["argv"])
+    except BaseException:  # as Python reports an uncaught exception
+        traceback.print_exc()
+        outcome["code"] = 1
+    sys.exit(outcome["code"])
+
+
 def _handle(conn: socket.socket, listener: socket.socket) -> list[int]:
-    """Fork a worker per pipe pair of one request; returns their pids."""
+    """Fork a worker per pipe pair of one request, or the process of a run;
+    returns their pids."""
     try:
         message, fds = _receive(conn)
     except (EOFError, OSError, ValueError):
         return []
+    if message.get("kind") == "run":
+        pid = os.fork()
+        if pid == 0:
+            _become_run(conn, listener, fds, message)  # leaves the process, never returns
+        for fd in fds:
+            os.close(fd)
+        # the command's name only: its options are the caller's business
+        _log(f"forked pid {pid} for `judgeflow {(message['argv'] or ['?'])[0]}` (cwd {message['cwd']})")
+        return [pid]
     pairs, stderr_fd = fds[:-1], fds[-1]
     children = []
     for i in range(0, len(pairs) - 1, 2):
@@ -360,6 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         # out of the collector's way, and shared copy-on-write with every fork
         gc.freeze()
         record(ready=True)
+        runs_ready = False
         selector = selectors.DefaultSelector()
         selector.register(listener, selectors.EVENT_READ)
         children: set[int] = set()
@@ -369,6 +551,21 @@ def main(argv: list[str] | None = None) -> int:
                 conn, _ = listener.accept()
                 with conn:
                     children.update(_handle(conn, listener))
+            elif not runs_ready:
+                # Once idle (workers come first: a cold run is waiting for them):
+                # what a `judgeflow score` imports (Prefect, the flows, ~1.5 s), so
+                # the commands it forks start with them.
+                runs_ready = True
+                try:
+                    from judgeflow import cli
+
+                    cli.preload()
+                except Exception as exc:  # noqa: BLE001 - workers still served; commands run in their own processes
+                    _log(f"not taking runs: importing what they need failed: {exc!r}")
+                    continue
+                gc.freeze()
+                record(ready=True, runs=True)
+                _log("ready for runs")
             reap_exited(children)  # reaped here, their CPU counts in this process's children
             if children:
                 last_busy = time.monotonic()

@@ -1,0 +1,5 @@
+"""``python -m judgeflow``: the ``judgeflow`` command."""
+
+from judgeflow.launcher import main
+
+main()

@@ -1,0 +1,174 @@
+"""The `judgeflow` command's entry point (judgeflow/launcher.py): `judgeflow
+score` handed to a ready judge host, which forks the run from a process that
+has Prefect, litellm and judgeflow imported. Real PostgreSQL, Prefect server,
+judge server and host; the command runs as `python -m judgeflow`, as the
+console script does."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from judgeflow.judge import host
+from judgeflow.judge.process_pool import JudgeProcessPool
+from judgeflow.launcher import host_takes
+from judgeflow.local_process import pid_alive
+from tests.judge.test_process_pool import pool_settings
+from tests.support.traces import first_step_calls, insert_traces, results, scripted_trace
+
+FORKED = re.compile(r"forked pid (\d+) for `judgeflow (\w+)`")
+
+
+@pytest.fixture
+def home(judgeflow_env):
+    home = Path(judgeflow_env["JUDGEFLOW_HOME"])
+    yield home
+    host.stop(home)
+
+
+@pytest.fixture
+def env(judgeflow_env, prefect_server):
+    """A `judgeflow` command's environment: the test database and judge server,
+    the judge host on (the suite turns it off everywhere else)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}
+    env.update(judgeflow_env, PREFECT_API_URL=prefect_server, JUDGEFLOW_JUDGE_PROCESSES="2")
+    return env
+
+
+def judgeflow(env: dict, *args: str, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "judgeflow", *args], env=env, cwd=os.getcwd(),
+                          capture_output=True, text=True, timeout=300, **kwargs)
+
+
+def ready_host(judge_server, home: Path) -> int:
+    """A judge host under ``home``, started as a run's judge pool starts it, and
+    ready for runs (it imports Prefect and the flows once idle)."""
+    pool = JudgeProcessPool(pool_settings(judge_server, home=home, judge_host=True)).start()
+    try:
+        assert pool.wait_ready(300)
+    finally:
+        pool.close()
+    deadline = time.monotonic() + 300
+    while not (host.state(home) or {}).get("runs"):
+        assert time.monotonic() < deadline, (home / "judge-host" / host.LOG_NAME).read_text()[-3000:]
+        time.sleep(0.1)
+    return int(host.state(home)["pid"])
+
+
+def forked(home: Path) -> list[tuple[int, str]]:
+    """(pid, command) of every command the host forked, from its log."""
+    log = (home / "judge-host" / host.LOG_NAME).read_text()
+    return [(int(pid), command) for pid, command in FORKED.findall(log)]
+
+
+def wait_gone(pid: int, timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_host_takes_score_unless_turned_off_in_the_environment_or_dotenv(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_HOST", "true")
+    assert host_takes(["score", "--limit", "3"])
+    assert not host_takes(["status"]) and not host_takes([])
+    monkeypatch.setenv("judgeflow_judge_host", "Off")  # any case, as the settings object reads it
+    monkeypatch.delenv("JUDGEFLOW_JUDGE_HOST")
+    assert not host_takes(["score"])
+    monkeypatch.delenv("judgeflow_judge_host")
+    (tmp_path / ".env").write_text("JUDGEFLOW_JUDGE_HOST=0\n")
+    assert not host_takes(["score"])
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_HOST", "yes")  # the environment wins over .env
+    assert host_takes(["score"])
+
+
+def test_score_runs_in_a_process_the_ready_host_forks(env, home, db, judge_server, tmp_path):
+    insert_traces(db, [scripted_trace(i)[0] for i in range(20)])
+    host_pid = ready_host(judge_server, home)
+    judge_server.requests.clear()
+
+    done = judgeflow(env, "score", "--no-alerts")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    (run_pid, command), = forked(home)
+    assert command == "score"
+    # the command's own output, on the caller's streams: the summary on stdout, the logs on stderr
+    assert "# judgeflow run" in done.stdout and "| scores written | 40 |" in done.stdout
+    assert "Beginning flow run" in done.stderr
+    assert len(results(db)) == 40 and {r["status"] for r in results(db).values()} == {"scored"}
+    assert set(first_step_calls(judge_server).values()) == {1}
+    assert wait_gone(run_pid), "the forked run outlived its command"
+    assert host.state(home)["pid"] == host_pid
+
+    # its exit code and error output are the caller's
+    bad = judgeflow(env, "score", "--limit", "many")
+    assert bad.returncode == 2 and "Invalid value" in bad.stderr, bad.stderr
+    assert len(forked(home)) == 2
+
+    # not handed over: turned off in the environment, or in .env, or other code or settings than the host's
+    for how in ({"JUDGEFLOW_JUDGE_HOST": "false"}, {"LITELLM_SOMETHING_ELSE": "1"}):
+        done = judgeflow({**env, **how}, "score", "--no-alerts")
+        assert done.returncode == 0 and "nothing to score" in done.stdout, done.stdout + done.stderr
+        assert len(forked(home)) == 2, how
+    (tmp_path / ".env").write_text("JUDGEFLOW_JUDGE_HOST=false\n")
+    done = judgeflow(env, "score", "--no-alerts")
+    assert done.returncode == 0 and "nothing to score" in done.stdout
+    assert len(forked(home)) == 2
+
+
+def _scoring_started(db: sa.Engine) -> bool:
+    with db.connect() as conn:
+        if conn.execute(sa.text("SELECT to_regclass('judgeflow.eval_results')")).scalar() is None:
+            return False  # the run has not created judgeflow's tables yet
+        return conn.execute(sa.text("SELECT count(*) FROM judgeflow.eval_results")).scalar() > 0
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "caller killed"])
+def test_a_run_in_the_host_stops_with_its_caller_and_the_next_run_finishes_the_work(
+    env, home, db, judge_server, how
+):
+    insert_traces(db, [scripted_trace(i)[0] for i in range(60)])
+    host_pid = ready_host(judge_server, home)
+    judge_server.latency_mean_s = 0.3  # 120 pairs at 8 calls in flight: several seconds
+    caller = subprocess.Popen([sys.executable, "-m", "judgeflow", "score", "--no-alerts", "--batch-size", "10"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not _scoring_started(db):
+            assert caller.poll() is None and time.monotonic() < deadline, caller.communicate()
+            time.sleep(0.1)
+        (run_pid, _), = forked(home)
+        if how == "ctrl-c":
+            caller.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the caller
+            _, err = caller.communicate(timeout=120)
+            assert caller.returncode != 0
+            assert "forked by the judge host" not in err  # it ended as a run does, with its own message
+        else:
+            caller.kill()  # SIGKILL: nothing to pass on; the run notices its caller is gone
+            caller.wait(timeout=30)
+        assert wait_gone(run_pid), "the run outlived its caller"
+        statuses = [r["status"] for r in results(db).values()]
+        assert statuses.count("scored") < 120, "the run was not stopped early"
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+    assert host.state(home)["pid"] == host_pid  # the host itself lives on
+
+    judge_server.latency_mean_s = 0.0
+    done = judgeflow(env, "score", "--no-alerts")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = results(db)
+    assert len(rows) == 120 and {r["status"] for r in rows.values()} == {"scored"}
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar() == 0
