@@ -315,8 +315,9 @@ def status(
     if judge_host is None:
         typer.echo("judge host: not running (the next run with an LLM judge starts it)")
     else:
-        typer.echo(f"judge host: running, pid {judge_host['pid']}"
-                   f"{'' if judge_host.get('ready') else ', importing litellm'} ({host.host_dir(settings.home)})")
+        readiness = ("runs `judgeflow score`" if judge_host.get("runs") else
+                     "importing Prefect for runs" if judge_host.get("ready") else "importing litellm")
+        typer.echo(f"judge host: running, pid {judge_host['pid']}, {readiness} ({host.host_dir(settings.home)})")
 
 
 @app.command()

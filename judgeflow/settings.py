@@ -57,10 +57,11 @@ class Settings(BaseSettings):
     )
     judge_host: bool = Field(
         True, description="judge worker processes are forked by a judge host kept under JUDGEFLOW_HOME, which "
-        "imports litellm once (~3 s of CPU) instead of once per run; false: each run starts its own workers",
+        "imports litellm once (~3 s of CPU) instead of once per run, and `judgeflow score` runs in a process it "
+        "forks once it has imported Prefect; false: each run starts its own workers and runs in its own process",
     )
     judge_host_idle: str = Field(
-        "25h", description="the judge host exits after this long without a worker (25h: a nightly run finds it warm)",
+        "25h", description="the judge host exits after this long without a worker or run (25h: a nightly run finds it warm)",
     )
 
     # --- judge spend -----------------------------------------------------

@@ -253,7 +253,7 @@ def test_score_by_default_judges_in_worker_processes_started_before_prefect(
             assert done.returncode == 0, done.stdout + done.stderr
             return done.stdout
 
-        assert f"judge host: running, pid {first_host} (" in status()
+        assert f"judge host: running, pid {first_host}, " in status()
         stopped = subprocess.run([sys.executable, "-m", "judgeflow.cli", "stop"], env=env, cwd=os.getcwd(),
                                  capture_output=True, text=True, timeout=120)
         assert stopped.returncode == 0 and "judge host stopped" in stopped.stdout, stopped.stdout + stopped.stderr

@@ -97,6 +97,8 @@ def test_score_runs_in_a_process_the_ready_host_forks(env, home, db, judge_serve
     insert_traces(db, [scripted_trace(i)[0] for i in range(20)])
     host_pid = ready_host(judge_server, home)
     judge_server.requests.clear()
+    status = judgeflow(env, "status")
+    assert f"judge host: running, pid {host_pid}, runs `judgeflow score`" in status.stdout, status.stdout
 
     done = judgeflow(env, "score", "--no-alerts")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
