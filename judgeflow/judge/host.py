@@ -551,10 +551,11 @@ def main(argv: list[str] | None = None) -> int:
                 conn, _ = listener.accept()
                 with conn:
                     children.update(_handle(conn, listener))
-            elif not runs_ready:
-                # Once idle (workers come first: a cold run is waiting for them):
-                # what a `judgeflow score` imports (Prefect, the flows, ~1.5 s), so
-                # the commands it forks start with them.
+            elif not runs_ready and not children:
+                # Once idle, with no worker or run of its own (they come first: the
+                # run that started it is waiting for its workers, and then needs the
+                # CPU): what a `judgeflow score` imports (Prefect, the flows, ~1.5 s),
+                # so the commands it forks start with them.
                 runs_ready = True
                 try:
                     from judgeflow import cli
