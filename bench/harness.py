@@ -407,6 +407,15 @@ class Stack:
             time.sleep(0.05)
         return proc_cpu_s(pid)
 
+    def judge_host_forks(self) -> int:
+        """Commands the judge host under this stack's home has forked so far (its log)."""
+        from judgeflow.judge import host
+
+        try:
+            return (host.host_dir(self.home) / host.LOG_NAME).read_text().count(" forked pid ")
+        except OSError:
+            return 0
+
     def stop_judge_host(self) -> None:
         from judgeflow.judge import host
 

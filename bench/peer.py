@@ -100,10 +100,12 @@ def time_deepeval(judge: JudgeProcess, n: int, concurrency: int, *, log: Path) -
 
 
 def run_peer(stack: Stack, *, traces: int, concurrency: int, out: Path) -> tuple[list[Result], PeerRun]:
-    """judgeflow's default ``judgeflow score``, first with its judge host cold
-    (the run starts it and pays litellm's import: the first run after a boot or
-    after ``judgeflow stop``), then warm (as every later run finds it), and
-    deepeval evaluate() on the same traces, judge and concurrency."""
+    """judgeflow's default ``judgeflow score`` (``python -m judgeflow``, as the
+    console script runs it), first with its judge host cold (the run starts it
+    and pays the imports: the first run after a boot or after ``judgeflow
+    stop``), then warm (as every later run finds it: the command is handed to
+    the host, which forks it with Prefect and litellm imported), and deepeval
+    evaluate() on the same traces, judge and concurrency."""
     ours = []
     for host in ("cold", "warm"):
         case = Case(f"peer: 200 ms judge, {concurrency} in flight, judge host {host}", traces, latency_s=0.2,

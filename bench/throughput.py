@@ -68,6 +68,9 @@ class Result:
     cpu: dict[str, float]
     calibration_ms: float = 0.0  # bench.harness.calibrate_ms() around the run: the machine's speed
     profile: str | None = None
+    # `judgeflow score` ran in a process the judge host forked: the command's own
+    # process only waited (its peak RSS says nothing about the run's)
+    handed_off: bool = False
 
     @property
     def traces(self) -> int:
@@ -108,7 +111,8 @@ class Result:
             "ideal/flow": f"{ideal / self.flow_s:.0%}" if ideal and self.flow_s else "-",
             "judgeflow CPU ms/trace": f"{1000 * self.cpu['judgeflow'] / max(self.traces, 1):.1f}",
             "calibration ms": f"{self.calibration_ms:.0f}",
-            "peak RSS MB": "/".join(f"{r.maxrss_mb:.0f}" for r in self.runs),
+            "peak RSS MB": "(run forked by the judge host)" if self.handed_off
+            else "/".join(f"{r.maxrss_mb:.0f}" for r in self.runs),
             "CPU s judgeflow/judge/pg/prefect/other": "/".join(
                 f"{self.cpu.get(k, 0.0):.1f}" for k in ("judgeflow", "judge", "postgres", "prefect", "other")
             ),
@@ -145,7 +149,7 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
             args += ["--judge-processes", str(case.judge_processes)]
         if case.fanout != "default":  # "default": whatever `judgeflow score` does without --fanout
             args += ["--fanout", case.fanout]
-        if case.judge_host == "off":
+        if case.judge_host == "off" or profile:  # profiled: the run in its own process, under py-spy
             env["JUDGEFLOW_JUDGE_HOST"] = "false"
         elif case.judge_host == "cold":
             stack.stop_judge_host()
@@ -162,8 +166,10 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
             wrap = [str(Path(PY).parent / "py-spy"), *PY_SPY_ARGS, "-o", str(raw), "--"]
         started = [start_score(env, args, log=out / f"{case.name}.{i}.log", wrap=wrap)
                    for i in range(case.processes)]
+        forked_before = stack.judge_host_forks()
         runs = [finish_score(proc, handle, t0, out / f"{case.name}.{i}.log")
                 for i, (proc, handle, t0) in enumerate(started)]
+        handed_off = stack.judge_host_forks() > forked_before
         time.sleep(0.3)  # let the judge server's counters settle
         stats = judge.stats()
         with urllib.request.urlopen(f"{judge.base}/pair-calls", timeout=10) as resp:
@@ -188,6 +194,7 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
     result = Result(
         case=case, runs=runs, stats=stats, pair_calls=pair_calls, rows=results_check(conninfo),
         steady_traces_per_s=steady, window_s=window, cpu=cpu, calibration_ms=(calibration + calibrate_ms()) / 2,
+        handed_off=handed_off,
         profile=summarise(raw) if raw and raw.exists() else None,
     )
     if not quiet:
