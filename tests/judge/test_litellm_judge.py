@@ -103,9 +103,9 @@ from judgeflow.judge import litellm_judge
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 
-if sys.argv[2] == "preload":
-    litellm_judge.preload()
 before = set(sys.modules)
+litellm_judge.preload()
+preloaded = set(sys.modules) - before
 
 async def calls():
     for model in ("openai/judge-test", "openai/gpt-4o-mini"):  # unpriced and priced
@@ -114,27 +114,27 @@ async def calls():
         hallucination = await HallucinationMetric(judge).ascore("q", "The sky is green.", ["The sky is blue."])
         assert toxicity.status == hallucination.status == "scored", (toxicity, hallucination)
 
+before = set(sys.modules)
 asyncio.run(calls())
-print(json.dumps(sorted(m for m in set(sys.modules) - before if m.startswith(("litellm", "tiktoken")))))
+litellm_modules = lambda names: sorted(m for m in names if m.startswith(("litellm", "tiktoken")))
+print(json.dumps({"preloaded": litellm_modules(preloaded), "by_calls": litellm_modules(set(sys.modules) - before)}))
 """
 
 
-@pytest.mark.parametrize("how", ["preload", "no-preload"])
-def test_preload_imports_what_first_calls_would(server, how):
+def test_preload_imports_what_first_calls_would(server):
     """After preload(), judge calls through litellm's default path (both metrics,
     an unpriced and a priced OpenAI model) import no further litellm module: a
-    worker forked by the judge host starts with all of them. Without preload
-    the same calls do import some, so this check can fail."""
+    worker forked by the judge host starts with all of them. What preload
+    imported includes what such calls import without it (the tokenizer's
+    encoding), so an empty list is not an accident."""
     import json
 
-    out = subprocess.run([sys.executable, "-c", _FIRST_CALLS, server.url, how], capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", _FIRST_CALLS, server.url], capture_output=True, text=True,
                          timeout=300, env={**os.environ, "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "true"})
     assert out.returncode == 0, out.stderr[-3000:]
     imported = json.loads(out.stdout.strip().splitlines()[-1])
-    if how == "preload":
-        assert imported == [], f"add these to litellm_judge._FIRST_CALL_MODULES: {imported}"
-    else:
-        assert "litellm.litellm_core_utils.default_encoding" in imported
+    assert imported["by_calls"] == [], f"add these to litellm_judge._FIRST_CALL_MODULES: {imported['by_calls']}"
+    assert "litellm.litellm_core_utils.default_encoding" in imported["preloaded"]
 
 
 def test_is_a_judge():

@@ -27,19 +27,22 @@ from tests.support.traces import first_step_calls, insert_traces, results, scrip
 FORKED = re.compile(r"forked pid (\d+) for `judgeflow (\w+)`")
 
 
-@pytest.fixture
-def home(judgeflow_env):
-    home = Path(judgeflow_env["JUDGEFLOW_HOME"])
+@pytest.fixture(scope="module")
+def home(tmp_path_factory):
+    """One JUDGEFLOW_HOME, and so one judge host, for this module's tests (a
+    host takes seconds to start); each test has its own database."""
+    home = tmp_path_factory.mktemp("launcher") / "home"
     yield home
     host.stop(home)
 
 
 @pytest.fixture
-def env(judgeflow_env, prefect_server):
+def env(judgeflow_env, prefect_server, home):
     """A `judgeflow` command's environment: the test database and judge server,
     the judge host on (the suite turns it off everywhere else)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}
-    env.update(judgeflow_env, PREFECT_API_URL=prefect_server, JUDGEFLOW_JUDGE_PROCESSES="2")
+    env.update(judgeflow_env, PREFECT_API_URL=prefect_server, JUDGEFLOW_JUDGE_PROCESSES="2",
+               JUDGEFLOW_HOME=str(home))
     return env
 
 
@@ -49,13 +52,14 @@ def judgeflow(env: dict, *args: str, **kwargs) -> subprocess.CompletedProcess:
 
 
 def ready_host(judge_server, home: Path) -> int:
-    """A judge host under ``home``, started as a run's judge pool starts it, and
-    ready for runs (it imports Prefect and the flows once idle)."""
-    pool = JudgeProcessPool(pool_settings(judge_server, home=home, judge_host=True)).start()
-    try:
-        assert pool.wait_ready(300)
-    finally:
-        pool.close()
+    """The judge host under ``home``, started as a run's judge pool starts it if
+    none is running, and ready for runs (it imports Prefect and the flows once idle)."""
+    if host.state(home) is None:
+        pool = JudgeProcessPool(pool_settings(judge_server, home=home, judge_host=True)).start()
+        try:
+            assert pool.wait_ready(300)
+        finally:
+            pool.close()
     deadline = time.monotonic() + 300
     while not (host.state(home) or {}).get("runs"):
         assert time.monotonic() < deadline, (home / "judge-host" / host.LOG_NAME).read_text()[-3000:]
@@ -100,10 +104,11 @@ def test_score_runs_in_a_process_the_ready_host_forks(env, home, db, judge_serve
     status = judgeflow(env, "status")
     assert f"judge host: running, pid {host_pid}, runs `judgeflow score`" in status.stdout, status.stdout
 
+    earlier = len(forked(home))
     done = judgeflow(env, "score", "--no-alerts")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "Traceback" not in done.stdout + done.stderr
-    (run_pid, command), = forked(home)
+    (run_pid, command), = forked(home)[earlier:]
     assert command == "score"
     # the command's own output, on the caller's streams: the summary on stdout, the logs on stderr
     assert "# judgeflow run" in done.stdout and "| scores written | 40 |" in done.stdout
@@ -116,56 +121,56 @@ def test_score_runs_in_a_process_the_ready_host_forks(env, home, db, judge_serve
     # its exit code and error output are the caller's
     bad = judgeflow(env, "score", "--limit", "many")
     assert bad.returncode == 2 and "Invalid value" in bad.stderr, bad.stderr
-    assert len(forked(home)) == 2
+    assert len(forked(home)) == earlier + 2
 
     # not handed over: turned off in the environment, or in .env, or other code or settings than the host's
     for how in ({"JUDGEFLOW_JUDGE_HOST": "false"}, {"LITELLM_SOMETHING_ELSE": "1"}):
         done = judgeflow({**env, **how}, "score", "--no-alerts")
         assert done.returncode == 0 and "nothing to score" in done.stdout, done.stdout + done.stderr
-        assert len(forked(home)) == 2, how
+        assert len(forked(home)) == earlier + 2, how
     (tmp_path / ".env").write_text("JUDGEFLOW_JUDGE_HOST=false\n")
     done = judgeflow(env, "score", "--no-alerts")
     assert done.returncode == 0 and "nothing to score" in done.stdout
-    assert len(forked(home)) == 2
+    assert len(forked(home)) == earlier + 2
+    (tmp_path / ".env").unlink()
 
 
-def _scoring_started(db: sa.Engine) -> bool:
+def _scored(db: sa.Engine) -> int:
     with db.connect() as conn:
         if conn.execute(sa.text("SELECT to_regclass('judgeflow.eval_results')")).scalar() is None:
-            return False  # the run has not created judgeflow's tables yet
-        return conn.execute(sa.text("SELECT count(*) FROM judgeflow.eval_results")).scalar() > 0
+            return 0  # the run has not created judgeflow's tables yet
+        return conn.execute(sa.text("SELECT count(*) FROM judgeflow.eval_results WHERE status = 'scored'")).scalar()
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "caller killed"])
-def test_a_run_in_the_host_stops_with_its_caller_and_the_next_run_finishes_the_work(
-    env, home, db, judge_server, how
-):
+
+def test_a_run_in_the_host_stops_with_its_caller_and_the_next_run_finishes_the_work(env, home, db, judge_server):
     insert_traces(db, [scripted_trace(i)[0] for i in range(60)])
     host_pid = ready_host(judge_server, home)
-    judge_server.latency_mean_s = 0.3  # 120 pairs at 8 calls in flight: several seconds
-    caller = subprocess.Popen([sys.executable, "-m", "judgeflow", "score", "--no-alerts", "--batch-size", "10"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not _scoring_started(db):
-            assert caller.poll() is None and time.monotonic() < deadline, caller.communicate()
-            time.sleep(0.1)
-        (run_pid, _), = forked(home)
-        if how == "ctrl-c":
-            caller.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the caller
-            _, err = caller.communicate(timeout=120)
-            assert caller.returncode != 0
-            assert "forked by the judge host" not in err  # it ended as a run does, with its own message
-        else:
-            caller.kill()  # SIGKILL: nothing to pass on; the run notices its caller is gone
-            caller.wait(timeout=30)
-        assert wait_gone(run_pid), "the run outlived its caller"
-        statuses = [r["status"] for r in results(db).values()]
-        assert statuses.count("scored") < 120, "the run was not stopped early"
-    finally:
-        if caller.poll() is None:
-            caller.kill()
-    assert host.state(home)["pid"] == host_pid  # the host itself lives on
+    for how in ("ctrl-c", "caller killed"):
+        judge_server.latency_mean_s = 0.3  # what is left at 8 calls in flight: seconds
+        earlier, scored_before = len(forked(home)), _scored(db)
+        caller = subprocess.Popen([sys.executable, "-m", "judgeflow", "score", "--no-alerts", "--batch-size", "10"],
+                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while _scored(db) <= scored_before:
+                assert caller.poll() is None and time.monotonic() < deadline, caller.communicate()
+                time.sleep(0.1)
+            (run_pid, _), = forked(home)[earlier:]
+            if how == "ctrl-c":
+                caller.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends the caller
+                _, err = caller.communicate(timeout=120)
+                assert caller.returncode == 130, err[-3000:]
+                assert "Crashed('Execution was aborted by an interrupt signal.')" in err  # as a run of its own ends
+            else:
+                caller.kill()  # SIGKILL: nothing to pass on; the run notices its caller is gone
+                caller.wait(timeout=30)
+            assert wait_gone(run_pid), f"the run outlived its caller ({how})"
+            assert _scored(db) < 120, f"the run was not stopped early ({how})"
+        finally:
+            if caller.poll() is None:
+                caller.kill()
+        assert host.state(home)["pid"] == host_pid  # the host itself lives on
 
     judge_server.latency_mean_s = 0.0
     done = judgeflow(env, "score", "--no-alerts")
