@@ -208,7 +208,15 @@ def run_command(home: Path, argv: list[str]) -> int | None:
         except OSError:
             pid = None
         if pid is None:
-            return None  # the run did not start: it waits for the go below, and our close ends it
+            # Nothing started: a forked run waits for the go below, and our close
+            # ends it. A host that cannot fork within ACK_TIMEOUT_S (stopped, hung)
+            # is replaced now, or the run's own request for workers would wait as long.
+            print(f"judgeflow: the judge host (pid {current['pid']}) did not take the command within "
+                  f"{ACK_TIMEOUT_S:g} s; it was stopped, and the command runs in this process", file=sys.stderr)
+            with locked(directory):
+                if (state(home) or {}).get("pid") == current["pid"]:
+                    _terminate(int(current["pid"]), timeout_s=2.0)
+            return None
         sock.settimeout(None)
         return _attend(sock, _PID.unpack(pid)[0])
 

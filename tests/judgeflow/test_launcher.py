@@ -179,3 +179,21 @@ def test_a_run_in_the_host_stops_with_its_caller_and_the_next_run_finishes_the_w
     assert len(rows) == 120 and {r["status"] for r in rows.values()} == {"scored"}
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar() == 0
+
+
+def test_a_frozen_host_is_stopped_and_the_command_runs_in_its_own_process(home, judge_server, monkeypatch, capfd):
+    frozen = ready_host(judge_server, home)
+    os.kill(frozen, signal.SIGSTOP)  # alive, its socket still accepting, but it never forks
+    monkeypatch.setattr(host, "ACK_TIMEOUT_S", 1.0)
+    try:
+        started = time.monotonic()
+        assert host.run_command(home, ["score", "--no-alerts"]) is None  # the caller runs it itself
+        assert time.monotonic() - started < 30
+        assert wait_gone(frozen, timeout_s=30), "the frozen host was not stopped"
+        assert host.state(home) is None  # so the run's own request for workers starts a new one at once
+        assert f"the judge host (pid {frozen}) did not take the command within 1 s" in capfd.readouterr().err
+    finally:
+        try:
+            os.kill(frozen, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
