@@ -191,6 +191,11 @@ def run_command(home: Path, argv: list[str]) -> int | None:
 
     While the command runs, SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to this
     process are passed on to it; if this process dies, the run gets SIGTERM."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:  # a closed standard stream (cron's <&-): nothing to hand over, and the
+            return None  # socket below would take its number
     directory = host_dir(home)
     current = state(home)
     if current is None or not current.get("runs") or current.get("fingerprint") != fingerprint():
@@ -203,11 +208,18 @@ def run_command(home: Path, argv: list[str]) -> int | None:
     with sock:
         try:
             socket.send_fds(sock, [_LENGTH.pack(len(payload)) + payload], [0, 1, 2])
-            sock.settimeout(ACK_TIMEOUT_S)
+        except OSError:  # the host went away meanwhile: nothing started
+            return None
+        sock.settimeout(ACK_TIMEOUT_S)
+        try:
             pid = _recv_exactly(sock, _PID.size)
+        except TimeoutError:
+            pid = b""
         except OSError:
             pid = None
-        if pid is None:
+        if pid is None:  # the host closed the connection (refused, died): nothing started
+            return None
+        if not pid:
             # Nothing started: a forked run waits for the go below, and our close
             # ends it. A host that cannot fork within ACK_TIMEOUT_S (stopped, hung)
             # is replaced now, or the run's own request for workers would wait as long.

@@ -133,6 +133,10 @@ def test_score_runs_in_a_process_the_ready_host_forks(env, home, db, judge_serve
     assert done.returncode == 0 and "nothing to score" in done.stdout
     assert len(forked(home)) == earlier + 2
     (tmp_path / ".env").unlink()
+    # a closed standard stream (cron's <&-) cannot be handed over: the command runs here, the host lives on
+    done = judgeflow(env, "score", "--no-alerts", preexec_fn=lambda: os.close(0))
+    assert done.returncode == 0 and "nothing to score" in done.stdout, done.stdout + done.stderr
+    assert len(forked(home)) == earlier + 2 and host.state(home)["pid"] == host_pid
 
 
 def _scored(db: sa.Engine) -> int:
