@@ -62,7 +62,7 @@ from pathlib import Path
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import JudgeHostError
-from judgeflow.judge.litellm_env import ENVIRONMENT_DEFAULTS
+from judgeflow.judge.litellm_env import ENVIRONMENT_DEFAULTS, apply_environment_defaults
 from judgeflow.local_process import pid_alive, reap_exited, runs_in, terminate
 
 SOCKET_NAME = "host.sock"
@@ -214,12 +214,6 @@ def run_command(home: Path, argv: list[str]) -> int | None:
         try:
             pid = _recv_exactly(sock, _PID.size)
         except TimeoutError:
-            pid = b""
-        except OSError:
-            pid = None
-        if pid is None:  # the host closed the connection (refused, died): nothing started
-            return None
-        if not pid:
             # Nothing started: a forked run waits for the go below, and our close
             # ends it. A host that cannot fork within ACK_TIMEOUT_S (stopped, hung)
             # is replaced now, or the run's own request for workers would wait as long.
@@ -228,6 +222,10 @@ def run_command(home: Path, argv: list[str]) -> int | None:
             with locked(directory):
                 if (state(home) or {}).get("pid") == current["pid"]:
                     _terminate(int(current["pid"]), timeout_s=2.0)
+            return None
+        except OSError:
+            pid = None
+        if pid is None:  # the host closed the connection (refused, died): nothing started
             return None
         sock.settimeout(None)
         return _attend(sock, _PID.unpack(pid)[0])
@@ -369,6 +367,15 @@ def _receive(conn: socket.socket) -> tuple[dict, list[int]]:
     return message, fds
 
 
+def _take_callers_context(message: dict) -> None:
+    """In a forked child: the environment and import path of the process that
+    sent ``message``, then its working directory (OSError if that is gone)."""
+    os.environ.clear()
+    os.environ.update(message["env"])
+    sys.path[:] = message["path"]
+    os.chdir(message["cwd"])
+
+
 def _serve_forked(request_fd: int, reply_fd: int, stderr_fd: int, message: dict) -> None:
     """In a forked child: become a judge worker of the run that sent ``message``,
     with what a worker it started itself would have had: its environment,
@@ -377,15 +384,10 @@ def _serve_forked(request_fd: int, reply_fd: int, stderr_fd: int, message: dict)
     from judgeflow.judge.process_pool import read_frame
 
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.environ.clear()
-    os.environ.update(message["env"])
     try:
-        os.chdir(message["cwd"])
-    except OSError:
+        _take_callers_context(message)
+    except OSError:  # its working directory is gone: the worker needs none
         pass
-    sys.path[:] = message["path"]
-    from judgeflow.judge.litellm_env import apply_environment_defaults
-
     apply_environment_defaults()  # what the adapter sets at import, read by litellm per call
     os.dup2(stderr_fd, 2)
     os.dup2(stderr_fd, 1)  # stray prints go to the run's stderr, never into a pipe
@@ -416,10 +418,7 @@ def _become_run(conn: socket.socket, listener: socket.socket, fds: list[int], me
         for target, fd in enumerate(fds):  # its stdin, stdout and stderr
             os.dup2(fd, target)
             os.close(fd)
-        os.environ.clear()
-        os.environ.update(message["env"])
-        os.chdir(message["cwd"])
-        sys.path[:] = message["path"]
+        _take_callers_context(message)
         os.umask(message["umask"])
         sys.argv = ["judgeflow", *message["argv"]]
         unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from judgeflow.judge import host
 from judgeflow.judge.process_pool import JudgeProcessPool
 from judgeflow.launcher import host_takes
-from judgeflow.local_process import pid_alive
+from judgeflow.local_process import wait_gone
 from tests.judge.test_process_pool import pool_settings
 from tests.support.traces import first_step_calls, insert_traces, results, scripted_trace
 
@@ -73,15 +73,6 @@ def forked(home: Path) -> list[tuple[int, str]]:
     return [(int(pid), command) for pid, command in FORKED.findall(log)]
 
 
-def wait_gone(pid: int, timeout_s: float = 60) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while pid_alive(pid):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_host_takes_score_unless_turned_off_in_the_environment_or_dotenv(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JUDGEFLOW_JUDGE_HOST", "true")
@@ -115,7 +106,7 @@ def test_score_runs_in_a_process_the_ready_host_forks(env, home, db, judge_serve
     assert "Beginning flow run" in done.stderr
     assert len(results(db)) == 40 and {r["status"] for r in results(db).values()} == {"scored"}
     assert set(first_step_calls(judge_server).values()) == {1}
-    assert wait_gone(run_pid), "the forked run outlived its command"
+    assert wait_gone(run_pid, 60), "the forked run outlived its command"
     assert host.state(home)["pid"] == host_pid
 
     # its exit code and error output are the caller's
@@ -169,7 +160,7 @@ def test_a_run_in_the_host_stops_with_its_caller_and_the_next_run_finishes_the_w
             else:
                 caller.kill()  # SIGKILL: nothing to pass on; the run notices its caller is gone
                 caller.wait(timeout=30)
-            assert wait_gone(run_pid), f"the run outlived its caller ({how})"
+            assert wait_gone(run_pid, 60), f"the run outlived its caller ({how})"
             assert _scored(db) < 120, f"the run was not stopped early ({how})"
         finally:
             if caller.poll() is None:
