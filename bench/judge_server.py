@@ -4,6 +4,12 @@ options), with one addition (the server itself turns Nagle's algorithm off:
 with it on, every call to an "instant" judge took ~45 ms on the wire, measured
 48.8 ms per call against 5.8 ms without).
 
+* **``GET /in-flight``**: requests in flight over time, as the time-weighted
+  mean per ``?step=`` seconds (default 0.25) from the first request to the
+  last reply (``first_at``, ``last_at``: ``time.monotonic()``, which is the
+  machine's, not the process's, on Linux): ``{"step_s": 0.25, "first_at": t0,
+  "last_at": t1, "means": [...]}``; shows where a run's calls in flight
+  fell short (its start, its batches' tails, its end).
 * **``GET /pair-calls``**: how many first-step calls (``Opinions`` for
   toxicity, ``HallucinationJudgement`` for hallucination) each trace output
   received, summarised: ``{"pairs": n, "max_calls_per_pair": m,
@@ -14,7 +20,9 @@ with it on, every call to an "instant" judge took ~45 ms on the wire, measured
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
+from urllib.parse import parse_qs, urlsplit
 
 from tests.support import judge_server
 
@@ -36,9 +44,60 @@ def pair_calls(server: judge_server.JudgeServer) -> dict:
     }
 
 
+_changes: list[tuple[float, int]] = []  # (time.monotonic(), requests in flight from then on)
+_plain_enter, _plain_leave = judge_server.JudgeServer._enter, judge_server.JudgeServer._leave
+
+
+def _enter(self, req) -> None:
+    _plain_enter(self, req)
+    with self._lock:
+        _changes.append((time.monotonic(), self._in_flight))
+
+
+def _leave(self, status: int) -> None:
+    _plain_leave(self, status)
+    with self._lock:
+        _changes.append((time.monotonic(), self._in_flight))
+
+
+def in_flight_means(server: judge_server.JudgeServer, step_s: float) -> list[float]:
+    """Time-weighted mean of requests in flight per ``step_s`` from the first request."""
+    with server._lock:
+        changes = list(_changes)
+    if not changes:
+        return []
+    start, end = changes[0][0], changes[-1][0]
+    area = [0.0] * (int((end - start) / step_s) + 1)
+    for (t0, n), (t1, _) in zip(changes, changes[1:]):
+        while t0 < t1:  # spread the interval over the buckets it crosses
+            i = int((t0 - start) / step_s)
+            edge = min(t1, start + (i + 1) * step_s)
+            area[i] += n * (edge - t0)
+            t0 = edge
+    return [round(a / step_s, 1) for a in area]
+
+
+def _reset(self) -> None:
+    _plain_reset(self)
+    with self._lock:
+        _changes.clear()
+
+
+_plain_reset = judge_server.JudgeServer.reset
+judge_server.JudgeServer._enter, judge_server.JudgeServer._leave = _enter, _leave
+judge_server.JudgeServer.reset = _reset
+
+
 def _do_get(self) -> None:  # noqa: N802
-    if self.path.split("?", 1)[0] == "/pair-calls":
+    url = urlsplit(self.path)
+    if url.path == "/pair-calls":
         self._send(200, json.dumps(pair_calls(self.judge)).encode())
+    elif url.path == "/in-flight":
+        step = float(parse_qs(url.query).get("step", ["0.25"])[0])
+        with self.judge._lock:
+            span = (_changes[0][0], _changes[-1][0]) if _changes else (None, None)
+        self._send(200, json.dumps({"step_s": step, "first_at": span[0], "last_at": span[1],
+                                    "means": in_flight_means(self.judge, step)}).encode())
     else:
         _plain_get(self)
 

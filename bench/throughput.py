@@ -174,6 +174,8 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
         stats = judge.stats()
         with urllib.request.urlopen(f"{judge.base}/pair-calls", timeout=10) as resp:
             pair_calls = json.loads(resp.read())
+        with urllib.request.urlopen(f"{judge.base}/in-flight?step=0.25", timeout=10) as resp:
+            (out / f"{case.name}.in-flight.json").write_bytes(resp.read())
         # the workers the judge host forked for the runs (and, cold, the host's own start) are judgeflow's
         after_pid = stack.judge_host_pid()
         host_cpu = stack.judge_host_cpu_s(after_pid) - (before["judge host"] if after_pid == host_pid else 0.0)

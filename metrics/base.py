@@ -55,6 +55,12 @@ class JudgeMetric:
         raise NotImplementedError
 
     @property
+    def judge_rounds(self) -> int:
+        """Judge calls one score makes one after another at most (repairs
+        aside): a scheduler starts scores with longer chains first."""
+        raise NotImplementedError
+
+    @property
     def effective_threshold(self) -> float:
         """The threshold ``passed`` is decided with (strict mode may override it)."""
         return self.threshold

@@ -8,7 +8,7 @@ Two task shapes, chosen by the flow's ``fanout`` parameter:
   released together.
 - ``score-batch`` (fanout "batch", the default): one task per claimed batch,
   which logs its trace ids and publishes a table artifact with one row per pair. Its pairs run
-  as coroutines on the process's judge event loop (at most ``max_concurrency``
+  as coroutines on the process's judge event loop (tasks/judge_loop.py; at most ``max_concurrency``
   at once across every batch in flight), each retried in-process on the same
   schedule (``JUDGEFLOW_TASK_RETRIES`` retries, ``JUDGEFLOW_TASK_RETRY_DELAY_S``
   doubling), and outcomes are written a few at a time within
@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from datetime import datetime
@@ -57,6 +56,7 @@ from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.settings import Settings
 from judgeflow.tasks.claims import still_owned
+from judgeflow.tasks.judge_loop import judge_loop
 from judgeflow.tasks import reuse
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
 
@@ -404,17 +404,18 @@ async def score_pair(
     digest: str | None = None,
     run: str | None = None,
     slots: int | None = None,
+    priority: tuple[int, ...] | int = 0,
 ) -> tuple[dict | None, ScoreOutcome]:
     """:func:`judge_pair`, once per content ``digest`` in run ``run``: an
     identical pair already being judged is waited for and copied (tasks/reuse.py).
-    With ``slots``, the judging takes one of that many slots of the judge loop;
-    waiting for a twin takes none."""
+    With ``slots``, the judging takes one of that many slots of the judge loop
+    (lower ``priority`` first); waiting for a twin takes none."""
 
     async def judge() -> tuple[dict | None, ScoreOutcome]:
         kwargs = dict(flow_run_id=flow_run_id, retry_delays=retry_delays, deadline=deadline, digest=digest)
         if slots is None:
             return await judge_pair(work, settings, metrics, **kwargs)
-        return await judge_loop().bounded(slots, judge_pair, work, settings, metrics, **kwargs)
+        return await judge_loop().bounded(slots, judge_pair, work, settings, metrics, priority=priority, **kwargs)
 
     if digest is None or run is None:
         return await judge()
@@ -610,49 +611,6 @@ def _judge_and_store(work, metrics, settings, owner, flow_run_id, rescore_before
     return row, settle_outcome(outcome, store_outcome(settings, row, owner=owner, rescore_before=rescore_before))
 
 
-class _JudgeLoop:
-    """The process's event loop for judge calls, in its own thread.
-
-    Every pair of every batch in flight is a coroutine here: one thread does
-    all the HTTP work instead of ``max_concurrency`` threads taking turns at
-    the GIL (measured with an instant judge: 41 instead of 34 traces/s, the
-    process being CPU-bound on litellm), a retry's backoff holds no thread,
-    and litellm keeps one HTTP client (it caches clients per event loop)."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._slots: dict[int, asyncio.Semaphore] = {}
-        threading.Thread(target=self.loop.run_forever, name="judgeflow-judge-loop", daemon=True).start()
-
-    async def bounded(self, size: int, coro_fn, *args, **kwargs):
-        slots = self._slots.get(size)
-        if slots is None:
-            slots = self._slots[size] = asyncio.Semaphore(size)
-        async with slots:  # at most max_concurrency pairs at once, across all batches
-            return await coro_fn(*args, **kwargs)
-
-    def submit(self, size: int, coro_fn, *args, **kwargs) -> Future:
-        # the coroutine runs in a copy of the caller's context (run_coroutine_threadsafe
-        # schedules it from this thread), so its log lines belong to the calling task run
-        return asyncio.run_coroutine_threadsafe(self.bounded(size, coro_fn, *args, **kwargs), self.loop)
-
-    def submit_unbounded(self, coro_fn, *args, **kwargs) -> Future:
-        """For coroutines that take their slot themselves (score_pair with ``slots``)."""
-        return asyncio.run_coroutine_threadsafe(coro_fn(*args, **kwargs), self.loop)
-
-
-_judge_loop: _JudgeLoop | None = None
-_judge_loop_lock = threading.Lock()
-
-
-def judge_loop() -> _JudgeLoop:
-    global _judge_loop
-    with _judge_loop_lock:
-        if _judge_loop is None:
-            _judge_loop = _JudgeLoop()
-        return _judge_loop
-
-
 @task(name="score-batch", cache_policy=NO_CACHE, persist_result=False)
 def score_batch(
     items: list[TraceWork],
@@ -679,19 +637,22 @@ def score_batch(
     batch_log.info("scoring %d pair(s) of traces %s", len(items), ", ".join(dict.fromkeys(w.trace_id for w in items)))
     metrics = build_metrics(settings)
     loop = judge_loop()
+    order = loop.next_batch()
     delays = list(retry_delays or [])
     digests = _digests(items, settings, metrics)
     stored = reuse.find_done(settings, list(digests.values()), rescore_before=rescore_before)
     copies: list[tuple[dict, ScoreOutcome]] = []
     pending: set[Future] = set()
-    for work in items:
+    # this batch's pairs after older batches', and its longest chains of judge calls
+    # first (tasks/judge_loop.py): the batch, and the run, end on single calls
+    for work in sorted(items, key=lambda w: -metrics[w.metric].judge_rounds):
         digest = digests.get((work.trace_id, work.metric))
         if digest in stored:  # judged before: copied, no judge call
             copies.append(_copied(work, stored[digest], metrics, flow_run_id, digest))
             continue
-        pending.add(loop.submit_unbounded(score_pair, work, settings, metrics, flow_run_id=flow_run_id,
-                                          retry_delays=delays, deadline=deadline, digest=digest, run=owner,
-                                          slots=settings.max_concurrency))
+        pending.add(loop.submit(score_pair, work, settings, metrics, flow_run_id=flow_run_id,
+                                retry_delays=delays, deadline=deadline, digest=digest, run=owner,
+                                slots=settings.max_concurrency, priority=(order, -metrics[work.metric].judge_rounds)))
 
     outcomes: list[ScoreOutcome] = [
         ScoreOutcome(trace_id=w.trace_id, metric=w.metric, status="taken_over", attempts=0) for w in lost

@@ -70,6 +70,10 @@ class HallucinationMetric(JudgeMetric):
     def metric_version(self) -> str:
         return self._version
 
+    @property
+    def judge_rounds(self) -> int:
+        return 1
+
     def score(self, input: Any, output: Any, context: Any = None) -> MetricResult:
         return self._run(self.flow(input, output, context))
 

@@ -119,6 +119,11 @@ class ToxicityMetric(JudgeMetric):
         return self._version
 
     @property
+    def judge_rounds(self) -> int:
+        # opinions, then the verdict batches side by side, then the reason
+        return 3 if self.include_reason else 2
+
+    @property
     def effective_threshold(self) -> float:
         return 0.0 if self.strict_mode else self.threshold
 

@@ -53,6 +53,21 @@ def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, j
     assert [v["verdict"] for v in first["details"]["verdicts"]] == ["yes", "no"]
 
 
+def test_a_batch_judges_its_longest_chains_of_calls_first(run, db, judge_server):
+    # one batch, one call at a time: toxicity pairs (opinions, verdicts, reason)
+    # take the slot before the batch's single-call hallucination pairs, whatever
+    # the claim order, so a batch (and the run) ends on single calls
+    insert_traces(db, [scripted_trace(i)[0] for i in range(6)])
+
+    run(batch_size=12, max_concurrency=1, judge_processes=1)
+
+    steps = [r.step for r in judge_server.requests]
+    assert steps.count("HallucinationJudgement") == 6 and steps.count("Opinions") == 6
+    first_hallucination = steps.index("HallucinationJudgement")
+    assert set(steps[first_hallucination:]) == {"HallucinationJudgement"}, steps
+    assert len(results(db)) == 12
+
+
 @pytest.mark.parametrize("fanout", ["pair", "batch"])
 def test_judge_faults_are_absorbed_and_a_hopeless_trace_is_stored_as_failed(
     run, db, judge_server, monkeypatch, fanout
