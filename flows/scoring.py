@@ -234,6 +234,7 @@ def score_traces(
                 if room <= 0:
                     break
             batch = claim_traces(settings, owner, metrics, room, cursor=cursor, owner_key=keeper.owner_key, **filters)
+            claimed_at = time.time()
             if batch.cursor is None:
                 break
             cursor = batch.cursor
@@ -259,10 +260,11 @@ def score_traces(
                 if admitted:
                     future = score_batch.submit(
                         admitted, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                        retry_delays=_retry_delays(settings), deadline=deadline,
+                        retry_delays=_retry_delays(settings), deadline=deadline, claimed_at=claimed_at,
                     )
                     running.append(future)
                     reservations[id(future)] = reservation
+                    progress.show()
             for work in items if fanout == "pair" else ():
                 while len(running) >= window:
                     collect()
@@ -277,6 +279,7 @@ def score_traces(
                 )
                 running.append(future)
                 reservations[id(future)] = reservation
+                progress.show()
             if budget is not None and budget.exhausted:
                 logger.warning(
                     "run budget $%.4f reached (spent $%.4f, in flight ~$%.4f): no more claims; "
@@ -288,6 +291,7 @@ def score_traces(
                 collect()
         while running:
             collect()
+        progress.show()  # a run that claimed nothing has its artifact too
         left = count_left_to_other_runs(settings, owner, metrics, **filters)
     if judge_started is not None:
         judge_started.wait()

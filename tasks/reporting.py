@@ -245,7 +245,10 @@ def announce_budget_exhausted(summary: RunSummary) -> str | None:
 
 class Progress:
     """A Prefect progress artifact plus a log line, at most once per ``every``
-    pairs done (a batch's worth), however the pairs arrive."""
+    pairs done (a batch's worth), however the pairs arrive. The artifact is
+    created by :meth:`show` (or the first :meth:`advance`): the flow shows it
+    once its first batch is judging, so that API call does not delay the
+    run's first judge call."""
 
     def __init__(self, total: int, *, every: int = 100):
         self.total = total
@@ -253,14 +256,21 @@ class Progress:
         self._every = max(1, every)
         self._reported = 0
         self._artifact_id: UUID | None = None
+        self._shown = False
+
+    def show(self) -> None:
+        if self._shown:
+            return
+        self._shown = True
         try:
             self._artifact_id = create_progress_artifact(
-                progress=0.0, key=PROGRESS_KEY, description=f"judgeflow: {total} (trace, metric) pairs pending"
+                progress=0.0, key=PROGRESS_KEY, description=f"judgeflow: {self.total} (trace, metric) pairs pending"
             )
         except Exception as error:  # progress display must never stop scoring
             log.warning("could not create progress artifact: %s", error)
 
     def advance(self, n: int, *, batch: int) -> None:
+        self.show()
         self.done += n
         if self.done - self._reported < self._every and self.done < self.total:
             return

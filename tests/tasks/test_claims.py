@@ -174,3 +174,28 @@ def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings
     assert outcomes == {"tr-0000": "taken_over", "tr-0001": "taken_over", "tr-0002": "scored"}
     assert judge_server.calls("Opinions") == 1  # only tr-0002 reached the judge
     assert set(results(db)) == {("tr-0002", "toxicity")}
+
+
+def test_a_batch_claimed_a_moment_ago_skips_the_check_and_its_write_still_checks(settings, db, judge_server):
+    import time
+
+    from judgeflow.tasks.scoring import FRESH_CLAIM_S, score_batch
+    from judgeflow.tasks.work import TraceWork
+
+    _claim(settings, "run-a:1", 41, n=2)  # by a run whose lock is gone
+    assert _claim(settings, "run-b:1", 42, n=1) == {"tr-0000"}  # taken over
+    work = [TraceWork(trace_id=f"tr-{i:04d}", metric="toxicity", created_at=datetime(2026, 11, 21, tzinfo=timezone.utc),
+                      output=scripted_trace(i)[0]["output"]) for i in range(2)]
+
+    # claimed long enough ago: checked, the lost pair is not judged
+    stale = score_batch.fn(work, settings, "run-a:1", flow_run_id="run-a", claimed_at=time.time() - FRESH_CLAIM_S)
+    assert {o.trace_id: o.status for o in stale} == {"tr-0000": "taken_over", "tr-0001": "scored"}
+    assert judge_server.calls("Opinions") == 1
+
+    # "claimed" just now: not checked (it cannot have been lost in a second, barring a
+    # lost lock); the lost pair is judged, and its write is refused all the same
+    fresh = score_batch.fn(work[:1], settings, "run-a:1", flow_run_id="run-a", claimed_at=time.time())
+    assert [(o.trace_id, o.status) for o in fresh] == [("tr-0000", "superseded")]
+    assert judge_server.calls("Opinions") == 2
+    assert ("tr-0000", "toxicity") not in results(db)
+    assert _claims(db)["tr-0000"] == "run-b:1"
