@@ -148,11 +148,8 @@ def score_traces(
     )
 
     ensure_schema(settings)
-    unusable = count_unusable_rows(settings)
-    notes = [] if unusable is None else describe_unusable(SourceTable.parse(settings.traces_table), unusable)
-    if unusable is None:
-        notes.append("unusable source rows (NULL id / created_at, duplicate ids) could not be counted; "
-                     "see the run log and `judgeflow db check`")
+    # a report for the summary, not a precondition: counted while the run starts scoring
+    unusable_counted = count_unusable_rows.submit(settings)
     pending = count_pending_work(settings, metrics, limit=limit, **filters)
     logger.info("%d (trace, metric) pairs pending in %s", pending, settings.traces_table)
     # the judge (litellm's import, judge worker processes: seconds) only when
@@ -207,6 +204,11 @@ def score_traces(
             duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending,
             left_to_other_runs=left,
         )
+        unusable = unusable_counted.result()  # never raises: None when the rows could not be counted
+        notes = [] if unusable is None else describe_unusable(SourceTable.parse(settings.traces_table), unusable)
+        if unusable is None:
+            notes.append("unusable source rows (NULL id / created_at, duplicate ids) could not be counted; "
+                         "see the run log and `judgeflow db check`")
         return summary.model_copy(update={
             "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*notes, *extra_notes],
         })
@@ -289,10 +291,13 @@ def score_traces(
                 break
             while len(running) >= window:
                 collect()
+        # what other live runs hold once this one claims no more: counted while its
+        # last batches finish
+        left_counted = count_left_to_other_runs.submit(settings, owner, metrics, **filters)
         while running:
             collect()
         progress.show()  # a run that claimed nothing has its artifact too
-        left = count_left_to_other_runs(settings, owner, metrics, **filters)
+        left = left_counted.result()
     if judge_started is not None:
         judge_started.wait()
     reuse.in_flight.forget(owner)  # identical pairs of this run were coalesced through it
