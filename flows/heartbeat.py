@@ -16,9 +16,11 @@ are unchanged (same events, same frequency), so Prefect's zombie-run
 detection keeps working.
 
 Applied when ``judgeflow.flows`` is imported, which every process that runs
-a judgeflow flow does first (the CLI, ``judgeflow serve``, a Prefect worker
-loading a deployment's entrypoint). A Prefect release whose heartbeat helper
-looks different is left alone: runs then end as Prefect has them end.
+a judgeflow flow does first: the CLI and ``judgeflow serve`` import the flow
+modules, and ``flows/scoring.py`` imports the package itself, for a Prefect
+worker that loads a deployment's entrypoint (``flows/scoring.py:...``) by its
+path. A Prefect release whose heartbeat helper looks different is left alone:
+runs then end as Prefect has them end.
 """
 
 from __future__ import annotations

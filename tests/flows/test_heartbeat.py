@@ -81,3 +81,22 @@ def test_a_prefect_release_with_another_heartbeat_helper_is_left_alone(monkeypat
     monkeypatch.setattr(flow_engine, "_send_heartbeats", other_helper)
     assert heartbeat.stop_joining_heartbeats() is False
     assert flow_engine._send_heartbeats is other_helper
+
+
+def test_a_deployment_entrypoint_loaded_by_path_gets_it_too(tmp_path):
+    # deployments/prefect.yaml names flows/scoring.py:score_new_traces, which a Prefect
+    # worker loads as a file, not as judgeflow.flows.scoring
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    code = (
+        "from prefect.flows import load_flow_from_entrypoint\n"
+        "from prefect import flow_engine\n"
+        "load_flow_from_entrypoint('flows/scoring.py:score_new_traces')\n"
+        "print(getattr(flow_engine._send_heartbeats, '__judgeflow_unjoined__', False))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120,
+                         env={**__import__("os").environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "True"
