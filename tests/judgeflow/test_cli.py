@@ -296,3 +296,39 @@ def test_preload_imports_what_a_score_run_imports(judgeflow_env, db, prefect_ser
     assert "| scores written | 8 |" in done.stdout
     new = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("NEW "))[4:])
     assert new == [], f"add to judgeflow.cli._RUN_MODULES: {new}"
+
+
+_LOGGING_AFTER_PRELOAD = """
+import logging, os
+from judgeflow import cli
+from prefect.context import refresh_global_settings_context
+from prefect.logging import configuration
+
+cli.preload()
+reads = []
+real = configuration.load_logging_config
+configuration.load_logging_config = lambda path: reads.append(path) or real(path)
+refresh_global_settings_context()
+cli._setup_prefect_logging()
+print("same", len(reads), logging.getLogger("prefect").level)
+os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
+refresh_global_settings_context()
+cli._setup_prefect_logging()
+print("changed", len(reads), logging.getLogger("prefect").level)
+"""
+
+
+def test_a_forked_run_reuses_the_hosts_logging_config_only_while_what_it_read_is_unchanged():
+    """run_forked sets Prefect's logging up afresh; its configuration (~45 ms to
+    read) is the host's only when its file, every setting and the
+    PREFECT_LOGGING_* overrides are what the host read."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING_")}
+    done = subprocess.run([sys.executable, "-c", _LOGGING_AFTER_PRELOAD], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line for line in done.stdout.splitlines() if line.startswith(("same", "changed"))]
+    assert lines == ["same 0 20", "changed 1 30"], done.stdout  # INFO, then WARNING read afresh

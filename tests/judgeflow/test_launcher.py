@@ -129,6 +129,13 @@ def test_score_runs_in_a_process_the_ready_host_forks(env, home, db, judge_serve
     assert done.returncode == 0 and "nothing to score" in done.stdout, done.stdout + done.stderr
     assert len(forked(home)) == earlier + 2 and host.state(home)["pid"] == host_pid
 
+    # the caller's Prefect logging settings, not the host's: nothing below WARNING on stderr
+    insert_traces(db, [scripted_trace(i)[0] for i in range(20, 25)])
+    quiet = judgeflow({**env, "PREFECT_LOGGING_LEVEL": "WARNING"}, "score", "--no-alerts")
+    assert quiet.returncode == 0 and "| scores written | 10 |" in quiet.stdout, quiet.stdout + quiet.stderr
+    assert len(forked(home)) == earlier + 3
+    assert "Beginning flow run" not in quiet.stderr and "INFO" not in quiet.stderr, quiet.stderr[-2000:]
+
 
 def _scored(db: sa.Engine) -> int:
     with db.connect() as conn:
