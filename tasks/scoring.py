@@ -655,14 +655,17 @@ def score_batch(
     pending: set[Future] = set()
     # this batch's pairs after older batches', and its longest chains of judge calls
     # first (tasks/judge_loop.py): the batch, and the run, end on single calls
-    for work in sorted(items, key=lambda w: -metrics[w.metric].judge_rounds):
+    def longest_first(work: TraceWork) -> int:
+        return -metrics[work.metric].judge_rounds
+
+    for work in sorted(items, key=longest_first):
         digest = digests.get((work.trace_id, work.metric))
         if digest in stored:  # judged before: copied, no judge call
             copies.append(_copied(work, stored[digest], metrics, flow_run_id, digest))
             continue
         pending.add(loop.submit(score_pair, work, settings, metrics, flow_run_id=flow_run_id,
                                 retry_delays=delays, deadline=deadline, digest=digest, run=owner,
-                                slots=settings.max_concurrency, priority=(order, -metrics[work.metric].judge_rounds)))
+                                slots=settings.max_concurrency, priority=(order, longest_first(work))))
 
     outcomes: list[ScoreOutcome] = [
         ScoreOutcome(trace_id=w.trace_id, metric=w.metric, status="taken_over", attempts=0) for w in lost

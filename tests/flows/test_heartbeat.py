@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -97,6 +98,6 @@ def test_a_deployment_entrypoint_loaded_by_path_gets_it_too(tmp_path):
         "print(getattr(flow_engine._send_heartbeats, '__judgeflow_unjoined__', False))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120,
-                         env={**__import__("os").environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
+                         env={**os.environ, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "True"
