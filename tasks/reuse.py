@@ -144,7 +144,10 @@ def copied_row(work: TraceWork, source: dict[str, Any], *, threshold: float, flo
                digest: str) -> dict[str, Any]:
     """The result row of ``work`` copied from ``source``: no judge call, no cost."""
     details = dict(source.get("details") or {})
-    details["reused_from"] = source["trace_id"]
+    # a copy of a copy names the trace really judged: a batch can store its copies
+    # before the batch that judged the original stores it, and a later look-up
+    # then finds only a copy (tests/flows/test_spend_controls.py)
+    details.setdefault("reused_from", source["trace_id"])
     score = source["score"]
     scored = source["status"] == "scored" and score is not None
     return {

@@ -56,3 +56,12 @@ def test_a_copy_is_decided_by_the_current_threshold_and_costs_nothing():
     assert row["passed"] is True and row["threshold"] == 0.7 and row["score"] == 0.6
     assert row["details"] == {"x": 1, "reused_from": "orig"} and source["details"] == {"x": 1}
     assert (row["judge_calls"], row["cost_usd"], row["prompt_tokens"]) == (0, 0.0, 0)
+
+
+def test_a_copy_of_a_copy_names_the_trace_really_judged():
+    original = {"trace_id": "orig", "status": "scored", "score": 0.6, "reason": "r", "details": {"x": 1},
+                "metric_version": "v", "judge_model": "m"}
+    first = copied_row(_work(trace_id="t2"), original, threshold=0.5, flow_run_id="f", digest="h")
+    second = copied_row(_work(trace_id="t3"), first, threshold=0.5, flow_run_id="f", digest="h")
+    assert first["details"]["reused_from"] == "orig"
+    assert second["details"] == {"x": 1, "reused_from": "orig"}
