@@ -69,11 +69,16 @@ def in_flight_means(server: judge_server.JudgeServer, step_s: float) -> list[flo
     start, end = changes[0][0], changes[-1][0]
     area = [0.0] * (int((end - start) / step_s) + 1)
     for (t0, n), (t1, _) in zip(changes, changes[1:]):
-        while t0 < t1:  # spread the interval over the buckets it crosses
-            i = int((t0 - start) / step_s)
+        # spread the interval over the buckets it crosses; the bucket index moves on
+        # by itself (recomputed from t0, a step that is not a binary fraction, 0.1,
+        # could give an edge equal to t0 and loop for ever)
+        i = int((t0 - start) / step_s)
+        while t0 < t1:
             edge = min(t1, start + (i + 1) * step_s)
-            area[i] += n * (edge - t0)
-            t0 = edge
+            if edge > t0:
+                area[min(i, len(area) - 1)] += n * (edge - t0)
+                t0 = edge
+            i += 1
     return [round(a / step_s, 1) for a in area]
 
 
