@@ -133,6 +133,10 @@ def serve(settings, requests: IO[bytes], replies: IO[bytes]) -> None:
     arrived: asyncio.Queue = asyncio.Queue()
 
     async def start_calls() -> None:
+        # litellm's lazy set-up on a canned reply first (LiteLLMJudge.warm_up): a
+        # forked worker starts ~0.2 s before its run's first calls arrive, and without
+        # it the first of them paid that set-up on its way out (~30 ms on two cores)
+        await judge.warm_up()
         # One call started per turn of the loop. A burst of requests (a run's first
         # batch: 32 per worker at once) then goes out as each is prepared; started
         # all at once, each request waited for litellm to prepare every other one:

@@ -394,6 +394,21 @@ async def test_acomplete_retries_and_respects_the_bound(server):
 
 
 @both_http_paths
+async def test_warm_up_sends_nothing_to_the_judge_and_the_next_call_is_real(server):
+    judge = make_judge(server)
+    assert await judge.warm_up() is True
+    assert server.calls() == 0  # a canned reply: no request left the process, nothing was spent
+    reply = await judge.acomplete(opinions_request())
+    assert server.calls() == 1 and Opinions.model_validate_json(reply.content).opinions
+
+
+async def test_a_warm_up_litellm_refuses_returns_false_and_raises_nothing(server):
+    judge = LiteLLMJudge("no-such-provider/model", api_base=server.url, api_key=API_KEY)
+    assert await judge.warm_up() is False
+    assert server.calls() == 0
+
+
+@both_http_paths
 async def test_acomplete_translates_errors(server):
     server.script(error_reply(401, f"bad key {API_KEY}"))
     with pytest.raises(PermanentJudgeError) as info:
