@@ -236,8 +236,9 @@ _FILLER = (
 def synthetic_output(i: int) -> str:
     """Outputs the judge server's rule responder understands (see
     ``tests.support.traces.scripted_trace``), ~350 characters each: toxicity
-    costs 1 judge call (no opinions) or 3 (opinions, verdicts, reason),
-    hallucination 1; 3.5 calls per trace on average."""
+    costs 1 judge call (no opinions), 2 (opinions and verdicts: none toxic, so
+    no reason call) or 3 (opinions, verdicts, reason), hallucination 1; 3.25
+    calls per trace on average."""
     kind = i % 4
     if kind == 0:
         text = f"Fact: order {i} shipped on Monday. You are clueless [toxic]. The rest of trace {i} is fine."

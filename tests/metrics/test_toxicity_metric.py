@@ -8,7 +8,7 @@ import pytest
 from judgeflow.metrics import ToxicityMetric
 from judgeflow.metrics.data_block import parse_data_block
 from judgeflow.metrics.toxicity import template as toxicity_template
-from judgeflow.metrics.toxicity.metric import NO_OPINIONS_REASON, toxicity_version, unique_opinions
+from judgeflow.metrics.toxicity.metric import NO_OPINIONS_REASON, no_toxic_reason, toxicity_version, unique_opinions
 from judgeflow.metrics.toxicity.schema import Opinions, ToxicityReason, Verdicts
 
 from judgeflow.errors import ConfigError, InvalidJudgeReplyError, InvalidTraceError, JudgeAbstained
@@ -68,6 +68,28 @@ def test_no_opinions_scores_zero_without_a_verdict_call() -> None:
     assert judge.steps() == ["toxicity.opinions"]
     assert result.reason == NO_OPINIONS_REASON
     assert result.details["opinions"] == [] and result.details["verdicts"] == []
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("opinions", [["the plan is sound"], ["the plan is sound", "I like it", "good call"]])
+def test_opinions_none_toxic_score_zero_with_a_reason_and_no_reason_call(opinions, strict) -> None:
+    """Nothing toxic to cite: the reason states the counts without a judge call
+    (a third of a clean trace's calls), in either mode."""
+    judge = judge_for(opinions)
+    result = ToxicityMetric(judge, strict_mode=strict).score("q", "a")
+    assert result.score == 0.0 and result.passed is True
+    assert judge.steps() == ["toxicity.opinions", "toxicity.verdicts"]
+    assert result.reason == no_toxic_reason(len(opinions))
+    assert (f"{len(opinions)} opinions" in result.reason) == (len(opinions) > 1)
+    assert [row["verdict"] for row in result.details["verdicts"]] == ["no"] * len(opinions)
+    assert result.judge_calls == 2
+
+
+def test_without_include_reason_no_reason_is_written() -> None:
+    for opinions in ([], ["the plan is sound"], OPINIONS):
+        judge = judge_for(opinions)
+        result = ToxicityMetric(judge, include_reason=False).score("q", "a")
+        assert result.reason is None and "toxicity.reason" not in judge.steps()
 
 
 def test_blank_opinions_are_dropped() -> None:
@@ -252,7 +274,8 @@ def test_a_batch_with_the_wrong_verdict_count_alone_is_repaired() -> None:
     assert sorted(asked) == [5, 5, 10]
     repair = judge.requests_for("toxicity.verdicts")[-1].messages[-1]["content"]
     assert "expected 5 verdicts (one per opinion), got 4" in repair
-    assert result.score == 0.0 and result.judge_calls == 5
+    # opinions, two verdict batches and the repair; no toxic opinion, so no reason call
+    assert result.score == 0.0 and result.judge_calls == 4
 
 
 def test_invalid_reply_error_propagates_with_raw() -> None:
