@@ -54,6 +54,7 @@ def no_toxic_reason(opinion_count: int) -> str:
         return "The output's one opinion was judged not toxic, so the score is 0."
     return f"None of the output's {opinion_count} opinions was judged toxic, so the score is 0."
 
+
 logger = logging.getLogger("judgeflow.metrics.toxicity")
 
 
