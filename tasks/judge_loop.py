@@ -7,17 +7,25 @@ judge: 41 instead of 34 traces/s, the process being CPU-bound on litellm), a
 retry's backoff holds no thread, and litellm keeps one HTTP client (it caches
 clients per event loop).
 
-At most ``max_concurrency`` pairs hold a slot at once, across every batch.
-A freed slot goes to the waiting pair of the **oldest batch**, and within a
-batch to the pair with the **longest chain of judge calls** (toxicity:
-opinions, then verdicts, then reason; hallucination: one call). Slots stay
-just as busy, but each batch, the run's last one included, ends on single
-calls: the run's tail is about one judge call long instead of three.
-Measured with a 200 ms judge, 64 calls in flight and 400 traces, arrival
-order left 0.5-0.6 s at the run's end with fewer and fewer calls in flight,
-this order 0.2-0.3 s. (Longest chain first across all batches made the
-tail as short but held every batch's single calls back, so batches ended
-together and the run claimed in bursts: calls in flight dipped mid-run.)
+At most ``max_concurrency`` pairs plus the judge's ``queue_ahead``
+(:func:`judgeflow.judge.base.queue_ahead`) hold a slot at once, across every
+batch; the judge itself keeps its calls in flight to ``max_concurrency`` and
+holds the others prepared, so a call starts the moment another ends. A freed
+slot goes to the waiting pair with the **longest chain of judge calls**
+(toxicity: opinions, then verdicts, then reason; hallucination: one call)
+across the run's batches, then to the **oldest batch**'s. Slots stay just as
+busy, but the run's last calls are single ones: its tail is about one judge
+call long instead of three.
+
+Measured with a 200 ms judge, 64 calls in flight and 400 traces (two cores,
+2026-11-25; calls in flight per 50 ms at the judge): oldest batch first, then
+longest chain, the run's end took ~0.4 s from 64 calls in flight down to none
+(with or without calls queued ahead); longest chain first across batches with
+16 calls queued ahead, ~0.25 s, and the scoring window went from 4.58-4.65 s to
+4.34-4.41 s. Longest chain first without calls queued ahead ends as sharply
+but held every batch's single calls back, so batches ended together and the
+run claimed in bursts: calls in flight dipped to 46-55 mid-run; the queued
+calls carry the run over those claims.
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ from judgeflow.errors import (
     PermanentJudgeError,
     TransientJudgeError,
 )
+from judgeflow.judge.base import queue_ahead
 from judgeflow.judge.factory import build_judge, build_started_judge
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
@@ -653,10 +654,13 @@ def score_batch(
     stored = reuse.find_done(settings, list(digests.values()), rescore_before=rescore_before)
     copies: list[tuple[dict, ScoreOutcome]] = []
     pending: set[Future] = set()
-    # this batch's pairs after older batches', and its longest chains of judge calls
-    # first (tasks/judge_loop.py): the batch, and the run, end on single calls
+    # the longest chains of judge calls first across the run's batches, then older
+    # batches first (tasks/judge_loop.py): the run ends on single calls
     def longest_first(work: TraceWork) -> int:
         return -metrics[work.metric].judge_rounds
+
+    # pairs admitted at once: the judge's bound plus the calls it can hold prepared
+    admitted = settings.max_concurrency + queue_ahead(build_judge(settings))
 
     for work in sorted(items, key=longest_first):
         digest = digests.get((work.trace_id, work.metric))
@@ -665,7 +669,7 @@ def score_batch(
             continue
         pending.add(loop.submit(score_pair, work, settings, metrics, flow_run_id=flow_run_id,
                                 retry_delays=delays, deadline=deadline, digest=digest, run=owner,
-                                slots=settings.max_concurrency, priority=(order, longest_first(work))))
+                                slots=admitted, priority=(longest_first(work), order)))
 
     outcomes: list[ScoreOutcome] = [
         ScoreOutcome(trace_id=w.trace_id, metric=w.metric, status="taken_over", attempts=0) for w in lost

@@ -55,3 +55,13 @@ class Judge(Protocol):
     def complete(self, request: JudgeRequest) -> JudgeReply: ...
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply: ...
+
+
+def queue_ahead(judge: object) -> int:
+    """How many calls a caller may hand ``judge`` beyond its bound on calls in
+    flight (its optional ``queue_ahead`` attribute; 0 without one): a judge
+    that enforces the bound itself and keeps such calls prepared starts one the
+    moment a call in flight ends, instead of waiting for the caller's next.
+    The judge never has more than its bound in flight either way."""
+    value = getattr(judge, "queue_ahead", 0)
+    return value if isinstance(value, int) and value > 0 else 0

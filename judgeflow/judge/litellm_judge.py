@@ -32,16 +32,22 @@ Behaviour, decided here once for every metric:
   URL's credentials, every configured secret, credentials inside any URL and
   key-like tokens, and the litellm exception is not chained for HTTP errors.
   ``repr`` shows the base URL with its credentials masked.
-* **Concurrency.** A ``threading.BoundedSemaphore(max_concurrency)`` owned by the
-  instance bounds HTTP attempts in flight, across the sync and async paths and
-  all threads; it is held only during an attempt, never during backoff sleeps.
-  :func:`judgeflow.judge.factory.build_judge` caches instances, which makes the
-  bound process-wide. The async path acquires it by polling
-  (``acquire(blocking=False)`` + ``asyncio.sleep``, 1 ms growing to 50 ms) rather
-  than ``asyncio.to_thread(sem.acquire)``: a cancelled task could otherwise
-  leave a thread that later takes a slot nobody releases, and each waiter would
-  pin an executor thread. The polling overhead (<= 50 ms) is noise next to a
-  judge call.
+* **Concurrency.** One :class:`~judgeflow.judge.wire_slots.CallSlots` of
+  ``max_concurrency`` owned by the instance bounds HTTP attempts in flight,
+  across the sync and async paths and all threads; it is held only during an
+  attempt, never during backoff sleeps, and a freed slot goes to the longest
+  waiter at once. :func:`judgeflow.judge.factory.build_judge` caches instances,
+  which makes the bound process-wide. On the async path to an OpenAI-compatible
+  model through litellm's own HTTP handler and aiohttp transport (the
+  defaults, :func:`_wire_bound`), the slot is held **on the wire only**: from
+  the request's send to its reply's last byte (a
+  :class:`~judgeflow.judge.wire_slots.WireSlotTransport` under a client passed
+  to litellm), so litellm's own CPU per call (~5 ms building the request and
+  parsing the reply) overlaps other calls' wire time instead of idling a slot.
+  Elsewhere (the sync path, the OpenAI SDK path, other providers) the slot is
+  held around the whole litellm call, as litellm builds those clients itself.
+  :attr:`LiteLLMJudge.queue_ahead` tells the run how many calls it may hand
+  over beyond the bound, so one is ready whenever a slot frees.
 * **Sync vs async.** Prefer :meth:`complete` from Prefect tasks (worker
   threads). :meth:`acomplete` works across separate ``asyncio.run`` calls in
   litellm 1.106 (its client cache keys clients on ``id(event_loop)``, TTL 600 s),
@@ -49,7 +55,8 @@ Behaviour, decided here once for every metric:
   "event loop changed" every time.
 * **Latency** (``JudgeReply.latency_s``) is the duration of the successful HTTP
   attempt only: not the wait for a concurrency slot, not earlier failed
-  attempts, not backoff sleeps.
+  attempts, not backoff sleeps (with the wire bound, from the request's send
+  to the end of litellm's call).
 * **Cost** is ``litellm.completion_cost`` from the bundled price map; ``None``
   when the model is not priced (e.g. a self-hosted or test model). Prices
   given in the settings (``JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK`` /
@@ -65,12 +72,14 @@ from judgeflow.judge.litellm_env import ENVIRONMENT_DEFAULTS, apply_environment_
 apply_environment_defaults()  # before litellm is imported
 
 import asyncio  # noqa: E402
+import atexit  # noqa: E402
 import functools  # noqa: E402
 import math  # noqa: E402
 import random  # noqa: E402
 import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+import weakref  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator  # noqa: E402
 
@@ -78,10 +87,13 @@ import litellm  # noqa: E402
 import openai  # noqa: E402  (litellm's own dependency; its errors can surface through litellm)
 from litellm.llms.base_llm.base_utils import type_to_response_format_param  # noqa: E402
 from litellm.llms.base_llm.chat.transformation import BaseConfig  # noqa: E402
+from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler, get_ssl_configuration  # noqa: E402
+from litellm.secret_managers.main import get_secret_bool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
 from judgeflow.judge.base import JudgeReply, JudgeRequest  # noqa: E402
+from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started  # noqa: E402
 from judgeflow.retry_after import parse_retry_after  # noqa: E402
 from judgeflow.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
 
@@ -377,6 +389,35 @@ def _passes_schema_dicts(model: str, api_base: str | None) -> bool:
     return method is BaseConfig.get_json_schema_from_pydantic_object
 
 
+_clients_to_close: list[AsyncHTTPHandler] = []
+
+
+def _close_at_exit(client: AsyncHTTPHandler) -> None:
+    """Close ``client`` when the process exits, as litellm does with the clients
+    it caches: an aiohttp session left open prints "Unclosed client session"
+    when it is collected. Kept referenced until then (a client outliving its
+    event loop is a few kB; a process has one loop per judge in production)."""
+    if not _clients_to_close:
+        atexit.register(_close_clients)
+    _clients_to_close.append(client)
+
+
+def _close_clients() -> None:
+    async def close_all() -> None:
+        for client in _clients_to_close:
+            try:
+                await client.close()
+            except Exception:  # noqa: BLE001 - at exit, a client that cannot close is left to the OS
+                pass
+
+    loop = asyncio.new_event_loop()  # the clients' own loops are usually closed by now
+    try:
+        loop.run_until_complete(close_all())
+    finally:
+        loop.close()
+    _clients_to_close.clear()
+
+
 # --------------------------------------------------------------------------
 # the judge
 # --------------------------------------------------------------------------
@@ -427,7 +468,10 @@ class LiteLLMJudge:
         self._async_sleep = async_sleep
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
-        self._slots = threading.BoundedSemaphore(self.max_concurrency)
+        self._slots = CallSlots(self.max_concurrency)
+        # the wire-bound HTTP client per event loop (litellm's clients are per loop too)
+        self._wire_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._wire_provider: bool | None = None  # whether the model's provider allows it; checked once
         self._cooldown_lock = threading.Lock()
         self._cooldown_until = 0.0  # time.monotonic() before which no attempt starts
 
@@ -458,6 +502,13 @@ class LiteLLMJudge:
     @property
     def api_base(self) -> str | None:
         return self._api_base
+
+    @property
+    def queue_ahead(self) -> int:
+        """Calls a caller may hand over beyond ``max_concurrency`` (see
+        :func:`judgeflow.judge.base.queue_ahead`): they wait for a slot here,
+        prepared, and the judge never sees more than ``max_concurrency``."""
+        return max(1, self.max_concurrency // 4)
 
     def __repr__(self) -> str:  # never shows the key, nor credentials inside the base URL
         base = scrub_url(self._api_base) if self._api_base else None
@@ -587,12 +638,18 @@ class LiteLLMJudge:
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply:
         kwargs = self._call_kwargs(request)
+        client = self._wire_client()
+        if client is not None:
+            kwargs["client"] = client
         attempt = 0
         while True:
             wait = self._cooldown_remaining()
             if wait > 0:
                 await self._async_sleep(wait)
-            await self._acquire_slot_async()
+            if client is None:
+                await self._slots.acquire_async()
+            sent: list[float] = []  # the transport notes when the request went on the wire
+            token = wire_started.set(sent)
             try:
                 started = time.perf_counter()
                 try:
@@ -600,14 +657,49 @@ class LiteLLMJudge:
                 except Exception as exc:
                     err, cause = self._error(exc), exc
                 else:
-                    return self._reply(response, time.perf_counter() - started)
+                    return self._reply(response, time.perf_counter() - (sent[-1] if sent else started))
             finally:
-                self._slots.release()
+                wire_started.reset(token)
+                if client is None:
+                    self._slots.release()
             plan = self._plan_retry(attempt, err)
             if isinstance(plan, JudgeError):
                 self._raise(plan, cause)
             await self._async_sleep(plan)
             attempt += 1
+
+    def _wire_client(self) -> AsyncHTTPHandler | None:
+        """The running loop's wire-bound client, or None where the slot must be
+        held around the whole litellm call (see the module doc)."""
+        if not self._wire_bound():
+            return None
+        loop = asyncio.get_running_loop()
+        client = self._wire_clients.get(loop)
+        if client is None:
+            ssl = get_ssl_configuration(None)
+            inner = AsyncHTTPHandler.create_async_transport(
+                ssl_context=ssl if not isinstance(ssl, bool) else None,
+                ssl_verify=ssl if isinstance(ssl, bool) else None,
+            )
+            client = AsyncHTTPHandler(timeout=self.timeout_s, transport=WireSlotTransport(inner, self._slots))
+            self._wire_clients[loop] = client
+            _close_at_exit(client)
+        return client
+
+    def _wire_bound(self) -> bool:
+        """Whether this call goes through litellm's own HTTP handler on its
+        aiohttp transport, which take a client from the caller: an
+        OpenAI-compatible model with litellm's defaults (both switches are read
+        on every call, as litellm reads them). The aiohttp transport finds
+        proxies itself; litellm's httpx transport needs mounts only litellm sets."""
+        if self._wire_provider is None:
+            try:
+                provider = litellm.get_llm_provider(model=self._model, api_base=self._api_base)[1]
+            except Exception:  # noqa: BLE001 - the call itself will say what is wrong
+                provider = None
+            self._wire_provider = provider == "openai"
+        return (self._wire_provider and bool(get_secret_bool("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"))
+                and AsyncHTTPHandler.should_use_aiohttp_transport())
 
     async def warm_up(self) -> bool:
         """One call through litellm with a canned reply (``mock_response``: no
@@ -626,13 +718,6 @@ class LiteLLMJudge:
         except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing
             return False
         return True
-
-    async def _acquire_slot_async(self) -> None:
-        """Take a slot without blocking the event loop (see the module doc for why polling)."""
-        delay = 0.001
-        while not self._slots.acquire(blocking=False):
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
 
     @staticmethod
     def _raise(err: JudgeError, cause: Exception) -> None:

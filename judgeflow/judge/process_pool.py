@@ -410,6 +410,14 @@ class JudgeProcessPool:
     def processes(self) -> int:
         return len(self._workers)
 
+    @property
+    def queue_ahead(self) -> int:
+        """Calls beyond ``max_concurrency`` a run may hand over
+        (:func:`judgeflow.judge.base.queue_ahead`): they go to the workers with
+        the fewest outstanding, whose judges hold them until a slot of their
+        share frees, so no worker's share idles while the run prepares its next call."""
+        return max(1, self.max_concurrency // 4)
+
     def worker_pids(self) -> list[int | None]:
         return [w.pid for w in self._workers]
 

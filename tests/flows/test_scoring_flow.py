@@ -54,18 +54,38 @@ def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, j
 
 
 def test_a_batch_judges_its_longest_chains_of_calls_first(run, db, judge_server):
-    # one batch, one call at a time: toxicity pairs (opinions, verdicts, reason)
-    # take the slot before the batch's single-call hallucination pairs, whatever
-    # the claim order, so a batch (and the run) ends on single calls
+    # one call at a time (plus the one the judge holds ready): toxicity pairs
+    # (opinions, verdicts, reason) take their slots before the batch's
+    # single-call hallucination pairs, whatever the claim order, so a batch (and
+    # the run) ends on single calls
     insert_traces(db, [scripted_trace(i)[0] for i in range(6)])
 
     run(batch_size=12, max_concurrency=1, judge_processes=1)
 
     steps = [r.step for r in judge_server.requests]
     assert steps.count("HallucinationJudgement") == 6 and steps.count("Opinions") == 6
-    first_hallucination = steps.index("HallucinationJudgement")
-    assert set(steps[first_hallucination:]) == {"HallucinationJudgement"}, steps
+    last_opinions = max(i for i, step in enumerate(steps) if step == "Opinions")
+    assert last_opinions < steps.index("HallucinationJudgement"), steps
+    assert steps[-3:] == ["HallucinationJudgement"] * 3, steps
+    assert judge_server.max_in_flight == 1
     assert len(results(db)) == 12
+
+
+@pytest.mark.parametrize("judge_processes", [1, 2], ids=["in-process", "2procs"])
+def test_calls_queued_ahead_never_exceed_max_concurrency_at_the_judge(run, db, judge_server, judge_processes):
+    # the run admits max_concurrency pairs plus the judge's queue_ahead; the judge
+    # holds the extra calls until a slot frees (on the wire only, by default)
+    judge_server.latency_mean_s = 0.05
+    rows, expected = zip(*(scripted_trace(i) for i in range(60)))
+    insert_traces(db, rows)
+
+    summary = run(batch_size=40, max_concurrency=4, judge_processes=judge_processes)
+
+    assert summary.scored == 120 and summary.failed == 0
+    assert judge_server.max_in_flight == 4
+    stored = results(db)
+    assert all(stored[(row["id"], "toxicity")]["score"] == pytest.approx(want["toxicity"])
+               for row, want in zip(rows, expected))
 
 
 @pytest.mark.parametrize("fanout", ["pair", "batch"])

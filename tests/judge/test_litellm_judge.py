@@ -383,6 +383,7 @@ async def test_acomplete_success(server):
     assert server.requests[0].step == "HallucinationJudgement"
 
 
+@both_http_paths
 async def test_acomplete_retries_and_respects_the_bound(server):
     server.latency_mean_s = 0.2
     server.script(error_reply(500, "boom"))
@@ -391,6 +392,31 @@ async def test_acomplete_retries_and_respects_the_bound(server):
     assert len(replies) == 5
     assert server.calls() == 6
     assert server.max_in_flight <= 2
+
+
+async def test_the_bound_holds_only_on_the_wire_on_the_default_path(server, monkeypatch):
+    """Calls handed over beyond the bound (queue_ahead) wait prepared: the judge
+    sees exactly max_concurrency at once, and a call's latency is its own wire
+    time, not its wait for a slot."""
+    server.latency_mean_s = 0.25
+    judge = make_judge(server, max_concurrency=2)
+    assert judge.queue_ahead >= 1
+    replies = await asyncio.gather(*(judge.acomplete(opinions_request()) for _ in range(6)))
+    assert server.calls() == 6 and server.max_in_flight == 2
+    assert len(judge._wire_clients) == 1  # litellm was given the slot-holding client
+    # the last two calls waited ~0.5 s for a slot; their latency is still one call's
+    assert all(0.2 <= reply.latency_s < 0.45 for reply in replies), [r.latency_s for r in replies]
+    assert judge._slots.acquire(blocking=False) and judge._slots.acquire(blocking=False)
+
+
+async def test_the_sdk_path_holds_the_slot_around_the_whole_call(server, monkeypatch):
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "false")
+    server.latency_mean_s = 0.25
+    judge = make_judge(server, max_concurrency=2)
+    replies = await asyncio.gather(*(judge.acomplete(opinions_request()) for _ in range(4)))
+    assert server.calls() == 4 and server.max_in_flight == 2
+    assert len(judge._wire_clients) == 0  # litellm builds the SDK's client itself
+    assert all(0.2 <= reply.latency_s < 0.45 for reply in replies), [r.latency_s for r in replies]
 
 
 @both_http_paths
@@ -439,6 +465,7 @@ def test_retry_after_starts_a_cooldown_shared_by_other_calls(server):
     assert server.requests[1].received_at - server.requests[0].received_at >= 0.5
 
 
+@both_http_paths
 async def test_cancelled_async_calls_do_not_leak_slots(server):
     server.latency_mean_s = 0.3
     judge = make_judge(server, max_concurrency=1)

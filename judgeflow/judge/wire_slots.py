@@ -1,0 +1,168 @@
+"""The bound on judge calls in flight, and an HTTP transport that holds it only on the wire.
+
+:class:`CallSlots` is a counting semaphore shared by threads (the sync path:
+:meth:`CallSlots.acquire`) and event loops (:meth:`CallSlots.acquire_async`).
+A freed slot is handed to the longest waiter at once, whichever thread or
+loop it waits on: no polling, so a call waiting for a slot starts the moment
+another ends.
+
+:class:`WireSlotTransport` wraps an ``httpx`` async transport so a request
+holds a slot from the moment it is sent until its response body is read or
+closed, and nothing else. Why: litellm spends ~5 ms of CPU building each
+request and parsing its reply. Held around the whole litellm call, a slot sat
+idle through both (a 200 ms judge kept each slot 209 ms: ~12 of a 1,300-call
+run's 260 slot-seconds, bench/ on two cores), and calls the run had ready
+could not use it. Around the wire alone, the judge sees ``size`` calls in
+flight while the next ones are prepared beside them.
+
+Imports httpx only (litellm's own dependency), never litellm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections import deque
+from typing import Any, AsyncIterator
+
+import httpx
+
+__all__ = ["CallSlots", "WireSlotTransport", "wire_started"]
+
+
+class CallSlots:
+    """``size`` slots, first come first served across threads and event loops."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError("size must be >= 1")
+        self.size = size
+        self._lock = threading.Lock()
+        self._free = size
+        # each waiter: a threading.Event (a thread) or (loop, future) (a coroutine)
+        self._waiters: deque[Any] = deque()
+
+    def _take(self) -> bool:
+        """A free slot, if one is free and nobody waits for it (the caller holds the lock)."""
+        if self._free and not self._waiters:
+            self._free -= 1
+            return True
+        return False
+
+    def acquire(self, blocking: bool = True) -> bool:
+        """A slot for this thread: waits for one, or with ``blocking=False``
+        returns False at once when none is free."""
+        with self._lock:
+            if self._take():
+                return True
+            if not blocking:
+                return False
+            event = threading.Event()
+            self._waiters.append(event)
+        event.wait()
+        return True
+
+    async def acquire_async(self) -> None:
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._take():
+                return
+            waiter = (loop, loop.create_future())
+            self._waiters.append(waiter)
+        try:
+            await waiter[1]
+        except asyncio.CancelledError:
+            with self._lock:
+                try:
+                    self._waiters.remove(waiter)
+                    handed = False
+                except ValueError:  # release() had already handed it the slot
+                    handed = True
+            if handed:
+                self.release()
+            raise
+
+    def release(self) -> None:
+        while True:
+            with self._lock:
+                if not self._waiters:
+                    if self._free >= self.size:
+                        raise ValueError("CallSlots released more often than acquired")
+                    self._free += 1
+                    return
+                waiter = self._waiters.popleft()
+            if isinstance(waiter, threading.Event):
+                waiter.set()
+                return
+            loop, future = waiter
+            try:
+                loop.call_soon_threadsafe(_hand_over, future)
+                return
+            except RuntimeError:  # its loop is closed: nobody will take it there
+                continue
+
+
+def _hand_over(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)
+    # a future cancelled meanwhile: its waiter saw it was no longer queued and released the slot
+
+
+# The time.perf_counter() a call's request went on the wire, set by
+# WireSlotTransport in the calling task's context: the judge's latency is the
+# wire time, not the wait for a slot nor litellm's own work.
+wire_started: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("wire_started", default=None)
+
+
+class _SlotHeldStream(httpx.AsyncByteStream):
+    """A response body that gives its slot back once read or closed."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, release) -> None:
+        self._inner, self._release = inner, release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self._release()
+
+
+class WireSlotTransport(httpx.AsyncBaseTransport):
+    """``inner`` with at most ``slots.size`` requests on the wire (see the module doc)."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, slots: CallSlots) -> None:
+        self._inner = inner
+        self._slots = slots
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        await self._slots.acquire_async()
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self._slots.release()
+
+        mark = wire_started.get()
+        if mark is not None:
+            mark.append(time.perf_counter())
+        try:
+            response = await self._inner.handle_async_request(request)
+        except BaseException:
+            release()
+            raise
+        return httpx.Response(
+            status_code=response.status_code, headers=response.headers,
+            stream=_SlotHeldStream(response.stream, release),  # type: ignore[arg-type]
+            request=request, extensions=response.extensions,
+        )
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
