@@ -87,6 +87,14 @@ def prefect_server():
         url, _ = server.start(timeout_s=600)
         with temporary_settings(updates={PREFECT_API_URL: url}):
             yield url
+            # deliver the in-process runs' queued logs and events while the
+            # server is still up: left for interpreter exit, they meet a stopped
+            # server and Prefect prints "Error logging to API"
+            from prefect.events.worker import EventsWorker
+            from prefect.logging.handlers import APILogWorker
+
+            APILogWorker.drain_all(timeout=30)
+            EventsWorker.drain_all(timeout=30)
     finally:
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
