@@ -263,6 +263,27 @@ def test_score_by_default_judges_in_worker_processes_started_before_prefect(
         host.stop(home)
 
 
+def test_score_in_the_runs_process_exits_without_noise(judgeflow_env, db, prefect_server, judge_server):
+    """judge_processes = 1: the judge calls, their HTTP clients and Prefect's
+    task runs all live in the CLI's process; its exit prints no traceback, no
+    unclosed-session warning and no failed log delivery."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.traces import results
+
+    env = dict(os.environ, PREFECT_API_URL=prefect_server)
+    insert_traces(db, [scripted_trace(i)[0] for i in range(40)])
+    done = subprocess.run([sys.executable, "-m", "judgeflow.cli", "score", "--no-alerts"], env=env, cwd=os.getcwd(),
+                          capture_output=True, text=True, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out[-3000:]
+    assert len(results(db)) == 80 and {r["status"] for r in results(db).values()} == {"scored"}
+    for noise in ("Traceback", "Unclosed", "Error logging to API", "was destroyed but it is pending"):
+        assert noise not in out, out[-3000:]
+
+
 _RUN_AFTER_PRELOAD = """
 import json, sys
 from judgeflow.judge import litellm_judge
