@@ -31,8 +31,10 @@ calls carry the run over those claims.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import heapq
 import itertools
+import os
 import threading
 from concurrent.futures import Future
 from typing import Any
@@ -79,7 +81,35 @@ class JudgeLoop:
         self.loop = asyncio.new_event_loop()
         self._slots: dict[int, PrioritySlots] = {}
         self._batches = itertools.count()
-        threading.Thread(target=self.loop.run_forever, name="judgeflow-judge-loop", daemon=True).start()
+        self._pid = os.getpid()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="judgeflow-judge-loop", daemon=True)
+        self._thread.start()
+        atexit.register(self.stop)
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Cancel what is left on the loop and stop it. At exit: tasks others
+        started on it and keep referenced (litellm's logging worker) would
+        otherwise be collected pending, and asyncio logs "Task was destroyed
+        but it is pending!" for each after the run's summary. A forked child
+        holds a copy of the loop without its thread: nothing to stop there."""
+        if os.getpid() != self._pid or not self._thread.is_alive():
+            return
+
+        async def cancel_the_rest() -> None:
+            rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in rest:
+                task.cancel()
+            if rest:
+                await asyncio.wait(rest, timeout=timeout_s)
+
+        try:
+            asyncio.run_coroutine_threadsafe(cancel_the_rest(), self.loop).result(timeout=timeout_s + 1)
+        except Exception:  # noqa: BLE001 - at exit, what cannot be cancelled is left to the OS
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=timeout_s)
+        if not self._thread.is_alive():
+            self.loop.close()
 
     async def bounded(self, size: int, coro_fn, *args, priority: Any = 0, **kwargs):
         """``coro_fn(*args, **kwargs)`` holding one of ``size`` slots."""

@@ -98,3 +98,30 @@ def test_toxicity_chains_more_judge_calls_than_hallucination():
     assert ToxicityMetric(judge).judge_rounds == 3
     assert ToxicityMetric(judge, include_reason=False).judge_rounds == 2
     assert HallucinationMetric(judge).judge_rounds == 1
+
+
+_TASK_LEFT_ON_THE_LOOP = """
+import asyncio, logging
+logging.basicConfig()
+from judgeflow.tasks.judge_loop import judge_loop
+
+held = []
+
+async def start() -> None:
+    async def forever() -> None:
+        await asyncio.Event().wait()
+    held.append(asyncio.create_task(forever()))  # kept, as litellm's logging worker keeps its task
+
+judge_loop().submit(start).result(timeout=10)
+print("exiting", flush=True)
+"""
+
+
+def test_a_task_left_on_the_loop_is_cancelled_at_exit_without_noise():
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _TASK_LEFT_ON_THE_LOOP], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stdout + done.stderr
+    assert "Task was destroyed but it is pending" not in done.stderr, done.stderr
+    assert done.stderr == "", done.stderr
