@@ -20,7 +20,7 @@ Cases (``--case``, repeatable; default: all):
                 --judge-processes``
 * ``peer``      side by side with deepeval evaluate() (ToxicityMetric + HallucinationMetric) on
                 the same traces, 200 ms judge and 64 calls in flight; judgeflow with its defaults
-                (needs the ``peer`` extra: ``pip install -e '.[peer]'``; not in the default set)
+                (needs the ``peer`` extra, which ``./scripts/bench --case peer`` installs; not in the default set)
 * ``ceiling``   the same judge calls straight through judgeflow's judge, nothing else running:
                 what litellm's CPU per call allows on this machine (not in the default set)
 * ``backlog``   1k / 10k / 100k traces in the source: claim time per batch, plans, memory
