@@ -57,6 +57,13 @@ class Judge(Protocol):
     async def acomplete(self, request: JudgeRequest) -> JudgeReply: ...
 
 
+def queue_ahead_for(max_concurrency: int) -> int:
+    """The ``queue_ahead`` of a judge that holds calls prepared behind a bound of
+    ``max_concurrency``: a quarter as many again (16 for 64; 32 or 48 measured
+    no better, docs/benchmark.md), at least one."""
+    return max(1, max_concurrency // 4)
+
+
 def queue_ahead(judge: object) -> int:
     """How many calls a caller may hand ``judge`` beyond its bound on calls in
     flight (its optional ``queue_ahead`` attribute; 0 without one): a judge

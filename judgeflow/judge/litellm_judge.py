@@ -92,7 +92,7 @@ from litellm.secret_managers.main import get_secret_bool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
-from judgeflow.judge.base import JudgeReply, JudgeRequest  # noqa: E402
+from judgeflow.judge.base import JudgeReply, JudgeRequest, queue_ahead_for  # noqa: E402
 from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started  # noqa: E402
 from judgeflow.retry_after import parse_retry_after  # noqa: E402
 from judgeflow.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
@@ -508,7 +508,7 @@ class LiteLLMJudge:
         """Calls a caller may hand over beyond ``max_concurrency`` (see
         :func:`judgeflow.judge.base.queue_ahead`): they wait for a slot here,
         prepared, and the judge never sees more than ``max_concurrency``."""
-        return max(1, self.max_concurrency // 4)
+        return queue_ahead_for(self.max_concurrency)
 
     def __repr__(self) -> str:  # never shows the key, nor credentials inside the base URL
         base = scrub_url(self._api_base) if self._api_base else None

@@ -65,7 +65,7 @@ import cloudpickle
 
 from judgeflow import errors
 from judgeflow.errors import JudgeError, JudgeHostError, PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.base import JudgeReply, JudgeRequest
+from judgeflow.judge.base import JudgeReply, JudgeRequest, queue_ahead_for
 
 if TYPE_CHECKING:
     from judgeflow.settings import Settings
@@ -416,7 +416,7 @@ class JudgeProcessPool:
         (:func:`judgeflow.judge.base.queue_ahead`): they go to the workers with
         the fewest outstanding, whose judges hold them until a slot of their
         share frees, so no worker's share idles while the run prepares its next call."""
-        return max(1, self.max_concurrency // 4)
+        return queue_ahead_for(self.max_concurrency)
 
     def worker_pids(self) -> list[int | None]:
         return [w.pid for w in self._workers]
