@@ -470,13 +470,17 @@ def db_upgrade() -> None:
 
 @db_app.command("check")
 @clear_errors
-def db_check() -> None:
+def db_check(
+    full: bool = typer.Option(
+        False, "--full", help="count unusable rows over the whole source (default: the window the next run reads)"
+    ),
+) -> None:
     """Check the trace source and judgeflow's schema; exit 1 if anything is missing."""
     from judgeflow.db.check import check_database
 
     settings = _settings()
     _announce_database(settings)
-    report = check_database(settings)
+    report = check_database(settings, full=full)
     for line in report.lines():
         typer.echo(line)
     if not report.ok:

@@ -92,6 +92,15 @@ class Settings(BaseSettings):
     # --- database --------------------------------------------------------
     database_url: SecretStr | None = Field(None, description="unset: the embedded database")
     traces_table: str = "llm_traces"
+    source_database_url: SecretStr | None = Field(
+        None, description="read the traces from this database (a read replica, say) instead of "
+        "JUDGEFLOW_DATABASE_URL; results, claims and alerts stay there. Unset: the traces are read there too",
+    )
+    source_lookback: str = Field(
+        "1h", description="a nightly run reads the source from its watermark (the oldest trace without a result) "
+        "minus this: a trace written this much later than traces older than it is still scored; one later than "
+        "that only by `judgeflow backfill`",
+    )
     home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
     lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
 
@@ -173,7 +182,7 @@ class Settings(BaseSettings):
             raise ConfigError(f"unknown timezone {value!r} (use an IANA name like Europe/Berlin)") from None
         return value
 
-    @field_validator("database_url", mode="before")
+    @field_validator("database_url", "source_database_url", mode="before")
     @classmethod
     def _normalise_url(cls, value):
         if value is None or value == "":
@@ -207,7 +216,8 @@ class Settings(BaseSettings):
             raise ConfigError("JUDGEFLOW_ALERT_SEGMENT_BY takes at most 8 metadata keys of up to 100 characters")
         return ",".join(dict.fromkeys(keys)) or None
 
-    @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "judge_host_idle")
+    @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "judge_host_idle",
+                     "source_lookback")
     @classmethod
     def _check_duration(cls, value):
         if value is not None:
@@ -221,6 +231,10 @@ class Settings(BaseSettings):
     @property
     def settle_delay_s(self) -> float:
         return parse_duration(self.settle_delay)
+
+    @property
+    def source_lookback_s(self) -> float:
+        return parse_duration(self.source_lookback)
 
     @property
     def alert_window_s(self) -> float:

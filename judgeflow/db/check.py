@@ -9,8 +9,8 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
-from judgeflow.db.source import OPTIONAL_COLUMNS, REQUIRED_COLUMNS, SourceTable
-from judgeflow.db.unusable import count_unusable, describe
+from judgeflow.db.trace_source import source_engine, trace_source
+from judgeflow.db.unusable import describe
 from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.settings import Settings
 
@@ -29,11 +29,11 @@ class CheckReport:
         return [f"[{level}] {message}" for level, message in self.findings]
 
 
-def _check_rows(report: CheckReport, conn, source: SourceTable) -> None:
+def _check_rows(report: CheckReport, conn, source, *, full: bool) -> None:
     """Rows runs skip or de-duplicate: reported (not MISSING: runs go on)."""
     try:
         with conn.begin_nested():
-            rows = count_unusable(conn, source)
+            rows = source.unusable(conn, lo=None, full=full, timeout_s=60.0)
     except DBAPIError as exc:
         report.add("note", f"could not count unusable rows of {source.display}: {exc.orig}")
         return
@@ -43,35 +43,17 @@ def _check_rows(report: CheckReport, conn, source: SourceTable) -> None:
         report.add("warn", line)
 
 
-def check_database(settings: Settings) -> CheckReport:
+def check_database(settings: Settings, *, full: bool = False) -> CheckReport:
     report = CheckReport()
-    source = SourceTable.parse(settings.traces_table)
+    source = trace_source(settings)
     engine = engine_for(settings)
     try:
-        with engine.connect() as conn:
-            columns = source.columns(conn)
-            if not columns:
-                report.add("MISSING", f"trace source {source.display} does not exist")
-            else:
-                report.add("ok", f"trace source {source.display} found")
-                for name in REQUIRED_COLUMNS:
-                    if name not in columns:
-                        report.add("MISSING", f"required column {source.display}.{name}")
-                for name in OPTIONAL_COLUMNS:
-                    if name not in columns:
-                        report.add("note", f"optional column {source.display}.{name} absent; read as NULL")
-                if all(name in columns for name in ("id", "created_at")):
-                    _check_rows(report, conn, source)
-                indexed = source.created_at_indexed(conn)
-                if indexed is None:
-                    report.add("note", f"{source.display} is a view: make sure its base table has an index on created_at")
-                elif indexed:
-                    report.add("ok", f"index on {source.display}(created_at)")
-                else:
-                    report.add(
-                        "MISSING",
-                        f"index on {source.display}(created_at): CREATE INDEX ON {source.sql} (created_at);",
-                    )
+        with source_engine(settings).connect() as conn:
+            lines = source.check(conn)
+            for level, message in lines:
+                report.add(level, message)
+            if not any(level == "MISSING" for level, _ in lines):
+                _check_rows(report, conn, source, full=full)
         current, head = migrate.current_revision(engine), migrate.head_revision()
     except DBAPIError as exc:
         raise DatabaseError(f"cannot check the database: {exc.orig}") from None
