@@ -3,9 +3,13 @@
 Production logs repeat canned replies thousands of times, and judging the same
 text again costs the same. A pair's **content hash** covers everything its
 result depends on: the metric and its version (prompts and schemas), the judge
-(model and API base), the scoring settings that change a score or its reason
-(toxicity strict mode, include_reason, the field truncation budget) and the
-trace's input, output and context. A pair whose hash matches a stored
+(model, and a digest of the API base's real value: another endpoint serving
+the same model name is another judge), every setting that changes a score or
+its reason (:data:`SCORE_SETTINGS`: toxicity strict mode, include_reason,
+the field truncation budget, the opinions judged) and the trace's input,
+output and context. Every other setting is declared score-neutral
+(:data:`SCORE_NEUTRAL_SETTINGS`); tests/tasks/test_reuse.py fails for a
+setting that is neither, so a new one is classified when it is added. A pair whose hash matches a stored
 ``scored``/``skipped`` result copies it instead of calling the judge: same
 score and reason, ``passed`` decided by the current threshold, no tokens, no
 cost, and ``details.reused_from`` naming the trace it was copied from. The
@@ -51,6 +55,37 @@ _LOOKUP = text(
 )
 
 
+# Settings a stored score depends on: each is in the content hash.
+SCORE_SETTINGS = frozenset({
+    "judge_model", "judge_api_base", "toxicity_strict_mode", "include_reason", "max_field_chars", "max_opinions",
+})
+# Settings that never change a score or its reason (how calls are made,
+# retried, paid for, bounded; where data lives; alerting; thresholds, which
+# decide ``passed`` afresh on every copy): left out of the hash on purpose.
+SCORE_NEUTRAL_SETTINGS = frozenset({
+    "judge_api_key",  # the account, not the judge: the endpoint and model are hashed
+    "judge_timeout_s", "judge_max_retries", "judge_backoff_base_s", "judge_backoff_max_s",
+    "judge_max_repairs",  # re-asks for a valid reply: decides failed vs scored, not the score
+    "max_concurrency", "judge_processes", "judge_host", "judge_host_idle",
+    "judge_input_cost_per_mtok", "judge_output_cost_per_mtok", "run_budget_usd", "settle_delay", "reuse_identical",
+    "toxicity_threshold", "hallucination_threshold",
+    "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
+    "task_retries", "task_retry_delay_s", "max_runs_per_pair", "max_run_duration", "schedule_timezone",
+    "toxicity_rate_max", "hallucination_rate_max", "failure_rate_max",
+})
+# whole groups that only alert on stored scores
+SCORE_NEUTRAL_PREFIXES = ("alert_", "regression_", "toxicity_regression_", "hallucination_regression_")
+
+
+def _secret_digest(value) -> str | None:
+    """A digest of a secret's real value (a SecretStr prints as '**********'):
+    the hash tells endpoints apart without holding their URL or credentials."""
+    if value is None:
+        return None
+    raw = value.get_secret_value() if hasattr(value, "get_secret_value") else str(value)
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def content_hash(work: TraceWork, settings: Settings, metric_version: str) -> str | None:
     """The pair's content hash; None when it cannot be reused (no output: it fails anyway)."""
     if work.output is None:
@@ -59,8 +94,9 @@ def content_hash(work: TraceWork, settings: Settings, metric_version: str) -> st
         "metric": work.metric,
         "metric_version": metric_version,
         "judge_model": settings.judge_model,
-        "judge_api_base": settings.judge_api_base,
+        "judge_api_base": _secret_digest(settings.judge_api_base),
         "strict": settings.toxicity_strict_mode if work.metric == "toxicity" else None,
+        "max_opinions": settings.max_opinions if work.metric == "toxicity" else None,
         "include_reason": settings.include_reason,
         "max_field_chars": settings.max_field_chars,
         "input": work.input or "",

@@ -65,3 +65,104 @@ def test_a_copy_of_a_copy_names_the_trace_really_judged():
     second = copied_row(_work(trace_id="t3"), first, threshold=0.5, flow_run_id="f", digest="h")
     assert first["details"]["reused_from"] == "orig"
     assert second["details"] == {"x": 1, "reused_from": "orig"}
+
+
+def test_every_setting_is_either_in_the_hash_or_declared_score_neutral():
+    """A setting added to Settings must be classified: if it changes scores it
+    goes in SCORE_SETTINGS (and so in the hash), else in the neutral list."""
+    from judgeflow.tasks.reuse import SCORE_NEUTRAL_PREFIXES, SCORE_NEUTRAL_SETTINGS, SCORE_SETTINGS
+
+    fields = set(Settings.model_fields)
+    unclassified = {
+        f for f in fields
+        if f not in SCORE_SETTINGS and f not in SCORE_NEUTRAL_SETTINGS and not f.startswith(SCORE_NEUTRAL_PREFIXES)
+    }
+    assert not unclassified, f"classify these settings in tasks/reuse.py: {sorted(unclassified)}"
+    assert not SCORE_SETTINGS & SCORE_NEUTRAL_SETTINGS
+    assert SCORE_SETTINGS <= fields, "a score setting that no longer exists"
+
+
+def test_each_setting_that_changes_scores_changes_the_hash():
+    from pydantic import SecretStr
+
+    from judgeflow.tasks.reuse import SCORE_SETTINGS
+
+    base = Settings(_env_file=None, judge_api_base="http://judge-a.internal/v1")
+    other = {
+        "judge_model": "openai/other", "judge_api_base": SecretStr("http://judge-b.internal/v1"),
+        "toxicity_strict_mode": not base.toxicity_strict_mode, "include_reason": not base.include_reason,
+        "max_field_chars": base.max_field_chars + 1, "max_opinions": base.max_opinions + 1,
+    }
+    assert set(other) == SCORE_SETTINGS  # a new score setting needs its case here
+    for metric in ("toxicity", "hallucination"):
+        work = _work(metric=metric)
+        h = content_hash(work, base, "v1")
+        for name, value in other.items():
+            if metric == "hallucination" and name in ("toxicity_strict_mode", "max_opinions"):
+                continue  # toxicity's own settings do not touch a hallucination score
+            assert content_hash(work, base.model_copy(update={name: value}), "v1") != h, name
+
+
+def test_the_judge_endpoint_is_hashed_by_its_real_value_never_held_in_clear():
+    import hashlib
+    import json
+
+    a = Settings(_env_file=None, judge_api_base="http://user:pw@judge-a.internal/v1")
+    b = Settings(_env_file=None, judge_api_base="http://user:pw@judge-b.internal/v1")
+    # a SecretStr serialises as '**********' whatever its value: the two must still differ
+    assert str(a.judge_api_base) == str(b.judge_api_base)
+    assert content_hash(_work(), a, "v1") != content_hash(_work(), b, "v1")
+    assert content_hash(_work(), a, "v1") == content_hash(_work(), a.model_copy(), "v1")
+    key_of_a = {
+        "metric": "hallucination", "metric_version": "v1", "judge_model": a.judge_model,
+        "judge_api_base": "http://user:pw@judge-a.internal/v1", "strict": None, "max_opinions": None,
+        "include_reason": a.include_reason, "max_field_chars": a.max_field_chars,
+        "input": "q", "output": "a", "context": ["c"],
+    }
+    in_clear = hashlib.sha256(json.dumps(key_of_a, sort_keys=True, ensure_ascii=False,
+                                         separators=(",", ":")).encode()).hexdigest()
+    assert content_hash(_work(), a, "v1") != in_clear
+
+
+CANNED = "Thanks for reaching out! Our team will get back to you within one business day. I think you will like it."
+
+
+def test_two_endpoints_with_one_model_name_each_judge_identical_content_once(
+    prefect_server, judgeflow_env, db, judge_server, monkeypatch
+):
+    from judgeflow.flows.scoring import score_new_traces
+    from tests.support.judge_server import JudgeServer
+    from tests.support.traces import insert_traces, results
+
+    with JudgeServer() as second:
+        for trace_id, server in (("a1", judge_server), ("b1", second), ("a2", judge_server), ("b2", second)):
+            monkeypatch.setenv("JUDGEFLOW_JUDGE_API_BASE", server.url)
+            insert_traces(db, [{"id": trace_id, "output": CANNED, "context": ["x"]}])
+            judge_server.reset()
+            second.reset()
+            score_new_traces(evaluate_alerts=False, metrics=["hallucination"])
+            judged = server.calls("HallucinationJudgement")
+            # the first trace on each endpoint is judged there; the second copies that endpoint's score
+            assert judged == (1 if trace_id.endswith("1") else 0), trace_id
+            assert judge_server.calls() + second.calls() == judged
+    stored = results(db)
+    assert "reused_from" not in stored[("b1", "hallucination")]["details"]
+    assert stored[("a2", "hallucination")]["details"]["reused_from"] == "a1"
+    assert stored[("b2", "hallucination")]["details"]["reused_from"] == "b1"
+
+
+def test_max_opinions_5_and_50_each_judge_identical_content_once(prefect_server, judgeflow_env, db, judge_server,
+                                                                  monkeypatch):
+    from judgeflow.flows.scoring import score_new_traces
+    from tests.support.traces import insert_traces, results
+
+    for trace_id, opinions in (("five-1", "5"), ("fifty-1", "50"), ("five-2", "5"), ("fifty-2", "50")):
+        monkeypatch.setenv("JUDGEFLOW_MAX_OPINIONS", opinions)
+        insert_traces(db, [{"id": trace_id, "output": CANNED}])
+        judge_server.reset()
+        score_new_traces(evaluate_alerts=False, metrics=["toxicity"])
+        assert judge_server.calls("Opinions") == (1 if trace_id.endswith("1") else 0), trace_id
+    stored = results(db)
+    assert "reused_from" not in stored[("fifty-1", "toxicity")]["details"]
+    assert stored[("five-2", "toxicity")]["details"]["reused_from"] == "five-1"
+    assert stored[("fifty-2", "toxicity")]["details"]["reused_from"] == "fifty-1"
