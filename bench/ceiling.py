@@ -7,8 +7,7 @@ It says what litellm's CPU per call allows on these cores (the judge server
 shares them, as in every case). All the calls are handed to the judge at
 once, so a worker's calls beyond its share of the concurrency wait for a slot
 by polling (1 ms growing to 50 ms); a scoring run bounds its pairs to the
-concurrency instead, and with the judge host warm its window has beaten this
-figure (2026-11-25: 87-89% against 82-84%).
+concurrency instead.
 Run with ``python -m bench.run --case ceiling``.
 """
 
@@ -60,7 +59,7 @@ def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency
     with JudgeProcess(latency_mean=latency_s, latency_jitter=0.05) as judge_server:
         settings = Settings(_env_file=None, judge_model="openai/gpt-4o-mini", judge_api_base=judge_server.url,
                             judge_api_key="bench-key-not-secret", max_concurrency=concurrency,
-                            judge_processes=processes, judge_host=False)
+                            judge_processes=processes)
         clear_judge_cache()
         judge = build_judge(settings)
         pool = judge if isinstance(judge, JudgeProcessPool) else None

@@ -346,7 +346,6 @@ class Stack:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop_judge_host()
         self.prefect.stop()
         self.pg.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -380,66 +379,9 @@ class Stack:
     def pg_cpu_s(self) -> float:
         return tree_cpu_s(self.postmaster_pid())
 
-    # -- the judge host (judgeflow/judge/host.py) under the runs' JUDGEFLOW_HOME ------------
     @property
     def home(self) -> Path:
         return self.dir / "home"
-
-    def judge_host_pid(self) -> int | None:
-        from judgeflow.judge import host
-
-        record = host.state(self.home)
-        return int(record["pid"]) if record else None
-
-    def judge_host_cpu_s(self, pid: int | None) -> float:
-        """CPU of the judge host ``pid`` and the workers it forked and reaped, once
-        they are all gone: forked workers are its children, not the run's, so a
-        run's CPU is its process's plus this figure's growth."""
-        if pid is None:
-            return 0.0
-        deadline = time.monotonic() + 30
-        children = Path(f"/proc/{pid}/task/{pid}/children")
-        while time.monotonic() < deadline:
-            try:
-                if not children.read_text().split():
-                    break
-            except OSError:  # the host is gone: its figures with it
-                return 0.0
-            time.sleep(0.05)
-        return proc_cpu_s(pid)
-
-    def judge_host_forks(self) -> int:
-        """Commands the judge host under this stack's home has forked so far (its log)."""
-        from judgeflow.judge import host
-
-        try:
-            return (host.host_dir(self.home) / host.LOG_NAME).read_text().count(" forked pid ")
-        except OSError:
-            return 0
-
-    def stop_judge_host(self) -> None:
-        from judgeflow.judge import host
-
-        host.stop(self.home)
-
-    def warm_judge_host(self, env: dict[str, str]) -> None:
-        """Start the judge host as a run with ``env`` would find it (same
-        fingerprint), outside any measurement: like the Prefect server."""
-        script = ("from judgeflow.settings import load_settings\n"
-                  "from judgeflow.judge.process_pool import JudgeProcessPool\n"
-                  "pool = JudgeProcessPool(load_settings(), 2).start()\n"
-                  "assert pool.wait_ready(300), 'judge host workers did not start'\n"
-                  "pool.close()\n")
-        self.home.mkdir(parents=True, exist_ok=True)
-        subprocess.run([PY, "-c", script], env=env, cwd=self.home, check=True, timeout=600)
-        # and ready for runs: it imports what `judgeflow score` does once it is idle
-        from judgeflow.judge import host
-
-        deadline = time.monotonic() + 300
-        while not (host.state(self.home) or {}).get("runs"):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the judge host did not get ready for runs")
-            time.sleep(0.1)
 
     def score_env(self, db_url: str, judge_url: str, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("JUDGEFLOW_", "PREFECT_"))}

@@ -130,21 +130,17 @@ def unmet_peer_requirements() -> list[str]:
 
 
 def run_peer(stack: Stack, *, traces: int, concurrency: int, out: Path) -> tuple[list[Result], PeerRun]:
-    """judgeflow's default ``judgeflow score`` (``python -m judgeflow``, as the
-    console script runs it), first with its judge host cold (the run starts it
-    and pays the imports: the first run after a boot or after ``judgeflow
-    stop``), then warm (as every later run finds it: the command is handed to
-    the host, which forks it with Prefect and litellm imported), and deepeval
-    evaluate() on the same traces, judge and concurrency."""
+    """judgeflow's default ``judgeflow score`` as a fresh process (``python -m
+    judgeflow``, as the console script runs it), and deepeval evaluate() on the
+    same traces, judge and concurrency."""
     unmet = unmet_peer_requirements()
     if unmet:
         raise SystemExit("bench: deepeval's requirements are not met (" + "; ".join(unmet)
                          + "): run .venv/bin/pip install -e '.[peer]' first")
     ours = []
-    for host in ("cold", "warm"):
-        case = Case(f"peer: 200 ms judge, {concurrency} in flight, judge host {host}", traces, latency_s=0.2,
-                    jitter_s=0.05, concurrency=concurrency, fanout="default", judge_processes=None, judge_host=host)
-        ours.append(run_case(stack, case, out=out))
+    case = Case(f"peer: 200 ms judge, {concurrency} in flight", traces, latency_s=0.2,
+                jitter_s=0.05, concurrency=concurrency, fanout="default", judge_processes=None)
+    ours.append(run_case(stack, case, out=out))
     with JudgeProcess(latency_mean=0.2, latency_jitter=0.05) as judge:
         peer = time_deepeval(judge, traces, concurrency, log=out / "peer-deepeval.log")
     if peer.returncode != 0:
@@ -158,7 +154,7 @@ def peer_rows(ours: list[Result], peer: PeerRun) -> list[dict[str, str]]:
         ideal = result.ideal_s or 0.0
         window = result.window_s or 0.0
         rows.append({
-            "tool": f"judgeflow score (defaults; judge host {result.case.judge_host})", "traces": str(result.traces),
+            "tool": "judgeflow score (defaults)", "traces": str(result.traces),
             "judge calls": str(result.calls),
             "calls in flight (mean)": f"{result.stats.get('mean_in_flight', 0):.1f} of {result.case.concurrency}",
             "whole process s": f"{result.wall_s:.1f}", "scoring window s": f"{window:.1f}",

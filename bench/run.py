@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"\n## Side by side with deepeval evaluate() (run {repetition + 1})\n")
                 say(markdown_table(peer_rows(ours, peer)))
                 for result in ours:
-                    say(f"\njudge host {result.case.judge_host}: judgeflow is {peer.wall_s / result.wall_s:.1f}x "
+                    say(f"\njudgeflow is {peer.wall_s / result.wall_s:.1f}x "
                         f"faster over the whole process ({peer.wall_s:.1f} s / {result.wall_s:.1f} s); per judge "
                         f"call {(peer.wall_s / max(peer.calls, 1)) / (result.wall_s / max(result.calls, 1)):.1f}x. "
                         f"judgeflow rows: {result.rows}; CPU s: {result.cpu}")

@@ -50,10 +50,6 @@ class Case:
     fanout: str = "batch"  # judgeflow score --fanout: "batch" (a task per batch), "pair" (per pair), "default" (none)
     # judgeflow score --judge-processes: worker processes making the judge calls (None: its default)
     judge_processes: int | None = 1
-    # with judge processes: "warm" (the judge host started before the run, outside the
-    # measurement, like the Prefect server), "cold" (stopped first: the run starts it and
-    # pays litellm's import), "off" (JUDGEFLOW_JUDGE_HOST=false: the run starts its workers)
-    judge_host: str = "warm"
 
 
 @dataclass
@@ -68,9 +64,6 @@ class Result:
     cpu: dict[str, float]
     calibration_ms: float = 0.0  # bench.harness.calibrate_ms() around the run: the machine's speed
     profile: str | None = None
-    # `judgeflow score` ran in a process the judge host forked: the command's own
-    # process only waited (its peak RSS says nothing about the run's)
-    handed_off: bool = False
 
     @property
     def traces(self) -> int:
@@ -111,8 +104,7 @@ class Result:
             "ideal/flow": f"{ideal / self.flow_s:.0%}" if ideal and self.flow_s else "-",
             "judgeflow CPU ms/trace": f"{1000 * self.cpu['judgeflow'] / max(self.traces, 1):.1f}",
             "calibration ms": f"{self.calibration_ms:.0f}",
-            "peak RSS MB": "(run forked by the judge host)" if self.handed_off
-            else "/".join(f"{r.maxrss_mb:.0f}" for r in self.runs),
+            "peak RSS MB": "/".join(f"{r.maxrss_mb:.0f}" for r in self.runs),
             "CPU s judgeflow/judge/pg/prefect/other": "/".join(
                 f"{self.cpu.get(k, 0.0):.1f}" for k in ("judgeflow", "judge", "postgres", "prefect", "other")
             ),
@@ -149,46 +141,33 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
             args += ["--judge-processes", str(case.judge_processes)]
         if case.fanout != "default":  # "default": whatever `judgeflow score` does without --fanout
             args += ["--fanout", case.fanout]
-        if case.judge_host == "off" or profile:  # profiled: the run in its own process, under py-spy
-            env["JUDGEFLOW_JUDGE_HOST"] = "false"
-        elif case.judge_host == "cold":
-            stack.stop_judge_host()
-        elif case.judge_processes != 1:
-            stack.warm_judge_host(env)
         stack.prefect.wait_idle()  # a previous case's events must not be processed during this one
         calibration = calibrate_ms()
-        host_pid = stack.judge_host_pid()
         before = {"judge": judge.cpu_s(), "postgres": stack.pg_cpu_s(), "prefect": stack.prefect.cpu_s(),
-                  "machine": machine_busy_s(), "judge host": stack.judge_host_cpu_s(host_pid)}
+                  "machine": machine_busy_s()}
         wrap, raw = None, None
         if profile:
             raw = out / f"{case.name}.pyspy.txt"
             wrap = [str(Path(PY).parent / "py-spy"), *PY_SPY_ARGS, "-o", str(raw), "--"]
         started = [start_score(env, args, log=out / f"{case.name}.{i}.log", wrap=wrap)
                    for i in range(case.processes)]
-        forked_before = stack.judge_host_forks()
         runs = [finish_score(proc, handle, t0, out / f"{case.name}.{i}.log")
                 for i, (proc, handle, t0) in enumerate(started)]
-        handed_off = stack.judge_host_forks() > forked_before
         time.sleep(0.3)  # let the judge server's counters settle
         stats = judge.stats()
         with urllib.request.urlopen(f"{judge.base}/pair-calls", timeout=10) as resp:
             pair_calls = json.loads(resp.read())
         with urllib.request.urlopen(f"{judge.base}/in-flight?step=0.25", timeout=10) as resp:
             (out / f"{case.name}.in-flight.json").write_bytes(resp.read())
-        # the workers the judge host forked for the runs (and, cold, the host's own start) are judgeflow's
-        after_pid = stack.judge_host_pid()
-        host_cpu = stack.judge_host_cpu_s(after_pid) - (before["judge host"] if after_pid == host_pid else 0.0)
         cpu = {
-            "judgeflow": sum(r.cpu_s for r in runs) + host_cpu,
-            "judge host": host_cpu,
+            "judgeflow": sum(r.cpu_s for r in runs),
             "judge": judge.cpu_s() - before["judge"],
             "postgres": stack.pg_cpu_s() - before["postgres"],
             "prefect": stack.prefect.cpu_s() - before["prefect"],
         }
         # whatever else ran on the machine meanwhile (other users' jobs): it competed for the cores
         cpu["other"] = max(0.0, machine_busy_s() - before["machine"]
-                           - sum(v for k, v in cpu.items() if k != "judge host"))
+                           - sum(cpu.values()))
     for i, run in enumerate(runs):
         if run.returncode != 0:
             raise RuntimeError(f"{case.name}: judgeflow score #{i} failed:\n{run.output[-3000:]}")
@@ -196,7 +175,6 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
     result = Result(
         case=case, runs=runs, stats=stats, pair_calls=pair_calls, rows=results_check(conninfo),
         steady_traces_per_s=steady, window_s=window, cpu=cpu, calibration_ms=(calibration + calibrate_ms()) / 2,
-        handed_off=handed_off,
         profile=summarise(raw) if raw and raw.exists() else None,
     )
     if not quiet:

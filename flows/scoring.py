@@ -24,7 +24,6 @@ from prefect.futures import as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-import judgeflow.flows  # noqa: F401 - flows/heartbeat.py, also when Prefect loads this file by its path
 from judgeflow.budget import Reservation, RunBudget
 from judgeflow.db.source import SourceTable
 from judgeflow.db.unusable import describe as describe_unusable

@@ -1,5 +1,5 @@
 """``python -m judgeflow``: the ``judgeflow`` command."""
 
-from judgeflow.launcher import main
+from judgeflow.cli import main
 
 main()

@@ -33,8 +33,8 @@ import typer
 from judgeflow.cli_errors import clear_errors
 
 # Registered first, so it runs last: with Prefect and SQLAlchemy loaded, the
-# interpreter's final garbage collection took ~1.4 s after a run had printed
-# its summary (measured on 2 cores). Freezing the heap skips that walk;
+# interpreter's final garbage collection walks a large heap after the run has
+# printed its summary (docs/benchmark.md). Freezing the heap skips that walk;
 # every library's own exit handler has run by then.
 atexit.register(gc.freeze)
 
@@ -309,15 +309,6 @@ def status(
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
         typer.echo(f"flow run {run['flow_run_id']}: {pairs} ({state})")
-    from judgeflow.judge import host
-
-    judge_host = host.state(settings.home)
-    if judge_host is None:
-        typer.echo("judge host: not running (the next run with an LLM judge starts it)")
-    else:
-        readiness = ("runs `judgeflow score`" if judge_host.get("runs") else
-                     "importing Prefect for runs" if judge_host.get("ready") else "importing litellm")
-        typer.echo(f"judge host: running, pid {judge_host['pid']}, {readiness} ({host.host_dir(settings.home)})")
 
 
 @app.command()
@@ -432,17 +423,12 @@ def ui(
 @app.command()
 @clear_errors
 def stop() -> None:
-    """Stop what judgeflow started under JUDGEFLOW_HOME: the local Prefect server, the judge host and the
-    embedded PostgreSQL."""
+    """Stop what judgeflow keeps running under JUDGEFLOW_HOME between commands: the local Prefect
+    server and the embedded PostgreSQL."""
     from judgeflow.db.embedded import EmbeddedPostgres
-    from judgeflow.judge import host
     from judgeflow.prefect_server import LocalPrefectServer
 
     settings = _settings()
-    if host.stop(settings.home):
-        typer.echo("judge host stopped (runs still in flight keep their workers)")
-    else:
-        typer.echo("judge host was not running")
     if LocalPrefectServer.for_settings(settings).stop():
         typer.echo("Prefect's local server stopped")
     else:
@@ -507,131 +493,7 @@ def db_stop() -> None:
 
 
 def main() -> None:  # pragma: no cover - console entry point
-    app()
-
-
-# What a `judgeflow score` run imports, at start or on first use, beyond this
-# module: ~220 modules (~0.4 s of CPU at its start), measured 2026-11-25 with
-# prefect 3.8.8. tests/judgeflow/test_cli.py fails when a run imports one of
-# these packages' modules that preload() does not.
-_RUN_MODULES = (
-    "anyio._backends._asyncio",
-    "fastapi.encoders",  # Prefect serialises flow parameters with it
-    "judgeflow.db.engine",
-    "judgeflow.db.pending",
-    "judgeflow.db.source",
-    "judgeflow.flows.scoring",  # Prefect, the tasks, the metrics
-    "judgeflow.judge.factory",
-    "judgeflow.judge.host",
-    "judgeflow.judge.process_pool",
-    "judgeflow.prefect_server",
-    "judgeflow.settings",
-    "judgeflow.tasks.alerting",
-    "judgeflow.tasks.trend",
-    "judgeflow.timeparse",
-    "prefect.concurrency.v1.context",
-    "prefect.engine",
-    "prefect.flow_engine",
-    "prefect.task_engine",
-    "prefect.telemetry.run_telemetry",
-    "prefect.utilities.visualization",
-    "psycopg",
-    "psycopg.types.json",
-    "pydantic.color",
-    "sqlalchemy.dialects.postgresql.psycopg",  # the first engine loads it otherwise
-    "sqlalchemy.engine.strategies",
-    "sqlalchemy.ext.compiler",
-    "typer._adapters",
-    "typer._click.decorators",
-)
-
-
-def preload() -> None:
-    """Import what `judgeflow score` imports as it runs (Prefect, the flows,
-    the database driver): the judge host imports them once, and each command
-    it forks (:func:`run_forked`) starts with them. Imports only: no thread,
-    loop, engine or client is created, so the host may fork after it."""
-    import importlib
-
-    for name in _RUN_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError:  # moved in a newer release: the run imports what it needs, as before
-            continue
-    global _PRELOADED_LOGGING
-    from prefect.logging.configuration import load_logging_config
-
-    inputs = _logging_config_inputs()
-    _PRELOADED_LOGGING = (inputs, load_logging_config(inputs[0]))
-
-
-# Prefect's logging configuration as the judge host read it, with what it was
-# read from (see _setup_prefect_logging)
-_PRELOADED_LOGGING: tuple[tuple, dict] | None = None
-
-
-def _logging_config_inputs() -> tuple:
-    """Everything Prefect's ``load_logging_config`` reads: its file (path and
-    text), every setting (the file is a template over all of them) and the
-    ``PREFECT_LOGGING_*`` variables that override its entries."""
-    from prefect.logging.configuration import DEFAULT_LOGGING_SETTINGS_PATH
-    from prefect.settings import PREFECT_LOGGING_SETTINGS_PATH, get_current_settings
-
-    path = PREFECT_LOGGING_SETTINGS_PATH.value()
-    path = path if path.exists() else DEFAULT_LOGGING_SETTINGS_PATH
-    overrides = tuple(sorted((k, v) for k, v in os.environ.items() if k.upper().startswith("PREFECT_LOGGING_")))
-    return path, path.read_text(), get_current_settings(), overrides
-
-
-def _setup_prefect_logging() -> None:
-    """Prefect's logging set-up, afresh (handlers on this process's streams).
-    Reading its configuration serialises every setting for the template (~45
-    of the set-up's ~58 ms); when all it reads equals what the judge host read
-    at :func:`preload`, the host's reading is used."""
-    import copy
-
-    from prefect.logging import configuration
-
-    preloaded = _PRELOADED_LOGGING
-    if preloaded is None or _logging_config_inputs() != preloaded[0]:
-        configuration.setup_logging(incremental=False)
-        return
-    read = configuration.load_logging_config
-    configuration.load_logging_config = lambda path: copy.deepcopy(preloaded[1])
-    try:
-        configuration.setup_logging(incremental=False)
-    finally:
-        configuration.load_logging_config = read
-
-
-def run_forked(argv: list[str]) -> int:
-    """Run `judgeflow ARGV` in a process the judge host forked after
-    :func:`preload`, whose environment and working directory are already the
-    caller's: what was read from the host's at import is read again (these
-    defaults, Prefect's settings and its logging set-up), then the command
-    runs as in a process of its own. Returns its exit code."""
-    import logging
-
-    from prefect.context import refresh_global_settings_context
-    from prefect.settings import get_current_settings
-
-    from judgeflow.judge import litellm_env
-
-    apply_environment_defaults()
-    litellm_env.apply_environment_defaults()  # litellm, imported in the host, reads some per call
-    # the handlers the host's set-up gave its extra loggers; setup_logging adds afresh
-    for name in get_current_settings().logging.extra_loggers or []:
-        logging.getLogger(name).handlers.clear()
-    refresh_global_settings_context()
-    _setup_prefect_logging()
-    try:
-        app(args=argv, prog_name="judgeflow")
-    except SystemExit as exc:
-        if exc.code is None or isinstance(exc.code, int):
-            return exc.code or 0
-        print(exc.code, file=sys.stderr)
-        return 1
-    return 0
+    app(prog_name="judgeflow")
 
 
 if __name__ == "__main__":  # pragma: no cover

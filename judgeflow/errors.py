@@ -60,10 +60,5 @@ class DatabaseError(JudgeflowError):
     """The database is unreachable or rejected an operation."""
 
 
-class JudgeHostError(JudgeError):
-    """The judge host (judgeflow/judge/host.py) could not be started or reached;
-    the run then starts its judge workers itself."""
-
-
 class PrefectServerError(JudgeflowError):
     """judgeflow's local Prefect server could not be started or reached."""

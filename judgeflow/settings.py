@@ -55,14 +55,6 @@ class Settings(BaseSettings):
         "so one process tops out at one core); max_concurrency is shared between them. Unset: one per core, "
         "at most 4 (1 on a one-core machine: the calls stay in the run's process)",
     )
-    judge_host: bool = Field(
-        True, description="judge worker processes are forked by a judge host kept under JUDGEFLOW_HOME, which "
-        "imports litellm once (~3 s of CPU) instead of once per run, and `judgeflow score` runs in a process it "
-        "forks once it has imported Prefect; false: each run starts its own workers and runs in its own process",
-    )
-    judge_host_idle: str = Field(
-        "25h", description="the judge host exits after this long without a worker or run (25h: a nightly run finds it warm)",
-    )
 
     # --- judge spend -----------------------------------------------------
     judge_input_cost_per_mtok: float | None = Field(
@@ -216,8 +208,7 @@ class Settings(BaseSettings):
             raise ConfigError("JUDGEFLOW_ALERT_SEGMENT_BY takes at most 8 metadata keys of up to 100 characters")
         return ",".join(dict.fromkeys(keys)) or None
 
-    @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "judge_host_idle",
-                     "source_lookback")
+    @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "source_lookback")
     @classmethod
     def _check_duration(cls, value):
         if value is not None:
@@ -239,10 +230,6 @@ class Settings(BaseSettings):
     @property
     def alert_window_s(self) -> float:
         return parse_duration(self.alert_window)
-
-    @property
-    def judge_host_idle_s(self) -> float:
-        return parse_duration(self.judge_host_idle)
 
     @property
     def max_run_duration_s(self) -> float:

@@ -21,10 +21,6 @@ from tests.support.postgres import create_database, drop_database, start_test_se
 # never let a developer's .env or shell leak into tests
 for _key in [k for k in os.environ if k.startswith("JUDGEFLOW_")]:
     del os.environ[_key]
-# The judge host outlives the command that starts it (that is its point); the
-# tests that are about it turn it on with a home under their tmp_path
-# (tests/judge/test_host.py, the CLI's test of the default).
-os.environ["JUDGEFLOW_JUDGE_HOST"] = "false"
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,8 +1,7 @@
 """The environment litellm reads, as judgeflow's litellm adapter wants it.
 
-Apart from :mod:`judgeflow.judge.litellm_judge` so that code which must not
-import litellm (~3 s of CPU) can read it too: the judge host's fingerprint
-counts these defaults as set.
+Apart from :mod:`judgeflow.judge.litellm_judge` so that it can be applied
+before litellm is imported.
 """
 
 from __future__ import annotations
@@ -24,8 +23,7 @@ ENVIRONMENT_DEFAULTS = {
 def apply_environment_defaults() -> None:
     """Set :data:`ENVIRONMENT_DEFAULTS` where the environment does not say
     otherwise. litellm reads both at call time too (the HTTP handler switch on
-    every call), so a process that replaces its environment (a worker forked by
-    the judge host takes its run's) applies them again."""
+    every call)."""
     for name, value in ENVIRONMENT_DEFAULTS.items():
         os.environ.setdefault(name, value)
 

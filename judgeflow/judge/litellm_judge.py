@@ -110,58 +110,11 @@ __all__ = [
     "backoff_delay",
     "completion_cost_usd",
     "model_prices",
-    "preload",
     "retry_delay",
 ]
 
 RETRY_AFTER_MAX_S = 120.0
 """Longest server-requested ``Retry-After`` honoured in-process; above it the call gives up at once."""
-
-# Modules litellm 1.106 imports on the first call to an OpenAI or
-# OpenAI-compatible model, not at ``import litellm``: the tokenizer's encoding,
-# the managed-files and proxy types every request is checked against, the
-# provider configs the cost lookup walks. In a judge worker they were ~14% of
-# its CPU over a 1,400-call run (py-spy, 2026-11-25). The judge host imports
-# them once (preload), so each worker it forks starts with them.
-# tests/judge/test_litellm_judge.py fails when a call imports one not listed.
-_FIRST_CALL_MODULES = (
-    "litellm._service_logger",
-    "litellm.integrations.prometheus_services",
-    "litellm.litellm_core_utils.default_encoding",
-    "litellm.llms.edenai.chat.transformation",
-    "litellm.llms.edenai.common_utils",
-    "litellm.llms.fal_ai.chat.transformation",
-    "litellm.llms.fal_ai.cost_calculator",
-    "litellm.llms.fal_ai.image_generation",
-    "litellm.llms.litellm_proxy.chat.transformation",
-    "litellm.llms.openai.chat.gpt_audio_transformation",
-    "litellm.llms.openai_like.dynamic_config",
-    "litellm.llms.vertex_ai.vertex_ai_partner_models.anthropic.transformation",
-    "litellm.proxy._experimental.mcp_server.stdio_gate",
-    "litellm.proxy.openai_files_endpoints.common_utils",
-    "litellm.proxy.types_utils.utils",
-    "litellm.types.integrations.compression_interception",
-    "litellm.types.integrations.prometheus",
-    "litellm.types.object_permission",
-    "litellm.types.proxy.carried_budget_state",
-    "litellm.types.proxy.control_plane_endpoints",
-    "litellm.types.proxy.spend_capture_rate",
-)
-
-
-def preload() -> None:
-    """Import what litellm would import on its first call (see
-    ``_FIRST_CALL_MODULES``). Imports only: no client, loop or thread is
-    created, so a process may fork after it. A module a newer litellm moved
-    is skipped (its first call imports whatever it needs, as before)."""
-    import importlib
-
-    for name in _FIRST_CALL_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
-
 
 WARM_UP_TIMEOUT_S = 5.0
 

@@ -64,7 +64,7 @@ from typing import IO, TYPE_CHECKING, Any
 import cloudpickle
 
 from judgeflow import errors
-from judgeflow.errors import JudgeError, JudgeHostError, PermanentJudgeError, TransientJudgeError
+from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeReply, JudgeRequest, queue_ahead_for
 
 if TYPE_CHECKING:
@@ -170,16 +170,6 @@ def _hand_over_pipes(count: int, hand_over) -> list["_ForkedProcess"]:
     return [_ForkedProcess(os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb")) for requests, replies in pipes]
 
 
-def hosted_processes(settings: "Settings", count: int) -> list["_ForkedProcess"]:
-    """``count`` workers forked by the judge host of ``settings.home``
-    (:mod:`judgeflow.judge.host`), each seen through the pipes made here."""
-    from judgeflow.judge import host
-
-    return _hand_over_pipes(
-        count, lambda child_ends: host.fork_workers(settings.home, child_ends, idle_s=settings.judge_host_idle_s)
-    )
-
-
 class _ForkedProcess:
     """A worker forked by another worker: the part of ``subprocess.Popen`` the
     pool uses, kept through the worker's pipes, since it is not our child (no
@@ -236,17 +226,7 @@ class _Worker:
 
     def _start(self, forks: list[tuple[int, int]] | None = None) -> None:
         """Start a worker process; ``forks``: (request read fd, reply write fd)
-        pairs, one per further worker it forks after importing litellm. With
-        the judge host on, one forked by the host instead (a replacement for a
-        dead worker takes milliseconds, not a litellm import)."""
-        if not forks and self._settings.judge_host:
-            try:
-                (proc,) = hosted_processes(self._settings, 1)
-            except (OSError, JudgeHostError) as exc:
-                log.warning("judge host unavailable (%s); judge worker %d starts on its own", exc, self.index)
-            else:
-                self._adopt(proc)
-                return
+        pairs, one per further worker it forks after importing litellm."""
         argv = list(WORKER_COMMAND)
         if forks:
             argv += ["--fork", ",".join(f"{r}:{w}" for r, w in forks)]
@@ -435,27 +415,12 @@ class JudgeProcessPool:
         litellm and forks the others (see the module doc)."""
         with self._dispatch_lock:
             if not self._started:
-                if not self._start_from_host():
-                    first, *others = self._workers
-                    first.start_with_forks(others)
+                first, *others = self._workers
+                first.start_with_forks(others)
                 self._started = True
         for worker in self._workers:  # any slot whose worker is gone gets a fresh one
             worker.ensure_started()
         return self
-
-    def _start_from_host(self) -> bool:
-        """Every worker forked by the judge host (one request); False when the
-        host is off or cannot be reached (the caller starts them itself)."""
-        if not self._settings.judge_host:
-            return False
-        try:
-            procs = hosted_processes(self._settings, len(self._workers))
-        except (OSError, JudgeHostError) as exc:
-            log.warning("judge host unavailable (%s); the run starts its judge workers itself", exc)
-            return False
-        for worker, proc in zip(self._workers, procs):
-            worker.adopt_forked(proc, send_settings=True)
-        return True
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Whether every worker said hello (knows its pid) within ``timeout`` s: tests, benchmark."""

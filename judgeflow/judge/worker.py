@@ -86,7 +86,6 @@ def main(argv: list[str] | None = None) -> int:
     from judgeflow.judge import litellm_judge  # litellm's import, once, before forking
     from judgeflow.judge.process_pool import read_frame
 
-    litellm_judge.preload()  # what the first calls would import, also once for all the forks
 
     # litellm's import leaves ~1M long-lived objects: out of the collector's
     # way, each call's garbage collections are cheaper (~5% of a worker's CPU),
@@ -108,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 def serve(settings, requests: IO[bytes], replies: IO[bytes]) -> None:
     """Answer ``(call id, JudgeRequest)`` frames from ``requests`` on ``replies``
     until ``requests`` closes (after a first ``(HELLO, True, pid)`` frame). Used
-    by the workers the pool starts and by those the judge host forks."""
+    by the workers the pool starts."""
     from judgeflow.judge.litellm_judge import LiteLLMJudge
     from judgeflow.judge.process_pool import HELLO, encode_error, read_frame, write_frame
 

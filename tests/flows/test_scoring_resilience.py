@@ -25,8 +25,7 @@ JUDGEFLOW = [sys.executable, "-m", "judgeflow.cli"]
 def _env(judgeflow_env: dict, prefect_url: str, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}
     env.update(judgeflow_env)
-    # the judge host outlives a run: only the tests about it turn it on (and stop it)
-    env.update(PREFECT_API_URL=prefect_url, JUDGEFLOW_JUDGE_HOST="false")
+    env.update(PREFECT_API_URL=prefect_url)
     env.update(extra)
     return env
 
@@ -312,27 +311,10 @@ def _judge_workers(parent: int) -> list[int]:
     return started + [pid for first in started for pid in children.get(first, [])]
 
 
-def _host_workers(home: str) -> list[int]:
-    """PIDs of the judge workers the judge host under ``home`` forked."""
-    from judgeflow.judge import host
-
-    record = host.state(home)
-    if record is None:
-        return []
-    pid = record["pid"]
-    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-@pytest.mark.parametrize("judge_host", ["false", "true"])
-def test_a_judge_worker_killed_mid_run_costs_retries_not_results(
-    prefect_server, judgeflow_env, db, judge_server, judge_host
-):
-    from judgeflow.judge import host
-
+def test_a_judge_worker_killed_mid_run_costs_retries_not_results(prefect_server, judgeflow_env, db, judge_server):
     judge_server.latency_mean_s = 0.1
     _prepare(db, 60)
-    env = _env(judgeflow_env, prefect_server, JUDGEFLOW_JUDGE_HOST=judge_host)
-    home = judgeflow_env["JUDGEFLOW_HOME"]
+    env = _env(judgeflow_env, prefect_server)
 
     proc = _start_score(env, "--fanout", "batch", "--judge-processes", "2", "--batch-size", "20",
                         "--max-concurrency", "6")
@@ -340,12 +322,12 @@ def test_a_judge_worker_killed_mid_run_costs_retries_not_results(
         deadline = time.monotonic() + 120
         while _count(db) < 20 and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(0.1)
-        workers = _judge_workers(proc.pid) if judge_host == "false" else _host_workers(home)
+        workers = _judge_workers(proc.pid)
         assert len(workers) == 2, "the run should make its judge calls in two worker processes"
         os.kill(workers[0], signal.SIGKILL)
         out = proc.communicate(timeout=240)[0]
     finally:
-        host.stop(home)
+        proc.kill()
 
     assert proc.returncode == 0, out
     assert "judge worker 0 exited" in out

@@ -97,46 +97,6 @@ def test_import_sets_local_cost_map_and_makes_no_network_call():
     assert out.returncode == 0, out.stderr
 
 
-_FIRST_CALLS = """
-import asyncio, json, sys
-from judgeflow.judge import litellm_judge
-from judgeflow.metrics.hallucination.metric import HallucinationMetric
-from judgeflow.metrics.toxicity.metric import ToxicityMetric
-
-before = set(sys.modules)
-litellm_judge.preload()
-preloaded = set(sys.modules) - before
-
-async def calls():
-    for model in ("openai/judge-test", "openai/gpt-4o-mini"):  # unpriced and priced
-        judge = litellm_judge.LiteLLMJudge(model, api_base=sys.argv[1], api_key="k", max_retries=0)
-        toxicity = await ToxicityMetric(judge).ascore("q", "You are an idiot. I think the sky is lovely.")
-        hallucination = await HallucinationMetric(judge).ascore("q", "The sky is green.", ["The sky is blue."])
-        assert toxicity.status == hallucination.status == "scored", (toxicity, hallucination)
-
-before = set(sys.modules)
-asyncio.run(calls())
-litellm_modules = lambda names: sorted(m for m in names if m.startswith(("litellm", "tiktoken")))
-print(json.dumps({"preloaded": litellm_modules(preloaded), "by_calls": litellm_modules(set(sys.modules) - before)}))
-"""
-
-
-def test_preload_imports_what_first_calls_would(server):
-    """After preload(), judge calls through litellm's default path (both metrics,
-    an unpriced and a priced OpenAI model) import no further litellm module: a
-    worker forked by the judge host starts with all of them. What preload
-    imported includes what such calls import without it (the tokenizer's
-    encoding), so an empty list is not an accident."""
-    import json
-
-    out = subprocess.run([sys.executable, "-c", _FIRST_CALLS, server.url], capture_output=True, text=True,
-                         timeout=300, env={**os.environ, "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "true"})
-    assert out.returncode == 0, out.stderr[-3000:]
-    imported = json.loads(out.stdout.strip().splitlines()[-1])
-    assert imported["by_calls"] == [], f"add these to litellm_judge._FIRST_CALL_MODULES: {imported['by_calls']}"
-    assert "litellm.litellm_core_utils.default_encoding" in imported["preloaded"]
-
-
 def test_is_a_judge():
     judge = LiteLLMJudge(MODEL, api_key=API_KEY)
     assert isinstance(judge, Judge)

@@ -172,7 +172,7 @@ def test_every_page_an_error_points_to_exists():
 # A `judgeflow score` as users run it, in its own process: which modules the run's
 # process holds when its judge workers start, and after the run.
 _SCORE_AND_REPORT = """
-import json, sys
+import json, os, sys
 import judgeflow.judge.process_pool as process_pool
 seen = {}
 _start = process_pool.JudgeProcessPool.start
@@ -189,9 +189,14 @@ finally:
     (pool,) = _cache.values()
     seen["calls_per_worker"] = pool.calls_per_worker()
     seen["litellm_imported_by_the_run"] = "litellm" in sys.modules
-    seen["worker_parents"] = [
-        int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1]) for pid in pool.worker_pids() if pid
-    ]
+    def ancestors(pid):
+        chain = []
+        while pid > 1:
+            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            chain.append(pid)
+        return chain
+    seen["workers_descend_from_the_run"] = all(os.getpid() in ancestors(p) for p in pool.worker_pids() if p)
+    seen["workers"] = len([p for p in pool.worker_pids() if p])
     print("REPORT " + json.dumps(seen), flush=True)
 """
 
@@ -212,55 +217,25 @@ def test_score_by_default_judges_in_worker_processes_started_before_prefect(
         import pytest
 
         pytest.skip("one usable core: the default keeps the judge calls in the run's process")
-    from judgeflow.judge import host
-
-    home = judgeflow_env["JUDGEFLOW_HOME"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}  # the default: the judge host on
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}
     env.update({k: v for k, v in judgeflow_env.items() if k != "JUDGEFLOW_JUDGE_PROCESSES"}, PREFECT_API_URL=prefect_server)
 
-    def score() -> tuple[dict, subprocess.CompletedProcess]:
-        done = subprocess.run([sys.executable, "-c", _SCORE_AND_REPORT], env=env, cwd=os.getcwd(),
-                              capture_output=True, text=True, timeout=300)
-        report_lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
-        assert done.returncode == 0 and report_lines, done.stdout[-3000:] + done.stderr[-3000:]
-        assert "Traceback" not in done.stdout + done.stderr
-        return json.loads(report_lines[0][len("REPORT "):]), done
-
     insert_traces(db, [scripted_trace(i)[0] for i in range(30)])
-    try:
-        report, done = score()
-        first_host = host.state(home)["pid"]
-        assert report["worker_parents"] == [first_host] * expected  # forked by the judge host
+    done = subprocess.run([sys.executable, "-c", _SCORE_AND_REPORT], env=env, cwd=os.getcwd(),
+                          capture_output=True, text=True, timeout=300)
+    report_lines = [line for line in done.stdout.splitlines() if line.startswith("REPORT ")]
+    assert done.returncode == 0 and report_lines, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    report = json.loads(report_lines[0][len("REPORT "):])
 
-        assert report["processes"] == expected
-        assert report["prefect_imported_when_workers_started"] is False  # litellm's import overlapped Prefect's start
-        assert report["litellm_imported_by_the_run"] is False
-        assert all(n > 0 for n in report["calls_per_worker"]), report  # the forked workers took calls too
-        assert sum(report["calls_per_worker"]) == judge_server.calls()
-        assert len(results(db)) == 60 and {r["status"] for r in results(db).values()} == {"scored"}
-        assert set(first_step_calls(judge_server).values()) == {1}  # each (trace, metric) reached the judge once
-
-        # the next run finds the host warm: same host, litellm not imported again
-        insert_traces(db, [scripted_trace(i)[0] for i in range(30, 40)])
-        report, done = score()
-        assert host.state(home)["pid"] == first_host
-        assert report["worker_parents"] == [first_host] * expected
-        assert len(results(db)) == 80
-
-        def status() -> str:
-            done = subprocess.run([sys.executable, "-m", "judgeflow.cli", "status"], env=env, cwd=os.getcwd(),
-                                  capture_output=True, text=True, timeout=120)
-            assert done.returncode == 0, done.stdout + done.stderr
-            return done.stdout
-
-        assert f"judge host: running, pid {first_host}, " in status()
-        stopped = subprocess.run([sys.executable, "-m", "judgeflow.cli", "stop"], env=env, cwd=os.getcwd(),
-                                 capture_output=True, text=True, timeout=120)
-        assert stopped.returncode == 0 and "judge host stopped" in stopped.stdout, stopped.stdout + stopped.stderr
-        assert host.state(home) is None
-        assert "judge host: not running" in status()
-    finally:
-        host.stop(home)
+    assert report["processes"] == expected and report["workers"] == expected
+    assert report["workers_descend_from_the_run"] is True  # started by the run, nothing else
+    assert report["prefect_imported_when_workers_started"] is False  # litellm's import overlapped Prefect's start
+    assert report["litellm_imported_by_the_run"] is False
+    assert all(n > 0 for n in report["calls_per_worker"]), report  # every worker took calls
+    assert sum(report["calls_per_worker"]) == judge_server.calls()
+    assert len(results(db)) == 60 and {r["status"] for r in results(db).values()} == {"scored"}
+    assert set(first_step_calls(judge_server).values()) == {1}  # each (trace, metric) reached the judge once
 
 
 def test_score_in_the_runs_process_exits_without_noise(judgeflow_env, db, prefect_server, judge_server):
@@ -282,74 +257,3 @@ def test_score_in_the_runs_process_exits_without_noise(judgeflow_env, db, prefec
     assert len(results(db)) == 80 and {r["status"] for r in results(db).values()} == {"scored"}
     for noise in ("Traceback", "Unclosed", "Error logging to API", "was destroyed but it is pending"):
         assert noise not in out, out[-3000:]
-
-
-_RUN_AFTER_PRELOAD = """
-import json, sys
-from judgeflow.judge import litellm_judge
-from judgeflow import cli
-
-litellm_judge.preload()  # as the judge host does before it forks anything
-cli.preload()
-before = set(sys.modules)
-code = cli.run_forked(["score", "--no-alerts"])
-watched = {"anyio", "fastapi", "graphviz", "httpx", "judgeflow", "litellm", "opentelemetry", "prefect", "psycopg",
-           "psycopg_binary", "pydantic", "sqlalchemy", "starlette", "typer"}
-print("NEW " + json.dumps(sorted(m for m in set(sys.modules) - before if m.split(".")[0] in watched)))
-sys.exit(code)
-"""
-
-
-def test_preload_imports_what_a_score_run_imports(judgeflow_env, db, prefect_server):
-    """What the judge host imports before it forks a `judgeflow score`
-    (cli.preload) covers what the run then imports: a run it forks starts
-    with all of it (~220 modules, ~0.4 s of CPU, before this list existed)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    insert_traces(db, [scripted_trace(i)[0] for i in range(4)])
-    env = {**os.environ, "PREFECT_API_URL": prefect_server, "JUDGEFLOW_JUDGE_PROCESSES": "2"}  # the default's workers
-    done = subprocess.run([sys.executable, "-c", _RUN_AFTER_PRELOAD], env=env, cwd=os.getcwd(),
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "| scores written | 8 |" in done.stdout
-    new = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("NEW "))[4:])
-    assert new == [], f"add to judgeflow.cli._RUN_MODULES: {new}"
-
-
-_LOGGING_AFTER_PRELOAD = """
-import logging, os
-from judgeflow import cli
-from prefect.context import refresh_global_settings_context
-from prefect.logging import configuration
-
-cli.preload()
-reads = []
-real = configuration.load_logging_config
-configuration.load_logging_config = lambda path: reads.append(path) or real(path)
-refresh_global_settings_context()
-cli._setup_prefect_logging()
-print("same", len(reads), logging.getLogger("prefect").level)
-os.environ["PREFECT_LOGGING_LEVEL"] = "WARNING"
-refresh_global_settings_context()
-cli._setup_prefect_logging()
-print("changed", len(reads), logging.getLogger("prefect").level)
-"""
-
-
-def test_a_forked_run_reuses_the_hosts_logging_config_only_while_what_it_read_is_unchanged():
-    """run_forked sets Prefect's logging up afresh; its configuration (~45 ms to
-    read) is the host's only when its file, every setting and the
-    PREFECT_LOGGING_* overrides are what the host read."""
-    import os
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_LOGGING_")}
-    done = subprocess.run([sys.executable, "-c", _LOGGING_AFTER_PRELOAD], env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    lines = [line for line in done.stdout.splitlines() if line.startswith(("same", "changed"))]
-    assert lines == ["same 0 20", "changed 1 30"], done.stdout  # INFO, then WARNING read afresh
