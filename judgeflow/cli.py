@@ -339,6 +339,28 @@ def report(
     typer.echo(render_text(trend))
 
 
+@app.command()
+@clear_errors
+def show(trace_id: str = typer.Argument(..., help="the trace's id, as in the trace source")) -> None:
+    """One trace's results per metric: score, pass/fail, reason, verdicts, judge and metric version,
+    cost, when and by which flow run (with its Prefect UI link), and whether it was copied from an
+    identical trace. Exit code 1 when judgeflow knows nothing of the id."""
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.trace_results import find_trace, render
+    from judgeflow.prefect_server import ui_url_without_import
+
+    settings = _settings()
+    migrate.upgrade(engine_for(settings))
+    view = find_trace(settings, trace_id)
+    if not view.known:
+        where = "could not be asked in time" if view.in_source is None else "has no such id"
+        typer.echo(f"judgeflow: no trace {trace_id!r}: judgeflow has no result or claim for it, and "
+                   f"{settings.traces_table} {where}", err=True)
+        raise typer.Exit(1)
+    typer.echo(render(view, ui_url=ui_url_without_import(settings), source_name=settings.traces_table))
+
+
 def _announce_database(settings) -> None:
     from judgeflow.db.engine import database_url, redact
 

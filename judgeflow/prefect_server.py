@@ -226,3 +226,18 @@ def _configured_without_import() -> str | None:
     active = os.environ.get("PREFECT_PROFILE") or profiles.get("active") or "ephemeral"
     url = ((profiles.get("profiles") or {}).get(active) or {}).get("PREFECT_API_URL")
     return url or None
+
+
+def ui_url_without_import(settings) -> str | None:
+    """The Prefect UI's URL for links, without starting or importing Prefect:
+    ``PREFECT_UI_URL``, else the configured API's URL without ``/api`` (what
+    Prefect itself derives for a self-hosted server), else judgeflow's local
+    server's (None when it never started)."""
+    if os.environ.get("PREFECT_UI_URL"):
+        return os.environ["PREFECT_UI_URL"].rstrip("/")
+    configured = _configured_without_import()
+    if configured:
+        url = configured.rstrip("/")
+        return url[: -len("/api")] if url.endswith("/api") else None
+    local = LocalPrefectServer.for_settings(settings)
+    return local.ui_url if local.port is not None else None

@@ -1,0 +1,160 @@
+"""One trace's results, for people: ``judgeflow show TRACE_ID``.
+
+Per metric: the stored result (score, pass/fail, reason, the judge's verdicts
+or reasons, judge model and metric version, the judge epoch it belongs to when
+epochs are recorded, cost and calls, when and by which flow run it was
+written, whether it was copied from an identical trace), or, without a result,
+whether a run holds the pair now. Read-only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
+
+from judgeflow.db.engine import engine_for
+from judgeflow.errors import DatabaseError
+from judgeflow.settings import Settings
+from judgeflow.tasks.work import METRIC_NAMES
+
+_RESULTS = text(
+    "SELECT metric, metric_version, status, score, passed, threshold, reason, details, judge_model, "
+    "prompt_tokens, completion_tokens, cost_usd, judge_calls, error, error_kind, attempts, failed_runs, "
+    "flow_run_id, trace_created_at, scored_at, content_hash "
+    "FROM judgeflow.eval_results WHERE trace_id = :id"
+)
+_CLAIMS = text(
+    "SELECT metric, owner, lease_expires_at, lease_expires_at > now() AS live "
+    "FROM judgeflow.claims WHERE trace_id = :id"
+)
+# the epoch a result belongs to: the latest of its metric and version started by
+# the time it was written (judgeflow/epochs.py records them)
+_EPOCH = text(
+    "SELECT started_at, judge_model FROM judgeflow.judge_epochs "
+    "WHERE metric = :metric AND metric_version = :version AND started_at <= :at "
+    "ORDER BY started_at DESC, id DESC LIMIT 1"
+)
+_SOURCE_TIMEOUT_MS = 5000
+
+
+@dataclass
+class MetricView:
+    metric: str
+    result: dict[str, Any] | None = None
+    claim: dict[str, Any] | None = None
+    epoch_started_at: datetime | None = None
+
+
+@dataclass
+class TraceView:
+    trace_id: str
+    metrics: list[MetricView] = field(default_factory=list)
+    in_source: bool | None = None  # None: not asked (it has results) or could not tell
+
+    @property
+    def known(self) -> bool:
+        return self.in_source is True or any(m.result or m.claim for m in self.metrics)
+
+
+def find_trace(settings: Settings, trace_id: str) -> TraceView:
+    """What judgeflow's tables say about ``trace_id``; the source is asked
+    only when they hold nothing about it."""
+    view = TraceView(trace_id)
+    try:
+        with engine_for(settings).connect() as conn:
+            results = {r["metric"]: dict(r) for r in conn.execute(_RESULTS, {"id": trace_id}).mappings()}
+            claims = {r["metric"]: dict(r) for r in conn.execute(_CLAIMS, {"id": trace_id}).mappings()}
+            has_epochs = conn.execute(text("SELECT to_regclass('judgeflow.judge_epochs') IS NOT NULL")).scalar()
+            for metric in METRIC_NAMES:
+                mv = MetricView(metric, results.get(metric), claims.get(metric))
+                if has_epochs and mv.result and mv.result["metric_version"]:
+                    mv.epoch_started_at = conn.execute(_EPOCH, {
+                        "metric": metric, "version": mv.result["metric_version"], "at": mv.result["scored_at"],
+                    }).scalar()
+                view.metrics.append(mv)
+    except DBAPIError as exc:
+        raise DatabaseError(f"could not read the results of {trace_id!r}: {type(exc.orig).__name__}: {exc.orig}") from None
+    if not (results or claims):
+        view.in_source = _in_source(settings, trace_id)
+    return view
+
+
+def _in_source(settings: Settings, trace_id: str) -> bool | None:
+    """Whether the trace source has a row with this id (None: it could not be asked in time)."""
+    from judgeflow.db.source import SourceTable
+    from judgeflow.db.trace_source import source_engine
+
+    table = SourceTable.parse(settings.traces_table)
+    try:
+        with source_engine(settings).connect() as conn:
+            with conn.begin():
+                conn.execute(text(f"SET LOCAL statement_timeout = {_SOURCE_TIMEOUT_MS}"))
+                return conn.execute(
+                    text(f"SELECT EXISTS (SELECT 1 FROM {table.sql} t WHERE t.id::text = :id)"), {"id": trace_id}
+                ).scalar()
+    except DBAPIError:
+        return None
+
+
+def render(view: TraceView, *, ui_url: str | None, source_name: str) -> str:
+    lines = [f"trace {view.trace_id}"]
+    if view.in_source is not None and not any(m.result or m.claim for m in view.metrics):
+        lines.append(f"  in {source_name}, not scored yet: the next run scores it")
+    for mv in view.metrics:
+        lines += _metric_lines(mv, ui_url)
+    return "\n".join(lines)
+
+
+def _when(at: datetime | None) -> str:
+    return "unknown time" if at is None else at.strftime("%Y-%m-%d %H:%M:%S %Z").strip()
+
+
+def _metric_lines(mv: MetricView, ui_url: str | None) -> list[str]:
+    r = mv.result
+    if r is None:
+        if mv.claim is None:
+            return [f"  {mv.metric}: no result yet (pending)"]
+        run = mv.claim["owner"].split(":", 1)[0]
+        state = "being scored now" if mv.claim["live"] else "claimed by a run that stopped (the next run takes it)"
+        return [f"  {mv.metric}: no result yet, {state} by flow run {run}"]
+    out: list[str] = []
+    if r["status"] == "scored":
+        verdict = "passed" if r["passed"] else "FAILED"
+        threshold = "" if r["threshold"] is None else f" (threshold {r['threshold']:g})"
+        out.append(f"  {mv.metric}: score {r['score']:.3f}, {verdict}{threshold}")
+    elif r["status"] == "skipped":
+        out.append(f"  {mv.metric}: skipped (the judge abstained)")
+    else:
+        out.append(f"  {mv.metric}: scoring failed ({r['error_kind'] or 'error'}) after {r['attempts']} attempt(s)"
+                   f" in {r['failed_runs']} run(s); the next run tries again")
+        out.append(f"    error: {_one_line(r['error'])}")
+    if r["reason"]:
+        out.append(f"    reason: {_one_line(r['reason'])}")
+    details = r["details"] or {}
+    for v in details.get("verdicts") or []:
+        why = f" - {_one_line(v.get('reason'))}" if v.get("reason") else ""
+        out.append(f"    verdict {v.get('verdict')}: {_one_line(v.get('opinion'))}{why}")
+    reasons = [str(x) for x in details.get("reasons") or []]
+    if " ".join(reasons) != (r["reason"] or ""):  # the reason is usually these, joined
+        out += [f"    judge's reason: {_one_line(x)}" for x in reasons]
+    judge = r["judge_model"] or "unknown judge"
+    version = r["metric_version"] or "no metric version (failed before the judge answered)"
+    epoch = f"; judge epoch since {_when(mv.epoch_started_at)}" if mv.epoch_started_at else ""
+    out.append(f"    judge: {judge}, metric version {version}{epoch}")
+    if details.get("reused_from"):
+        out.append(f"    reused: copied from identical trace {details['reused_from']} (no judge call)")
+    cost = "unknown" if r["cost_usd"] is None else f"${r['cost_usd']:.6f}"
+    out.append(f"    cost: {cost}, {r['judge_calls']} judge call(s), "
+               f"{r['prompt_tokens']}/{r['completion_tokens']} tokens (prompt/completion)")
+    run = r["flow_run_id"]
+    link = f"  {ui_url}/runs/flow-run/{run}" if run and ui_url else ""
+    out.append(f"    written: {_when(r['scored_at'])} by flow run {run or 'unknown'}{link}")
+    return out
+
+
+def _one_line(value: Any, limit: int = 300) -> str:
+    s = " ".join(str(value if value is not None else "").split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"

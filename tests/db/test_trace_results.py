@@ -1,0 +1,89 @@
+"""`judgeflow show TRACE_ID` (judgeflow/db/trace_results.py): a scored, a
+failed, a reused and an unknown trace, after real runs of the scoring flow."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from judgeflow.cli import app
+from tests.support.traces import BASE_TIME, insert_traces, results, scripted_trace
+
+runner = CliRunner()
+
+
+def test_show_a_scored_a_failed_a_reused_and_an_unknown_trace(judgeflow_env, db, prefect_server, judge_server):
+    row, expected = scripted_trace(0)  # one toxic opinion of two: toxicity 0.5
+    original = {**row, "id": "t-scored"}
+    twin = {**row, "id": "t-twin", "created_at": BASE_TIME + timedelta(hours=1)}
+    failing = {"id": "t-failed", "created_at": BASE_TIME + timedelta(hours=2),
+               "output": "The judge refuses this one [judge-fail:400]."}
+    insert_traces(db, [original, twin, failing])
+    assert runner.invoke(app, ["score", "--no-alerts", "--limit", "1"]).exit_code == 0  # the original first
+    assert runner.invoke(app, ["score", "--no-alerts"]).exit_code == 0
+    stored = results(db)
+    api_url = str(prefect_server).rstrip("/")
+    assert api_url.endswith("/api")
+    ui = api_url[: -len("/api")]
+
+    shown = runner.invoke(app, ["show", "t-scored"])
+    assert shown.exit_code == 0, shown.output
+    tox = stored[("t-scored", "toxicity")]
+    assert tox["score"] == expected["toxicity"] and tox["status"] == "scored"
+    assert "trace t-scored" in shown.stdout
+    assert "toxicity: score 0.500, passed (threshold 0.5)" in shown.stdout
+    assert f"reason: {' '.join(tox['reason'].split())[:60]}" in shown.stdout
+    assert "verdict yes: You are clueless [toxic] - The opinion is marked [toxic]." in shown.stdout
+    assert "verdict no: The rest of trace 0 is fine" in shown.stdout
+    assert f"judge: {tox['judge_model']}, metric version {tox['metric_version']}" in shown.stdout
+    cost = "unknown" if tox["cost_usd"] is None else f"${tox['cost_usd']:.6f}"  # the test model has no price
+    assert f"cost: {cost}, {tox['judge_calls']} judge call(s)" in shown.stdout
+    assert tox["judge_calls"] == 3
+    run = tox["flow_run_id"]
+    assert f"by flow run {run}  {ui}/runs/flow-run/{run}" in shown.stdout
+    assert "reused" not in shown.stdout
+    hal = stored[("t-scored", "hallucination")]
+    assert f"hallucination: score {hal['score']:.3f}" in shown.stdout
+
+    shown = runner.invoke(app, ["show", "t-twin"])
+    assert shown.exit_code == 0, shown.output
+    copy = stored[("t-twin", "toxicity")]
+    assert copy["details"]["reused_from"] == "t-scored" and copy["judge_calls"] == 0
+    assert shown.stdout.count("reused: copied from identical trace t-scored (no judge call)") == 2
+    assert "cost: $0.000000, 0 judge call(s)" in shown.stdout
+    assert copy["flow_run_id"] != run and f"by flow run {copy['flow_run_id']}" in shown.stdout
+
+    shown = runner.invoke(app, ["show", "t-failed"])
+    assert shown.exit_code == 0, shown.output
+    failed = stored[("t-failed", "toxicity")]
+    assert failed["status"] == "failed"
+    assert f"toxicity: scoring failed ({failed['error_kind']}) after {failed['attempts']} attempt(s)" in shown.stdout
+    assert "judge-fail:400" in shown.stdout  # the error, from the judge's reply
+
+    shown = runner.invoke(app, ["show", "no-such-trace"])
+    assert shown.exit_code == 1
+    assert "judgeflow: no trace 'no-such-trace'" in shown.output and "llm_traces has no such id" in shown.output
+
+
+def test_show_a_trace_not_scored_yet_or_being_scored(judgeflow_env, db):
+    from judgeflow.db import migrate
+    from judgeflow.settings import load_settings
+    from judgeflow.tasks.claims import LeaseKeeper, claim_traces
+
+    insert_traces(db, [scripted_trace(i)[0] for i in range(2)])
+    migrate.upgrade(db)
+    shown = runner.invoke(app, ["show", "tr-0001"])
+    assert shown.exit_code == 0, shown.output
+    assert "in llm_traces, not scored yet" in shown.stdout
+    assert "toxicity: no result yet (pending)" in shown.stdout
+
+    settings = load_settings()
+    with LeaseKeeper(settings, "run-live:1") as keeper:
+        claim_traces.fn(settings, "run-live:1", ["toxicity"], 1, owner_key=keeper.owner_key)
+        with db.connect() as conn:
+            [claimed] = conn.execute(sa.text("SELECT trace_id FROM judgeflow.claims")).scalars()
+        shown = runner.invoke(app, ["show", claimed])
+    assert "toxicity: no result yet, being scored now by flow run run-live" in shown.stdout
+    assert "hallucination: no result yet (pending)" in shown.stdout
