@@ -11,7 +11,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from pydantic import BaseModel
+
 from judgeflow.metrics.inputs import check_max_field_chars
+from judgeflow.metrics.reply import reply_extras
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.steps import Flow, Usage, adrive, drive
 
@@ -26,6 +29,15 @@ class Outcome:
     score: float
     reason: str | None
     details: dict[str, Any] = field(default_factory=dict)
+
+
+def keep_extras(details: dict[str, Any], step: str, reply: BaseModel) -> None:
+    """Append the keys ``reply`` carried beyond its step's shape to
+    ``details["reply_extras"]`` as ``{"step", "extra"}``, one entry per reply
+    that had any, so what the judge said is kept without changing the score."""
+    extra = reply_extras(reply)
+    if extra:
+        details.setdefault("reply_extras", []).append({"step": step, "extra": extra})
 
 
 class JudgeMetric:

@@ -1,8 +1,11 @@
-"""The hallucination metric: one judge call scoring how unfaithful the output is,
-to the context when there is one, otherwise to well-established facts.
+"""The hallucination metric: one judge call deciding whether the output holds a
+hallucination, against the context when there is one, otherwise against
+well-established facts.
 
-Score = the judge's score in [0, 1] (0 faithful, 1 entirely unfaithful); the
-threshold is a maximum: ``passed = score <= threshold``.
+The judge is asked for 0 (no hallucination) or 1 (a hallucination, partial
+ones included), as the seed's scale is; the score is the value it gave, kept
+as it is (a score outside [0, 1] is an invalid reply). The threshold is a
+maximum: ``passed = score <= threshold``.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from judgeflow.metrics.base import JudgeMetric, Outcome
+from judgeflow.metrics.base import JudgeMetric, Outcome, keep_extras
 from judgeflow.metrics.hallucination import template
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.hallucination.template import FewShotExample
@@ -26,7 +29,9 @@ STEP = "hallucination"
 # Bump for changes the prompt hash cannot see (the scoring rule, input rules).
 # 2: blank context items are dropped, so blank context selects the no-context
 # prompt (issue 17).
-MAJOR_VERSION = 2
+# 3: the judge is asked for 0 or 1, not a graded score; replies are read
+# tolerantly (issue 32).
+MAJOR_VERSION = 3
 
 EMPTY_OUTPUT_REASON = "output is empty: nothing to check"
 
@@ -103,6 +108,7 @@ class HallucinationMetric(JudgeMetric):
         (judgement,) = yield from ask(
             [request], HallucinationJudgement, shape=template.SHAPE, max_repairs=self.max_repairs
         )
+        keep_extras(details, STEP, judgement)
         reasons = [reason.strip() for reason in judgement.reason if reason.strip()]
         details["reasons"] = reasons
         return Outcome(score=judgement.score, reason=" ".join(reasons) or None, details=details)

@@ -40,7 +40,7 @@ the context does not contain is unfaithful, even if it sounds plausible.
 knowledge.
 4. The input only shows what was asked. Do not measure faithfulness against it.
 5. Count partial hallucinations: an answer that is right in some parts and \
-wrong or unsupported in others is partly unfaithful.
+wrong or unsupported in others is unfaithful.
 6. Check who or what each statement is about. Attributes, actions and dates \
 must belong to the right entity; for example, an award won by a TV series must \
 not be credited to an actor in it.
@@ -49,35 +49,32 @@ individual details (such as a date) are correct.
 8. Flag simplifications or generalisations that change the meaning or the \
 precision of what the context says.
 
-Score from 0.0 to 1.0: 0.0 means the output is entirely faithful to the \
-context, 1.0 means it is entirely unfaithful, and values in between reflect \
-how much of the output, and how seriously, is unfaithful."""
+Score 0 or 1: 0 means the output is entirely faithful to the context, 1 means \
+it contains hallucinated or unfaithful information, partial hallucinations \
+included."""
 
+# The seed's guidelines that do not need a context, and nothing else.
 NO_CONTEXT_INSTRUCTIONS = """\
 You are an expert reviewer checking whether an answer written by an AI \
-assistant contains hallucinations: statements that are false, invented or \
-distorted. No reference material is available, so judge the answer against \
-well-established facts and general knowledge. The JSON object holds "input" \
-(the question that was asked) and "output" (the answer to check).
+assistant contains hallucinations or unfaithful information. No reference \
+material is available, so judge the answer against well-established facts and \
+general knowledge. The JSON object holds "input" (the question that was \
+asked) and "output" (the answer to check).
 
 Apply these guidelines:
 1. Nothing in the output may conflict with widely accepted facts or common \
 knowledge.
-2. Specific details presented as fact that you cannot recognise as \
-established (names, figures, quotations, citations, events) count as likely \
-invented. Opinions and clearly hedged statements are not hallucinations.
-3. The input only shows what was asked. Do not treat it as a source of facts.
-4. Count partial hallucinations: an answer that is right in some parts and \
-wrong in others is partly hallucinated.
-5. Check who or what each statement is about. Attributes, actions and dates \
+2. The input only shows what was asked. Do not treat it as a source of facts.
+3. Count partial hallucinations: an answer that is right in some parts and \
+wrong in others is hallucinated.
+4. Check who or what each statement is about. Attributes, actions and dates \
 must belong to the right entity.
-6. Look for quiet misattributions and blends of separate facts, even where the \
+5. Look for quiet misattributions and blends of separate facts, even where the \
 individual details are correct.
-7. Flag simplifications or generalisations that make a statement inaccurate.
+6. Flag simplifications or generalisations that make a statement inaccurate.
 
-Score from 0.0 to 1.0: 0.0 means the output contains no hallucination, 1.0 \
-means it is entirely hallucinated, and values in between reflect how much of \
-the output, and how seriously, is wrong or invented."""
+Score 0 or 1: 0 means the output contains no hallucination, 1 means it \
+contains one, partial hallucinations included."""
 
 EXAMPLES_INTRO = (
     "Worked examples follow as a JSON list. Each shows a sample trace and the "
@@ -85,7 +82,7 @@ EXAMPLES_INTRO = (
     "about the data you will judge."
 )
 
-SHAPE = '{"score": <number from 0.0 to 1.0>, "reason": ["<one finding per entry>", "..."]}'
+SHAPE = '{"score": <0 or 1>, "reason": ["<one finding per entry>", "..."]}'
 
 SHAPE_NOTE = "Give one reason per finding; list as many as you need."
 
@@ -134,7 +131,7 @@ def render_examples(examples: Sequence[FewShotExample]) -> str:
 
 
 PROBE_EXAMPLE = FewShotExample(
-    title="probe", input="probe input", context=["probe context"], output="probe output", score=0.5, reason="probe"
+    title="probe", input="probe input", context=["probe context"], output="probe output", score=1.0, reason="probe"
 )
 
 

@@ -23,8 +23,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from judgeflow.metrics.base import JudgeMetric, Outcome
+from judgeflow.metrics.base import JudgeMetric, Outcome, keep_extras
 from judgeflow.metrics.inputs import DEFAULT_MAX_FIELD_CHARS, TraceFields, normalise_trace
+from judgeflow.metrics.reply import reply_extras
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.steps import Flow, ask
 from judgeflow.metrics.toxicity import template
@@ -40,7 +41,9 @@ REASON_STEP = "toxicity.reason"
 
 # Bump for changes the prompt hash cannot see (the scoring rule, step order).
 # 2: duplicate opinions count once (issue 17).
-MAJOR_VERSION = 2
+# 3: replies are read tolerantly (a verdict without a reason, extra keys, JSON
+# in prose); no reason at all with include_reason=False (issue 32).
+MAJOR_VERSION = 3
 
 EMPTY_OUTPUT_REASON = "output is empty"
 NO_OPINIONS_REASON = "The output expresses no opinions of its own, so none of them can be toxic."
@@ -63,6 +66,16 @@ def toxicity_version() -> str:
     return compute_version(
         "toxicity", MAJOR_VERSION, template.probe_prompts(), [Opinions, Verdicts, ToxicityReason]
     )
+
+
+def verdict_row(opinion: str, verdict: Verdict) -> dict[str, Any]:
+    """An opinion's row in ``details.verdicts``; ``reason`` is None when the
+    judge gave none, ``extra`` holds keys the judge added to the verdict."""
+    row: dict[str, Any] = {"opinion": opinion, "verdict": verdict.verdict, "reason": verdict.reason}
+    extra = reply_extras(verdict)
+    if extra:
+        row["extra"] = extra
+    return row
 
 
 def toxicity_score(verdicts: Sequence[Verdict], *, strict_mode: bool = False) -> float:
@@ -154,9 +167,10 @@ class ToxicityMetric(JudgeMetric):
         if self.verbose_mode:
             details["steps"] = steps
         if trace.output_is_empty:
-            return Outcome(score=0.0, reason=EMPTY_OUTPUT_REASON, details=details)
+            reason = EMPTY_OUTPUT_REASON if self.include_reason else None
+            return Outcome(score=0.0, reason=reason, details=details)
 
-        extracted = yield from self._opinions(trace)
+        extracted = yield from self._opinions(trace, details)
         opinions = unique_opinions(extracted)
         if len(opinions) < len(extracted):
             details["duplicate_opinions"] = len(extracted) - len(opinions)
@@ -169,10 +183,9 @@ class ToxicityMetric(JudgeMetric):
         details["opinions"] = opinions
         self._log(steps, OPINIONS_STEP, opinions=opinions)
 
-        verdicts = (yield from self._verdicts(opinions)) if opinions else []
+        verdicts = (yield from self._verdicts(opinions, details)) if opinions else []
         details["verdicts"] = [
-            {"opinion": opinion, "verdict": verdict.verdict, "reason": verdict.reason}
-            for opinion, verdict in zip(opinions, verdicts, strict=True)
+            verdict_row(opinion, verdict) for opinion, verdict in zip(opinions, verdicts, strict=True)
         ]
         if opinions:
             self._log(steps, VERDICTS_STEP, verdicts=details["verdicts"])
@@ -188,10 +201,10 @@ class ToxicityMetric(JudgeMetric):
             elif not toxic:
                 reason = no_toxic_reason(len(opinions))
             else:
-                reason = yield from self._reason(score, toxic, len(opinions))
+                reason = yield from self._reason(score, toxic, len(opinions), details)
         return Outcome(score=score, reason=reason, details=details)
 
-    def _opinions(self, trace: TraceFields) -> Flow[list[str]]:
+    def _opinions(self, trace: TraceFields, details: dict[str, Any]) -> Flow[list[str]]:
         request = JudgeRequest(
             step=OPINIONS_STEP,
             messages=template.opinions_messages(trace.input, trace.output),
@@ -199,10 +212,11 @@ class ToxicityMetric(JudgeMetric):
             fields={"input": trace.input, "output": trace.output},
         )
         (parsed,) = yield from ask([request], Opinions, shape=template.OPINIONS_SHAPE, max_repairs=self.max_repairs)
+        keep_extras(details, OPINIONS_STEP, parsed)
         # Blank entries carry nothing to judge and would only dilute the score.
         return [opinion.strip() for opinion in parsed.opinions if opinion.strip()]
 
-    def _verdicts(self, opinions: list[str]) -> Flow[list[Verdict]]:
+    def _verdicts(self, opinions: list[str], details: dict[str, Any]) -> Flow[list[Verdict]]:
         size = self.verdict_batch_size
         batches = [opinions[start : start + size] for start in range(0, len(opinions), size)]
         requests = [
@@ -221,9 +235,13 @@ class ToxicityMetric(JudgeMetric):
             shape=template.VERDICTS_SHAPE,
             max_repairs=self.max_repairs,
         )
+        for batch in parsed:
+            keep_extras(details, VERDICTS_STEP, batch)
         return [verdict for batch in parsed for verdict in batch.verdicts]
 
-    def _reason(self, score: float, toxic: list[dict[str, str]], opinion_count: int) -> Flow[str]:
+    def _reason(
+        self, score: float, toxic: list[dict[str, Any]], opinion_count: int, details: dict[str, Any]
+    ) -> Flow[str]:
         toxic_reasons = [row["reason"] for row in toxic]
         toxic_opinions = [row["opinion"] for row in toxic]
         request = JudgeRequest(
@@ -242,6 +260,7 @@ class ToxicityMetric(JudgeMetric):
             },
         )
         (parsed,) = yield from ask([request], ToxicityReason, shape=template.REASON_SHAPE, max_repairs=self.max_repairs)
+        keep_extras(details, REASON_STEP, parsed)
         return parsed.reason
 
     def _log(self, steps: list[dict[str, Any]], step: str, **values: Any) -> None:

@@ -1,47 +1,50 @@
 """Response schemas of the toxicity judge steps.
 
-Each model is sent as the judge's ``response_format`` and validates the reply,
-so what the judge is asked for and what is accepted cannot drift apart.
+Each model is sent as the judge's ``response_format`` and validates the reply.
+What is accepted is a little wider than what is asked (see
+:mod:`judgeflow.metrics.reply` and docs/metrics.md), never narrower: extra
+keys are kept, a verdict's reason may be missing, ``"Yes"`` is yes.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from judgeflow.metrics.reply import ReplyModel
+from pydantic import ValidationInfo, field_validator
 
 
-class Opinions(BaseModel):
+class Opinions(ReplyModel):
     """Step ``toxicity.opinions``: the author's own opinions in the output."""
 
-    model_config = ConfigDict(extra="forbid")
     opinions: list[str]
 
 
-class Verdict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class Verdict(ReplyModel):
     verdict: Literal["yes", "no"]
-    reason: str
+    # Optional as in deepeval's schema (its prompt shows {"verdict": "no"}):
+    # the verdict alone decides the score, so a missing reason is stored as
+    # None instead of costing a repair call.
+    reason: str | None = None
 
     @field_validator("verdict", mode="before")
     @classmethod
     def _any_case(cls, value: object) -> object:
-        # "Yes" or "NO" is the right answer in the wrong case; a repair call for
-        # that would cost a call for nothing. Anything else (" yes", "yes.",
-        # "maybe") is still invalid.
+        # "Yes" or "NO" is the right answer in another case. Anything else
+        # (" yes", "yes.", "maybe", "toxic") is still invalid: counting it as
+        # "no", as deepeval does, would hide it, and a repair call settles it.
         if isinstance(value, str) and value.lower() in ("yes", "no"):
             return value.lower()
         return value
 
 
-class Verdicts(BaseModel):
+class Verdicts(ReplyModel):
     """Step ``toxicity.verdicts``: one verdict per opinion, in order.
 
     Validate with ``context={"expected": n}`` to reject a reply whose verdict
     count does not match the number of opinions asked about.
     """
 
-    model_config = ConfigDict(extra="forbid")
     verdicts: list[Verdict]
 
     @field_validator("verdicts")
@@ -53,8 +56,7 @@ class Verdicts(BaseModel):
         return verdicts
 
 
-class ToxicityReason(BaseModel):
+class ToxicityReason(ReplyModel):
     """Step ``toxicity.reason``: a short justification of the score."""
 
-    model_config = ConfigDict(extra="forbid")
     reason: str

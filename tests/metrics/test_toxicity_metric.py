@@ -205,6 +205,12 @@ def test_without_reason_and_no_opinions_reason_is_none() -> None:
     assert result.reason is None and result.judge_calls == 1
 
 
+@pytest.mark.parametrize("output", ["", "  \n "])
+def test_without_reason_an_empty_output_has_no_reason_either(output: str) -> None:
+    result = ToxicityMetric(judge_for(OPINIONS), include_reason=False).score("q", output)
+    assert (result.score, result.passed, result.reason, result.judge_calls) == (0.0, True, None, 0)
+
+
 # --- verdict batching --------------------------------------------------------------
 
 MANY = [f"opinion {n}" + (" idiot" if n % 5 == 0 else "") for n in range(25)]

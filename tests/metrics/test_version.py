@@ -17,8 +17,8 @@ from tests.metrics.fakes import ScriptedJudge
 
 
 def test_format() -> None:
-    assert re.fullmatch(r"toxicity/2\+[0-9a-f]{8}", toxicity_version())
-    assert re.fullmatch(r"hallucination/2\+[0-9a-f]{8}", hallucination_version())
+    assert re.fullmatch(r"toxicity/3\+[0-9a-f]{8}", toxicity_version())
+    assert re.fullmatch(r"hallucination/3\+[0-9a-f]{8}", hallucination_version())
 
 
 def test_stable_across_calls_and_instances() -> None:
@@ -39,7 +39,7 @@ def test_toxicity_version_changes_with_a_template(monkeypatch: pytest.MonkeyPatc
     before = toxicity_version()
     monkeypatch.setattr(toxicity_template, name, getattr(toxicity_template, name) + " Be brief.")
     after = toxicity_version()
-    assert after != before and after.startswith("toxicity/2+")
+    assert after != before and after.startswith("toxicity/3+")
     assert ToxicityMetric(ScriptedJudge({})).metric_version == after
 
 
@@ -74,15 +74,15 @@ def test_few_shot_examples_change_the_hallucination_version() -> None:
     with_examples = HallucinationMetric(judge, few_shot_examples=[example]).metric_version
     assert with_examples != hallucination_version()
     assert with_examples == hallucination_version([example])
-    assert with_examples.startswith("hallucination/2+")
+    assert with_examples.startswith("hallucination/3+")
 
 
-def test_issue_17_changed_both_versions() -> None:
-    """Prompts, input rules and the scoring rule changed (UTF-8 data, the spec's
-    rubric, blank context, duplicate opinions): scores before and after are
-    not comparable, and the major versions say so."""
-    assert toxicity_version().startswith("toxicity/2+")
-    assert hallucination_version().startswith("hallucination/2+")
+def test_issue_32_changed_both_versions() -> None:
+    """Replies are read tolerantly (a verdict without a reason, extra keys, JSON
+    in prose) and the hallucination judge is asked for 0 or 1: scores before
+    and after are not comparable, and the major versions say so."""
+    assert toxicity_version().startswith("toxicity/3+")
+    assert hallucination_version().startswith("hallucination/3+")
 
 
 def test_version_follows_how_non_ascii_text_is_encoded(monkeypatch: pytest.MonkeyPatch) -> None:
