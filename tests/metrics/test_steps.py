@@ -55,6 +55,80 @@ def test_parse_invalid_replies(raw: str, schema: type, context: dict | None, fra
     assert fragment in describe_error(caught.value)
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        'Here it is: {"score": 0.2, "reason": ["ok"]} Anything else?',
+        '```json\n```json\n{"score": 0.2, "reason": ["ok"]}\n```\n```',
+        '```\n{"score": 0.2, "reason": ["ok"]}\n```\nSame again:\n```json\n{"score": 0.2, "reason": ["ok"]}\n```',
+        '{\n  "score": 0.2,\n  "reason": [\n    "ok",\n  ],\n}',
+        'Note {"kind": "note"} then [1, 2] and {"score": 0.2, "reason": ["ok"]}',
+        '{"score": 0.2, "reason": "ok"}',
+    ],
+    ids=["prose", "fenced-twice", "repeated", "trailing-commas", "other-json-first", "reason-as-text"],
+)
+def test_unambiguous_forms_parse(raw: str) -> None:
+    parsed = parse_reply(raw, HallucinationJudgement)
+    assert (parsed.score, parsed.reason, parsed.model_extra) == (0.2, ["ok"], {})
+
+
+def test_trailing_commas_are_dropped_only_outside_strings() -> None:
+    parsed = parse_reply('{"opinions": ["a,]", "b,}", "c, ]",],}', Opinions)
+    assert parsed.opinions == ["a,]", "b,}", "c, ]"]
+
+
+def test_raw_control_characters_inside_strings_are_read() -> None:
+    assert parse_reply('{"opinions": ["line one\nline two\tend"]}', Opinions).opinions == ["line one\nline two\tend"]
+
+
+def test_extra_keys_are_kept_on_the_model() -> None:
+    parsed = parse_reply('{"verdicts": [{"verdict": "No", "why": "x"}], "note": 1}', Verdicts, {"expected": 1})
+    assert parsed.model_extra == {"note": 1}
+    assert (parsed.verdicts[0].verdict, parsed.verdicts[0].reason, parsed.verdicts[0].model_extra) == (
+        "no", None, {"why": "x"},
+    )
+
+
+def test_the_response_format_still_forbids_extra_keys() -> None:
+    """Strict structured-output APIs require additionalProperties false; what
+    is accepted is wider than what is asked, not the other way round."""
+    for schema in (Opinions, Verdicts, HallucinationJudgement):
+        assert schema.model_json_schema()["additionalProperties"] is False
+    assert Verdicts.model_json_schema()["$defs"]["Verdict"]["additionalProperties"] is False
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ('{"score": 0, "reason": []} or {"score": 1, "reason": []}', "2 different JSON objects"),
+        ('{"score": 1, "reason": [], "score": 0}', "given twice with different values"),
+        ('{"score": NaN, "reason": []}', "NaN is not a JSON value"),
+        ('{"score": 1, "reason": [1,,2]}', "Expecting value at line 1 column 27"),
+        ('{,"score": 1, "reason": []}', "Invalid JSON"),
+        ('[{"score": 1, "reason": []}]', "no JSON object"),
+        ('{"score": 1, "reason": ["cut', "Invalid JSON"),
+        ('{"result": {"score": 1, "reason": []}}', "score: Field required"),
+    ],
+    ids=["two-answers", "key-twice", "nan", "missing-value", "comma-first", "in-a-list", "cut-off", "nested"],
+)
+def test_ambiguous_or_broken_replies_are_invalid(raw: str, fragment: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        parse_reply(raw, HallucinationJudgement)
+    assert fragment in describe_error(caught.value)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["[" * 50_000, "{" * 50_000, '{"a": 1,,' * 20_000, '{"a":[1,],' * 20_000, '{"x": 1,}' * 20_000, "[1," * 50_000],
+    ids=["brackets", "braces", "broken-objects", "trailing-commas", "many-objects", "deep-list"],
+)
+def test_pathological_replies_are_rejected(raw: str) -> None:
+    """Bounded work (docs/metrics.md): a long reply of broken JSON is an
+    invalid reply, read in a bounded number of passes."""
+    with pytest.raises(ValidationError):
+        parse_reply(raw, Opinions)
+
+
 def test_verdict_count_is_only_checked_with_context() -> None:
     assert len(parse_reply(verdicts_reply("yes", "no"), Verdicts).verdicts) == 2
 

@@ -26,7 +26,9 @@ Also runs as a process (the benchmark uses this)::
     python -m tests.support.judge_server --port 0 --latency-mean 0.2 --fault 429=0.05
 
 which prints its base URL (``http://127.0.0.1:<port>/v1``) as the first stdout
-line and serves until SIGINT/SIGTERM. ``GET /stats`` returns the counters as
+line and serves until SIGINT/SIGTERM. ``--reply-form FORM`` (or
+``JudgeServer(reply_form_responder(FORM))``) writes every answer in one of the
+forms real models use (:mod:`tests.support.reply_forms`). ``GET /stats`` returns the counters as
 JSON and ``POST /reset`` clears them.
 """
 
@@ -220,6 +222,25 @@ def scripted_responder(req: ChatRequest) -> Reply:
         return json_reply({"score": score, "reason": reasons})
 
     return error_reply(400, f"rule_responder: unknown step {req.step!r}")
+
+
+def reply_form_responder(form: str, base: Callable[[ChatRequest], Reply] | None = None) -> Callable[[ChatRequest], Reply]:
+    """``base``'s (:func:`rule_responder` by default) successful replies
+    rewritten in ``form``, a key of :data:`tests.support.reply_forms.LAX_FORMS`
+    (prose around the JSON, two fences, trailing commas, extra keys, ...), as
+    real models write them; errors pass through unchanged."""
+    from tests.support.reply_forms import LAX_FORMS
+
+    rewrite = LAX_FORMS[form]
+    base = base or rule_responder
+
+    def responder(req: ChatRequest) -> Reply:
+        reply = base(req)
+        if reply.status != 200 or reply.body is not None or not reply.content:
+            return reply
+        return replace(reply, content=rewrite(reply.content))
+
+    return responder
 
 
 # --------------------------------------------------------------------------
@@ -639,9 +660,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--stall", type=float, default=30.0, help="seconds a 'stall' fault waits")
     parser.add_argument("--retry-after", default="0", help="Retry-After sent with injected 429s")
+    parser.add_argument("--reply-form", default=None, metavar="FORM",
+                        help="answer in this form of tests.support.reply_forms.LAX_FORMS (e.g. prose, all-at-once)")
     args = parser.parse_args(argv)
 
     server = JudgeServer(
+        reply_form_responder(args.reply_form) if args.reply_form else None,
         latency_mean_s=args.latency_mean,
         latency_jitter_s=args.latency_jitter,
         fault_rates=dict(args.fault),
