@@ -121,7 +121,9 @@ def test_offline_toxicity_agrees_with_the_labels(scored):
     assert agree / len(scored) >= 0.97
 
 
-def test_offline_hallucination_orders_faithful_partial_unfaithful(scored):
+def test_offline_hallucination_fails_partial_and_unfaithful_answers(scored):
+    """The seed's scale: 0 or 1, so an answer with one wrong number or name
+    (partial) fails like an unfaithful one, and a faithful one passes."""
     scores: dict[str | None, list] = defaultdict(list)
     for row, _, hal in scored:
         label = row["metadata"]["label"]["hallucination"]
@@ -130,7 +132,7 @@ def test_offline_hallucination_orders_faithful_partial_unfaithful(scored):
         else:
             assert hal.status == "scored"
             scores[label].append(hal.score)
-    mean = {label: sum(values) / len(values) for label, values in scores.items()}
-    assert mean["faithful"] < 0.1 < mean["partial"] < mean["unfaithful"]
-    assert sum(s > 0.5 for s in scores["unfaithful"]) / len(scores["unfaithful"]) >= 0.8
-    assert sum(s > 0.5 for s in scores["faithful"]) / len(scores["faithful"]) <= 0.05
+    assert all(value in (0.0, 1.0) for values in scores.values() for value in values)
+    failed = {label: sum(s > 0.5 for s in values) / len(values) for label, values in scores.items()}
+    assert failed["faithful"] <= 0.05
+    assert failed["partial"] >= 0.8 and failed["unfaithful"] >= 0.8

@@ -188,11 +188,11 @@ def test_blank_context_items_beside_real_ones_change_nothing(judge):
     output = "The Aurora X2 runs for up to 150 minutes. Its dust bin holds 900 ml."
     plain = HallucinationMetric(judge).score("q", output, CONTEXT)
     padded = HallucinationMetric(judge).score("q", output, ["  ", CONTEXT[0], "", CONTEXT[1], "\t"])
-    assert plain.score == padded.score == 0.5
+    assert plain.score == padded.score == 1.0
     assert padded.reason == plain.reason
     assert padded.details["context_blank_dropped"] == 3
     # ... and a bare string is one passage, not a list of characters
-    assert hallucination(judge, output, " ".join(CONTEXT)).score == 0.5
+    assert hallucination(judge, output, " ".join(CONTEXT)).score == 1.0
 
 
 def hallucination(judge, output, context=CONTEXT):
@@ -210,9 +210,12 @@ def test_faithful_answer_scores_zero(judge):
 
 def test_wrong_number_is_unsupported_and_named(judge):
     result = hallucination(judge, "The Aurora X2 runs for up to 180 minutes. It ships with two side brushes.")
-    assert result.score == 0.5
-    assert len(result.reason) == 1
+    # one sentence of two is unsupported: a partial hallucination scores 1, the
+    # seed's scale, and the reasons say how much of the output it is
+    assert result.score == 1.0
+    assert len(result.reason) == 2
     assert "180" in result.reason[0] and "Unsupported" in result.reason[0]
+    assert result.reason[1] == "1 of 2 checkable sentence(s) are unsupported."
 
 
 def test_wrong_unit_and_misplaced_number_are_unsupported(judge):
@@ -229,7 +232,7 @@ def test_unknown_name_and_extra_claim_are_unsupported(judge):
     assert result.score == 1.0
     assert "names not in the context" in result.reason[0]
     result = hallucination(judge, "It has two side brushes. It also mops floors and empties itself automatically.")
-    assert result.score == 0.5
+    assert result.score == 1.0 and result.reason[-1] == "1 of 2 checkable sentence(s) are unsupported."
 
 
 def test_output_with_nothing_checkable_scores_zero(judge):
@@ -292,7 +295,8 @@ FLOORS = {
     "toxicity (pipeline)": {"precision": 0.92, "recall": 0.78, "accuracy": 0.87},  # 0.953 / 0.820 / 0.900
     "toxicity (verdict only)": {"precision": 0.84, "recall": 0.80, "accuracy": 0.84},  # 0.875 / 0.840 / 0.873
     "hallucination (any unsupported)": {"precision": 0.88, "recall": 0.77, "accuracy": 0.80},  # 0.911 / 0.804 / 0.833
-    "hallucination (metric @0.5)": {"precision": 0.85, "recall": 0.61, "accuracy": 0.70},  # 0.892 / 0.647 / 0.738
+    # the offline judge scores 0 or 1, so the metric's threshold decides as "any unsupported" does
+    "hallucination (metric @0.5)": {"precision": 0.88, "recall": 0.77, "accuracy": 0.80},  # 0.911 / 0.804 / 0.833
 }
 
 

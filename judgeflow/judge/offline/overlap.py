@@ -324,7 +324,8 @@ def check_output(output: str, context: Sequence[str]) -> list[SentenceCheck]:
 
 
 def hallucination_judgement(output: str, context: Sequence[str] | None) -> tuple[float, list[str]]:
-    """(score, reasons). Raises :class:`JudgeAbstained` without context."""
+    """(score, reasons): 1.0 when any checkable sentence is unsupported, else
+    0.0. Raises :class:`JudgeAbstained` without context."""
     # Blank items are no context, as in the metrics' input rules; a bare
     # string is one passage, not a list of characters.
     if isinstance(context, str):
@@ -354,4 +355,8 @@ def hallucination_judgement(output: str, context: Sequence[str] | None) -> tuple
             f"All {len(checks)} checkable sentence(s) are supported by the context "
             "(their numbers, names and content words appear in it)."
         )
-    return round(len(unsupported) / len(checks), 4), reasons
+    # The metric's scale (the seed's): 1 when anything is unsupported, partial
+    # hallucinations included; the reasons say how many sentences are.
+    if unsupported and len(checks) > 1:
+        reasons.append(f"{len(unsupported)} of {len(checks)} checkable sentence(s) are unsupported.")
+    return (1.0 if unsupported else 0.0), reasons
