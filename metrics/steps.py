@@ -8,8 +8,9 @@ what lets :func:`drive` (sync, ``judge.complete``) and :func:`adrive` (async,
 ``judge.acomplete``) share one code path instead of two copies of each metric.
 
 :func:`ask` is the building block metrics ``yield from``: it sends requests,
-validates each reply against the step's pydantic model and re-asks, with a
-repair message, for replies that do not validate.
+validates each reply against the step's pydantic model (:func:`parse_reply`
+reads the one answer object out of the reply, whatever the judge wrote around
+it) and re-asks, with a repair message, for replies that do not validate.
 """
 
 from __future__ import annotations
