@@ -318,6 +318,21 @@ def completion_body(req: ChatRequest, content: str | None) -> dict:
     }
 
 
+def stream_body(completion: dict) -> bytes:
+    """A chat completion as the server-sent events of a streamed reply (``stream: true``):
+    one chunk per word of the content, then the finish reason and usage, then [DONE]."""
+    choice = (completion.get("choices") or [{}])[0]
+    content = (choice.get("message") or {}).get("content") or ""
+    base = {"id": completion.get("id"), "object": "chat.completion.chunk", "created": completion.get("created"),
+            "model": completion.get("model")}
+    words = re.findall(r"\S+\s*", content) or [""]
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": w} if i == 0
+                                    else {"content": w}, "finish_reason": None}]} for i, w in enumerate(words)]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": choice.get("finish_reason")}],
+                   "usage": completion.get("usage")})
+    return b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks) + b"data: [DONE]\n\n"
+
+
 # --------------------------------------------------------------------------
 # the server
 # --------------------------------------------------------------------------
@@ -408,6 +423,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(400, json.dumps({"error": {"message": f"invalid JSON body: {exc}", "type": "invalid_request_error", "code": None}}).encode())
             return
         status, payload, headers = self.judge._handle(raw, {k: v for k, v in self.headers.items()})
+        if raw.get("stream") and status == 200:
+            payload = stream_body(json.loads(payload))
+            self._send(status, payload, headers, ctype="text/event-stream")
+            return
         self._send(status, payload, headers)
 
 
