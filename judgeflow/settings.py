@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -15,6 +16,11 @@ from judgeflow.secrets import resolve_secrets
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# the metadata keys each source preset segments alerts by when JUDGEFLOW_ALERT_SEGMENT_BY is unset
+PRESET_SEGMENT_KEYS: dict[str, tuple[str, ...]] = {
+    "litellm": ("model", "model_group", "team_id", "end_user", "tags"),
+    "phoenix": ("project",),
+}
 
 
 def parse_duration(text: str) -> float:
@@ -83,6 +89,14 @@ class Settings(BaseSettings):
 
     # --- database --------------------------------------------------------
     database_url: SecretStr | None = Field(None, description="unset: the embedded database")
+    source: Literal["table", "litellm", "phoenix"] = Field(
+        "table", description="what the traces are: 'table' (JUDGEFLOW_TRACES_TABLE in judgeflow's shape), "
+        "'litellm' (the LiteLLM proxy's \"LiteLLM_SpendLogs\") or 'phoenix' (Arize Phoenix's spans), read in place",
+    )
+    source_schema: str | None = Field(
+        None, description="the schema of LiteLLM's or Phoenix's tables (JUDGEFLOW_SOURCE litellm or phoenix); "
+        "unset: the connection's search_path",
+    )
     traces_table: str = "llm_traces"
     source_database_url: SecretStr | None = Field(
         None, description="read the traces from this database (a read replica, say) instead of "
@@ -93,6 +107,12 @@ class Settings(BaseSettings):
         "minus this: a trace written this much later than traces older than it is still scored; one later than "
         "that only by `judgeflow backfill`",
     )
+    phoenix_write_back: bool = Field(
+        False, description="JUDGEFLOW_SOURCE=phoenix: also write each score to Phoenix as a span annotation "
+        "(POST /v1/span_annotations at JUDGEFLOW_PHOENIX_URL); the results table stays the source of truth",
+    )
+    phoenix_url: str = Field("http://127.0.0.1:6006", description="Phoenix's base URL, for the write-back")
+    phoenix_api_key: SecretStr | None = Field(None, description="Phoenix API key (sent as a bearer token), if it has auth on")
     home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
     lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
 
@@ -198,6 +218,13 @@ class Settings(BaseSettings):
             )
         return self
 
+    @field_validator("source_schema")
+    @classmethod
+    def _check_source_schema(cls, value):
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", value):
+            raise ConfigError(f"JUDGEFLOW_SOURCE_SCHEMA must be a plain schema name; refusing {value!r}")
+        return value
+
     @field_validator("alert_segment_by")
     @classmethod
     def _check_segment_by(cls, value):
@@ -237,7 +264,10 @@ class Settings(BaseSettings):
 
     @property
     def alert_segment_keys(self) -> tuple[str, ...]:
-        return tuple(self.alert_segment_by.split(",")) if self.alert_segment_by else ()
+        """JUDGEFLOW_ALERT_SEGMENT_BY's keys; unset, the source preset's own (none for 'table')."""
+        if self.alert_segment_by:
+            return tuple(self.alert_segment_by.split(","))
+        return PRESET_SEGMENT_KEYS.get(self.source, ())
 
     @property
     def regression_baseline_s(self) -> float:

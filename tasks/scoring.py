@@ -384,8 +384,21 @@ def _error_kind(error: Exception) -> str:
     return "internal"
 
 
+async def _ready(result: MetricResult) -> MetricResult:
+    return result
+
+
 def _metric_call(work: TraceWork, metrics: dict, *, asynchronous: bool):
-    """The metric's score() (or ascore() coroutine) for ``work``."""
+    """The metric's score() (or ascore() coroutine) for ``work``; a trace its
+    source said not to judge (``skip_reason``) is 'skipped' with that reason,
+    without a judge call."""
+    if work.skip_reason is not None:
+        metric = metrics[work.metric]
+        result = MetricResult(
+            name=work.metric, status="skipped", threshold=metric.effective_threshold,
+            reason=work.skip_reason, details={"skipped_by_source": True}, metric_version=metric.metric_version,
+        )
+        return _ready(result) if asynchronous else result
     if work.output is None:
         raise InvalidTraceError("trace output is null: nothing to score")
     metric = metrics[work.metric]
@@ -454,6 +467,8 @@ def _digests(items: list[TraceWork], settings: Settings, metrics: dict) -> dict[
     versions = {name: metric.metric_version for name, metric in metrics.items()}
     out = {}
     for work in items:
+        if work.skip_reason is not None:  # not judged: nothing to copy from or to
+            continue
         digest = reuse.content_hash(work, settings, versions[work.metric])
         if digest is not None:
             out[(work.trace_id, work.metric)] = digest

@@ -24,6 +24,8 @@ class TraceWork(BaseModel):
     metadata: Any = None
     # the JUDGEFLOW_ALERT_SEGMENT_BY values of metadata, stored with the result
     segment: dict[str, str] = {}
+    # set: not judged, stored as 'skipped' with this reason (TraceBody.skip: a source preset's verdict)
+    skip_reason: str | None = None
 
 
 class Cursor(BaseModel):

@@ -22,7 +22,8 @@ run reads (``lo``) or over everything (``full``, `judgeflow db check --full`);
 ``listing_sql()`` the SQL people run to list unusable rows.
 
 Implementations: ``table`` (judgeflow/db/source.py, :class:`~judgeflow.db.source.TableSource`):
-``JUDGEFLOW_TRACES_TABLE``, a table or view with judgeflow's columns. Another
+``JUDGEFLOW_TRACES_TABLE``, a table or view with judgeflow's columns; the presets
+``litellm`` and ``phoenix`` (judgeflow/db/sources/), another tool's tables read in place. Another
 kind of source (a preset mapping another tool's tables to judgeflow's trace)
 implements the same methods and registers a factory in :data:`SOURCE_KINDS`.
 
@@ -62,6 +63,9 @@ class TraceBody:
     output: str | None
     context: Any
     metadata: Any
+    # why this trace is not judged (a source preset's verdict on the row: a failed
+    # call, a cache hit, a reply with no text); stored as a 'skipped' result with it
+    skip: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,7 +133,21 @@ def _table_source(settings: Settings) -> TraceSource:
     return TableSource.from_settings(settings)
 
 
+def _litellm_source(settings: Settings) -> TraceSource:
+    from judgeflow.db.sources.litellm import LiteLLMSource
+
+    return LiteLLMSource.from_settings(settings)
+
+
+def _phoenix_source(settings: Settings) -> TraceSource:
+    from judgeflow.db.sources.phoenix import PhoenixSource
+
+    return PhoenixSource.from_settings(settings)
+
+
 SOURCE_KINDS["table"] = _table_source
+SOURCE_KINDS["litellm"] = _litellm_source
+SOURCE_KINDS["phoenix"] = _phoenix_source
 
 
 def trace_source(settings: Settings) -> TraceSource:
