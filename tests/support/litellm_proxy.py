@@ -180,10 +180,18 @@ def produce(api_base: str, *, store_prompts: bool = True, timeout_s: float = 300
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _as_written(payload, kwargs: dict) -> dict:
+    """The payload as the proxy's spend writer stores it: the call's cost in ``spend``."""
+    row = dict(payload)
+    row["spend"] = kwargs.get("response_cost") or 0.0
+    return row
+
+
 async def _produce(api_base: str) -> list[dict]:
     import litellm
     from litellm.caching.caching import Cache
     from litellm.integrations.custom_logger import CustomLogger
+    from litellm.litellm_core_utils.litellm_logging import StandardLoggingPayloadSetup
     from litellm.proxy.spend_tracking.spend_tracking_utils import get_logging_payload
 
     rows: list[dict] = []
@@ -193,16 +201,20 @@ async def _produce(api_base: str) -> list[dict]:
         """What the proxy's cost callback does with a logged call: one spend-log payload."""
 
         async def async_log_success_event(self, kwargs, response_obj, start_time, end_time):
-            rows.append(dict(get_logging_payload(kwargs, response_obj, start_time, end_time)))
+            rows.append(_as_written(get_logging_payload(kwargs, response_obj, start_time, end_time), kwargs))
             logged.set()
 
         async def async_log_failure_event(self, kwargs, response_obj, start_time, end_time):
             # the proxy's failure hook marks the request's metadata so before writing its row
-            kwargs["litellm_params"].setdefault("metadata", {})["status"] = "failure"
+            metadata = kwargs["litellm_params"].setdefault("metadata", {})
+            metadata["status"] = "failure"
+            metadata["error_information"] = StandardLoggingPayloadSetup.get_error_information(
+                original_exception=kwargs.get("exception") or response_obj, traceback_str=""
+            )
             if kwargs.get("completion_start_time") is None:  # the proxy's request data has none: end time
                 kwargs.pop("completion_start_time", None)
             exception = kwargs.get("exception") or response_obj
-            rows.append(dict(get_logging_payload(kwargs, exception, start_time, end_time)))
+            rows.append(_as_written(get_logging_payload(kwargs, exception, start_time, end_time), kwargs))
             logged.set()
 
     # litellm's documented switches for callbacks and the proxy's response cache
