@@ -37,15 +37,27 @@ from judgeflow.db.engine import database_url, engine_for
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE, count_pending, held, pending_where
 from judgeflow.settings import normalise_database_url
 from judgeflow.db.source import SourceTable
-from judgeflow.errors import DatabaseError
+from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.settings import Settings
 from judgeflow.tasks.work import ClaimedBatch, Cursor, TraceWork
 
 log = logging.getLogger("judgeflow.claims")
 
 
+def _table_only(settings: Settings) -> SourceTable:
+    """The table source; a preset (JUDGEFLOW_SOURCE litellm, phoenix) is read only through
+    judgeflow.db.trace_source, which claiming does not use yet: refused rather than
+    reading JUDGEFLOW_TRACES_TABLE in its place."""
+    if settings.source != "table":
+        raise ConfigError(
+            f"JUDGEFLOW_SOURCE={settings.source} is checked by `judgeflow db check` but not yet scored by this "
+            "version: runs read JUDGEFLOW_SOURCE=table only"
+        )
+    return SourceTable.parse(settings.traces_table)
+
+
 def _source(settings: Settings, conn) -> tuple[SourceTable, str]:
-    source = SourceTable.parse(settings.traces_table)
+    source = _table_only(settings)
     return source, source.select_list(source.columns(conn))
 
 
@@ -174,7 +186,7 @@ def count_pending_work(
     """How many (trace, metric) pairs a run would score now; drives the progress artifact."""
     try:
         with engine_for(settings).connect() as conn:
-            source = SourceTable.parse(settings.traces_table)
+            source = _table_only(settings)
             counts = count_pending(
                 conn, source, metrics, limit_pairs=None if limit is None else limit * len(metrics),
                 since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
@@ -209,7 +221,7 @@ def count_left_to_other_runs(
     params.update(metrics=list(metrics), owner=owner)
     try:
         with engine_for(settings).connect() as conn:
-            source = SourceTable.parse(settings.traces_table)
+            source = _table_only(settings)
             rows = conn.execute(
                 text(
                     f"""

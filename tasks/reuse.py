@@ -70,6 +70,8 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "judge_input_cost_per_mtok", "judge_output_cost_per_mtok", "run_budget_usd", "settle_delay", "reuse_identical",
     "toxicity_threshold", "hallucination_threshold",
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
+    # which source and where: what a preset maps a row to (input, output, context) is hashed as content
+    "source", "source_schema",
     "task_retries", "task_retry_delay_s", "max_runs_per_pair", "max_run_duration", "schedule_timezone",
     "toxicity_rate_max", "hallucination_rate_max", "failure_rate_max",
 })

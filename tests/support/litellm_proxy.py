@@ -77,6 +77,10 @@ SCENARIOS: dict[str, dict] = {
         "messages": [{"role": "user", "content": "Say nothing. reply: [empty]"}],
         "user": "alice", "team": "team-a", "tags": [],
     },
+    "unstored": {  # logged while the proxy did not store prompts (store_prompts_in_spend_logs off)
+        "messages": [{"role": "user", "content": "Hello. reply: Hi there."}],
+        "user": "frank", "team": "team-a", "tags": ["prod"], "store_prompts": False,
+    },
     "image": {
         "messages": [{"role": "user", "content": [
             {"type": "text", "text": "What is in this picture? reply: A cat sits on a mat."},
@@ -227,6 +231,9 @@ async def _produce(api_base: str) -> list[dict]:
             body["tools"] = scenario["tools"]
         if scenario.get("stream"):
             body["stream"] = True
+        stored = os.environ["STORE_PROMPTS_IN_SPEND_LOGS"]
+        if scenario.get("store_prompts") is False:
+            os.environ["STORE_PROMPTS_IN_SPEND_LOGS"] = "false"  # read by litellm at each logged call
         for _ in range(scenario.get("repeat", 1)):
             before = len(rows)
             logged.clear()
@@ -256,6 +263,7 @@ async def _produce(api_base: str) -> list[dict]:
             if len(rows) <= before:
                 raise RuntimeError(f"scenario {name}: litellm logged nothing")
             rows[-1].setdefault("_scenario", name)
+        os.environ["STORE_PROMPTS_IN_SPEND_LOGS"] = stored
     return rows
 
 

@@ -113,10 +113,11 @@ def reply_text(message: Any) -> tuple[str | None, str | None]:
 
 
 def loads(value: Any) -> Any:
-    """A JSON column's value: already decoded by the driver, or a JSON string."""
+    """A JSON column's value: already decoded by the driver; a string holding JSON
+    (a document stored twice encoded) is decoded once more, any other string kept."""
     if isinstance(value, (bytes, str)):
         try:
             return json.loads(value)
-        except ValueError as exc:
-            raise MalformedChat(f"not JSON: {exc}") from None
+        except ValueError:
+            return value
     return value
