@@ -31,3 +31,24 @@ def test_start_judge_never_fails_the_run(monkeypatch):
 
     monkeypatch.setattr(scoring, "build_started_judge", broken)
     assert start_judge.fn(Settings(judge_model="openai/x")) == "not started"
+
+
+def test_a_trace_its_source_skips_is_stored_skipped_with_the_reason_and_no_judge_call(judge_server):
+    import asyncio
+    from datetime import datetime, timezone
+
+    from judgeflow.tasks.scoring import build_metrics, judge_pair
+    from judgeflow.tasks.work import TraceWork
+
+    settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
+                        judge_processes=1)
+    metrics = build_metrics(settings)
+    for metric in ("toxicity", "hallucination"):
+        work = TraceWork(trace_id="t1", metric=metric, created_at=datetime.now(timezone.utc), output=None,
+                         skip_reason="a cache hit: judged there, once")
+        row, outcome = asyncio.run(judge_pair(work, settings, metrics, flow_run_id=None, retry_delays=[]))
+        assert (row["status"], row["reason"], row["judge_calls"], row["error"]) == (
+            "skipped", "a cache hit: judged there, once", 0, None)
+        assert row["details"] == {"skipped_by_source": True}
+        assert outcome.status == "skipped" and outcome.reason == "a cache hit: judged there, once"
+    assert judge_server.stats()["requests"] == 0
