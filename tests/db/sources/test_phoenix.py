@@ -1,0 +1,108 @@
+"""The ``phoenix`` source preset over a real Phoenix server on the test PostgreSQL, fed by a
+real OpenInference-instrumented OpenAI client (tests/support/phoenix.py). Slow: Phoenix's
+venv takes minutes to install the first time and the server ~10-30 s to start
+(``./scripts/test --slow``)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from judgeflow.db.sources.phoenix import PhoenixSource
+from judgeflow.db.trace_source import KeyFilter, TraceKey
+
+pytestmark = pytest.mark.slow
+
+SOURCE = PhoenixSource()
+
+
+@pytest.fixture(scope="module")
+def phoenix(pg_server, tmp_path_factory):
+    """(Phoenix server, sqlalchemy URL of its database, {scenario: trace id}) with every
+    scenario of tests/support/phoenix_client.py sent and stored."""
+    from tests.support.judge_server import JudgeServer
+    from tests.support.litellm_proxy import app_responder
+    from tests.support.phoenix import PhoenixServer, ensure_venv, send_traces
+    from tests.support.postgres import create_database, drop_database
+
+    python = ensure_venv()
+    name, url = create_database(pg_server)
+    asyncpg_url = url.replace("postgresql+psycopg://", "postgresql://")
+    engine = create_engine(url)
+    try:
+        with PhoenixServer(python, asyncpg_url, tmp_path_factory.mktemp("phoenix")) as server, \
+                JudgeServer(app_responder) as app:
+            sent = send_traces(python, server.collector, app.url)
+            deadline = time.monotonic() + 60  # Phoenix inserts spans in batches, a moment later
+            while time.monotonic() < deadline:
+                with engine.connect() as conn:
+                    if conn.execute(text("SELECT count(*) FROM spans WHERE span_kind = 'LLM'")).scalar() >= len(sent):
+                        break
+                time.sleep(0.5)
+            yield server, url, sent
+    finally:
+        engine.dispose()
+        drop_database(pg_server, name)
+
+
+def _keys(conn, f: KeyFilter = KeyFilter()) -> list[TraceKey]:
+    sql, params = SOURCE.keys_sql(f)
+    return [TraceKey(*row) for row in conn.execute(text(sql), {**params, "limit": 1000}).all()]
+
+
+def test_llm_spans_become_traces_with_their_traces_retrieved_documents(phoenix):
+    _, url, sent = phoenix
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            keys = _keys(conn)
+            bodies = SOURCE.bodies(conn, keys)
+    finally:
+        engine.dispose()
+    assert len(keys) == len(sent) == len(bodies)
+    assert [k.created_at for k in keys] == sorted(k.created_at for k in keys)
+    by_trace = {b.metadata["trace_id"]: b for b in bodies.values()}
+    body = {name: by_trace[ids["trace_id"]] for name, ids in sent.items()}
+
+    grounded = body["grounded"]
+    assert grounded.input == "What is the capital of France? reply: Paris is the capital of France."  # no system prompt
+    assert grounded.output == "Paris is the capital of France."
+    assert grounded.context == ["Paris is the capital and largest city of France.", "France is in Western Europe."]
+    assert grounded.metadata["project"] == "rag-app" and grounded.metadata["model"] == "app-model"
+    assert body["ungrounded"].context == ["The Eiffel Tower is 330 metres tall."]
+    assert body["ungrounded"].output == "It is 500 metres tall [halluc=0.75]."
+    assert body["two_retrievals"].context == ["Berlin is the capital of Germany.", "Germany borders France."]
+    toxic = body["toxic"]
+    assert toxic.output == "You are an idiot [toxic]. It ships today." and toxic.context is None
+    assert toxic.metadata["project"] == "chat-app"
+    assert body["failure"].skip.startswith("the LLM call failed (span status ERROR")
+    assert body["tool_call"].skip == "the reply is a tool call (get_weather) with no text to judge"
+    assert all(b.skip is None for n, b in body.items() if n not in ("failure", "tool_call"))
+
+
+def test_db_check_asks_for_the_llm_span_index_and_then_reads_keys_from_it_alone(phoenix):
+    _, url, _ = phoenix
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            lines = SOURCE.check(conn)
+        assert [level for level, _ in lines] == ["ok", "warn", "ok"], lines
+        create = lines[1][1].split("for index-only reads: ", 1)[1]
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.execute(text(create))
+            conn.execute(text("VACUUM ANALYZE spans"))
+        with engine.connect() as conn:
+            lines = SOURCE.check(conn)
+            assert [level for level, _ in lines] == ["ok", "ok", "ok"], lines
+            conn.execute(text("SET enable_seqscan = off"))  # a handful of spans: make the planner show the index
+            sql, params = SOURCE.keys_sql(KeyFilter(lo=_keys(conn)[0].created_at))
+            plan = "\n".join(conn.execute(text("EXPLAIN " + sql), {**params, "limit": 10}).scalars())
+            assert "Index Only Scan using judgeflow_llm_spans_start_time_span_id_idx" in plan, plan
+    finally:
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+                text("DROP INDEX IF EXISTS judgeflow_llm_spans_start_time_span_id_idx"))
+        engine.dispose()
