@@ -105,8 +105,8 @@ def score_traces(
 
     ``fanout="batch"`` (the default) submits one task per claimed batch whose
     pairs run concurrently in-process, each retried on the same schedule and
-    failing alone; the task logs its trace ids and publishes a table artifact
-    with a row per pair, so a trace id found in the UI leads to its batch.
+    failing alone; the task run is named for its trace ids (searchable on the
+    run's Task Runs tab) and publishes a table artifact with a row per pair.
     ``fanout="pair"`` submits one retrying Prefect task per (trace, metric),
     named ``<metric>:<trace id>``: a Prefect task run costs milliseconds of
     client and ~30 ms of server CPU, which bounds pair mode to roughly a tenth

@@ -7,7 +7,8 @@ Two task shapes, chosen by the flow's ``fanout`` parameter:
   The task owns its transaction: the result row is upserted and the claim
   released together.
 - ``score-batch`` (fanout "batch", the default): one task per claimed batch,
-  which logs its trace ids and publishes a table artifact with one row per pair. Its pairs run
+  named for its trace ids (``score-batch: tr-1 tr-2 ...``: the Prefect UI's search
+  of a run's task runs finds a trace's batch), with a table artifact of one row per pair. Its pairs run
   as coroutines on the process's judge event loop (tasks/judge_loop.py; at most ``max_concurrency``
   at once across every batch in flight), each retried in-process on the same
   schedule (``JUDGEFLOW_TASK_RETRIES`` retries, ``JUDGEFLOW_TASK_RETRY_DELAY_S``
@@ -628,7 +629,20 @@ def _judge_and_store(work, metrics, settings, owner, flow_run_id, rescore_before
     return row, settle_outcome(outcome, store_outcome(settings, row, owner=owner, rescore_before=rescore_before))
 
 
-@task(name="score-batch", cache_policy=NO_CACHE, persist_result=False)
+# longer names are cut there: a batch of 100 pairs holds at most 100 ids
+_BATCH_NAME_MAX_CHARS = 20_000
+
+
+def batch_run_name() -> str:
+    """``score-batch: <trace id> <trace id> ...``: the run page's Task Runs tab
+    searches task-run names (a substring match), so a trace id typed there
+    finds the batch that scored it, whose artifact has the trace's rows."""
+    items = task_run.parameters.get("items") or []
+    name = "score-batch: " + " ".join(dict.fromkeys(w.trace_id for w in items))
+    return name[:_BATCH_NAME_MAX_CHARS]
+
+
+@task(name="score-batch", task_run_name=batch_run_name, cache_policy=NO_CACHE, persist_result=False)
 def score_batch(
     items: list[TraceWork],
     settings: Settings,
@@ -654,13 +668,13 @@ def score_batch(
     if lost:
         log.warning("%d pair(s) of the batch were taken over by another run; not judged here", len(lost))
         items = [w for w in items if (w.trace_id, w.metric) in owned]
-    # findable from the UI: searching the run's logs for a trace id finds its batch (the
-    # task run's own logger: INFO reaches the UI whatever level the judgeflow logger has)
+    # the trace ids are the task run's name (batch_run_name); the task run's own
+    # logger: INFO reaches the UI whatever level the judgeflow logger has
     try:
         batch_log = get_run_logger()
     except MissingContextError:  # called as a plain function (tests)
         batch_log = log
-    batch_log.info("scoring %d pair(s) of traces %s", len(items), ", ".join(dict.fromkeys(w.trace_id for w in items)))
+    batch_log.info("scoring %d pair(s) of %d trace(s)", len(items), len({w.trace_id for w in items}))
     metrics = build_metrics(settings)
     loop = judge_loop()
     order = loop.next_batch()
@@ -732,7 +746,7 @@ def _publish_batch_outcomes(outcomes: list[ScoreOutcome]) -> None:
         {"trace_id": o.trace_id, "metric": o.metric, "status": o.status,
          "score": "" if o.score is None else round(o.score, 4), "attempts": o.attempts,
          "error": (o.error or "")[:200]}
-        for o in outcomes
+        for o in sorted(outcomes, key=lambda o: (o.trace_id, o.metric))  # a trace's rows together
     ]
     try:
         create_table_artifact(rows, description=f"{len(rows)} (trace, metric) pair(s) of this batch")
