@@ -130,6 +130,11 @@ class Settings(BaseSettings):
     toxicity_rate_max: float | None = Field(0.05, ge=0, le=1)
     hallucination_rate_max: float | None = Field(None, ge=0, le=1)
     failure_rate_max: float | None = Field(None, ge=0, le=1)
+    dead_delivery_rate_max: float | None = Field(
+        0.0, ge=0, le=1,
+        description="maximum share of the alert deliveries settled in the window that are dead (0: any dead "
+        "delivery fires the dead_delivery_rate rule); empty disables the rule",
+    )
     alert_min_samples: int = Field(50, ge=1)
     alert_renotify: str | None = None
     alert_webhook_url: SecretStr | None = None
@@ -145,6 +150,21 @@ class Settings(BaseSettings):
     )
     alert_redelivery_backoff_max_s: float = Field(3600.0, ge=0)
     alert_prefect_events: bool = Field(True, description="emit judgeflow.alert.* Prefect events")
+    alert_event_confirm_timeout_s: float = Field(
+        15.0, gt=0,
+        description="how long an evaluation waits for the Prefect API to store the events it emitted (the "
+        "server writes events in batches, every 5 s by default); an event not stored by then is emitted again later",
+    )
+    alert_dead_after: int = Field(
+        6, ge=1,
+        description="a delivery is dead (given up on, its queue moves on) after this many failed evaluations; "
+        "a permanent 4xx (not 408, 425, 429) makes it dead at once",
+    )
+    alert_delivery_budget_s: float = Field(
+        30.0, gt=0,
+        description="total time one evaluation spends delivering notifications; what it does not attempt "
+        "stays pending for the next evaluation",
+    )
     alert_segment_by: str | None = Field(
         None,
         description="comma-separated keys of the traces' metadata (e.g. 'app,model'): every rate rule is also "

@@ -107,8 +107,19 @@ def prefect_server():
 
     base = Path(tempfile.mkdtemp(prefix="judgeflow-test-prefect-"))
     server = LocalPrefectServer(base)
+    # the server stores received events every 5 s by default; alert deliveries wait
+    # for that (an event is delivered once the API has it): the tests' server flushes often
+    flush = "PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL"
+    before = os.environ.get(flush)
+    os.environ[flush] = "0.5"
     try:
-        url, _ = server.start(timeout_s=600)
+        try:
+            url, _ = server.start(timeout_s=600)
+        finally:
+            if before is None:
+                os.environ.pop(flush, None)
+            else:
+                os.environ[flush] = before
         with temporary_settings(updates={PREFECT_API_URL: url}):
             yield url
             # deliver the in-process runs' queued logs and events while the

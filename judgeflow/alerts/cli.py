@@ -62,6 +62,7 @@ def list_alerts(
     """List each rule's current state and the most recent alerts (fired, reminder, resolved)."""
     if ctx.invoked_subcommand is not None:
         return
+    from judgeflow.alerts.dead_letters import dead_deliveries
     from judgeflow.alerts.outbox import outbox_exists, undelivered
     from judgeflow.alerts.rules import all_rules
     from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
@@ -71,7 +72,7 @@ def list_alerts(
     settings = load_settings()
     rules = all_rules(settings)
     with engine_for(settings).connect() as conn:
-        rows, segments, history, waiting = {}, [], [], []
+        rows, segments, history, waiting, dead = {}, [], [], [], []
         if alert_tables_exist(conn):
             everything = current_alerts(conn)
             rows = {row.rule: row for row in everything if not row.segment_key}
@@ -79,6 +80,8 @@ def list_alerts(
             history = alert_history(conn, limit=limit, rule=rule)
         if outbox_exists(conn):
             waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
+            if _has_dead_at(conn):
+                dead = [w for w in dead_deliveries(conn, limit=200) if rule is None or w.rule == rule][:limit]
 
     typer.echo(
         f"Alert rules (window {settings.alert_window}, at least {settings.alert_min_samples} samples, "
@@ -130,6 +133,19 @@ def list_alerts(
                 [str(w.event_id), _when(w.occurred_at), _rule(w.rule, w.segment_key), w.kind, w.channel, str(w.tries), str(w.attempts),
                  _when(w.last_attempt_at), _when(w.next_attempt_at), (w.last_error or "-")[:80], str(w.delivery_id)]
                 for w in waiting
+            ],
+        ))
+        typer.echo("")
+    if dead:
+        typer.echo("Dead deliveries (given up on, not retried; the dead_delivery_rate rule pages about them)")
+        typer.echo(_table(
+            ["id", "when", "rule", "alert", "channel", "tries", "attempts", "dead since", "http", "last error",
+             "delivery id"],
+            [
+                [str(w.event_id), _when(w.occurred_at), _rule(w.rule, w.segment_key), w.kind, w.channel, str(w.tries),
+                 str(w.attempts), _when(w.dead_at), str(w.http_status or "-"), (w.last_error or "-")[:80],
+                 str(w.delivery_id)]
+                for w in dead
             ],
         ))
         typer.echo("")
@@ -185,15 +201,29 @@ def check(
                     f"{again['status']} (try {again['tries']})")
             if again["status"] == "failed":
                 typer.secho(f"{line}: {again['error']}; retried at the next evaluation", fg="yellow", err=True)
+            elif again["status"] == "dead":
+                typer.secho(f"{line}: {again['error']}; dead: not retried", fg="red", err=True)
+            elif again["status"] == "deferred":
+                typer.echo(f"{line}: not attempted here (no Prefect API, or no delivery time left); left pending")
             else:
                 typer.echo(line)
-        if r.delivery_status in ("failed", "partial"):
+        if r.delivery_status in ("failed", "partial", "dead"):
             typer.secho(
                 f"{r.rule}: notification delivery {r.delivery_status}: {r.delivery_error}; retried at the next evaluation",
                 fg="yellow", err=True,
             )
     if fail_on_firing and any(r.state == "firing" for r in results):
         raise typer.Exit(1)
+
+
+def _has_dead_at(conn) -> bool:
+    """Whether the outbox has its dead letters (migration 0009): `judgeflow alerts` reads, never migrates."""
+    from sqlalchemy import text
+
+    return bool(conn.execute(text(
+        "SELECT 1 FROM information_schema.columns WHERE table_schema = 'judgeflow' "
+        "AND table_name = 'alert_deliveries' AND column_name = 'dead_at'"
+    )).first())
 
 
 def _flush_prefect_events() -> None:

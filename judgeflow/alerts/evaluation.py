@@ -205,6 +205,10 @@ def segment_figures(
     ``keep`` (e.g. segments that are firing, so they can resolve), and ``other``
     for the rest. Worst traces are not loaded (see :func:`with_worst`)."""
     start, base_start = _periods(rule, now)
+    if rule.kind == "dead_deliveries":  # counted in the outbox, not in eval_results; overall only
+        from judgeflow.alerts.dead_letters import dead_delivery_figures
+
+        return [dead_delivery_figures(conn, rule, now=now, start=start)] if key is None else []
     params = dict(metrics=_metrics(rule), start=start, base_start=base_start)
     if key is None:
         row = conn.execute(text(window_statement(rule, None)), params).one()
@@ -223,7 +227,9 @@ def segment_figures(
 
 def worst_traces(conn: Connection, rule: Rule, segment: Segment, window_start: datetime) -> list[WorstTrace]:
     """The segment's worst results in the window: highest scores for a not-passed
-    rate, latest failures for the failure rate."""
+    rate, latest failures for the failure rate; none for dead deliveries."""
+    if rule.kind == "dead_deliveries":
+        return []
     _, bad = _conditions(rule)
     seg_where, seg_params = segment.where()
     if rule.kind == "failure_rate":

@@ -3,9 +3,12 @@
 Every channel is best effort within one evaluation: a channel's failure is
 returned as a :class:`ChannelResult`, never raised, so a delivery problem never
 fails the scoring run. HTTP channels retry with exponential backoff on 5xx,
-408, 429, timeouts and connection errors, a bounded number of times; what is
+408, 425, 429, timeouts and connection errors, a bounded number of times; what is
 still undelivered after that stays in the outbox (:mod:`judgeflow.alerts.outbox`)
-and is tried again by every later evaluation.
+and is tried again by every later evaluation. Any other 4xx is permanent: not
+retried, and the outbox marks the delivery dead. Every request's timeout is cut
+to what is left of the evaluation's delivery time budget
+(``JUDGEFLOW_ALERT_DELIVERY_BUDGET_S``); a retry that would not fit is not made.
 
 Webhook requests carry
 
@@ -15,10 +18,13 @@ Webhook requests carry
   redelivery: receivers de-duplicate on it
 - ``X-Judgeflow-Timestamp``: Unix seconds of this attempt
 - ``X-Judgeflow-Signature``: ``sha256=<hex>``, HMAC-SHA256 with
-  ``JUDGEFLOW_ALERT_WEBHOOK_SECRET`` over ``<timestamp>.<raw body>`` (only when
-  a secret is set)
+  ``JUDGEFLOW_ALERT_WEBHOOK_SECRET`` over ``<timestamp>.<delivery id>.<raw body>``
+  (only when a secret is set): the id receivers de-duplicate on is signed too
 
-A Prefect event's id is the delivery id too, so a re-sent event is the same event.
+A Prefect event's id is the delivery id too, so a re-sent event is the same event
+(the Prefect API stores an event id once). An event counts as delivered only
+once the Prefect API returns it when asked for its id (:meth:`Notifier.confirm_events`):
+``emit_event`` only queues it for a background sender.
 """
 
 from __future__ import annotations
@@ -57,7 +63,11 @@ RETRYABLE_STATUS = frozenset({408, 425, 429})
 # the order channels are listed and reported in
 CHANNELS = ("prefect_event", "webhook", "slack")
 
-ChannelStatus = Literal["delivered", "failed", "skipped"]
+# delivered: the channel confirmed it; failed: it did not (retried later);
+# skipped: the channel is off, for good; sent: a Prefect event emitted, delivered
+# once the API confirms it; deferred: not attempted here (no Prefect API, or the
+# evaluation's delivery time budget is spent): left pending, not a failed try
+ChannelStatus = Literal["delivered", "failed", "skipped", "sent", "deferred"]
 
 
 @dataclass
@@ -68,6 +78,15 @@ class ChannelResult:
     http_status: int | None = None
     error: str | None = None
     detail: str | None = None
+    permanent: bool = False  # a failure retrying cannot fix (a 4xx but 408, 425, 429): the delivery is dead
+
+
+BUDGET_SPENT = "the evaluation's delivery time budget (JUDGEFLOW_ALERT_DELIVERY_BUDGET_S) is spent"
+
+
+def _left(deadline: float | None) -> float | None:
+    """Seconds left before ``deadline`` (``time.monotonic()``); None: no limit."""
+    return None if deadline is None else deadline - time.monotonic()
 
 
 # --- the payload ---------------------------------------------------------------
@@ -138,32 +157,37 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
 # --- signing ---------------------------------------------------------------------
 
 
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    """``sha256=<hex>`` of HMAC-SHA256(secret, ``<timestamp>.<body>``)."""
-    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
-    return f"sha256={digest}"
+def sign(secret: str, timestamp: str, body: bytes, *, delivery_id: str) -> str:
+    """``sha256=<hex>`` of HMAC-SHA256(secret, ``<timestamp>.<delivery id>.<body>``)."""
+    message = timestamp.encode() + b"." + delivery_id.encode() + b"." + body
+    return "sha256=" + hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()
 
 
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 
 
 def verify_signature(
-    secret: str, timestamp: str, body: bytes, signature: str, *, tolerance_s: float | None = 300, now: float | None = None
+    secret: str, timestamp: str, body: bytes, signature: str, *, delivery_id: str,
+    tolerance_s: float | None = 300, now: float | None = None,
 ) -> bool:
-    """What a receiver does: recompute and compare in constant time; reject stale
-    timestamps. Returns False - never raises - for anything malformed: a
-    timestamp that is not a whole number of seconds (``nan``, ``inf``, ``1e9``,
-    ``12.5``, ``-5``), a non-ASCII or non-string signature, a body that is not bytes."""
+    """What a receiver does: recompute over the timestamp, the delivery id (the
+    ``X-Judgeflow-Delivery`` header) and the body, and compare in constant time;
+    reject stale timestamps. Returns False - never raises - for anything
+    malformed: a timestamp that is not a whole number of seconds (``nan``,
+    ``inf``, ``1e9``, ``12.5``, ``-5``), a non-ASCII or non-string signature or
+    delivery id, a body that is not bytes."""
     try:
         if not isinstance(timestamp, str) or not _TIMESTAMP.fullmatch(timestamp):
             return False
         if not isinstance(signature, str) or not signature.isascii() or not isinstance(body, (bytes, bytearray)):
             return False
+        if not isinstance(delivery_id, str) or not delivery_id.isascii() or "." in delivery_id:
+            return False
         if tolerance_s is not None:
             current = time.time() if now is None else now
             if not math.isfinite(current) or abs(current - int(timestamp)) > tolerance_s:
                 return False
-        return hmac.compare_digest(sign(secret, timestamp, bytes(body)), signature)
+        return hmac.compare_digest(sign(secret, timestamp, bytes(body), delivery_id=delivery_id), signature)
     except Exception:  # a receiver's check must answer, whatever it was handed
         return False
 
@@ -253,6 +277,33 @@ def _prefect_emit(**kwargs: Any) -> Any:
     return emit_event(**kwargs)
 
 
+# the API answers at most this many events per page (3.8.8 refuses a larger limit)
+_READ_PAGE = 50
+_CONFIRM_POLL_S = 0.25
+
+
+def _prefect_confirm(ids: list[str], deadline: float) -> set[str]:
+    """The event ids among ``ids`` the Prefect API returns when asked for them,
+    polling until all are there or ``deadline`` (``time.monotonic()``). The
+    server persists received events in batches (every few seconds): an event
+    is confirmed once it is stored, not when it was sent."""
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventIDFilter
+
+    wanted = set(ids)
+    confirmed: set[str] = set()
+    with get_client(sync_client=True) as client:
+        while True:
+            missing = sorted(wanted - confirmed)
+            for start in range(0, len(missing), _READ_PAGE):
+                chunk = [UUID(i) for i in missing[start:start + _READ_PAGE]]
+                page = client.read_events(EventFilter(id=EventIDFilter(id=chunk)), limit=_READ_PAGE)
+                confirmed |= {str(event.id) for event in page.events} & wanted
+            if confirmed >= wanted or time.monotonic() + _CONFIRM_POLL_S >= deadline:
+                return confirmed
+            time.sleep(_CONFIRM_POLL_S)
+
+
 def event_resource(payload: dict[str, Any]) -> dict[str, str]:
     segment = payload.get("segment") or {}
     label = ",".join(f"{k}={v}" for k, v in segment.items())
@@ -273,55 +324,88 @@ def event_resource(payload: dict[str, Any]) -> dict[str, str]:
 # --- the notifier -------------------------------------------------------------------
 
 
+Confirmer = Callable[[list[str], float], set[str]]
+
+
 class Notifier:
     """Sends one notification to every configured channel. Injectable pieces
-    (``emitter``, ``sleep``, ``http``) exist for tests and embedding."""
+    (``emitter``, ``confirmer``, ``sleep``, ``http``) exist for tests and embedding."""
 
     def __init__(
         self,
         settings: Settings,
         *,
         emitter: Emitter | None = None,
+        confirmer: Confirmer | None = None,
         sleep: Callable[[float], None] = time.sleep,
         http: httpx.Client | None = None,
     ):
         self.settings = settings
         self._emitter = emitter
+        self._confirmer = confirmer
         self._sleep = sleep
         self._http = http
 
-    def send(self, channel: str, payload: dict[str, Any]) -> ChannelResult:
-        """Deliver ``payload`` to one channel. Never raises."""
+    def send(self, channel: str, payload: dict[str, Any], *, deadline: float | None = None) -> ChannelResult:
+        """Deliver ``payload`` to one channel, within ``deadline`` (``time.monotonic()``). Never raises."""
         send = {"prefect_event": self._send_event, "webhook": self._send_webhook, "slack": self._send_slack}.get(channel)
         if send is None:
             return ChannelResult(channel, "skipped", detail=f"unknown channel {channel!r}")
+        left = _left(deadline)
+        if left is not None and left <= 0:
+            return ChannelResult(channel, "deferred", detail=BUDGET_SPENT)
         try:
-            return send(payload)
+            return send(payload, deadline)
         except Exception as error:  # a bug in a channel must not fail the run either
             log.exception("alert channel %s crashed", channel)
             return ChannelResult(channel, "failed", attempts=1, error=scrub(f"{type(error).__name__}: {error}")[:300])
 
-    def _send_event(self, payload: dict[str, Any]) -> ChannelResult:
+    def _send_event(self, payload: dict[str, Any], deadline: float | None) -> ChannelResult:
+        """Emit the event: ``sent``, delivered once :meth:`confirm_events` finds it in the API."""
         if not self.settings.alert_prefect_events:
             return ChannelResult("prefect_event", "skipped", detail="JUDGEFLOW_ALERT_PREFECT_EVENTS is off")
         emitter = self._emitter
         if emitter is None:
             if not prefect_api_available():
-                return ChannelResult("prefect_event", "skipped", detail="no Prefect API configured")
+                # an evaluation with an API (a scoring run, a configured `alerts check`) sends it
+                return ChannelResult("prefect_event", "deferred", detail="no Prefect API here")
             emitter = _prefect_emit
         kwargs: dict[str, Any] = {}
         if payload.get("delivery_id"):
             kwargs["id"] = UUID(payload["delivery_id"])  # a re-sent event is the same event
         event = emitter(event=payload["event"], resource=event_resource(payload), payload=payload, **kwargs)
         if event is None:
-            return ChannelResult("prefect_event", "skipped", attempts=1, detail="Prefect events are not being sent")
-        return ChannelResult("prefect_event", "delivered", attempts=1, detail=str(getattr(event, "id", "")) or None)
+            return ChannelResult("prefect_event", "deferred", detail="Prefect events are not being sent here")
+        return ChannelResult("prefect_event", "sent", attempts=1, detail=str(getattr(event, "id", "")) or None)
 
-    def _send_webhook(self, payload: dict[str, Any]) -> ChannelResult:
+    def confirm_events(self, ids: list[str], *, deadline: float | None = None) -> tuple[set[str], str | None]:
+        """(the event ids among ``ids`` the Prefect API has, why the others are
+        not confirmed). Waits at most ``JUDGEFLOW_ALERT_EVENT_CONFIRM_TIMEOUT_S``
+        and never past ``deadline``. Never raises."""
+        if not ids:
+            return set(), None
+        if self._confirmer is None and not prefect_api_available():
+            return set(), "no Prefect API to confirm it with"
+        wait, left = self.settings.alert_event_confirm_timeout_s, _left(deadline)
+        if left is not None:
+            wait = max(0.0, min(wait, left))
+        try:
+            confirmed = (self._confirmer or _prefect_confirm)(list(ids), time.monotonic() + wait)
+        except Exception as error:
+            reason = scrub(f"confirming with the Prefect API failed: {type(error).__name__}: {error}")[:300]
+            log.warning("alert Prefect events: %s", reason)
+            return set(), reason
+        if set(ids) <= confirmed:
+            return confirmed, None
+        return confirmed, f"emitted, but the Prefect API had not stored it {wait:.3g}s later"
+
+    def _send_webhook(self, payload: dict[str, Any], deadline: float | None) -> ChannelResult:
         if self.settings.alert_webhook_url is None:
             return ChannelResult("webhook", "skipped", detail="JUDGEFLOW_ALERT_WEBHOOK_URL is not set")
         body = json.dumps(payload, separators=(",", ":"), sort_keys=True).encode()
         secret = self.settings.alert_webhook_secret.get_secret_value() if self.settings.alert_webhook_secret else None
+
+        delivery_id = str(payload.get("delivery_id") or payload.get("alert_id"))
 
         def headers() -> dict[str, str]:
             timestamp = str(int(time.time()))
@@ -329,16 +413,16 @@ class Notifier:
                 "Content-Type": "application/json",
                 "User-Agent": f"judgeflow/{__version__}",
                 EVENT_HEADER: payload["event"],
-                DELIVERY_HEADER: str(payload.get("delivery_id") or payload.get("alert_id")),
+                DELIVERY_HEADER: delivery_id,
                 TIMESTAMP_HEADER: timestamp,
             }
             if secret:
-                h[SIGNATURE_HEADER] = sign(secret, timestamp, body)
+                h[SIGNATURE_HEADER] = sign(secret, timestamp, body, delivery_id=delivery_id)
             return h
 
-        return self._post("webhook", self.settings.alert_webhook_url.get_secret_value(), body, headers)
+        return self._post("webhook", self.settings.alert_webhook_url.get_secret_value(), body, headers, deadline)
 
-    def _send_slack(self, payload: dict[str, Any]) -> ChannelResult:
+    def _send_slack(self, payload: dict[str, Any], deadline: float | None) -> ChannelResult:
         if self.settings.alert_slack_webhook_url is None:
             return ChannelResult("slack", "skipped", detail="JUDGEFLOW_ALERT_SLACK_WEBHOOK_URL is not set")
         body = json.dumps(slack_message(payload)).encode()
@@ -347,21 +431,31 @@ class Notifier:
             self.settings.alert_slack_webhook_url.get_secret_value(),
             body,
             lambda: {"Content-Type": "application/json", "User-Agent": f"judgeflow/{__version__}"},
+            deadline,
         )
 
-    def _post(self, channel: str, url: str, body: bytes, headers: Callable[[], dict[str, str]]) -> ChannelResult:
-        """POST with bounded retries. Error texts never include the URL (Slack's holds a token)."""
+    def _post(
+        self, channel: str, url: str, body: bytes, headers: Callable[[], dict[str, str]], deadline: float | None = None
+    ) -> ChannelResult:
+        """POST with bounded retries, each request's timeout cut to what is left
+        before ``deadline`` and no retry started that the wait before it would
+        overrun. Error texts never include the URL (Slack's holds a token)."""
         s = self.settings
         client = self._http or httpx.Client(timeout=httpx.Timeout(s.alert_webhook_timeout_s), follow_redirects=False)
-        attempts, http_status, error = 0, None, None
+        attempts, http_status, error, permanent = 0, None, None, False
         try:
             for attempt in range(s.alert_webhook_retries + 1):
+                left = _left(deadline)
+                if left is not None and left <= 0:
+                    error = f"{error}; not retried: {BUDGET_SPENT}"
+                    break
+                timeout = s.alert_webhook_timeout_s if left is None else min(s.alert_webhook_timeout_s, left)
                 attempts += 1
                 retry_after = None
                 try:
-                    response = client.post(url, content=body, headers=headers())
+                    response = client.post(url, content=body, headers=headers(), timeout=httpx.Timeout(timeout))
                 except httpx.TimeoutException:
-                    http_status, error = None, f"timed out after {s.alert_webhook_timeout_s:g}s"
+                    http_status, error = None, f"timed out after {timeout:.3g}s"
                 except httpx.TransportError as exc:
                     http_status, error = None, self._scrubbed(f"{type(exc).__name__}: {exc}", url)[:300]
                 except (httpx.HTTPError, httpx.InvalidURL) as exc:  # invalid URL and the like: retrying cannot help
@@ -374,19 +468,26 @@ class Notifier:
                     snippet = self._scrubbed(" ".join(response.text[:200].split()), url)
                     error = f"HTTP {http_status}" + (f": {snippet}" if snippet else "")
                     if http_status < 500 and http_status not in RETRYABLE_STATUS:
+                        permanent = 400 <= http_status < 500  # the receiver refuses it: the same request never works
                         break
                     retry_after = parse_retry_after(response.headers.get("Retry-After"))
                 if attempt < s.alert_webhook_retries:
                     delay = min(s.alert_webhook_backoff_s * 2**attempt, s.alert_webhook_backoff_max_s)
                     if retry_after is not None:
                         delay = min(max(delay, retry_after), s.alert_webhook_backoff_max_s)
+                    left = _left(deadline)
+                    if left is not None and delay >= left:
+                        error = f"{error}; not retried: {BUDGET_SPENT}"
+                        break
                     log.warning("alert %s delivery attempt %d failed (%s); retrying in %.1fs", channel, attempts, error, delay)
                     self._sleep(delay)
         finally:
             if self._http is None:
                 client.close()
         log.error("alert %s delivery failed after %d attempt(s): %s", channel, attempts, error)
-        return ChannelResult(channel, "failed", attempts=attempts, http_status=http_status, error=error)
+        return ChannelResult(
+            channel, "failed", attempts=attempts, http_status=http_status, error=error, permanent=permanent
+        )
 
     def _scrubbed(self, text: str, url: str) -> str:
         """An error text as it may be stored and logged: without the URL (Slack's

@@ -15,12 +15,24 @@ back exponentially (``JUDGEFLOW_ALERT_REDELIVERY_BACKOFF_S`` doubling up to
 commit and the send, or during it, leaves the delivery pending: the next
 evaluation sends it, with the same delivery id, so receivers drop a duplicate.
 
+Dead letters: a delivery the channel refuses for good (a 4xx other than 408,
+425, 429) is ``dead`` at once; one that failed in ``JUDGEFLOW_ALERT_DEAD_AFTER``
+evaluations is ``dead`` then. A dead delivery is not retried and no longer
+holds back its queue; the ``dead_delivery_rate`` rule pages about it
+(:mod:`judgeflow.alerts.dead_letters`).
+
+Time: one evaluation spends at most ``JUDGEFLOW_ALERT_DELIVERY_BUDGET_S``
+delivering (each request's timeout is cut to what is left); what it does not
+attempt stays pending, untouched, not counted as a failed try. A Prefect
+event with no Prefect API in this process is not attempted either.
+
 Ordering and superseding, per (rule, segment) and channel (a segment's
 notifications are a queue of their own: a segment firing never waits behind
 another segment's undelivered ones):
 
 - deliveries go out in notification order; a channel stops at the first
-  failure, so a ``resolved`` never overtakes the ``fired`` it resolves;
+  failure, so a ``resolved`` never overtakes the ``fired`` it resolves (a
+  dead one is passed over: it will never be delivered);
 - a new notification supersedes undelivered *reminders* of the same rule (a
   newer notification says more); they are not sent;
 - a ``resolved`` (or a new ``fired``) after an undelivered ``fired`` makes that
@@ -44,13 +56,14 @@ process frees it the moment its connection drops (no lease to wait out).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Collection
 
 from sqlalchemy import Connection, Engine, func, select, text, update
 
-from judgeflow.alerts.notify import CHANNELS, ChannelResult, Notifier
+from judgeflow.alerts.notify import BUDGET_SPENT, CHANNELS, ChannelResult, Notifier
 from judgeflow.db.alert_tables import alert_deliveries as d
 from judgeflow.db.alert_tables import alert_events as e
 from judgeflow.db.alert_tables import alerts
@@ -68,7 +81,7 @@ class Sent:
     rule: str
     kind: str
     channel: str
-    status: str  # delivered | failed | skipped
+    status: str  # delivered | failed | skipped | dead | deferred (not attempted: no Prefect API, no time left)
     attempts: int  # requests made in this evaluation
     tries: int  # evaluations that have tried it, this one included
     error: str | None
@@ -124,10 +137,13 @@ def summarise(conn: Connection, event_id: int) -> dict[str, Any]:
     delivered = [r for r in considered if r.status == "delivered"]
     pending = [r for r in considered if r.status == "pending"]
     superseded = [r for r in considered if r.status == "superseded"]
+    dead = [r for r in considered if r.status == "dead"]
     if not considered:
         status = "skipped"
     elif pending:
         status = "partial" if delivered else ("failed" if any(r.tries for r in pending) else "pending")
+    elif dead:
+        status = "partial" if delivered else "dead"
     elif superseded:
         status = "partial" if delivered else "superseded"
     else:
@@ -135,7 +151,10 @@ def summarise(conn: Connection, event_id: int) -> dict[str, Any]:
     values = dict(
         delivery_status=status,
         delivered_at=max((r.delivered_at for r in delivered), default=None),
-        delivery_error="; ".join(f"{r.channel}: {r.last_error}" for r in pending if r.last_error) or None,
+        delivery_error="; ".join(
+            f"{r.channel}: {'dead: ' if r.status == 'dead' and status != 'dead' else ''}{r.last_error}"
+            for r in pending + dead if r.last_error
+        ) or None,
         delivery_attempts=sum(r.attempts for r in rows),
     )
     conn.execute(update(e).where(e.c.id == event_id).values(**values, deliveries=deliveries))
@@ -171,39 +190,91 @@ def _lock_key(rule: str, segment_key: str, channel: str) -> str:
     return f"judgeflow.alert_delivery:{rule}:{segment_key}:{channel}"
 
 
-def deliver_pending(engine: Engine, notifier: Notifier, settings: Settings, *, force: bool = False) -> list[Sent]:
+def deliver_pending(
+    engine: Engine, notifier: Notifier, settings: Settings, *, force: bool = False, deadline: float | None = None,
+    rules: Collection[str] | None = None,
+) -> list[Sent]:
     """Send every due pending delivery (all of them when ``force``), in order per
-    rule and channel; record each outcome as it happens. Never raises for a
-    channel's failure; database errors propagate."""
+    rule and channel, until ``deadline`` (``time.monotonic()``); record each
+    outcome as it happens. What is not attempted before the deadline stays
+    pending, untouched. ``rules``: only those rules' queues. Never raises for a channel's failure; database errors propagate.
+
+    Prefect events go first: each queue's events are emitted, then all of them
+    are confirmed together against the Prefect API (one wait for the server's
+    batched writes instead of one per event); then the HTTP channels, the queue
+    due longest first, so a receiver that eats the time budget does not starve
+    the same queues at every evaluation."""
     sent: list[Sent] = []
     with engine.connect() as conn:
         # every statement commits on its own: an outcome is recorded the moment it
         # is known, and no transaction stays open while a channel is slow
         conn.execution_options(isolation_level="AUTOCOMMIT")
         queues = conn.execute(
-            select(e.c.rule, e.c.segment_key, d.c.channel, func.min(d.c.event_id).label("head"))
+            select(e.c.rule, e.c.segment_key, d.c.channel, func.min(d.c.next_attempt_at).label("due_at"))
             .select_from(d.join(e, e.c.id == d.c.event_id))
-            .where(d.c.status == "pending")
+            .where(d.c.status == "pending", True if rules is None else e.c.rule.in_(list(rules)))
             .group_by(e.c.rule, e.c.segment_key, d.c.channel)
-            .order_by(e.c.rule, e.c.segment_key, d.c.channel)
         ).all()
-        for queue in queues:
-            key = _lock_key(queue.rule, queue.segment_key, queue.channel)
-            if not conn.execute(select(func.pg_try_advisory_lock(func.hashtextextended(key, 0)))).scalar_one():
-                continue  # another evaluator is sending this queue right now
-            try:
-                sent += _send_queue(
-                    conn, notifier, settings, queue.rule, queue.segment_key, queue.channel, force=force
+        queues = sorted(queues, key=lambda q: (q.channel != "prefect_event", q.due_at, q.rule, q.segment_key, q.channel))
+        events = [q for q in queues if q.channel == "prefect_event"]
+        others = [q for q in queues if q.channel != "prefect_event"]
+
+        held: list[str] = []
+        emitted: list[_Emitted] = []
+        try:
+            for queue in events:
+                if not _lock(conn, queue):
+                    continue  # another evaluator is sending this queue right now
+                held.append(_lock_key(queue.rule, queue.segment_key, queue.channel))
+                done, out = _send_queue(conn, notifier, settings, queue, force=force, deadline=deadline)
+                sent += done
+                emitted += out
+            sent += _confirm(conn, notifier, settings, emitted, deadline)
+        finally:
+            for key in held:
+                conn.execute(select(func.pg_advisory_unlock(func.hashtextextended(key, 0))))
+
+        for number, queue in enumerate(others):
+            if deadline is not None and time.monotonic() >= deadline:
+                log.warning(
+                    "alert delivery: %d queue(s) left pending for the next evaluation: %s",
+                    len(others) - number, BUDGET_SPENT,
                 )
+                break
+            if not _lock(conn, queue):
+                continue
+            try:
+                done, _ = _send_queue(conn, notifier, settings, queue, force=force, deadline=deadline)
+                sent += done
             finally:
+                key = _lock_key(queue.rule, queue.segment_key, queue.channel)
                 conn.execute(select(func.pg_advisory_unlock(func.hashtextextended(key, 0))))
     return sent
 
 
+@dataclass(frozen=True)
+class _Emitted:
+    """A Prefect event emitted by this evaluation, to be confirmed."""
+
+    event_id: int
+    delivery_id: str
+    event_key: str  # the Prefect event's id (the delivery id)
+    rule: str
+    segment_key: str
+    kind: str
+    tries: int  # before this evaluation
+    attempts: int
+
+
+def _lock(conn: Connection, queue: Any) -> bool:
+    key = _lock_key(queue.rule, queue.segment_key, queue.channel)
+    return bool(conn.execute(select(func.pg_try_advisory_lock(func.hashtextextended(key, 0)))).scalar_one())
+
+
 def _send_queue(
-    conn: Connection, notifier: Notifier, settings: Settings, rule: str, segment_key: str, channel: str, *,
-    force: bool,
-) -> list[Sent]:
+    conn: Connection, notifier: Notifier, settings: Settings, queue: Any, *, force: bool, deadline: float | None,
+) -> tuple[list[Sent], list[_Emitted]]:
+    rule, segment_key, channel = queue.rule, queue.segment_key, queue.channel
     # read under the lock: another evaluator may have sent (or failed) these just now
     rows = conn.execute(
         select(
@@ -215,26 +286,72 @@ def _send_queue(
         .order_by(d.c.event_id)
     ).all()
     if not rows or not (force or rows[0].due):
-        return []
-    sent = []
+        return [], []
+    sent: list[Sent] = []
+    emitted: list[_Emitted] = []
     for row in rows:
         if row.payload is None:  # a notification from before the outbox existed: nothing to send
             result = ChannelResult(channel, "skipped", detail="no stored payload")
         else:
-            result = notifier.send(channel, row.payload)
+            result = notifier.send(channel, row.payload, deadline=deadline)
+        if result.status == "deferred":  # not attempted: stays pending as it is, and so do the ones behind it
+            sent.append(Sent(
+                event_id=row.event_id, delivery_id=str(row.delivery_id), rule=rule, kind=row.kind, channel=channel,
+                status="deferred", attempts=0, tries=row.tries, error=None, segment_key=segment_key,
+            ))
+            break
+        if result.status == "sent":  # a Prefect event, delivered once the API confirms it (_confirm)
+            conn.execute(
+                update(d)
+                .where(d.c.event_id == row.event_id, d.c.channel == channel, d.c.status == "pending")
+                .values(attempts=d.c.attempts + result.attempts, last_attempt_at=func.now(), detail=result.detail)
+            )
+            emitted.append(_Emitted(
+                event_id=row.event_id, delivery_id=str(row.delivery_id), event_key=result.detail or str(row.delivery_id),
+                rule=rule, segment_key=segment_key, kind=row.kind, tries=row.tries, attempts=result.attempts,
+            ))
+            continue
         tries = row.tries + (1 if result.attempts else 0)
-        _record(conn, settings, row.event_id, channel, result, tries)
+        status = _record(conn, settings, row.event_id, channel, result, tries)
         summarise(conn, row.event_id)
         sent.append(Sent(
             event_id=row.event_id, delivery_id=str(row.delivery_id), rule=rule, kind=row.kind, channel=channel,
-            status=result.status, attempts=result.attempts, tries=tries, error=result.error, segment_key=segment_key,
+            status=status, attempts=result.attempts, tries=tries, error=result.error, segment_key=segment_key,
         ))
-        if result.status == "failed":
+        if status == "failed":
             break  # later notifications of this (rule, segment) wait: order is kept per channel
+    return sent, emitted
+
+
+def _confirm(
+    conn: Connection, notifier: Notifier, settings: Settings, emitted: list[_Emitted], deadline: float | None,
+) -> list[Sent]:
+    """Record the emitted Prefect events the API confirms as delivered, the
+    others as a failed try (emitted again, with the same id, next time)."""
+    if not emitted:
+        return []
+    confirmed, reason = notifier.confirm_events([x.event_key for x in emitted], deadline=deadline)
+    sent = []
+    for x in emitted:
+        if x.event_key in confirmed:
+            result = ChannelResult("prefect_event", "delivered", attempts=0, detail=x.event_key)
+        else:
+            result = ChannelResult("prefect_event", "failed", attempts=0, error=reason, detail=x.event_key)
+        status = _record(conn, settings, x.event_id, "prefect_event", result, x.tries + 1)
+        summarise(conn, x.event_id)
+        sent.append(Sent(
+            event_id=x.event_id, delivery_id=x.delivery_id, rule=x.rule, kind=x.kind, channel="prefect_event",
+            status=status, attempts=x.attempts, tries=x.tries + 1, error=result.error, segment_key=x.segment_key,
+        ))
     return sent
 
 
-def _record(conn: Connection, settings: Settings, event_id: int, channel: str, result: ChannelResult, tries: int) -> None:
+def _record(
+    conn: Connection, settings: Settings, event_id: int, channel: str, result: ChannelResult, tries: int
+) -> str:
+    """Write one delivery's outcome; returns its status: delivered, skipped,
+    failed (pending, retried later) or dead (a permanent refusal, or
+    ``JUDGEFLOW_ALERT_DEAD_AFTER`` failed evaluations)."""
     where = (d.c.event_id == event_id) & (d.c.channel == channel)
     common = dict(
         tries=tries,
@@ -246,15 +363,27 @@ def _record(conn: Connection, settings: Settings, event_id: int, channel: str, r
     if result.status == "delivered":
         # even if superseded meanwhile: it did arrive
         conn.execute(update(d).where(where).values(**common, status="delivered", delivered_at=func.now(), last_error=None))
-    elif result.status == "skipped":
+        return "delivered"
+    if result.status == "skipped":
         conn.execute(update(d).where(where, d.c.status == "pending").values(**common, status="skipped", last_error=None))
-    else:
-        delay = timedelta(seconds=redelivery_delay_s(settings, tries))
+        return "skipped"
+    if result.permanent or tries >= settings.alert_dead_after:
+        why = "refused for good" if result.permanent else f"failed in {tries} evaluations"
         conn.execute(
             update(d)
             .where(where, d.c.status == "pending")
-            .values(**common, last_error=result.error, next_attempt_at=func.now() + delay)
+            .values(**dict(common, detail=f"dead: {why}; not retried, its queue moves on"), status="dead",
+                    dead_at=func.now(), last_error=result.error)
         )
+        log.error("alert %s delivery of notification %d is dead (%s): %s", channel, event_id, why, result.error)
+        return "dead"
+    delay = timedelta(seconds=redelivery_delay_s(settings, tries))
+    conn.execute(
+        update(d)
+        .where(where, d.c.status == "pending")
+        .values(**common, last_error=result.error, next_attempt_at=func.now() + delay)
+    )
+    return "failed"
 
 
 # --- reading, for `judgeflow alerts` ------------------------------------------

@@ -13,6 +13,13 @@ Kinds:
 ``failure_rate``
     results with status 'failed' over results with status 'scored' or
     'failed', all metrics together ('skipped' is neither).
+``dead_deliveries``
+    alert deliveries that died in the window (a permanent 4xx, or
+    ``JUDGEFLOW_ALERT_DEAD_AFTER`` failed evaluations) over the deliveries
+    settled in it (delivered or dead), all channels: the alerting path itself
+    failing, as ``failure_rate`` is the judge failing. Overall only, no minimum
+    sample (a window where nothing settled is 0); evaluated after the
+    evaluation's deliveries, so a delivery that dies is counted at once.
 ``regression``
     the not-passed rate of ``metric`` in the window against the same rate in
     the baseline period just before it (``JUDGEFLOW_REGRESSION_BASELINE``).
@@ -33,7 +40,7 @@ from typing import Literal
 
 from judgeflow.settings import Settings
 
-RuleKind = Literal["not_passed_rate", "failure_rate", "regression"]
+RuleKind = Literal["not_passed_rate", "failure_rate", "regression", "dead_deliveries"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,10 @@ RULE_SPECS: tuple[RuleSpec, ...] = (
     RuleSpec(
         "hallucination_regression", "regression", "hallucination", "hallucination_regression_min_increase",
         "rise of the hallucination not-passed rate over its baseline period, significant by Fisher's exact test",
+    ),
+    RuleSpec(
+        "dead_delivery_rate", "dead_deliveries", None, "dead_delivery_rate_max",
+        "share of alert deliveries settled in the window that are dead (given up on), all channels",
     ),
 )
 
@@ -126,14 +137,15 @@ def all_rules(settings: Settings) -> list[Rule]:
             min_increase=getattr(settings, spec.setting) if spec.kind == "regression" else None,
             window=settings.alert_window,
             window_s=settings.alert_window_s,
-            min_samples=settings.alert_min_samples,
+            # dead deliveries are few and each one matters: no minimum sample
+            min_samples=0 if spec.kind == "dead_deliveries" else settings.alert_min_samples,
             renotify_s=settings.alert_renotify_s,
             baseline=settings.regression_baseline,
             baseline_s=settings.regression_baseline_s,
             alpha=settings.regression_alpha,
             resolve_alpha=settings.regression_resolve_alpha,
             hysteresis=settings.alert_hysteresis,
-            segment_by=settings.alert_segment_keys,
+            segment_by=() if spec.kind == "dead_deliveries" else settings.alert_segment_keys,
             segment_top=settings.alert_segment_top,
         )
         for spec in RULE_SPECS

@@ -5,6 +5,7 @@ notifications and any earlier undelivered ones). Used by the
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime
 
 from pydantic import BaseModel
@@ -150,6 +151,9 @@ def evaluate_rules(
     """Evaluate each enabled rule (one locked transaction each, which also queues
     the notification due), then deliver every due notification in the outbox
     and record how that went. ``redeliver_now`` ignores the redelivery backoff.
+    Delivering takes at most ``JUDGEFLOW_ALERT_DELIVERY_BUDGET_S`` in all.
+    The ``dead_deliveries`` rule is evaluated after that delivery (so a delivery
+    that died in it counts at once), and its own notification delivered then.
 
     Database errors propagate; delivery errors never do."""
     if engine is None:
@@ -159,23 +163,32 @@ def evaluate_rules(
     notifier = notifier or Notifier(settings)
     channels = configured_channels(settings)
     url = run_url(flow_run_id)
+    deadline = time.monotonic() + settings.alert_delivery_budget_s
     decisions: list[Decision | Rule] = []
-    for rule in all_rules(settings):
-        if not rule.enabled:
-            decisions.append(rule)
-            continue
-        decisions.extend(
-            evaluate_rule_segments(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url)
-        )
-
-    # after the commits: a crash before or during this leaves the outbox rows pending
-    sent = deliver_pending(engine, notifier, settings, force=redeliver_now)
+    sent: list[Sent] = []
+    rules = all_rules(settings)
+    for after_delivery in (False, True):
+        for rule in rules:
+            if (rule.kind == "dead_deliveries") != after_delivery:
+                continue
+            if not rule.enabled:
+                decisions.append(rule)
+                continue
+            decisions.extend(
+                evaluate_rule_segments(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url)
+            )
+        # after the commits: a crash before or during this leaves the outbox rows pending
+        # the second time only the dead-delivery rules' own notifications: the rest was tried just now
+        only = {r.name for r in rules if r.kind == "dead_deliveries"} if after_delivery else None
+        sent += deliver_pending(engine, notifier, settings, force=redeliver_now, deadline=deadline, rules=only)
     for s in sent:
         log_fn = log.info if s.status in ("delivered", "skipped") else log.warning
         log_fn(
             "alert %s %s (notification %d, delivery %s): %s %s after %d tr%s%s",
             s.rule, s.kind, s.event_id, s.delivery_id, s.channel, s.status, s.tries, "y" if s.tries == 1 else "ies",
-            f" ({s.error}); retried at the next evaluation" if s.status == "failed" else "",
+            f" ({s.error}); retried at the next evaluation" if s.status == "failed"
+            else f" ({s.error}); not retried: see `judgeflow alerts`" if s.status == "dead"
+            else "; not attempted, left pending for a later evaluation" if s.status == "deferred" else "",
         )
     summaries = _summaries(engine, [x.alert_event_id for x in decisions if isinstance(x, Decision) and x.notify])
 

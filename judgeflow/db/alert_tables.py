@@ -76,7 +76,7 @@ alert_events = Table(
     CheckConstraint("kind IN ('fired', 'reminder', 'resolved')", name="alert_events_kind_check"),
     CheckConstraint("state IN ('ok', 'firing')", name="alert_events_state_check"),
     CheckConstraint(
-        "delivery_status IN ('pending', 'delivered', 'partial', 'failed', 'skipped', 'superseded')",
+        "delivery_status IN ('pending', 'delivered', 'partial', 'failed', 'skipped', 'superseded', 'dead')",
         name="alert_events_delivery_status_check",
     ),
     Index("alert_events_rule_occurred_idx", "rule", "occurred_at"),
@@ -133,9 +133,13 @@ alert_deliveries = Table(
     Column("http_status", Integer),
     Column("last_error", Text),
     Column("detail", Text),
+    # given up on: a permanent 4xx, or JUDGEFLOW_ALERT_DEAD_AFTER failed evaluations (migration 0009)
+    Column("dead_at", DateTime(timezone=True)),
     CheckConstraint(
-        "status IN ('pending', 'delivered', 'skipped', 'superseded')", name="alert_deliveries_status_check"
+        "status IN ('pending', 'delivered', 'skipped', 'superseded', 'dead')", name="alert_deliveries_status_check"
     ),
     Index("alert_deliveries_pending_idx", "event_id", postgresql_where=text("status = 'pending'")),
+    Index("alert_deliveries_dead_idx", "dead_at", postgresql_where=text("status = 'dead'")),
+    Index("alert_deliveries_delivered_idx", "delivered_at", postgresql_where=text("status = 'delivered'")),
     schema=SCHEMA,
 )

@@ -9,6 +9,7 @@ from pathlib import Path
 from uuid import UUID
 
 import pytest
+import sqlalchemy as sa
 import yaml
 
 from judgeflow.alerts import evaluate_rules
@@ -26,13 +27,19 @@ def read_event(event_id: str, timeout: float = 20.0):
 
     deadline = time.monotonic() + timeout
     with get_client(sync_client=True) as client:
-        while time.monotonic() < deadline:
+        while True:
             # the API refuses limit > 50 in 3.8.8
             page = client.read_events(EventFilter(id=EventIDFilter(id=[UUID(event_id)])), limit=50)
             if page.events:
                 return page.events[0]
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.25)
     raise AssertionError(f"event {event_id} never reached the Prefect server")
+
+
+def toxicity(results):
+    return next(r for r in results if r.rule == "toxicity_rate")
 
 
 def docs_automations() -> list[dict]:
@@ -46,12 +53,13 @@ def test_fired_and_resolved_events_reach_the_prefect_server(prefect_server, db, 
     engine = migrated(db)
     settings = make_settings(database_url, alert_prefect_events=True)
     add_results(engine, passed=15, not_passed=5, failed=2)
-    [fired] = evaluate_rules(settings, engine=engine, flow_run_id="run-1")
+    fired = toxicity(evaluate_rules(settings, engine=engine, flow_run_id="run-1"))
     assert fired.deliveries["prefect_event"]["status"] == "delivered"
+    # delivered means the API has it: readable at once, no waiting for the server's writer
+    event = read_event(fired.deliveries["prefect_event"]["detail"], timeout=0)
     add_results(engine, passed=500)
-    [resolved] = evaluate_rules(settings, engine=engine)
+    resolved = toxicity(evaluate_rules(settings, engine=engine))
 
-    event = read_event(fired.deliveries["prefect_event"]["detail"])
     assert event.event == "judgeflow.alert.fired"
     assert event.resource.id == "judgeflow.rule.toxicity_rate"
     assert event.resource.get("prefect.resource.name") == "toxicity_rate"
@@ -60,7 +68,7 @@ def test_fired_and_resolved_events_reach_the_prefect_server(prefect_server, db, 
     assert (event.payload["threshold"], event.payload["sample_size"], event.payload["failed_count"]) == (0.05, 20, 2)
     assert event.payload["flow_run_id"] == "run-1" and len(event.payload["worst_traces"]) == 5
 
-    event = read_event(resolved.deliveries["prefect_event"]["detail"])
+    event = read_event(resolved.deliveries["prefect_event"]["detail"], timeout=0)
     assert event.event == "judgeflow.alert.resolved"
     assert event.payload["state"] == "ok" and event.resource.id == "judgeflow.rule.toxicity_rate"
 
@@ -131,9 +139,14 @@ def test_event_content_through_the_emitter_seam(db, database_url):
         sent.append(kwargs)
         return Sent()
 
+    def confirmer(ids, deadline):
+        return set(ids)  # what the Prefect API answers when it has them
+
     settings = make_settings(database_url, alert_prefect_events=True, hallucination_rate_max=0.1)
     add_results(engine, "hallucination", passed=5, not_passed=5)
-    results = evaluate_rules(settings, engine=engine, notifier=Notifier(settings, emitter=emitter))
+    results = evaluate_rules(
+        settings, engine=engine, notifier=Notifier(settings, emitter=emitter, confirmer=confirmer)
+    )
     [call] = sent
     assert call["event"] == "judgeflow.alert.fired"
     assert call["resource"] == {
@@ -152,7 +165,7 @@ def test_event_content_through_the_emitter_seam(db, database_url):
     assert str(call["id"]) == call["payload"]["delivery_id"] == hall.delivery_id
 
 
-def test_events_are_skipped_without_a_prefect_api(db, database_url):
+def test_events_stay_pending_without_a_prefect_api_and_go_out_with_one(prefect_server, db, database_url):
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     engine = migrated(db)
@@ -160,9 +173,44 @@ def test_events_are_skipped_without_a_prefect_api(db, database_url):
     add_results(engine, not_passed=20)
     with temporary_settings(restore_defaults={PREFECT_API_URL}):
         assert not prefect_api_available()
-        [result] = evaluate_rules(settings, engine=engine)
-    assert result.deliveries["prefect_event"]["status"] == "skipped"
-    assert result.delivery_status == "skipped"
+        # `judgeflow alerts check` where no Prefect API is configured: nothing tried, nothing given up
+        result = toxicity(evaluate_rules(settings, engine=engine))
+        again = toxicity(evaluate_rules(settings, engine=engine, redeliver_now=True))
+    view = result.deliveries["prefect_event"]
+    assert (view["status"], view["tries"], view["attempts"]) == ("pending", 0, 0)
+    assert result.delivery_status == "pending"
+    assert [r["status"] for r in again.redelivered] == ["deferred"]
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT status, tries FROM judgeflow.alert_deliveries")).one() == ("pending", 0)
+
+    # the next evaluation with an API (a scoring run) delivers it
+    later = toxicity(evaluate_rules(settings, engine=engine))
+    [redelivered] = later.redelivered
+    assert (redelivered["channel"], redelivered["status"]) == ("prefect_event", "delivered")
+    read_event(result.delivery_id, timeout=0)
+
+
+def test_an_event_queued_but_never_stored_is_not_delivered(prefect_server, db, database_url):
+    """emit_event only queues an event: until the API returns it, it is not delivered."""
+    engine = migrated(db)
+    settings = make_settings(database_url, alert_prefect_events=True, alert_event_confirm_timeout_s=1.0)
+    add_results(engine, not_passed=20)
+
+    class Queued:  # what emit_event returns: the event, whether or not it ever reaches the API
+        def __init__(self, id):
+            self.id = id
+
+    lost = Notifier(settings, emitter=lambda **kw: Queued(kw["id"]))  # the event is lost on the way
+    result = toxicity(evaluate_rules(settings, engine=engine, notifier=lost))
+    view = result.deliveries["prefect_event"]
+    assert (view["status"], view["tries"], view["attempts"]) == ("failed", 1, 1)
+    assert "had not stored it" in view["error"]
+    assert result.delivery_status == "failed"
+
+    # emitted again with the same id by the next evaluation, and delivered once the API has it
+    later = toxicity(evaluate_rules(settings, engine=engine))
+    assert [(r["status"], r["tries"]) for r in later.redelivered] == [("delivered", 2)]
+    assert read_event(result.delivery_id, timeout=0).event == "judgeflow.alert.fired"
 
 
 def test_events_can_be_turned_off(db, database_url):

@@ -32,6 +32,7 @@ def test_rules_from_settings():
     rules = {r.name: r for r in all_rules(settings(alert_window="6h", alert_min_samples=20, alert_renotify="2h"))}
     assert list(rules) == [
         "toxicity_rate", "hallucination_rate", "judge_failure_rate", "toxicity_regression", "hallucination_regression",
+        "dead_delivery_rate",
     ]
     tox = rules["toxicity_rate"]
     assert (tox.kind, tox.metric, tox.maximum, tox.enabled) == ("not_passed_rate", "toxicity", 0.05, True)
@@ -39,12 +40,18 @@ def test_rules_from_settings():
     assert tox.env_var == "JUDGEFLOW_TOXICITY_RATE_MAX" and tox.resource_id == "judgeflow.rule.toxicity_rate"
     assert not rules["hallucination_rate"].enabled and not rules["judge_failure_rate"].enabled
     assert (rules["judge_failure_rate"].kind, rules["judge_failure_rate"].metric) == ("failure_rate", None)
+    # on by default: any dead delivery in the window fires it; no minimum sample, never per segment
+    dead = rules["dead_delivery_rate"]
+    assert (dead.kind, dead.metric, dead.maximum, dead.enabled) == ("dead_deliveries", None, 0.0, True)
+    assert (dead.min_samples, dead.segment_by, dead.env_var) == (0, (), "JUDGEFLOW_DEAD_DELIVERY_RATE_MAX")
 
 
 def test_each_rule_is_enabled_by_its_own_maximum():
-    s = settings(toxicity_rate_max=None, hallucination_rate_max=0.2, failure_rate_max=0.1)
-    assert [(r.name, r.maximum) for r in enabled_rules(s)] == [("hallucination_rate", 0.2), ("judge_failure_rate", 0.1)]
-    assert enabled_rules(settings(toxicity_rate_max=None)) == []
+    s = settings(toxicity_rate_max=None, hallucination_rate_max=0.2, failure_rate_max=0.1, dead_delivery_rate_max=0.5)
+    assert [(r.name, r.maximum) for r in enabled_rules(s)] == [
+        ("hallucination_rate", 0.2), ("judge_failure_rate", 0.1), ("dead_delivery_rate", 0.5),
+    ]
+    assert enabled_rules(settings(toxicity_rate_max=None, dead_delivery_rate_max=None)) == []
 
 
 def test_every_spec_names_a_setting():
@@ -58,7 +65,7 @@ def test_settings_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("JUDGEFLOW_ALERT_WINDOW", "7d")
     monkeypatch.setenv("JUDGEFLOW_ALERT_WEBHOOK_RETRIES", "5")
     s = Settings()
-    assert [r.name for r in enabled_rules(s)] == ["toxicity_rate", "hallucination_rate"]
+    assert [r.name for r in enabled_rules(s)] == ["toxicity_rate", "hallucination_rate", "dead_delivery_rate"]
     assert all_rules(s)[0].window_s == 7 * 86400 and s.alert_webhook_retries == 5
 
 
@@ -95,7 +102,8 @@ def test_decide_reminds_only_after_the_interval():
 
 
 def test_regression_rules_are_enabled_by_their_minimum_increase():
-    s = settings(toxicity_rate_max=None, toxicity_regression_min_increase=0.02, regression_baseline="3d")
+    s = settings(toxicity_rate_max=None, toxicity_regression_min_increase=0.02, regression_baseline="3d",
+                 dead_delivery_rate_max=None)
     [rule] = enabled_rules(s)
     assert (rule.name, rule.kind, rule.metric, rule.maximum, rule.min_increase) == (
         "toxicity_regression", "regression", "toxicity", None, 0.02,
@@ -108,7 +116,9 @@ def test_regression_rules_are_enabled_by_their_minimum_increase():
 def test_segment_keys_from_settings():
     s = settings(alert_segment_by=" app, model ,app,", alert_segment_top=3)
     assert s.alert_segment_keys == ("app", "model")
-    assert all(r.segment_by == ("app", "model") and r.segment_top == 3 for r in all_rules(s))
+    assert all(
+        r.segment_by == ("app", "model") and r.segment_top == 3 for r in all_rules(s) if r.kind != "dead_deliveries"
+    )
     assert settings().alert_segment_keys == ()
 
 

@@ -191,7 +191,7 @@ def test_judge_failure_rate_rule(engine, database_url, hook):
 def test_disabled_rules_are_skipped(engine, database_url, hook):
     settings = make_settings(
         database_url, alert_webhook_url=hook.url,
-        toxicity_rate_max=None, hallucination_rate_max=None, failure_rate_max=None,
+        toxicity_rate_max=None, hallucination_rate_max=None, failure_rate_max=None, dead_delivery_rate_max=None,
     )
     add_results(engine, "toxicity", not_passed=100, failed=100)
     add_results(engine, "hallucination", not_passed=100)
@@ -205,10 +205,11 @@ def test_disabled_rules_are_skipped(engine, database_url, hook):
         ("judge_failure_rate", False, "disabled"),
         ("toxicity_regression", False, "disabled"),
         ("hallucination_regression", False, "disabled"),
+        ("dead_delivery_rate", False, "disabled"),
     ]
-    # by default only toxicity is on
+    # by default toxicity and dead deliveries are on
     default = make_settings(database_url, alert_webhook_url=hook.url)
-    assert [r.rule for r in evaluate_rules(default, engine=engine)] == ["toxicity_rate"]
+    assert [r.rule for r in evaluate_rules(default, engine=engine)] == ["toxicity_rate", "dead_delivery_rate"]
 
 
 def test_no_channels_configured_is_recorded_as_skipped(engine, database_url):

@@ -7,15 +7,19 @@ import hashlib
 import hmac
 import json
 import time
+import uuid
 
 import pytest
 
 from judgeflow.alerts import evaluate_rules
-from judgeflow.alerts.notify import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, slack_message, verify_signature
+from judgeflow.alerts.notify import (
+    DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, slack_message, verify_signature,
+)
 from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings, migrated
 from tests.support.webhook_receiver import WebhookReceiver
 
 SECRET = "s3cret-for-tests"
+ID = "0b7c2f4e-9a51-4c1e-8f0d-2a6b3c4d5e6f"
 
 
 @pytest.fixture
@@ -96,8 +100,10 @@ def test_client_errors_are_not_retried(engine, database_url):
         settings = make_settings(database_url, alert_webhook_url=hook.url)
         add_results(engine, not_passed=20)
         result = toxicity(evaluate_rules(settings, engine=engine))
-    assert len(hook.requests) == 1
-    assert result.delivery_status == "failed" and result.delivery_error.startswith("webhook: HTTP 400")
+    # not retried, and dead at once (a permanent refusal); the second request is the
+    # dead_delivery_rate rule's own alert about it, refused too
+    assert [r.json()["rule"] for r in hook.requests] == ["toxicity_rate", "dead_delivery_rate"]
+    assert result.delivery_status == "dead" and result.delivery_error.startswith("webhook: HTTP 400")
 
 
 def test_unreachable_receiver_is_recorded(engine, database_url):
@@ -120,16 +126,30 @@ def test_hmac_signature_verifies_with_the_secret(engine, database_url):
     [request] = hook.requests
     timestamp = request.header(TIMESTAMP_HEADER)
     signature = request.header(SIGNATURE_HEADER)
+    delivery_id = request.header(DELIVERY_HEADER)
     assert signature.startswith("sha256=")
     assert abs(int(timestamp) - time.time()) < 60
+    assert delivery_id == request.json()["delivery_id"]
 
-    # what a receiver computes, with nothing but the stdlib
-    expected = hmac.new(SECRET.encode(), timestamp.encode() + b"." + request.body, hashlib.sha256).hexdigest()
+    # what a receiver computes, with nothing but the stdlib: timestamp, delivery id, body
+    message = timestamp.encode() + b"." + delivery_id.encode() + b"." + request.body
+    expected = hmac.new(SECRET.encode(), message, hashlib.sha256).hexdigest()
     assert hmac.compare_digest(signature, f"sha256={expected}")
-    assert verify_signature(SECRET, timestamp, request.body, signature)
-    assert not verify_signature("wrong-secret", timestamp, request.body, signature)
-    assert not verify_signature(SECRET, timestamp, request.body.replace(b"firing", b"ok"), signature)
-    assert not verify_signature(SECRET, str(int(timestamp) - 3600), request.body, signature)
+    assert verify_signature(SECRET, timestamp, request.body, signature, delivery_id=delivery_id)
+    assert not verify_signature("wrong-secret", timestamp, request.body, signature, delivery_id=delivery_id)
+    assert not verify_signature(
+        SECRET, timestamp, request.body.replace(b"firing", b"ok"), signature, delivery_id=delivery_id
+    )
+    assert not verify_signature(SECRET, str(int(timestamp) - 3600), request.body, signature, delivery_id=delivery_id)
+    # the delivery id receivers de-duplicate on is signed: a replay under another id fails
+    other = str(uuid.uuid4())
+    assert not verify_signature(SECRET, timestamp, request.body, signature, delivery_id=other)
+    assert not verify_signature(SECRET, timestamp, request.body, signature, delivery_id=delivery_id[:-1] + "0"
+                                if not delivery_id.endswith("0") else delivery_id[:-1] + "1")
+    # nor can bytes move between the id and the body
+    assert not verify_signature(
+        SECRET, timestamp, request.body[1:], signature, delivery_id=delivery_id + "." + request.body[:1].decode()
+    )
 
 
 def test_unsigned_without_a_secret(engine, database_url):
@@ -211,11 +231,16 @@ def test_slack_message_for_a_reminder_links_the_run():
     assert "<http://prefect.local/runs/flow-run/abc|abc>" in text
 
 
-def test_sign_is_hmac_sha256_over_timestamp_and_body():
+def test_sign_is_hmac_sha256_over_timestamp_delivery_id_and_body():
     body = b'{"rule":"toxicity_rate"}'
-    assert sign("k", "1700000000", body) == "sha256=" + hmac.new(b"k", b"1700000000." + body, hashlib.sha256).hexdigest()
-    assert verify_signature("k", "1700000000", body, sign("k", "1700000000", body), tolerance_s=None)
-    assert not verify_signature("k", "not-a-time", body, sign("k", "not-a-time", body))
+    assert sign("k", "1700000000", body, delivery_id=ID) == "sha256=" + hmac.new(
+        b"k", b"1700000000." + ID.encode() + b"." + body, hashlib.sha256
+    ).hexdigest()
+    good = sign("k", "1700000000", body, delivery_id=ID)
+    assert verify_signature("k", "1700000000", body, good, delivery_id=ID, tolerance_s=None)
+    assert not verify_signature("k", "not-a-time", body, sign("k", "not-a-time", body, delivery_id=ID), delivery_id=ID)
+    for altered in (ID.upper(), ID[:-1] + "0", "", None, 17, ID + "."):
+        assert not verify_signature("k", "1700000000", body, good, delivery_id=altered, tolerance_s=None)
 
 
 @pytest.mark.parametrize("timestamp", [
@@ -224,21 +249,21 @@ def test_sign_is_hmac_sha256_over_timestamp_and_body():
 ])
 def test_verifier_rejects_timestamps_that_are_not_whole_seconds(timestamp):
     body = b'{"rule":"toxicity_rate"}'
-    signature = sign("k", timestamp, body)  # correctly signed: only the timestamp is wrong
-    assert verify_signature("k", timestamp, body, signature, now=1700000000) is False
-    assert verify_signature("k", timestamp, body, signature, tolerance_s=None) is False
+    signature = sign("k", timestamp, body, delivery_id=ID)  # correctly signed: only the timestamp is wrong
+    assert verify_signature("k", timestamp, body, signature, delivery_id=ID, now=1700000000) is False
+    assert verify_signature("k", timestamp, body, signature, delivery_id=ID, tolerance_s=None) is False
 
 
 @pytest.mark.parametrize("signature", ["sha256=é", "sha256=" + "ä" * 64, "\u0000", None, b"sha256=00", 42])
 def test_verifier_rejects_malformed_signatures_without_raising(signature):
     body = b"{}"
-    assert verify_signature("k", "1700000000", body, signature, now=1700000000) is False
+    assert verify_signature("k", "1700000000", body, signature, delivery_id=ID, now=1700000000) is False
 
 
 def test_verifier_still_accepts_a_good_signature_and_rejects_odd_inputs():
     body = b'{"a":1}'
-    good = sign("k", "1700000000", body)
-    assert verify_signature("k", "1700000000", body, good, now=1700000100) is True
-    assert verify_signature("k", "1700000000", body, good, now=1700000301) is False  # stale
-    assert verify_signature("k", "1700000000", "not bytes", good, now=1700000000) is False
-    assert verify_signature("k", "1700000000", body, good, now=float("nan")) is False
+    good = sign("k", "1700000000", body, delivery_id=ID)
+    assert verify_signature("k", "1700000000", body, good, delivery_id=ID, now=1700000100) is True
+    assert verify_signature("k", "1700000000", body, good, delivery_id=ID, now=1700000301) is False  # stale
+    assert verify_signature("k", "1700000000", "not bytes", good, delivery_id=ID, now=1700000000) is False
+    assert verify_signature("k", "1700000000", body, good, delivery_id=ID, now=float("nan")) is False

@@ -201,7 +201,7 @@ def test_secrets_from_prefect_secret_blocks_do_not_leak_either(
 
     assert verify_signature(
         secrets["webhook_secret"], delivery.header("X-Judgeflow-Timestamp"), delivery.body,
-        delivery.header("X-Judgeflow-Signature"),
+        delivery.header("X-Judgeflow-Signature"), delivery_id=delivery.header("X-Judgeflow-Delivery"),
     )
     held, _ = everything_about(summary.flow_run_id)
     assert_absent(held, {"api_key": secrets["api_key"], "webhook_secret": secrets["webhook_secret"]})

@@ -8,8 +8,13 @@ scripted statuses::
         assert [r.status for r in hook.requests] == [500, 500, 200]
 
 A script entry is a status code, or ``(delay_s, status)`` to answer late
-(the client's timeout usually fires first). ``default`` may be changed while
-the receiver runs (a receiver that recovers). ``port`` binds a given port: a
+(the client's timeout usually fires first); ``default`` is either too, and may
+be changed while the receiver runs (a receiver that recovers).
+
+With ``secret``, every request is checked the way docs/alerts.md tells
+receivers to: by the ``verify`` function of its "Verifying the signature"
+example, loaded from the page itself (``Received.verified``); and
+:meth:`WebhookReceiver.accepted` de-duplicates on the (signed) delivery id. ``port`` binds a given port: a
 receiver that is down (nothing listening) and later comes back on the same URL::
 
     port = free_port()                       # nothing listens: connection refused
@@ -25,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 
@@ -35,6 +41,7 @@ class Received:
     body: bytes
     status: int  # what the receiver answered
     at: float
+    verified: bool | None = None  # the docs' verify() over it (None: the receiver has no secret)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -47,9 +54,16 @@ class Received:
 
 
 class WebhookReceiver:
-    def __init__(self, script: list[int | tuple[float, int]] | None = None, default: int = 200, port: int = 0):
+    def __init__(
+        self,
+        script: list[int | tuple[float, int]] | None = None,
+        default: int | tuple[float, int] = 200,
+        port: int = 0,
+        secret: str | None = None,
+    ):
         self.script = list(script or [])
         self.default = default
+        verify = docs_verify() if secret else None
         self.requests: list[Received] = []
         self._lock = threading.Lock()
         receiver = self
@@ -60,8 +74,11 @@ class WebhookReceiver:
                 with receiver._lock:
                     step = receiver.script.pop(0) if receiver.script else receiver.default
                 delay, status = step if isinstance(step, tuple) else (0.0, step)
+                verified = None if verify is None else verify(secret, dict(self.headers), body)
                 with receiver._lock:
-                    receiver.requests.append(Received(self.path, dict(self.headers), body, status, time.time()))
+                    receiver.requests.append(
+                        Received(self.path, dict(self.headers), body, status, time.time(), verified)
+                    )
                 if delay:
                     time.sleep(delay)
                 payload = b'{"ok": true}' if status < 400 else b'{"error": "scripted failure"}'
@@ -98,6 +115,18 @@ class WebhookReceiver:
         with self._lock:
             return [r for r in self.requests if 200 <= r.status < 300]
 
+    def accepted(self) -> list[Received]:
+        """What a receiver following docs/alerts.md acts on: answered 2xx, the
+        signature verified (when there is a secret), each delivery id once."""
+        seen: set[str | None] = set()
+        out = []
+        for r in self.delivered():
+            if r.verified is False or r.header("X-Judgeflow-Delivery") in seen:
+                continue
+            seen.add(r.header("X-Judgeflow-Delivery"))
+            out.append(r)
+        return out
+
     def __enter__(self) -> "WebhookReceiver":
         self._thread.start()
         return self
@@ -106,6 +135,21 @@ class WebhookReceiver:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "alerts.md"
+
+
+def docs_verify():
+    """The ``verify(secret, headers, raw_body)`` of docs/alerts.md's signature
+    example, as a receiver would copy it."""
+    text = DOCS.read_text()
+    section = text[text.index("Verifying the signature"):]
+    code = section[section.index("```python\n") + len("```python\n"):]
+    code = code[: code.index("```")]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, str(DOCS), "exec"), namespace)
+    return namespace["verify"]
 
 
 def free_port() -> int:

@@ -23,8 +23,9 @@ def test_a_webhook_that_always_fails_leaves_the_run_green(prefect_server, db, da
         settings = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_retries=2)
         state = end_of_scoring_run(settings, return_state=True)
     assert state.is_completed(), state
-    [result] = state.result()
+    result, dead = state.result()
     assert (result.rule, result.state, result.transition) == ("toxicity_rate", "firing", "fired")
+    assert (dead.rule, dead.state) == ("dead_delivery_rate", "ok")  # failing, not dead yet
     assert result.delivery_status == "failed"
     assert len(hook.requests) == 3
 
@@ -67,6 +68,7 @@ def test_publishes_the_alert_state_artifact(prefect_server, db, database_url):
     assert [(r.rule, r.outcome, r.transition) for r in results] == [
         ("toxicity_rate", "not_enough_data", None),
         ("hallucination_rate", "firing", "fired"),
+        ("dead_delivery_rate", "ok", None),  # after the deliveries: the one just delivered counts
     ]
     assert hook.requests[0].json()["flow_run_id"] == "given-run-id"
 
@@ -81,6 +83,7 @@ def test_publishes_the_alert_state_artifact(prefect_server, db, database_url):
     )
     assert "fired, delivery delivered" in markdown
     assert "| judge_failure_rate | - | disabled |" in markdown
+    assert "| dead_delivery_rate | overall | **OK** | ok | 0.0% | n/a | max 0.0% | n/a | 1 (0; 0) |" in markdown
 
 
 def test_a_database_failure_fails_the_task(prefect_server):
