@@ -21,6 +21,11 @@ Cases (``--case``, repeatable; default: all):
 * ``peer``      side by side with deepeval evaluate() (ToxicityMetric + HallucinationMetric) on
                 the same traces, 200 ms judge and 64 calls in flight; judgeflow with its defaults
                 (needs the ``peer`` extra, which ``./scripts/bench --case peer`` installs; not in the default set)
+* ``runtime``   issue 28's figures: ``judgeflow score`` as a fresh process on 2,000 traces (``--traces``),
+                200 ms judge, 64 in flight (``--peer-concurrency``), a Prefect server running: whole
+                process vs ideal, calls and prompt tokens per trace, peak memory of its process tree,
+                processes left; and ``judgeflow score`` with nothing to score vs ``import prefect``
+                (not in the default set)
 * ``ceiling``   the same judge calls straight through judgeflow's judge, nothing else running:
                 what litellm's CPU per call allows on this machine (not in the default set)
 * ``backlog``   1k / 10k / 100k traces in the source: claim time per batch, plans, memory
@@ -118,7 +123,7 @@ def machine(stack: Stack | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", action="append", choices=[*ALL, "custom", "peer", "ceiling"],
+    parser.add_argument("--case", action="append", choices=[*ALL, "custom", "peer", "ceiling", "runtime"],
                         help="default: all but custom, peer and ceiling")
     parser.add_argument("--peer-traces", type=int, default=400, help="peer: traces (default %(default)s)")
     parser.add_argument("--peer-concurrency", type=int, default=64, help="peer: calls in flight (default %(default)s)")
@@ -222,6 +227,18 @@ def main(argv: list[str] | None = None) -> int:
                         f"faster over the whole process ({peer.wall_s:.1f} s / {result.wall_s:.1f} s); per judge "
                         f"call {(peer.wall_s / max(peer.calls, 1)) / (result.wall_s / max(result.calls, 1)):.1f}x. "
                         f"judgeflow rows: {result.rows}; CPU s: {result.cpu}")
+        if "runtime" in cases:
+            from bench.runtime import nothing_to_score, run_runtime
+
+            runs = [run_runtime(stack, traces=args.traces or 2000, concurrency=args.peer_concurrency, out=out)
+                    for _ in range(args.repeat)]
+            say(f"\n## judgeflow score as a fresh process ({args.peer_concurrency} calls in flight, 200 ms judge, "
+                "Prefect server running; deepeval evaluate() measured at 627.9 s on this setup before)\n")
+            say(markdown_table([r.row() for r in runs]))
+            for r in runs:
+                say(f"\nrows: {r.rows}")
+            say("\n### Nothing to score\n")
+            say(markdown_table(nothing_to_score(stack)))
         if "ceiling" in cases:
             from bench.ceiling import measure
             from judgeflow.judge.factory import judge_process_count

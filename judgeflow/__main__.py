@@ -2,4 +2,5 @@
 
 from judgeflow.cli import main
 
-main()
+if __name__ == "__main__":  # a judge worker process imports this module too (multiprocessing)
+    main()

@@ -2,8 +2,8 @@
 
 Every pair of every ``score-batch`` in flight is a coroutine on one loop, in
 its own thread: one thread does all the HTTP work instead of
-``max_concurrency`` threads taking turns at the GIL (measured with an instant
-judge: 41 instead of 34 traces/s, the process being CPU-bound on litellm), a
+``max_concurrency`` threads taking turns at the GIL (faster with an instant
+judge, the process being CPU-bound on litellm: docs/benchmark.md), a
 retry's backoff holds no thread, and litellm keeps one HTTP client (it caches
 clients per event loop).
 
@@ -16,16 +16,7 @@ slot goes to the waiting pair with the **longest chain of judge calls**
 across the run's batches, then to the **oldest batch**'s. Slots stay just as
 busy, but the run's last calls are single ones: its tail is about one judge
 call long instead of three.
-
-Measured with a 200 ms judge, 64 calls in flight and 400 traces (two cores,
-2026-11-25; calls in flight per 50 ms at the judge): oldest batch first, then
-longest chain, the run's end took ~0.4 s from 64 calls in flight down to none
-(with or without calls queued ahead); longest chain first across batches with
-16 calls queued ahead, ~0.25 s, and the scoring window went from 4.58-4.65 s to
-4.34-4.41 s. Longest chain first without calls queued ahead ends as sharply
-but held every batch's single calls back, so batches ended together and the
-run claimed in bursts: calls in flight dipped to 46-55 mid-run; the queued
-calls carry the run over those claims.
+The measurements behind this order are in docs/benchmark.md.
 """
 
 from __future__ import annotations

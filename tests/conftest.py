@@ -4,8 +4,8 @@ OpenAI-compatible judge server."""
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 
 # before anything imports litellm or prefect
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -39,8 +39,7 @@ def no_process_left_behind(tmp_path_factory):
         warnings.warn(f"the suite left {len(left)} process(es) running under {base}; stopped them: {left}")
 
 
-@pytest.fixture(autouse=True)
-def litellm_abandons_its_old_logging_worker_quietly():
+class _LitellmAbandonedLoggingWorker(logging.Filter):
     """A test process calls litellm from several event loops that outlive the
     call (the judge loop's thread, then a test's own loop). On each change of
     loop litellm moves its logging worker's queue to the new loop and drops the
@@ -48,22 +47,16 @@ def litellm_abandons_its_old_logging_worker_quietly():
     logs "Task was destroyed but it is pending!", often after the suite's
     summary. A judgeflow process calls litellm from one loop only (the run's
     judge loop, a judge worker's loop), so this is the test process's alone.
-    The dropped task is marked as abandoned on purpose, which is all it is;
-    any other task destroyed pending is still logged."""
-    worker_module = sys.modules.get("litellm.litellm_core_utils.logging_worker")
-    worker_class = getattr(worker_module, "LoggingWorker", None)
-    if worker_class is not None and not getattr(worker_class, "_judgeflow_tests_patched", False):
-        ensure_queue = worker_class._ensure_queue
+    This filter on asyncio's logger drops that one message for that one task
+    (standard logging, nothing of litellm's touched); any other task destroyed
+    pending is still logged."""
 
-        def ensure_queue_dropping_quietly(self) -> None:
-            old_task = getattr(self, "_worker_task", None)
-            ensure_queue(self)
-            if old_task is not None and self._worker_task is None and not old_task.done():
-                old_task._log_destroy_pending = False
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not ("Task was destroyed but it is pending" in message and "LoggingWorker._worker_loop" in message)
 
-        worker_class._ensure_queue = ensure_queue_dropping_quietly
-        worker_class._judgeflow_tests_patched = True
-    yield
+
+logging.getLogger("asyncio").addFilter(_LitellmAbandonedLoggingWorker())
 
 
 @pytest.fixture(scope="session")

@@ -59,8 +59,8 @@ class Judge(Protocol):
 
 def queue_ahead_for(max_concurrency: int) -> int:
     """The ``queue_ahead`` of a judge that holds calls prepared behind a bound of
-    ``max_concurrency``: a quarter as many again (16 for 64; 32 or 48 measured
-    no better, docs/benchmark.md), at least one."""
+    ``max_concurrency``: a quarter as many again (16 for 64; more measured no
+    better, docs/benchmark.md), at least one."""
     return max(1, max_concurrency // 4)
 
 

@@ -27,8 +27,8 @@ _cache: dict[tuple, Judge] = {}
 _lock = threading.Lock()
 
 
-# More workers than this buy nothing at the concurrency one run allows (one
-# worker keeps ~200 calls/s in flight) and each costs ~150 MB.
+# More workers than this buy nothing at the concurrency one run allows, and
+# each costs memory (docs/benchmark.md).
 MAX_DEFAULT_JUDGE_PROCESSES = 4
 
 
@@ -65,9 +65,9 @@ def usable_cores() -> int:
 def judge_process_count(settings: "Settings") -> int:
     """How many processes make a run's litellm judge calls: the setting, else one
     per core up to :data:`MAX_DEFAULT_JUDGE_PROCESSES`. 1 keeps the calls in the
-    run's process. Why more than one by default: litellm spends ~4 ms of CPU per
-    call and Python runs it on one core, so a 200 ms judge with 64 calls in flight
-    (320 calls/s) needs more than a core of litellm alone."""
+    run's process. Why more than one by default: litellm's CPU per call runs on
+    one core per process, and a 200 ms judge with 64 calls in flight (320 calls/s)
+    needs more than a core of litellm alone (docs/benchmark.md)."""
     if settings.judge_processes is not None:
         return settings.judge_processes
     return max(1, min(MAX_DEFAULT_JUDGE_PROCESSES, usable_cores()))
@@ -116,9 +116,9 @@ def build_judge(settings: "Settings") -> Judge:
 
 def build_started_judge(settings: "Settings") -> Judge:
     """The run's judge, built now, with its worker processes (if any) started:
-    each imports litellm (~3 s of CPU), which then overlaps whatever the caller
-    does next (the CLI imports Prefect and creates the flow run meanwhile).
-    Does not wait for them."""
+    litellm's import (seconds of CPU) then overlaps whatever the caller does
+    next (the CLI imports Prefect and creates the flow run meanwhile). Does not
+    wait for them."""
     judge = build_judge(settings)
     start = getattr(judge, "start", None)
     if start is not None:

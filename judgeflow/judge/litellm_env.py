@@ -12,8 +12,8 @@ ENVIRONMENT_DEFAULTS = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     # OpenAI and OpenAI-compatible models through litellm's own HTTP handler rather
     # than the OpenAI SDK's client: the SDK re-validates every request body against
-    # its typed schema (~20% of a call's CPU) and the whole call costs ~35% less CPU
-    # this way (2.6-3.5 ms against 4.2-5.6 ms, bench/ on 2 cores). Errors, headers
+    # its typed schema, and the whole call costs about a third less CPU this way
+    # (docs/benchmark.md). Errors, headers
     # and Retry-After reach this adapter the same way (tests/judge cover both
     # paths). Set it to false in the environment to go back to the SDK.
     "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "true",

@@ -7,7 +7,7 @@ Behaviour, decided here once for every metric:
   price map from GitHub at import, with retries and sleeps when offline.
 * **One retry loop: ours.** Every call passes ``num_retries=0`` *and*
   ``max_retries=0``. Without them the OpenAI client underneath litellm retries
-  429/5xx twice on its own (3 server hits per call, measured), which would
+  429/5xx twice on its own (3 server hits per call), which would
   multiply with this loop and hide from the concurrency bound.
 * **Backoff.** After failed attempt ``n`` (0-based) we sleep
   ``uniform(0, min(backoff_max_s, backoff_base_s * 2**n))`` ("full jitter"). If
@@ -42,7 +42,7 @@ Behaviour, decided here once for every metric:
   defaults, :func:`_wire_bound`), the slot is held **on the wire only**: from
   the request's send to its reply's last byte (a
   :class:`~judgeflow.judge.wire_slots.WireSlotTransport` under a client passed
-  to litellm), so litellm's own CPU per call (~5 ms building the request and
+  to litellm), so litellm's own CPU per call (building the request and
   parsing the reply) overlaps other calls' wire time instead of idling a slot.
   Elsewhere (the sync path, the OpenAI SDK path, other providers) the slot is
   held around the whole litellm call, as litellm builds those clients itself.
@@ -100,7 +100,6 @@ from judgeflow.scrub import has_credentials, scrub, scrub_url, url_credentials  
 if TYPE_CHECKING:
     from judgeflow.settings import Settings
 
-litellm.suppress_debug_info = True  # no "Give Feedback / Get Help" banners on stdout
 
 __all__ = [
     "ENVIRONMENT_DEFAULTS",
@@ -163,7 +162,7 @@ def completion_cost_usd(response: Any) -> float | None:
     litellm already prices every response it returns (``_hidden_params
     ["response_cost"]``, with the same price map, ``None`` when unpriced); that
     figure is used when present instead of pricing the response a second time
-    (a second ``completion_cost`` was ~5% of the scoring process's CPU)."""
+    (a measurable share of a run's CPU: docs/benchmark.md)."""
     hidden = getattr(response, "_hidden_params", None)
     if isinstance(hidden, dict) and "response_cost" in hidden:
         cost = hidden["response_cost"]
@@ -473,7 +472,7 @@ class LiteLLMJudge:
         """The wire form of a pydantic ``response_format``, built once per class.
 
         litellm turns a pydantic class into a JSON schema on *every* call
-        (``to_strict_json_schema``: ~8% of the scoring process's CPU). For
+        (``to_strict_json_schema``, a measurable share of a run's CPU). For
         providers whose config uses litellm's default conversion, a dict is
         passed through unchanged, so converting once with that same function
         sends byte-identical requests. Providers with their own conversion
@@ -658,9 +657,8 @@ class LiteLLMJudge:
         """One call through litellm with a canned reply (``mock_response``: no
         request leaves the process, no tokens, no cost), so the first real call
         does not pay litellm's lazy set-up: schemas its types build on first
-        use, the response and cost machinery. Measured on two cores, a forked
-        judge worker's first call took 37-49 ms against 4-6 ms for the next
-        ones, and 13-18 ms after a warm-up. Never raises: False when litellm
+        use, the response and cost machinery (several times a later call's
+        CPU: docs/benchmark.md). Never raises: False when litellm
         refused (the first real call then sets up as before)."""
         kwargs = self._call_kwargs(JudgeRequest(
             step="warm-up", messages=[{"role": "user", "content": "warm-up"}], response_format=_WarmUp,

@@ -1,13 +1,19 @@
 """A judge whose calls run in worker processes (``JUDGEFLOW_JUDGE_PROCESSES``).
 
-Why: litellm and the OpenAI client under it cost ~5 ms of CPU per call
-(measured in ``bench/``: two thirds of a scoring process's CPU with a fast
-judge). Python runs that on one core however many threads or coroutines make
-the calls, so one scoring process cannot go faster than one core allows. This
-judge keeps the run's Prefect tasks, claims, metrics and writes where they are
-and moves only the litellm calls into ``processes`` children
-(``python -m judgeflow.judge.worker``), each owning one
+Why: litellm costs ~4-5 ms of CPU per call and Python runs it on one core,
+however many threads or coroutines make the calls; a run with a 200 ms judge
+and 64 calls in flight (320 calls/s) needs more than one core of litellm
+alone (docs/benchmark.md). This judge keeps the run's Prefect tasks, claims,
+metrics and writes in the run's process and moves only the litellm calls into
+``processes`` workers (:func:`judgeflow.judge.worker.serve`), each owning one
 :class:`~judgeflow.judge.litellm_judge.LiteLLMJudge` and one event loop.
+
+Built on :mod:`multiprocessing` alone: each worker is a
+:class:`multiprocessing.Process` of a ``forkserver`` context (``spawn`` where
+there is none) with two one-way :func:`multiprocessing.Pipe`\ s (requests,
+replies) whose connections pickle requests, replies and errors. The fork server imports litellm once
+(its preload) and forks every worker from there, so a run pays litellm's
+import once, not once per worker.
 
 Behaviour:
 
@@ -17,31 +23,19 @@ Behaviour:
   fewest outstanding.
 * **Same errors, same retries.** Each worker's adapter retries transient
   errors as in-process; what it finally raises crosses back as the same
-  :mod:`judgeflow.errors` class with its attributes (``retry_after_s``,
-  ``status_code``).
+  :mod:`judgeflow.errors` class with its attributes.
 * **A worker that dies** (killed, out of memory) fails the calls it had with
   :class:`~judgeflow.errors.TransientJudgeError`, which the scoring tasks
-  retry; the next call starts a new worker. Nothing it was doing is lost: the
-  pairs' claims are still held by the run. A worker that exits
+  retry; the next call starts a new worker. A worker that exits
   :data:`MAX_FAILED_STARTS` times in a row before answering anything (a broken
   environment) is not started again: calls to it fail with
   :class:`~judgeflow.errors.PermanentJudgeError`.
-* **One litellm import.** The first start spawns one worker process, which
-  imports litellm (~3 s of CPU) and then forks the others from itself, each
-  with its own pair of pipes that the pool created: on two cores, two workers
-  importing litellm side by side beside the run's own start-up delayed the
-  first judge call by ~2 s. A worker started later (one replacing a dead
-  worker) is a fresh process of its own. Forked workers are not children of
-  the run's process: the pool learns their pid from their first frame and
-  sees them exit by the end of their reply pipe.
-* **Workers die with their process.** A worker exits when its stdin closes:
+* **Workers end with their run.** They are the run's descendants (the fork
+  server is the run's child) and exit when they read EOF on their request pipe:
   when the pool is closed (:meth:`JudgeProcessPool.close`; at the latest at
-  exit) or when the process that started it is killed. The pool is cached per
-  process (:func:`judgeflow.judge.factory.build_judge`), so several runs in
-  one process share warm workers.
+  the interpreter's exit) or when the run's process is gone, killed included.
+  They inherit the run's environment, limits and process group.
 
-Wire format: length-prefixed pickles over the child's stdin/stdout (the child
-moves its own ``sys.stdout`` to stderr so nothing else writes to the pipe).
 Nothing here imports litellm.
 """
 
@@ -51,78 +45,41 @@ import asyncio
 import atexit
 import itertools
 import logging
-import os
-import signal
-import struct
-import subprocess
-import sys
+import multiprocessing
 import threading
 import time
 from concurrent.futures import Future, InvalidStateError
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
-import cloudpickle
-
-from judgeflow import errors
-from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
+from judgeflow.errors import PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeReply, JudgeRequest, queue_ahead_for
+from judgeflow.judge.worker import HELLO, decode_error, encode_error, serve
 
 if TYPE_CHECKING:
     from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.judge")
 
-__all__ = ["JudgeProcessPool", "split_concurrency", "read_frame", "write_frame", "encode_error", "decode_error"]
+__all__ = ["JudgeProcessPool", "split_concurrency", "encode_error", "decode_error"]
 
-_HEADER = struct.Struct(">I")
 _CLOSE_WAIT_S = 10.0
-WORKER_COMMAND = (sys.executable, "-m", "judgeflow.judge.worker")
 MAX_FAILED_STARTS = 3  # workers in a row that died before answering anything
-HELLO = -1  # call id of a worker's first frame: (HELLO, True, its pid), once it can take calls
+# imported once by the fork server, before it forks any worker: the judge, and
+# the program's main module, which multiprocessing otherwise imports in every
+# worker (multiprocessing's "safe importing of main module" applies)
+_PRELOAD = ["__main__", "judgeflow.judge.litellm_judge"]
 
 
-# --------------------------------------------------------------------------
-# the wire (shared with judgeflow.judge.worker)
-# --------------------------------------------------------------------------
-
-
-def write_frame(stream: IO[bytes], obj: Any) -> None:
-    payload = cloudpickle.dumps(obj)
-    stream.write(_HEADER.pack(len(payload)) + payload)
-    stream.flush()
-
-
-def read_frame(stream: IO[bytes]) -> Any:
-    """The next object, or ``EOFError`` when the other side has gone."""
-    header = stream.read(_HEADER.size)
-    if len(header) < _HEADER.size:
-        raise EOFError
-    (size,) = _HEADER.unpack(header)
-    payload = stream.read(size)
-    if len(payload) < size:
-        raise EOFError
-    return cloudpickle.loads(payload)
-
-
-def encode_error(exc: BaseException) -> tuple[str, str, dict]:
-    """An error as (class name, message, attributes): judgeflow's errors take
-    keyword-only arguments, which plain pickling cannot rebuild."""
-    if isinstance(exc, JudgeError):
-        attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (str, int, float, bool, type(None)))}
-        return type(exc).__name__, str(exc), attrs
-    return "PermanentJudgeError", f"judge worker: unexpected {type(exc).__name__}: {exc}", {}
-
-
-def decode_error(name: str, message: str, attrs: dict) -> JudgeError:
-    cls = getattr(errors, name, None)
-    if not (isinstance(cls, type) and issubclass(cls, JudgeError)):
-        cls = PermanentJudgeError
-    err = cls.__new__(cls)
-    Exception.__init__(err, message)
-    if issubclass(cls, TransientJudgeError):
-        err.retry_after_s = None  # type: ignore[attr-defined]
-    vars(err).update(attrs)
-    return err
+def _context() -> multiprocessing.context.BaseContext:
+    """The start method: a fork server where the platform has one (each worker
+    forked from a process that has imported litellm once), else spawn. Never a
+    plain fork of the run's process, which holds threads, an event loop and
+    the connections of every other worker."""
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(_PRELOAD)
+        return context
+    return multiprocessing.get_context("spawn")
 
 
 def _settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
@@ -144,75 +101,23 @@ def split_concurrency(total: int, processes: int) -> list[int]:
     return [total // n + (1 if i < total % n else 0) for i in range(n)]
 
 
-# --------------------------------------------------------------------------
-# one worker, seen from the run's process
-# --------------------------------------------------------------------------
-
-
-def _hand_over_pipes(count: int, hand_over) -> list["_ForkedProcess"]:
-    """Make a (requests, replies) pipe pair per worker, pass the child ends
-    ``[(request read fd, reply write fd), ...]`` to ``hand_over`` (which gives
-    them to whatever will become the workers), and return each worker as seen
-    through the ends kept here. The child ends are closed here in any case; the
-    kept ends too when ``hand_over`` fails."""
-    pipes = [(os.pipe(), os.pipe()) for _ in range(count)]
-    try:
-        hand_over([(requests[0], replies[1]) for requests, replies in pipes])
-    except BaseException:
-        for requests, replies in pipes:  # nobody will use ours either
-            os.close(requests[1])
-            os.close(replies[0])
-        raise
-    finally:
-        for requests, replies in pipes:  # the workers (or their parent) hold the child ends now
-            os.close(requests[0])
-            os.close(replies[1])
-    return [_ForkedProcess(os.fdopen(requests[1], "wb"), os.fdopen(replies[0], "rb")) for requests, replies in pipes]
-
-
-class _ForkedProcess:
-    """A worker forked by another worker: the part of ``subprocess.Popen`` the
-    pool uses, kept through the worker's pipes, since it is not our child (no
-    exit code: it is reaped by the worker that forked it)."""
-
-    def __init__(self, stdin: IO[bytes], stdout: IO[bytes]) -> None:
-        self.stdin, self.stdout = stdin, stdout
-        self.pid: int | None = None  # from its hello frame
-        self._gone = threading.Event()
-
-    def saw_exit(self) -> None:
-        self._gone.set()
-
-    def poll(self) -> int | None:
-        return None if not self._gone.is_set() else -1
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        if not self._gone.wait(timeout):
-            raise subprocess.TimeoutExpired("judge worker", timeout or 0)
-        return None  # unknown
-
-    def kill(self) -> None:
-        if self.pid is not None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-
-
 class _Worker:
     """One worker slot: its current process, restarted on the next call after it died."""
 
-    def __init__(self, index: int, settings: "Settings") -> None:
+    def __init__(self, index: int, settings: "Settings", target: Callable) -> None:
         self.index = index
         self._settings = settings
-        self._lock = threading.Lock()  # guards the process, pipe writes and the pending maps
-        self._proc: subprocess.Popen | None = None
-        # calls sent to the current process; each process's reader owns its own map,
-        # so a call can never wait on a process that is already gone
+        self._target = target
+        self._lock = threading.Lock()  # guards the process, sends and the pending map
+        self._proc: multiprocessing.process.BaseProcess | None = None
+        self._conn: Any = None
+        # calls sent to the current process; each process's reader owns its own
+        # map, so a call can never wait on a process that is already gone
         self._pending: dict[int, Future] = {}
+        self._pid: int | None = None  # from the worker's hello: it can take calls
         self.calls = 0  # calls sent over this slot's lifetime (tests, benchmark)
         self.starts = 0
-        self.failed_starts = 0  # processes in a row that exited without answering a call
+        self.failed_starts = 0  # processes in a row that exited without answering anything
         self._last_exit: int | None = None
 
     @property
@@ -221,56 +126,30 @@ class _Worker:
 
     @property
     def pid(self) -> int | None:
-        proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
+        """The worker's pid once it has said hello, while it runs."""
+        return self._pid if self._proc is not None else None
 
-    def _start(self, forks: list[tuple[int, int]] | None = None) -> None:
-        """Start a worker process; ``forks``: (request read fd, reply write fd)
-        pairs, one per further worker it forks after importing litellm."""
-        argv = list(WORKER_COMMAND)
-        if forks:
-            argv += ["--fork", ",".join(f"{r}:{w}" for r, w in forks)]
-        # -m with this interpreter: the child imports judgeflow from the same
-        # environment; its stderr is ours, so its log lines reach the run's log.
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True,
-            pass_fds=[fd for pair in forks or () for fd in pair],
-        )
-        self._adopt(proc)
-
-    def _adopt(self, proc: "subprocess.Popen | _ForkedProcess", *, send_settings: bool = True) -> None:
-        """Make ``proc`` this slot's worker and, unless it inherited them from the
-        worker that forked it, send it its settings (its concurrency share)."""
+    def _start(self) -> None:
+        """Start a worker process (the caller holds the lock)."""
+        context = _context()
+        requests_in, requests_out = context.Pipe(duplex=False)
+        replies_in, replies_out = context.Pipe(duplex=False)
+        proc = context.Process(target=self._target, args=(requests_in, replies_out, self._settings),
+                               name=f"judgeflow-judge-worker-{self.index}", daemon=True)
+        try:
+            proc.start()
+        finally:
+            requests_in.close()  # the worker holds these ends: its exit is EOF on replies_in
+            replies_out.close()
         self.starts += 1
-        self._proc, self._pending = proc, {}
-        # the reader first: if the worker dies before taking its settings, the
-        # reader sees it exit and counts a failed start
-        threading.Thread(target=self._read_replies, args=(proc, self._pending),
+        self._proc, self._conn, self._pending, self._pid = proc, requests_out, {}, None
+        threading.Thread(target=self._read_replies, args=(proc, replies_in, self._pending),
                          name=f"judgeflow-judge-worker-{self.index}", daemon=True).start()
-        if send_settings:
-            write_frame(proc.stdin, self._settings)
-
-    def start_with_forks(self, others: list["_Worker"]) -> None:
-        """Start this slot's process, which forks one worker for each of ``others``."""
-        with self._lock:
-            if self._proc is not None and self._proc.poll() is None:
-                return
-            forked = _hand_over_pipes(len(others), lambda child_ends: self._start(forks=child_ends))
-        for other, proc in zip(others, forked):
-            other.adopt_forked(proc, send_settings=False)  # forked after this worker read its settings
-
-    def adopt_forked(self, proc: _ForkedProcess, *, send_settings: bool) -> None:
-        with self._lock:
-            self._adopt(proc, send_settings=send_settings)
-
-    def _ensure_process(self) -> None:
-        """Start a process unless one is running (the caller holds the lock)."""
-        if self._proc is None or self._proc.poll() is not None:
-            self._start()
 
     def ensure_started(self) -> None:
         with self._lock:
-            self._ensure_process()
+            if self._proc is None:
+                self._start()
 
     def send(self, call_id: int, request: JudgeRequest, future: Future) -> None:
         with self._lock:
@@ -283,28 +162,27 @@ class _Worker:
                 return
             self.calls += 1
             try:
-                self._ensure_process()
+                if self._proc is None:
+                    self._start()
                 self._pending[call_id] = future
-                write_frame(self._proc.stdin, (call_id, request))
+                self._conn.send((call_id, request))
             except (OSError, ValueError) as exc:  # the worker died under us
                 self._pending.pop(call_id, None)
                 _settle(future, error=TransientJudgeError(f"judge worker {self.index} is gone: {exc}"))
 
-    def _read_replies(self, proc: subprocess.Popen, pending: dict[int, Future]) -> None:
-        answered = 0
+    def _read_replies(self, proc, conn, pending: dict[int, Future]) -> None:
+        answered = False
         try:
             while True:
-                call_id, ok, payload = read_frame(proc.stdout)
+                call_id, ok, payload = conn.recv()
                 with self._lock:
                     future = pending.pop(call_id, None)
                     if not answered:
                         self.failed_starts = 0
-                answered += 1
-                if call_id == HELLO:
-                    if isinstance(proc, _ForkedProcess):
-                        proc.pid = payload
-                    continue
-                if future is None:  # e.g. its caller was cancelled
+                        answered = True
+                    if call_id == HELLO and self._proc is proc:
+                        self._pid = payload
+                if future is None:  # the hello, or a call whose caller was cancelled
                     continue
                 if ok:
                     _settle(future, result=payload)
@@ -312,14 +190,14 @@ class _Worker:
                     _settle(future, error=decode_error(*payload))
         except (EOFError, OSError, ValueError):
             pass
-        if isinstance(proc, _ForkedProcess):
-            proc.saw_exit()
-        code = proc.wait()  # None: a forked worker's code is not ours to know
+        proc.join(_CLOSE_WAIT_S)
+        code = proc.exitcode
+        conn.close()
         with self._lock:
             lost = list(pending.values())
             pending.clear()
             if self._proc is proc:
-                self._proc = None
+                self._proc, self._conn, self._pid = None, None, None
             if not answered and code != 0:
                 self.failed_starts += 1
                 self._last_exit = code
@@ -329,51 +207,41 @@ class _Worker:
         for future in lost:
             _settle(future, error=TransientJudgeError(f"judge worker {self.index} exited (code {code})"))
 
-    def hang_up(self) -> "subprocess.Popen | _ForkedProcess | None":
-        """Close the worker's request pipe (it exits when it reads the end);
+    def hang_up(self):
+        """Close the worker's request pipe (it exits when it reads EOF);
         returns its process for :meth:`wait_closed`."""
         with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is not None:
+            proc, conn = self._proc, self._conn
+            self._proc, self._conn, self._pid = None, None, None
+        if conn is not None:
             try:
-                proc.stdin.close()
+                conn.close()
             except OSError:
                 pass
         return proc
 
     @staticmethod
-    def wait_closed(proc: "subprocess.Popen | _ForkedProcess | None") -> None:
+    def wait_closed(proc) -> None:
         if proc is None:
             return
-        try:
-            proc.wait(timeout=_CLOSE_WAIT_S)
-        except subprocess.TimeoutExpired:
+        proc.join(_CLOSE_WAIT_S)
+        if proc.exitcode is None:
             proc.kill()
-            proc.wait()
-
-
-# --------------------------------------------------------------------------
-# the pool
-# --------------------------------------------------------------------------
+            proc.join()
 
 
 class JudgeProcessPool:
     """A :class:`~judgeflow.judge.base.Judge` that sends each call to one of
-    ``processes`` worker processes (see the module doc). Workers start
-    together on the first call (or :meth:`start`): each takes seconds to import
-    litellm."""
+    ``processes`` worker processes (see the module doc). Workers start together
+    on the first call (or :meth:`start`). ``target`` is the function a worker
+    runs (:func:`judgeflow.judge.worker.serve`; tests give one that fails)."""
 
-    def __init__(self, settings: "Settings", processes: int | None = None) -> None:
-        if processes is None:
-            from judgeflow.judge.factory import judge_process_count
-
-            processes = judge_process_count(settings)
+    def __init__(self, settings: "Settings", processes: int, *, target: Callable = serve) -> None:
         shares = split_concurrency(settings.max_concurrency, processes)
         self._model = settings.judge_model
-        self._settings = settings
         self.max_concurrency = settings.max_concurrency
         self._workers = [
-            _Worker(i, settings.model_copy(update={"max_concurrency": share}))
+            _Worker(i, settings.model_copy(update={"max_concurrency": share}), target)
             for i, share in enumerate(shares)
         ]
         self._ids = itertools.count()
@@ -395,7 +263,7 @@ class JudgeProcessPool:
         """Calls beyond ``max_concurrency`` a run may hand over
         (:func:`judgeflow.judge.base.queue_ahead`): they go to the workers with
         the fewest outstanding, whose judges hold them until a slot of their
-        share frees, so no worker's share idles while the run prepares its next call."""
+        share frees."""
         return queue_ahead_for(self.max_concurrency)
 
     def worker_pids(self) -> list[int | None]:
@@ -408,22 +276,21 @@ class JudgeProcessPool:
         return [w.starts for w in self._workers]
 
     def __repr__(self) -> str:
-        return f"JudgeProcessPool(model={self._model!r}, processes={self.processes}, max_concurrency={self.max_concurrency})"
+        return (f"JudgeProcessPool(model={self._model!r}, processes={self.processes}, "
+                f"max_concurrency={self.max_concurrency})")
 
     def start(self) -> "JudgeProcessPool":
-        """Start every worker without waiting for them: the first imports
-        litellm and forks the others (see the module doc)."""
+        """Start every worker without waiting for them."""
+        if self._closed:
+            raise PermanentJudgeError("the judge process pool is closed")
         with self._dispatch_lock:
-            if not self._started:
-                first, *others = self._workers
-                first.start_with_forks(others)
-                self._started = True
+            self._started = True
         for worker in self._workers:  # any slot whose worker is gone gets a fresh one
             worker.ensure_started()
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
-        """Whether every worker said hello (knows its pid) within ``timeout`` s: tests, benchmark."""
+        """Whether every worker said hello within ``timeout`` s: tests, benchmark."""
         deadline = time.monotonic() + timeout
         while None in self.worker_pids():
             if time.monotonic() >= deadline:
@@ -451,10 +318,9 @@ class JudgeProcessPool:
         return await asyncio.wrap_future(self._submit(request))
 
     def close(self) -> None:
-        """Stop the workers (waiting for them, so their CPU time is accounted to this process)."""
+        """Stop the workers and wait for them."""
         self._closed = True
-        # every pipe first: the worker that forked the others waits for them before it exits
-        procs = [worker.hang_up() for worker in self._workers]
+        procs = [worker.hang_up() for worker in self._workers]  # every connection first: they exit together
         for proc in procs:
             _Worker.wait_closed(proc)
         atexit.unregister(self.close)
@@ -464,4 +330,3 @@ class JudgeProcessPool:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-

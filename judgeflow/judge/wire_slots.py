@@ -8,11 +8,10 @@ another ends.
 
 :class:`WireSlotTransport` wraps an ``httpx`` async transport so a request
 holds a slot from the moment it is sent until its response body is read or
-closed, and nothing else. Why: litellm spends ~5 ms of CPU building each
-request and parsing its reply. Held around the whole litellm call, a slot sat
-idle through both (a 200 ms judge kept each slot 209 ms: ~12 of a 1,300-call
-run's 260 slot-seconds, bench/ on two cores), and calls the run had ready
-could not use it. Around the wire alone, the judge sees ``size`` calls in
+closed, and nothing else. Why: litellm spends milliseconds of CPU building
+each request and parsing its reply. Held around the whole litellm call, a
+slot sits idle through both (docs/benchmark.md), and calls the run has ready
+cannot use it. Around the wire alone, the judge sees ``size`` calls in
 flight while the next ones are prepared beside them.
 
 Imports httpx only (litellm's own dependency), never litellm.

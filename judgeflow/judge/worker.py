@@ -1,15 +1,16 @@
-"""One judge worker process of :class:`~judgeflow.judge.process_pool.JudgeProcessPool`.
+"""A judge worker process: one :class:`~judgeflow.judge.litellm_judge.LiteLLMJudge`
+on one event loop, answering the calls its run sends over
+:mod:`multiprocessing` pipes.
 
-Started as ``python -m judgeflow.judge.worker [--fork R:W,...]`` by the pool,
-never by hand. It imports litellm, reads the settings, forks one more worker
-for each ``R:W`` pair of pipe descriptors the pool passed it (so litellm is
-imported once for all of them), then every process reads ``(call id,
-JudgeRequest)`` frames from its request pipe, runs each call on its event loop
-with its own :class:`~judgeflow.judge.litellm_judge.LiteLLMJudge` (which bounds
-its calls in flight to its share of ``max_concurrency``) and writes ``(call id,
-ok, reply or error)`` frames to its reply pipe as calls finish, in any order,
-after a first ``(HELLO, True, pid)``. Each exits when its request pipe closes:
-the run finished or its process died.
+The run (:class:`~judgeflow.judge.process_pool.JudgeProcessPool`) sends
+``(call id, JudgeRequest)``; the worker answers ``(call id, True, JudgeReply)``
+or ``(call id, False, encoded error)``, after a first ``(HELLO, True, pid)``.
+Requests come on one one-way pipe and replies go back on another; the
+:class:`multiprocessing.connection.Connection` pickles them: one wire format.
+When the run's end of the request pipe closes (the pool is closed, or the
+run's process is gone, killed included) the worker reads EOF and exits.
+Nothing here imports litellm at module level: the run's process imports this
+module to name the worker's entry point.
 """
 
 from __future__ import annotations
@@ -17,130 +18,83 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import threading
-import time
-from typing import IO
+from typing import Any
+
+from judgeflow import errors
+from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
+
+HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
 
 
-def _fork_pairs(argv: list[str]) -> list[tuple[int, int]]:
-    if len(argv) >= 2 and argv[0] == "--fork":
-        return [(int(r), int(w)) for r, w in (pair.split(":") for pair in argv[1].split(","))]
-    return []
+def encode_error(exc: BaseException) -> tuple[str, str, dict]:
+    """An error as (class name, message, attributes): judgeflow's errors take
+    keyword-only arguments, which plain pickling cannot rebuild."""
+    if isinstance(exc, JudgeError):
+        attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (str, int, float, bool, type(None)))}
+        return type(exc).__name__, str(exc), attrs
+    return "PermanentJudgeError", f"judge worker: unexpected {type(exc).__name__}: {exc}", {}
 
 
-def _fork_workers(
-    forks: list[tuple[int, int]], requests: IO[bytes], replies: IO[bytes]
-) -> tuple[IO[bytes], IO[bytes], list[int]]:
-    """Fork a worker per pair; returns the pipes this process serves (its own,
-    or in a forked worker, its pair's) and the pids it forked. Called before
-    any thread or event loop exists, so forking is safe."""
-    children: list[int] = []
-    for i, (request_fd, reply_fd) in enumerate(forks):
-        pid = os.fork()
-        if pid == 0:
-            # keep only this pair: a pipe end left open here would hide another
-            # worker's exit (or the run's) from the process reading the other end
-            replies.close()
-            devnull = os.open(os.devnull, os.O_RDONLY)
-            os.dup2(devnull, requests.fileno())
-            os.close(devnull)
-            for later_request, later_reply in forks[i + 1:]:
-                os.close(later_request)
-                os.close(later_reply)
-            return os.fdopen(request_fd, "rb"), os.fdopen(reply_fd, "wb"), []
-        children.append(pid)
-        os.close(request_fd)
-        os.close(reply_fd)
-    return requests, replies, children
+def decode_error(name: str, message: str, attrs: dict) -> JudgeError:
+    """The error :func:`encode_error` described; only judgeflow's judge errors are rebuilt."""
+    cls = getattr(errors, name, None)
+    if not (isinstance(cls, type) and issubclass(cls, JudgeError)):
+        cls = PermanentJudgeError
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    if issubclass(cls, TransientJudgeError):
+        err.retry_after_s = None  # type: ignore[attr-defined]
+    vars(err).update(attrs)
+    return err
 
 
-def _reap(children: list[int], timeout_s: float) -> None:
-    """Wait for the workers this process forked (they exit when the run closes
-    their pipes, as this one did): reaped here, their CPU time is counted in
-    this process's children, and so in the run's."""
-    from judgeflow.local_process import reap_exited
-
-    deadline = time.monotonic() + timeout_s
-    waiting = set(children)
-    while waiting and time.monotonic() < deadline:
-        reap_exited(waiting)
-        if waiting:
-            time.sleep(0.02)
-
-
-def main(argv: list[str] | None = None) -> int:
+def serve(requests: Any, replies: Any, settings: Any) -> None:
+    """The worker's entry point (a :class:`multiprocessing.Process` target):
+    answer the calls read from ``requests`` on ``replies`` until ``requests``
+    reaches EOF."""
     # Ctrl-C reaches the whole process group: the run handles it and closes the
-    # workers' pipes, which ends them; a KeyboardInterrupt here would only print
-    # a traceback per worker over the run's own message
+    # connection, which ends this worker; a KeyboardInterrupt here would only
+    # print a traceback per worker over the run's own message
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    forks = _fork_pairs(sys.argv[1:] if argv is None else argv)
-    # Keep the reply pipe for frames alone: anything printed (a library's
-    # banner, a stray print) goes to stderr instead of corrupting it.
-    replies = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    requests: IO[bytes] = sys.stdin.buffer
+    # nothing a worker prints (a library's banner on an error) belongs on the run's stdout
+    os.dup2(2, 1)
 
-    import gc
-
-    from judgeflow.judge import litellm_judge  # litellm's import, once, before forking
-    from judgeflow.judge.process_pool import read_frame
-
-
-    # litellm's import leaves ~1M long-lived objects: out of the collector's
-    # way, each call's garbage collections are cheaper (~5% of a worker's CPU),
-    # and forked workers share those pages instead of copying them
-    gc.freeze()
-
-    try:
-        settings = read_frame(requests)
-    except EOFError:
-        return 0
-    requests, replies, children = _fork_workers(forks, requests, replies)
-    serve(settings, requests, replies)
-    # Calls still in flight belong to a caller that is gone or closing: leave
-    # without unwinding them (or printing warnings about them).
-    _reap(children, timeout_s=10.0)
-    os._exit(0)
-
-
-def serve(settings, requests: IO[bytes], replies: IO[bytes]) -> None:
-    """Answer ``(call id, JudgeRequest)`` frames from ``requests`` on ``replies``
-    until ``requests`` closes (after a first ``(HELLO, True, pid)`` frame). Used
-    by the workers the pool starts."""
     from judgeflow.judge.litellm_judge import LiteLLMJudge
-    from judgeflow.judge.process_pool import HELLO, encode_error, read_frame, write_frame
-
-    # the worker never calls load_settings: scrub its stderr (libraries' logs) too
     from judgeflow.scrub import install_log_scrubbing, register_settings
 
+    # the worker never calls load_settings: scrub its stderr (libraries' logs) too
     register_settings(settings)
     install_log_scrubbing()
     judge = LiteLLMJudge.from_settings(settings)
     loop = asyncio.new_event_loop()
-    write_frame(replies, (HELLO, True, os.getpid()))
+    send_lock = threading.Lock()
+
+    def send(message: tuple) -> None:
+        with send_lock:
+            replies.send(message)
 
     async def answer(call_id: int, request) -> None:
         try:
             reply = await judge.acomplete(request)
         except BaseException as exc:  # everything goes back to the caller
-            frame = (call_id, False, encode_error(exc))
+            message = (call_id, False, encode_error(exc))
         else:
-            frame = (call_id, True, reply)
-        write_frame(replies, frame)  # only ever from the loop's thread
+            message = (call_id, True, reply)
+        try:
+            send(message)
+        except OSError:  # the run is gone: EOF ends this worker
+            pass
 
     arrived: asyncio.Queue = asyncio.Queue()
 
     async def start_calls() -> None:
-        # litellm's lazy set-up on a canned reply first (LiteLLMJudge.warm_up): a
-        # forked worker starts ~0.2 s before its run's first calls arrive, and without
-        # it the first of them paid that set-up on its way out (~30 ms on two cores)
+        # litellm's lazy set-up on a canned reply first, so the run's first calls do not pay it
         await judge.warm_up()
-        # One call started per turn of the loop. A burst of requests (a run's first
-        # batch: 32 per worker at once) then goes out as each is prepared; started
-        # all at once, each request waited for litellm to prepare every other one:
-        # in a 400-trace run on two cores the first call reached the judge 120-160 ms
-        # after the worker had it, now 30-75 ms.
+        send((HELLO, True, os.getpid()))
+        # one call started per turn of the loop: a burst of requests (a run's
+        # first batch) goes out as each is prepared, instead of each waiting
+        # for litellm to prepare every other one first
         while True:
             call_id, request = await arrived.get()
             loop.create_task(answer(call_id, request))
@@ -149,8 +103,8 @@ def serve(settings, requests: IO[bytes], replies: IO[bytes]) -> None:
     def read_requests() -> None:
         try:
             while True:
-                frame = read_frame(requests)
-                loop.call_soon_threadsafe(arrived.put_nowait, frame)
+                message = requests.recv()
+                loop.call_soon_threadsafe(arrived.put_nowait, message)
         except (EOFError, OSError):
             pass
         loop.call_soon_threadsafe(loop.stop)
@@ -158,8 +112,6 @@ def serve(settings, requests: IO[bytes], replies: IO[bytes]) -> None:
     starter = loop.create_task(start_calls())  # noqa: F841 - kept referenced while the loop runs
     threading.Thread(target=read_requests, name="judgeflow-judge-requests", daemon=True).start()
     loop.run_forever()
-    replies.flush()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    # Calls still in flight belong to a caller that is gone or closing: leave
+    # without unwinding them (or printing warnings about them).
+    os._exit(0)

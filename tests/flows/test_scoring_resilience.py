@@ -294,21 +294,21 @@ def test_database_going_away_mid_run_loses_nothing(prefect_server, judgeflow_env
 
 
 def _judge_workers(parent: int) -> list[int]:
-    """PIDs of the judge worker processes of the run ``parent``: the one it
-    started, then those that one forked (a fork keeps its command line)."""
+    """PIDs of the judge worker processes of the run ``parent``: the children
+    of the multiprocessing fork server the run started."""
     children: dict[int, list[int]] = {}
+    cmdlines: dict[int, bytes] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            cmdline = (entry / "cmdline").read_bytes()
+            cmdlines[int(entry.name)] = (entry / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if b"judgeflow.judge.worker" in cmdline:
-            children.setdefault(ppid, []).append(int(entry.name))
-    started = children.get(parent, [])
-    return started + [pid for first in started for pid in children.get(first, [])]
+        children.setdefault(ppid, []).append(int(entry.name))
+    servers = [pid for pid in children.get(parent, []) if b"multiprocessing.forkserver" in cmdlines.get(pid, b"")]
+    return [pid for server in servers for pid in children.get(server, [])]
 
 
 def test_a_judge_worker_killed_mid_run_costs_retries_not_results(prefect_server, judgeflow_env, db, judge_server):

@@ -531,8 +531,8 @@ def test_hallucination_drops_blank_context_and_sends_text_as_written(server):
 
 def test_a_judge_called_from_two_live_loops_leaves_no_pending_task_logged(server, caplog):
     """litellm drops its logging worker's task on the old loop when it is
-    called from a new one; the test suite marks that task abandoned
-    (tests/conftest.py), so collecting it logs nothing after the suite."""
+    called from a new one; the test suite filters asyncio's message about that
+    one task (tests/conftest.py), so collecting it logs nothing after the suite."""
     import gc
     import logging
 

@@ -95,7 +95,7 @@ def shared_server():
 @pytest.fixture(scope="module")
 def shared_pool(shared_server):
     """One pool for the tests that leave its workers alive (each start imports litellm: seconds)."""
-    with JudgeProcessPool(pool_settings(shared_server, max_concurrency=4, judge_processes=2)) as pool:
+    with JudgeProcessPool(pool_settings(shared_server, max_concurrency=4, judge_processes=2), 2) as pool:
         yield pool
 
 
@@ -165,31 +165,32 @@ def _parent_pid(pid: int) -> int:
         return int(stat.read().rsplit(")", 1)[1].split()[1])
 
 
-def test_litellm_is_imported_once_the_first_worker_forks_the_others(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=3, judge_processes=3)) as pool:
+def test_workers_are_forked_by_one_server_that_imported_litellm_once(server):
+    with JudgeProcessPool(pool_settings(server, max_concurrency=3, judge_processes=3), 3) as pool:
         pool.start()
         assert pool.wait_ready()
-        first, *forked = pool.worker_pids()
-        assert _parent_pid(first) == os.getpid()
-        assert all(_parent_pid(pid) == first for pid in forked), "not forked by the first worker"
+        pids = pool.worker_pids()
+        (server_pid,) = {_parent_pid(pid) for pid in pids}  # one fork server for every worker
+        assert server_pid != os.getpid() and _parent_pid(server_pid) == os.getpid()  # the run's own child
+        with open(f"/proc/{server_pid}/cmdline", "rb") as cmdline:
+            assert b"judgeflow.judge.litellm_judge" in cmdline.read()  # its preload: litellm, once
         assert pool.worker_starts() == [1, 1, 1]
 
-        # the worker that forked the others dies: they keep answering, and it alone is replaced
-        os.kill(first, signal.SIGKILL)
-        assert _wait_gone(first)
-        # until the pool has seen the exit, a call sent to that slot fails as transient (see the test above)
+        # one worker dies: the others keep answering, and it alone is replaced
+        os.kill(pids[0], signal.SIGKILL)
+        assert _wait_gone(pids[0])
         deadline = time.monotonic() + 15
         while pool.worker_pids()[0] is not None and time.monotonic() < deadline:
             time.sleep(0.02)
         for _ in range(6):
             assert pool.complete(opinions_request()).content
-        assert all(_alive(pid) for pid in forked)
+        assert all(_alive(pid) for pid in pids[1:])
         assert pool.worker_starts() == [2, 1, 1]
         assert pool.calls_per_worker()[1] > 0 and pool.calls_per_worker()[2] > 0
 
 
 def test_closing_the_pool_stops_its_workers(server):
-    pool = JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)).start()
+    pool = JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2), 2).start()
     assert pool.wait_ready()  # a forked worker tells its pid once forked
     pids = pool.worker_pids()
     assert len(set(pids)) == 2 and all(pids)
@@ -201,7 +202,7 @@ def test_closing_the_pool_stops_its_workers(server):
 
 
 def test_a_killed_worker_fails_its_calls_as_transient_and_is_replaced(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
+    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2), 2) as pool:
         pool.complete(opinions_request())
         pool.complete(opinions_request())  # both workers started
         server.latency_mean_s = 2.0  # the next calls are still in flight when a worker dies
@@ -238,7 +239,7 @@ def test_workers_exit_when_the_run_process_is_killed(server, tmp_path):
         from judgeflow.settings import Settings
         from tests.judge.test_litellm_judge import opinions_request
         pool = JudgeProcessPool(Settings(judge_model={MODEL!r}, judge_api_base={server.url!r},
-                                         judge_api_key="k", max_concurrency=2, judge_processes=2))
+                                         judge_api_key="k", max_concurrency=2, judge_processes=2), 2)
         pool.complete(opinions_request())
         pool.complete(opinions_request())
         print(*pool.worker_pids(), flush=True)
@@ -272,12 +273,14 @@ def test_settings_select_the_pool_and_the_cache_shares_it(server):
         judge.complete(opinions_request())  # clearing the cache closed it
 
 
-def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(server, monkeypatch):
-    import judgeflow.judge.process_pool as process_pool
+def exit_before_answering(requests, replies, settings) -> None:
+    """A worker whose environment is broken: it exits before answering anything."""
+    sys.exit(3)
 
-    # a worker whose environment is broken: it exits before answering anything
-    monkeypatch.setattr(process_pool, "WORKER_COMMAND", (sys.executable, "-c", "import sys; sys.exit(3)"))
-    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2)) as pool:
+
+def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(server):
+    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2), 2,
+                          target=exit_before_answering) as pool:
         assert pool.processes == 1  # one call in flight allowed: one worker
         errors = []
         for _ in range(10):
@@ -317,7 +320,7 @@ def test_a_cgroup_cpu_quota_caps_the_default(tmp_path, content, cores):
 
 
 def test_workers_ignore_ctrl_c_the_run_ends_them(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
+    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2), 2) as pool:
         pool.start()
         assert pool.wait_ready()
         pids = pool.worker_pids()

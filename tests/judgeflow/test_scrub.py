@@ -99,7 +99,7 @@ def test_the_start_judge_task_returns_no_credentials():
     # the default on more than one core: a pool of judge processes (not started here)
     from judgeflow.judge.process_pool import JudgeProcessPool
 
-    pool = JudgeProcessPool(settings.model_copy(update={"judge_processes": 2}))
+    pool = JudgeProcessPool(settings.model_copy(update={"judge_processes": 2}), 2)
     try:
         shown = repr(pool)
         assert shown.startswith("JudgeProcessPool(model='openai/x'")
