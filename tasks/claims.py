@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import NullPool
 
 from judgeflow.alerts.segments import segment_values
-from judgeflow.db.engine import database_url, engine_for
+from judgeflow.db.engine import CONNECT_ARGS, database_url, engine_for
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE, count_pending, held, pending_where
 from judgeflow.settings import normalise_database_url
 from judgeflow.db.source import SourceTable
@@ -302,7 +302,7 @@ class LeaseKeeper:
             normalise_database_url(database_url(self._settings)),
             poolclass=NullPool,
             connect_args={
-                "connect_timeout": 10,
+                **CONNECT_ARGS,
                 "application_name": f"judgeflow run lock {self.owner_key}",
                 # notice a dead connection (and so a lost lock) within about a minute
                 "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,

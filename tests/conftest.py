@@ -77,6 +77,30 @@ def database_url(pg_server):
     drop_database(pg_server, name)
 
 
+def _pgbouncer(pg_server, pool_mode: str):
+    from tests.support.pgbouncer import PgBouncer
+
+    try:
+        bouncer = PgBouncer(pg_server, pool_mode=pool_mode).start()
+    except RuntimeError as error:  # pgbouncer missing or broken: a failure that says so, never a skip
+        pytest.fail(str(error), pytrace=False)
+    yield bouncer
+    bouncer.stop()
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_transaction(pg_server):
+    """PgBouncer in front of the test PostgreSQL, pool_mode = transaction, server
+    connections closed after 3 s (server_lifetime) or 2 s idle (tests/support/pgbouncer.py)."""
+    yield from _pgbouncer(pg_server, "transaction")
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_session(pg_server):
+    """The same in pool_mode = session."""
+    yield from _pgbouncer(pg_server, "session")
+
+
 @pytest.fixture
 def db(database_url):
     engine = sa.create_engine(database_url)

@@ -15,6 +15,16 @@ from sqlalchemy.engine import make_url
 from judgeflow.errors import ConfigError
 from judgeflow.settings import Settings, normalise_database_url
 
+# psycopg prepares a statement server-side once it has run a few times on a
+# connection (prepare_threshold, 5 by default). Behind a transaction pooler
+# (PgBouncer's pool_mode = transaction, managed poolers like it) the next
+# transaction may run on another server connection, which has another
+# client's statement of that name or lacks this one: the statement fails
+# (DuplicatePreparedStatement, InvalidSqlStatementName). judgeflow never
+# prepares: on a direct connection that costs about nothing measurable
+# (docs/benchmark.md, "Prepared statements").
+CONNECT_ARGS = {"connect_timeout": 10, "prepare_threshold": None}
+
 _engines: dict[str, Engine] = {}
 _lock = threading.Lock()
 
@@ -63,7 +73,7 @@ def get_engine(url: str, *, pool_size: int = 10) -> Engine:
                 pool_size=pool_size,
                 max_overflow=pool_size,
                 pool_timeout=30,
-                connect_args={"connect_timeout": 10, "application_name": "judgeflow"},
+                connect_args={**CONNECT_ARGS, "application_name": "judgeflow"},
             )
             _engines[url] = engine
         return engine
