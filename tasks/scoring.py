@@ -57,7 +57,7 @@ from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.settings import Settings
-from judgeflow.tasks.claims import still_owned
+from judgeflow.tasks.claims import claims_at_risk, still_owned
 from judgeflow.tasks.judge_loop import judge_loop
 from judgeflow.tasks import reuse
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
@@ -421,17 +421,31 @@ async def score_pair(
     run: str | None = None,
     slots: int | None = None,
     priority: tuple[int, ...] | int = 0,
+    claimed_at: float | None = None,
 ) -> tuple[dict | None, ScoreOutcome]:
     """:func:`judge_pair`, once per content ``digest`` in run ``run``: an
     identical pair already being judged is waited for and copied (tasks/reuse.py).
     With ``slots``, the judging takes one of that many slots of the judge loop
-    (lower ``priority`` first); waiting for a twin takes none."""
+    (lower ``priority`` first); waiting for a twin takes none. A pair whose
+    run lost its claims since ``claimed_at`` (its lock lapsed, then came back:
+    tasks/claims.py) is judged only if its claim is still the run's."""
+
+    async def judge_if_still_owned(*args, **kwargs) -> tuple[dict | None, ScoreOutcome]:
+        if run is not None and claims_at_risk(run, claimed_at):
+            if (work.trace_id, work.metric) not in await asyncio.to_thread(still_owned, settings, run, [work]):
+                log.warning("%s for trace %s: the run's claim lapsed and moved to another run; not judged here",
+                            work.metric, work.trace_id)
+                return None, ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over",
+                                          attempts=0)
+        return await judge_pair(*args, **kwargs)
 
     async def judge() -> tuple[dict | None, ScoreOutcome]:
         kwargs = dict(flow_run_id=flow_run_id, retry_delays=retry_delays, deadline=deadline, digest=digest)
         if slots is None:
-            return await judge_pair(work, settings, metrics, **kwargs)
-        return await judge_loop().bounded(slots, judge_pair, work, settings, metrics, priority=priority, **kwargs)
+            return await judge_if_still_owned(work, settings, metrics, **kwargs)
+        return await judge_loop().bounded(
+            slots, judge_if_still_owned, work, settings, metrics, priority=priority, **kwargs
+        )
 
     if digest is None or run is None:
         return await judge()
@@ -661,7 +675,8 @@ def score_batch(
     # checked: that would delay the run's first judge call (25-60 ms measured on
     # two cores), a claim lost within a second is as good as never, and the
     # write checks ownership again in any case.
-    fresh = claimed_at is not None and 0 <= time.time() - claimed_at < FRESH_CLAIM_S
+    fresh = (claimed_at is not None and 0 <= time.time() - claimed_at < FRESH_CLAIM_S
+             and not claims_at_risk(owner, claimed_at))
     owned = {(w.trace_id, w.metric) for w in items} if fresh else still_owned(settings, owner, items)
 
     lost = [w for w in items if (w.trace_id, w.metric) not in owned]
@@ -698,7 +713,7 @@ def score_batch(
             continue
         pending.add(loop.submit(score_pair, work, settings, metrics, flow_run_id=flow_run_id,
                                 retry_delays=delays, deadline=deadline, digest=digest, run=owner,
-                                slots=admitted, priority=(longest_first(work), order)))
+                                slots=admitted, priority=(longest_first(work), order), claimed_at=claimed_at))
 
     outcomes: list[ScoreOutcome] = [
         ScoreOutcome(trace_id=w.trace_id, metric=w.metric, status="taken_over", attempts=0) for w in lost

@@ -48,9 +48,14 @@ an alert kind with several alerts per rule (per segment, say) gives each its
 own ``rule`` value, or their notifications share one queue per channel.
 
 Two evaluators at once: each (rule, channel) queue is sent under a PostgreSQL
-session advisory lock taken with ``pg_try_advisory_lock``; the second evaluator
-skips a queue the first is sending. The lock is the session's, so a killed
-process frees it the moment its connection drops (no lease to wait out).
+transaction advisory lock taken with ``pg_try_advisory_xact_lock`` on a second
+connection whose transaction stays open while the queue is sent (it reads
+nothing and writes nothing, so it holds back no vacuum); the second evaluator
+skips a queue the first is sending. A killed process frees it the moment its
+connection drops (no lease to wait out). A transaction lock, not a session
+one: behind a transaction pooler (PgBouncer's ``pool_mode = transaction``) a
+session lock is taken on one server connection and released on another,
+which another client then holds.
 """
 
 from __future__ import annotations
@@ -205,7 +210,7 @@ def deliver_pending(
     due longest first, so a receiver that eats the time budget does not starve
     the same queues at every evaluation."""
     sent: list[Sent] = []
-    with engine.connect() as conn:
+    with engine.connect() as conn, engine.connect() as lock_conn:
         # every statement commits on its own: an outcome is recorded the moment it
         # is known, and no transaction stays open while a channel is slow
         conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -219,20 +224,18 @@ def deliver_pending(
         events = [q for q in queues if q.channel == "prefect_event"]
         others = [q for q in queues if q.channel != "prefect_event"]
 
-        held: list[str] = []
         emitted: list[_Emitted] = []
+        held = lock_conn.begin()  # the event queues' locks last until it ends
         try:
             for queue in events:
-                if not _lock(conn, queue):
+                if not _lock(lock_conn, queue):
                     continue  # another evaluator is sending this queue right now
-                held.append(_lock_key(queue.rule, queue.segment_key, queue.channel))
                 done, out = _send_queue(conn, notifier, settings, queue, force=force, deadline=deadline)
                 sent += done
                 emitted += out
             sent += _confirm(conn, notifier, settings, emitted, deadline)
         finally:
-            for key in held:
-                conn.execute(select(func.pg_advisory_unlock(func.hashtextextended(key, 0))))
+            held.close()
 
         for number, queue in enumerate(others):
             if deadline is not None and time.monotonic() >= deadline:
@@ -241,14 +244,11 @@ def deliver_pending(
                     len(others) - number, BUDGET_SPENT,
                 )
                 break
-            if not _lock(conn, queue):
-                continue
-            try:
+            with lock_conn.begin():  # the queue's lock lasts until this transaction ends
+                if not _lock(lock_conn, queue):
+                    continue
                 done, _ = _send_queue(conn, notifier, settings, queue, force=force, deadline=deadline)
                 sent += done
-            finally:
-                key = _lock_key(queue.rule, queue.segment_key, queue.channel)
-                conn.execute(select(func.pg_advisory_unlock(func.hashtextextended(key, 0))))
     return sent
 
 
@@ -266,9 +266,10 @@ class _Emitted:
     attempts: int
 
 
-def _lock(conn: Connection, queue: Any) -> bool:
+def _lock(lock_conn: Connection, queue: Any) -> bool:
+    """The queue's lock, held until ``lock_conn``'s transaction ends, if no other evaluator holds it."""
     key = _lock_key(queue.rule, queue.segment_key, queue.channel)
-    return bool(conn.execute(select(func.pg_try_advisory_lock(func.hashtextextended(key, 0)))).scalar_one())
+    return bool(lock_conn.execute(select(func.pg_try_advisory_xact_lock(func.hashtextextended(key, 0)))).scalar_one())
 
 
 def _send_queue(

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db import migrate
-from judgeflow.db.engine import engine_for
+from judgeflow.db.engine import database_url, engine_for
+from judgeflow.db.pooling import detect_pooling_at
 from judgeflow.db.trace_source import source_engine, trace_source
 from judgeflow.db.unusable import describe
 from judgeflow.errors import ConfigError, DatabaseError
@@ -43,6 +44,16 @@ def _check_rows(report: CheckReport, conn, source, *, full: bool) -> None:
         report.add("warn", line)
 
 
+def _check_pooling(report: CheckReport, settings: Settings) -> None:
+    """What is between judgeflow and PostgreSQL, and what runs do about it."""
+    try:
+        pooling = detect_pooling_at(database_url(settings))
+    except DBAPIError as exc:
+        report.add("note", f"could not tell whether a connection pooler is in the way: {exc.orig}")
+        return
+    report.add("ok", f"connection: {pooling.mode} ({pooling.evidence}); {pooling.consequence}")
+
+
 def check_database(settings: Settings, *, full: bool = False) -> CheckReport:
     report = CheckReport()
     source = trace_source(settings)
@@ -63,4 +74,5 @@ def check_database(settings: Settings, *, full: bool = False) -> CheckReport:
         report.add("ok", f"judgeflow schema at revision {head}")
     else:
         report.add("MISSING", f"judgeflow schema at {current or 'none'}, expected {head}: run `judgeflow db upgrade`")
+    _check_pooling(report, settings)
     return report

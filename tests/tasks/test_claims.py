@@ -5,6 +5,7 @@ the run's in-flight work has settled."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from datetime import datetime, timezone
 
@@ -157,15 +158,35 @@ def test_pairs_left_to_other_live_runs_are_counted_per_flow_run(settings, db):
         assert count_left_to_other_runs.fn(settings, "run-a:1", ["toxicity"]) == {}
 
 
+@contextlib.contextmanager
+def _run_lock(db, key: int):
+    """Run lock ``key`` held, as a live run's keeper holds it, for the block."""
+    with db.connect() as conn:
+        conn.execute(sa.text("SELECT pg_advisory_lock(:ns, :k)"), {"ns": RUN_LOCK_NAMESPACE, "k": key})
+        try:
+            yield
+        finally:
+            conn.execute(sa.text("SELECT pg_advisory_unlock(:ns, :k)"), {"ns": RUN_LOCK_NAMESPACE, "k": key})
+
+
 def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings, db, judge_server):
     from judgeflow.tasks.claims import still_owned
-    from judgeflow.tasks.scoring import score_and_store, score_batch
     from judgeflow.tasks.work import TraceWork
 
     _claim(settings, "run-a:1", 31, n=3)  # tr-0000..2 by a run whose lock is gone
     assert _claim(settings, "run-b:1", 32, n=2) == {"tr-0000", "tr-0001"}
     work = [TraceWork(trace_id=f"tr-{i:04d}", metric="toxicity", created_at=datetime(2026, 11, 21, tzinfo=timezone.utc),
                       output=scripted_trace(i)[0]["output"]) for i in range(3)]
+    # a claim whose owner's lock is gone is not held, even by its owner
+    assert still_owned(settings, "run-a:1", work) == set()
+    with _run_lock(db, 31), _run_lock(db, 32):  # both runs alive again
+        _still_judged_only_what_it_holds(settings, db, judge_server, work)
+
+
+def _still_judged_only_what_it_holds(settings, db, judge_server, work):
+    from judgeflow.tasks.claims import still_owned
+    from judgeflow.tasks.scoring import score_and_store, score_batch
+
     assert still_owned(settings, "run-a:1", work) == {("tr-0002", "toxicity")}
 
     outcome = score_and_store.fn(work[0], settings, "run-a:1", flow_run_id="run-a")
@@ -177,15 +198,20 @@ def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings
 
 
 def test_a_batch_claimed_a_moment_ago_skips_the_check_and_its_write_still_checks(settings, db, judge_server):
-    import time
-
-    from judgeflow.tasks.scoring import FRESH_CLAIM_S, score_batch
     from judgeflow.tasks.work import TraceWork
 
     _claim(settings, "run-a:1", 41, n=2)  # by a run whose lock is gone
     assert _claim(settings, "run-b:1", 42, n=1) == {"tr-0000"}  # taken over
     work = [TraceWork(trace_id=f"tr-{i:04d}", metric="toxicity", created_at=datetime(2026, 11, 21, tzinfo=timezone.utc),
                       output=scripted_trace(i)[0]["output"]) for i in range(2)]
+    with _run_lock(db, 41), _run_lock(db, 42):  # run a back alive (run b too)
+        _fresh_and_stale_batches(settings, db, judge_server, work)
+
+
+def _fresh_and_stale_batches(settings, db, judge_server, work):
+    import time
+
+    from judgeflow.tasks.scoring import FRESH_CLAIM_S, score_batch
 
     # claimed long enough ago: checked, the lost pair is not judged
     stale = score_batch.fn(work, settings, "run-a:1", flow_run_id="run-a", claimed_at=time.time() - FRESH_CLAIM_S)
