@@ -141,13 +141,17 @@ def test_claims_are_released_only_after_the_in_flight_work_settled(settings, db)
             raise RuntimeError("collecting a result failed")
     assert seen == [{f"tr-{i:04d}": "run-a:1" for i in range(5)}], "claims were gone before the work settled"
     assert _claims(db) == {}
-    with db.connect() as conn:
-        locks = conn.execute(
-            sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
-                    "AND classid = CAST(CAST(:ns AS int) AS oid)"),
-            {"ns": RUN_LOCK_NAMESPACE},
-        ).scalar_one()
-    assert locks == 0
+
+    def run_locks() -> int:
+        with db.connect() as conn:
+            return conn.execute(
+                sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+                        "AND classid = CAST(CAST(:ns AS int) AS oid)"),
+                {"ns": RUN_LOCK_NAMESPACE},
+            ).scalar_one()
+
+    # the server ends the closed session (and drops its lock) a moment after the client closed it
+    _eventually(lambda: run_locks() == 0, "the run lock to go with its session", timeout=10)
 
 
 def test_pairs_left_to_other_live_runs_are_counted_per_flow_run(settings, db):
@@ -225,3 +229,103 @@ def _fresh_and_stale_batches(settings, db, judge_server, work):
     assert judge_server.calls("Opinions") == 2
     assert ("tr-0000", "toxicity") not in results(db)
     assert _claims(db)["tr-0000"] == "run-b:1"
+
+
+# --- behind PgBouncer (tests/support/pgbouncer.py: server connections closed after 3 s, or 2 s idle) ---
+
+
+def _through(request, database_url: str, mode: str) -> str:
+    """The test database's URL directly, or through the suite's PgBouncer in ``mode``."""
+    if mode == "direct":
+        return database_url
+    bouncer = request.getfixturevalue(f"pgbouncer_{mode}")
+    return bouncer.url(sa.engine.make_url(database_url).database)
+
+
+def _keeper_backends(db, keeper) -> list[int]:
+    """Backends holding ``keeper``'s run lock now."""
+    with db.connect() as conn:
+        return conn.execute(
+            sa.text("SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
+                    "AND classid = CAST(CAST(:ns AS int) AS oid) AND objid = CAST(CAST(:k AS int) AS oid)"),
+            {"ns": RUN_LOCK_NAMESPACE, "k": keeper.owner_key},
+        ).scalars().all()
+
+
+def _eventually(predicate, what: str, timeout: float = 20.0):
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not (found := predicate()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return found
+
+
+@pytest.mark.parametrize("mode", ["direct", "session"])
+def test_a_run_whose_lock_connection_is_killed_takes_it_back_in_seconds_and_skips_pairs_it_lost(
+    mode, request, settings, db, database_url, judge_server, monkeypatch
+):
+    import time
+
+    from judgeflow.db.pooling import DIRECT, SESSION
+    from judgeflow.tasks.claims import VERIFY_INTERVAL_S, claims_at_risk, still_owned
+    from judgeflow.tasks.scoring import score_batch
+
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", _through(request, database_url, mode))
+    settings = load_settings()
+    owner = f"run-{mode}:1"  # the run's in-process state (identical content in flight) is its own
+    with LeaseKeeper(settings, owner) as keeper:
+        assert keeper.pooling.mode == {"direct": DIRECT, "session": SESSION}[mode]
+        batch = claim_traces.fn(settings, owner, ["toxicity"], 10, owner_key=keeper.owner_key)
+        claimed_at = time.time()
+        assert len(batch.items) == 5
+        [backend] = _keeper_backends(db, keeper)
+        # the lock's server connection is killed (an administrator, a pooler, a failover): the
+        # keeper is held still meanwhile, so another run surely finds the claims free first
+        with _run_lock(db, 77):  # run b, alive throughout
+            with keeper._conn_lock:
+                with db.connect() as conn:
+                    conn.execute(sa.text("SELECT pg_terminate_backend(:p)"), {"p": backend})
+                _eventually(lambda: not _keeper_backends(db, keeper), "the killed backend to let go of the lock")
+                assert _claim(settings, "run-b:1", 77, n=2) == {"tr-0000", "tr-0001"}
+            lost_at = time.monotonic()
+            _eventually(lambda: _keeper_backends(db, keeper), "the keeper to take its lock back")
+            assert time.monotonic() - lost_at < VERIFY_INTERVAL_S + 3
+            # the rest are the run's again: nobody else can take them
+            assert _claim(settings, "run-c:1", 78) == set()
+            assert still_owned(settings, owner, batch.items) == {(f"tr-{i:04d}", "toxicity") for i in (2, 3, 4)}
+            # the batch claimed before the lapse checks its pairs, although it was claimed a moment ago
+            assert claims_at_risk(owner, claimed_at)
+            outcomes = score_batch.fn(batch.items, settings, owner, flow_run_id=owner, claimed_at=claimed_at)
+        assert {o.trace_id: o.status for o in outcomes} == {
+            "tr-0000": "taken_over", "tr-0001": "taken_over", "tr-0002": "scored", "tr-0003": "scored",
+            "tr-0004": "scored",
+        }
+        assert judge_server.calls("Opinions") == 3  # the two pairs run b took never reached the judge
+    assert not claims_at_risk(owner, claimed_at)  # forgotten with the run
+
+
+def test_behind_a_transaction_pool_a_run_holds_its_claims_by_lease_across_server_connection_closes(
+    request, settings, db, database_url, monkeypatch, pgbouncer_transaction
+):
+    import time
+
+    from judgeflow.db.pooling import TRANSACTION
+
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", _through(request, database_url, "transaction"))
+    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "1.5")
+    settings = load_settings()
+    with LeaseKeeper(settings, "run-a:1") as keeper:
+        assert keeper.pooling.mode == TRANSACTION
+        assert keeper.owner_key is None  # no session lock: it would live on another client's server connection
+        assert len(_claim(settings, "run-a:1", keeper.owner_key)) == 5
+        # past PgBouncer's server_lifetime and idle timeout, and twice the lease: renewed, still held
+        deadline = time.monotonic() + pgbouncer_transaction.server_lifetime_s + 1.5
+        while time.monotonic() < deadline:
+            assert _claim(settings, "run-b:1", 9) == set()
+            time.sleep(0.3)
+        with db.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims WHERE owner_key IS NULL "
+                                        "AND lease_expires_at > now()")).scalar_one() == 5
+    assert _claims(db) == {}  # released on the way out

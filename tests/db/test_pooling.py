@@ -1,0 +1,35 @@
+"""What sits between judgeflow and PostgreSQL, told apart against the real
+thing: the test server directly, and the suite's PgBouncer in session and in
+transaction mode; `judgeflow db check` says which, and what runs do there."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from judgeflow.db.pooling import CONSEQUENCE, DIRECT, SESSION, TRANSACTION, detect_pooling_at
+
+
+def _url(request, database_url: str, mode: str) -> str:
+    if mode == "direct":
+        return database_url
+    return request.getfixturevalue(f"pgbouncer_{mode}").url(make_url(database_url).database)
+
+
+@pytest.mark.parametrize("mode, expected", [("direct", DIRECT), ("session", SESSION), ("transaction", TRANSACTION)])
+def test_the_connection_is_told_apart_and_db_check_says_what_runs_do_there(
+    mode, expected, request, database_url, monkeypatch, tmp_path
+):
+    from judgeflow.db.check import check_database
+    from judgeflow.settings import load_settings
+
+    url = _url(request, database_url, mode)
+    for _ in range(3):  # the same answer every time, whatever the pool's state
+        assert detect_pooling_at(url).mode == expected
+
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", url)
+    monkeypatch.setenv("JUDGEFLOW_HOME", str(tmp_path))
+    lines = check_database(load_settings()).lines()
+    [line] = [line for line in lines if "connection:" in line]
+    assert line.startswith(f"[ok] connection: {expected} (")
+    assert line.endswith(CONSEQUENCE[expected])
