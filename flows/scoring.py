@@ -41,6 +41,7 @@ from judgeflow.tasks.reporting import (
     publish_run_summary,
 )
 from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
+from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.tasks.work import METRIC_NAMES, TraceWork
 
@@ -313,6 +314,9 @@ def score_traces(
             summary.budget_exhausted = True
             # counted after the run released its claims: what the next run will find
             summary.left_pending = count_pending_work(settings, metrics, limit=None, **filters)
+    if settings.source == "phoenix" and settings.phoenix_write_back:
+        # after the results are stored; the results table stays the source of truth
+        summary.notes.append(write_scores_to_phoenix(settings, summary.flow_run_id).note)
     publish_run_summary(summary)
     if summary.budget_exhausted:
         announce_budget_exhausted(summary)

@@ -107,6 +107,12 @@ class Settings(BaseSettings):
         "minus this: a trace written this much later than traces older than it is still scored; one later than "
         "that only by `judgeflow backfill`",
     )
+    phoenix_write_back: bool = Field(
+        False, description="JUDGEFLOW_SOURCE=phoenix: also write each score to Phoenix as a span annotation "
+        "(POST /v1/span_annotations at JUDGEFLOW_PHOENIX_URL); the results table stays the source of truth",
+    )
+    phoenix_url: str = Field("http://127.0.0.1:6006", description="Phoenix's base URL, for the write-back")
+    phoenix_api_key: SecretStr | None = Field(None, description="Phoenix API key (a bearer token), if auth is on")
     home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
     lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
 

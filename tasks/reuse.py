@@ -71,7 +71,7 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "toxicity_threshold", "hallucination_threshold",
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
     # which source and where: what a preset maps a row to (input, output, context) is hashed as content
-    "source", "source_schema",
+    "source", "source_schema", "phoenix_write_back", "phoenix_url", "phoenix_api_key",
     "task_retries", "task_retry_delay_s", "max_runs_per_pair", "max_run_duration", "schedule_timezone",
     "toxicity_rate_max", "hallucination_rate_max", "failure_rate_max",
 })
