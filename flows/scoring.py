@@ -33,6 +33,7 @@ from judgeflow.settings import Settings, run_settings
 from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs, count_pending_work
 from judgeflow.tasks import reuse
 from judgeflow.tasks.database import ensure_schema
+from judgeflow.tasks.epochs import record_judge_epochs
 from judgeflow.tasks.reporting import (
     Progress,
     RunSummary,
@@ -153,6 +154,8 @@ def score_traces(
     unusable_counted = count_unusable_rows.submit(settings)
     pending = count_pending_work(settings, metrics, limit=limit, **filters)
     logger.info("%d (trace, metric) pairs pending in %s", pending, settings.traces_table)
+    # a new judge model or metric version starts a judge epoch: before the first result is written
+    epochs_started = record_judge_epochs(settings, metrics, flow_run_id=run_id) if pending else []
     # the judge (litellm's import, judge worker processes: seconds) only when
     # there is work for it, built while the first batch is claimed
     judge_started = start_judge.submit(settings) if pending else None
@@ -212,6 +215,7 @@ def score_traces(
                          "see the run log and `judgeflow db check`")
         return summary.model_copy(update={
             "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*notes, *extra_notes],
+            "judge_epochs": epochs_started,
         })
 
     def drain() -> None:

@@ -67,6 +67,8 @@ class RunSummary(BaseModel):
     # None when they could not be counted
     unusable_rows: dict[str, int] | None = None
     notes: list[str] = Field(default_factory=list)  # what people should know, e.g. how to list those rows
+    # judge epochs this run started (a new judge model or metric version), one line each
+    judge_epochs: list[str] = Field(default_factory=list)
 
     @classmethod
     def from_outcomes(
@@ -122,6 +124,8 @@ class RunSummary(BaseModel):
         lines = ["# judgeflow run", ""]
         if self.budget_exhausted:
             lines += [f"**Budget exhausted.** {self.budget_line()}; the next run scores them.", ""]
+        for started in self.judge_epochs:
+            lines += [f"**Judge changed.** {started}", ""]
         lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {r['figure']} | {r['value']} |" for r in self.table()]
         if self.left_to_other_runs:

@@ -34,7 +34,9 @@ def _table(headers: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def _outcome(outcome: str | None) -> str:
+def _outcome(outcome: str | None, epoch_started_at: datetime | None = None) -> str:
+    if outcome == "insufficient_data":
+        return f"insufficient data: judge changed at {_when(epoch_started_at)}"
     return {"not_enough_data": "not enough data", None: "-"}.get(outcome, outcome or "-")
 
 
@@ -52,6 +54,13 @@ def _delivery(status: str | None, error: str | None) -> str:
     return f"{status}: {error[:80]}" if error else status
 
 
+def alert_tables_exist_now(engine) -> bool:
+    from judgeflow.alerts.state import alert_tables_exist
+
+    with engine.connect() as conn:
+        return alert_tables_exist(conn)
+
+
 @alerts_app.callback()
 @clear_errors
 def list_alerts(
@@ -66,12 +75,18 @@ def list_alerts(
     from judgeflow.alerts.outbox import outbox_exists, undelivered
     from judgeflow.alerts.rules import all_rules
     from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
+    from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
+    from judgeflow.epochs import epoch_history
     from judgeflow.settings import load_settings
 
     settings = load_settings()
     rules = all_rules(settings)
-    with engine_for(settings).connect() as conn:
+    engine = engine_for(settings)
+    if alert_tables_exist_now(engine):
+        migrate.upgrade(engine)  # the rows carry columns of later revisions (epoch_started_at)
+    with engine.connect() as conn:
+        epochs = epoch_history(conn)
         rows, segments, history, waiting, dead = {}, [], [], [], []
         if alert_tables_exist(conn):
             everything = current_alerts(conn)
@@ -99,7 +114,7 @@ def list_alerts(
             table.append([name, state, "never evaluated" if enabled else "-", "-", _pct(maximum), "-", "-", "-", "-", "-"])
             continue
         table.append([
-            name, state, _outcome(row.last_outcome), _pct(row.value), _pct(maximum if enabled else row.threshold),
+            name, state, _outcome(row.last_outcome, row.epoch_started_at), _pct(row.value), _pct(maximum if enabled else row.threshold),
             f"{row.sample_size}/{row.min_samples or '-'}", str(row.failed_count),
             _when(row.opened_at) if row.state == "firing" else _when(row.resolved_at) if row.resolved_at else "-",
             _when(row.last_notified_at), _delivery(row.delivery_status, row.delivery_error),
@@ -115,7 +130,7 @@ def list_alerts(
             ["rule", "segment", "state", "last evaluation", "value", "baseline", "p (rise)", "samples/baseline",
              "since", "last notified", "delivery"],
             [
-                [r.rule, r.segment_key, r.state.upper(), _outcome(r.last_outcome), _pct(r.value),
+                [r.rule, r.segment_key, r.state.upper(), _outcome(r.last_outcome, r.epoch_started_at), _pct(r.value),
                  _pct(r.baseline_value), _p(r.p_value), f"{r.sample_size}/{r.baseline_sample_size or 0}",
                  _when(r.opened_at) if r.state == "firing" else _when(r.resolved_at) if r.resolved_at else "-",
                  _when(r.last_notified_at), _delivery(r.delivery_status, r.delivery_error)]
@@ -147,6 +162,14 @@ def list_alerts(
                  str(w.delivery_id)]
                 for w in dead
             ],
+        ))
+        typer.echo("")
+    if epochs:
+        typer.echo("Judge epochs (rules count only the results of each metric's latest; newest first)")
+        typer.echo(_table(
+            ["started", "metric", "metric version", "judge model", "flow run"],
+            [[_when(e.started_at), e.metric, e.metric_version, e.judge_model, e.flow_run_id or "-"]
+             for e in reversed(epochs[-limit:])],
         ))
         typer.echo("")
     if not history:
@@ -187,7 +210,8 @@ def check(
         ["rule", "state", "evaluation", "value", "max", "samples/min", "failed", "baseline", "p (rise)", "notification"],
         [
             [r.rule, "disabled", "-", "-", "-", "-", "-", "-", "-", "-"] if not r.enabled else [
-                _rule(r.rule, "" if not r.segment else r.segment_label), (r.state or "").upper(), _outcome(r.outcome),
+                _rule(r.rule, "" if not r.segment else r.segment_label), (r.state or "").upper(),
+                _outcome(r.outcome, r.epoch_started_at),
                 _pct(r.value), ("+" if r.is_regression else "") + _pct(r.threshold),
                 f"{r.sample_size}/{r.min_samples}", str(r.failed_count), _pct(r.baseline_value), _p(r.p_value),
                 f"{r.transition} ({_delivery(r.delivery_status, r.delivery_error)})" if r.transition else "-",

@@ -10,8 +10,15 @@ Segments come from ``eval_results.segment``: the values of the
 scored (so counting a segment never touches the customer's trace table). One
 statement per (rule, key) counts every value's window and baseline in a
 single range scan of the ``(metric, trace_created_at) INCLUDE (status, passed,
-segment)`` index, ranks the values by volume and folds all but the top
-``JUDGEFLOW_ALERT_SEGMENT_TOP`` into ``other``.
+segment, metric_version, scored_at)`` index, ranks the values by volume and
+folds all but the top ``JUDGEFLOW_ALERT_SEGMENT_TOP`` into ``other``.
+
+Only results of the judge epoch in force count (:mod:`judgeflow.epochs`): a
+new judge model or metric version never mixes with the old one in a window or
+a baseline. Results of earlier epochs in the periods are counted apart
+(``other_epoch``): a rule short of samples because of them reports
+``insufficient_data`` ("judge changed at ...") rather than plain
+``not_enough_data``.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.rules import Rule
 from judgeflow.alerts.stats import fisher_greater
+from judgeflow.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
 from judgeflow.tasks.work import METRIC_NAMES
 
 WORST_LIMIT = 5
@@ -104,6 +112,11 @@ class Figures:
     # baseline's"; None when either period is empty
     p_value: float | None = None
     worst_loaded: bool = field(default=False, compare=False)
+    # when the judge epoch counted here started (None: no epoch recorded), and
+    # the results of earlier epochs left out of the window and of the baseline
+    epoch_started_at: datetime | None = None
+    other_epoch: int = 0
+    other_epoch_baseline: int = 0
 
     @property
     def increase(self) -> float | None:
@@ -134,41 +147,51 @@ def _conditions(rule: Rule) -> tuple[str, str]:
     raise ValueError(f"unknown rule kind {rule.kind!r}")  # pragma: no cover - RuleKind is closed
 
 
-def _metrics(rule: Rule) -> list[str]:
+def rule_metrics(rule: Rule) -> list[str]:
     # Always a condition on metric: eval_results' index is (metric, trace_created_at),
     # and a window over every metric would otherwise read the whole table.
     return [rule.metric] if rule.metric is not None else list(METRIC_NAMES)
 
 
-def _counts_sql(rule: Rule, value_expr: str, extra_where: str) -> str:
+def _counts_sql(rule: Rule, value_expr: str, extra_where: str, in_epoch: str = "TRUE") -> str:
     counted, bad = _conditions(rule)
+    counted, bad = f"{counted} AND {in_epoch}", f"{bad} AND {in_epoch}"
     return f"""
         SELECT {value_expr} AS value,
             count(*) FILTER (WHERE {counted} AND trace_created_at >= :start) AS samples,
             count(*) FILTER (WHERE {bad} AND trace_created_at >= :start) AS bad,
-            count(*) FILTER (WHERE status = 'failed' AND trace_created_at >= :start) AS failed,
+            count(*) FILTER (WHERE status = 'failed' AND {in_epoch} AND trace_created_at >= :start) AS failed,
             count(*) FILTER (WHERE {counted} AND trace_created_at < :start) AS base_samples,
-            count(*) FILTER (WHERE {bad} AND trace_created_at < :start) AS base_bad
+            count(*) FILTER (WHERE {bad} AND trace_created_at < :start) AS base_bad,
+            count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at >= :start) AS other_epoch,
+            count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at < :start) AS other_base
         FROM judgeflow.eval_results
         WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :base_start{extra_where}
     """
 
 
-def window_statement(rule: Rule, key: str | None) -> str:
-    """The counting statement for a rule overall (``key`` None) or per value of ``key``."""
+def window_statement(rule: Rule, key: str | None, in_epoch: str = "TRUE") -> str:
+    """The counting statement for a rule overall (``key`` None) or per value of
+    ``key``, counting results for which ``in_epoch`` holds (see :func:`judgeflow.epochs.in_epoch_sql`)."""
     if key is None:
-        return _counts_sql(rule, "NULL::text", "")
-    per_value = _counts_sql(rule, "segment ->> :key", " AND (segment ->> :key) IS NOT NULL") + " GROUP BY 1"
+        return _counts_sql(rule, "NULL::text", "", in_epoch)
+    per_value = (
+        _counts_sql(rule, "segment ->> :key", " AND (segment ->> :key) IS NOT NULL", in_epoch) + " GROUP BY 1"
+    )
+    # ranked by every result, of any epoch: a change of judge does not reshuffle the segments
     return f"""
         WITH per_value AS ({per_value}),
         ranked AS (
-            SELECT *, row_number() OVER (ORDER BY samples + base_samples DESC, value) AS rank FROM per_value
+            SELECT *, row_number() OVER (
+                ORDER BY samples + base_samples + other_epoch + other_base DESC, value) AS rank
+            FROM per_value
         )
         SELECT CASE WHEN rank <= :top OR value = ANY(CAST(:keep AS text[])) THEN value ELSE :other END AS value,
                bool_and(rank > :top AND NOT value = ANY(CAST(:keep AS text[]))) AS grouped,
                sum(samples)::bigint AS samples, sum(bad)::bigint AS bad, sum(failed)::bigint AS failed,
-               sum(base_samples)::bigint AS base_samples, sum(base_bad)::bigint AS base_bad
-        FROM ranked GROUP BY 1 ORDER BY sum(samples + base_samples) DESC, 1
+               sum(base_samples)::bigint AS base_samples, sum(base_bad)::bigint AS base_bad,
+               sum(other_epoch)::bigint AS other_epoch, sum(other_base)::bigint AS other_base
+        FROM ranked GROUP BY 1 ORDER BY sum(samples + base_samples + other_epoch + other_base) DESC, 1
     """
 
 
@@ -177,7 +200,10 @@ def _periods(rule: Rule, now: datetime) -> tuple[datetime, datetime]:
     return start, start - timedelta(seconds=rule.baseline_s)
 
 
-def _figures(rule: Rule, row, segment: Segment, now: datetime, start: datetime, base_start: datetime) -> Figures:
+def _figures(
+    rule: Rule, row, segment: Segment, now: datetime, start: datetime, base_start: datetime,
+    epoch_started_at: datetime | None = None,
+) -> Figures:
     samples, bad = int(row.samples or 0), int(row.bad or 0)
     base_samples, base_bad = int(row.base_samples or 0), int(row.base_bad or 0)
     return Figures(
@@ -194,44 +220,56 @@ def _figures(rule: Rule, row, segment: Segment, now: datetime, start: datetime, 
         baseline_sample_size=base_samples,
         baseline_start=base_start,
         p_value=fisher_greater(bad, samples, base_bad, base_samples) if samples and base_samples else None,
+        epoch_started_at=epoch_started_at,
+        other_epoch=int(row.other_epoch or 0),
+        other_epoch_baseline=int(row.other_base or 0),
     )
 
 
 def segment_figures(
-    conn: Connection, rule: Rule, *, now: datetime, key: str | None = None, keep: tuple[str, ...] = ()
+    conn: Connection, rule: Rule, *, now: datetime, key: str | None = None, keep: tuple[str, ...] = (),
+    epochs: dict[str, Epoch] | None = None,
 ) -> list[Figures]:
     """Figures overall (``key`` None: one) or per segment of ``key``: the top
     ``rule.segment_top`` values by volume (window + baseline), every value in
     ``keep`` (e.g. segments that are firing, so they can resolve), and ``other``
-    for the rest. Worst traces are not loaded (see :func:`with_worst`)."""
+    for the rest, counting the results of the judge epochs in force
+    (``epochs``, default: read now). Worst traces are not loaded (see :func:`with_worst`)."""
+    if epochs is None:
+        epochs = current_epochs(conn)
     start, base_start = _periods(rule, now)
     if rule.kind == "dead_deliveries":  # counted in the outbox, not in eval_results; overall only
         from judgeflow.alerts.dead_letters import dead_delivery_figures
 
         return [dead_delivery_figures(conn, rule, now=now, start=start)] if key is None else []
-    params = dict(metrics=_metrics(rule), start=start, base_start=base_start)
+    in_epoch, epoch_params = in_epoch_sql(epochs, rule_metrics(rule))
+    epoch_start = latest_start(epochs, rule_metrics(rule))
+    params = dict(epoch_params, metrics=rule_metrics(rule), start=start, base_start=base_start)
     if key is None:
-        row = conn.execute(text(window_statement(rule, None)), params).one()
-        return [_figures(rule, row, OVERALL, now, start, base_start)]
+        row = conn.execute(text(window_statement(rule, None, in_epoch)), params).one()
+        return [_figures(rule, row, OVERALL, now, start, base_start, epoch_start)]
     params.update(key=key, top=rule.segment_top, keep=list(keep), other=OTHER)
-    rows = conn.execute(text(window_statement(rule, key)), params).all()
+    rows = conn.execute(text(window_statement(rule, key, in_epoch)), params).all()
     named = tuple(r.value for r in rows if not r.grouped)
     return [
         _figures(
             rule, r, Segment(key, r.value, named=named if r.grouped else (), is_other=bool(r.grouped)),
-            now, start, base_start,
+            now, start, base_start, epoch_start,
         )
         for r in rows
     ]
 
 
-def worst_traces(conn: Connection, rule: Rule, segment: Segment, window_start: datetime) -> list[WorstTrace]:
-    """The segment's worst results in the window: highest scores for a not-passed
-    rate, latest failures for the failure rate; none for dead deliveries."""
+def worst_traces(
+    conn: Connection, rule: Rule, segment: Segment, window_start: datetime, epochs: dict[str, Epoch] | None = None
+) -> list[WorstTrace]:
+    """The segment's worst results in the window (of the judge epoch in force):
+    highest scores for a not-passed rate, latest failures for the failure rate; none for dead deliveries."""
     if rule.kind == "dead_deliveries":
         return []
     _, bad = _conditions(rule)
     seg_where, seg_params = segment.where()
+    in_epoch, epoch_params = in_epoch_sql(current_epochs(conn) if epochs is None else epochs, rule_metrics(rule))
     if rule.kind == "failure_rate":
         reason, order = "concat_ws(': ', error_kind, error)", "scored_at DESC, trace_id"
     else:
@@ -242,10 +280,11 @@ def worst_traces(conn: Connection, rule: Rule, segment: Segment, window_start: d
             SELECT trace_id, metric, score, {reason} AS reason, trace_created_at
             FROM judgeflow.eval_results
             WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {bad} AND {seg_where}
+              AND {in_epoch}
             ORDER BY {order} LIMIT :n
             """
         ),
-        dict(seg_params, metrics=_metrics(rule), start=window_start, n=WORST_LIMIT),
+        dict(seg_params, **epoch_params, metrics=rule_metrics(rule), start=window_start, n=WORST_LIMIT),
     )
     return [WorstTrace(w.trace_id, w.metric, w.score, _cut(w.reason), w.trace_created_at) for w in rows]
 
@@ -265,27 +304,32 @@ def compute_figures(
     ``now`` (default: the database's ``now()``)."""
     if now is None:
         now = conn.execute(select(func.now())).scalar_one()
+    epochs = current_epochs(conn)
     if segment.overall:
-        figures = segment_figures(conn, rule, now=now)[0]
+        figures = segment_figures(conn, rule, now=now, epochs=epochs)[0]
     else:
         found = [
-            f for f in segment_figures(conn, rule, now=now, key=segment.key, keep=(segment.value,))
+            f for f in segment_figures(conn, rule, now=now, key=segment.key, keep=(segment.value,), epochs=epochs)
             if f.segment.value == segment.value
         ]
         start, base_start = _periods(rule, now)
         figures = found[0] if found else Figures(
             value=None, violations=0, sample_size=0, failed=0, worst=[], evaluated_at=now,
             window_start=start, segment=segment, baseline_start=base_start,
+            epoch_started_at=latest_start(epochs, rule_metrics(rule)),
         )
     return with_worst(conn, rule, figures)
 
 
 def all_segment_figures(
-    conn: Connection, rule: Rule, *, now: datetime, keep: dict[str, tuple[str, ...]] | None = None
+    conn: Connection, rule: Rule, *, now: datetime, keep: dict[str, tuple[str, ...]] | None = None,
+    epochs: dict[str, Epoch] | None = None,
 ) -> list[Figures]:
     """Overall first, then each ``rule.segment_by`` key's segments."""
     keep = keep or {}
-    figures = segment_figures(conn, rule, now=now)
+    if epochs is None:
+        epochs = current_epochs(conn)
+    figures = segment_figures(conn, rule, now=now, epochs=epochs)
     for key in rule.segment_by:
-        figures += segment_figures(conn, rule, now=now, key=key, keep=keep.get(key, ()))
+        figures += segment_figures(conn, rule, now=now, key=key, keep=keep.get(key, ()), epochs=epochs)
     return figures

@@ -12,7 +12,10 @@ Hysteresis keeps a rate that hovers at the line from paging on every run:
   otherwise.
 
 Too few samples (in the window, or for a regression in either period) neither
-fires nor resolves: the state stays what it was.
+fires nor resolves: the state stays what it was. Only results of the judge
+epoch in force are samples (:mod:`judgeflow.epochs`); when the periods hold
+results of an earlier judge that were left out, the outcome is
+``insufficient_data`` ("judge changed at ..."), else ``not_enough_data``.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from judgeflow.alerts.evaluation import Figures
 from judgeflow.alerts.rules import Rule
 
 State = Literal["ok", "firing"]
-Outcome = Literal["ok", "firing", "not_enough_data"]
+Outcome = Literal["ok", "firing", "not_enough_data", "insufficient_data"]
 Transition = Literal["fired", "reminder", "resolved"]
 
 
@@ -34,6 +37,11 @@ def enough_data(rule: Rule, figures: Figures) -> bool:
     if rule.is_regression:
         return figures.baseline_value is not None and figures.baseline_sample_size >= rule.min_samples
     return True
+
+
+def judge_changed(rule: Rule, figures: Figures) -> bool:
+    """Whether results of an earlier judge epoch were left out of the periods the rule compares."""
+    return figures.other_epoch > 0 or (rule.is_regression and figures.other_epoch_baseline > 0)
 
 
 def breaching(rule: Rule, figures: Figures, *, firing: bool) -> bool:
@@ -56,7 +64,7 @@ def decide(
 ) -> tuple[Outcome, State, Transition | None]:
     """(what the figures say, the new state, the notification due)."""
     if not enough_data(rule, figures):
-        return "not_enough_data", state, None
+        return ("insufficient_data" if judge_changed(rule, figures) else "not_enough_data"), state, None
     if breaching(rule, figures, firing=state == "firing"):
         if state != "firing":
             return "firing", "firing", "fired"

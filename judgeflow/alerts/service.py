@@ -28,7 +28,7 @@ class RuleEvaluation(BaseModel):
     metric: str | None
     segment: dict[str, str] = {}  # {} overall, {key: value} one segment
     enabled: bool = True
-    outcome: str | None = None  # ok | firing | not_enough_data (None: disabled)
+    outcome: str | None = None  # ok | firing | not_enough_data | insufficient_data (None: disabled)
     state: str | None = None  # ok | firing
     state_before: str | None = None
     transition: str | None = None  # fired | reminder | resolved
@@ -44,6 +44,8 @@ class RuleEvaluation(BaseModel):
     baseline_violations: int = 0
     p_value: float | None = None
     evaluated_at: datetime | None = None
+    # when the judge epoch counted started (None: no epoch recorded yet)
+    epoch_started_at: datetime | None = None
     alert_event_id: int | None = None
     delivery_id: str | None = None
     # this evaluation's notification: delivered | partial | failed | pending | skipped
@@ -81,6 +83,7 @@ class RuleEvaluation(BaseModel):
             baseline_violations=f.baseline_violations,
             p_value=f.p_value,
             evaluated_at=f.evaluated_at,
+            epoch_started_at=f.epoch_started_at,
             alert_event_id=d.alert_event_id,
             delivery_id=d.delivery_id,
             delivery_status=summary["delivery_status"] if summary else None,
@@ -102,9 +105,23 @@ class RuleEvaluation(BaseModel):
         return self.rule.endswith("_regression")
 
     @property
+    def reason(self) -> str | None:
+        """Why the rule could not decide, when the judge changed: "judge changed at <time>"."""
+        if self.outcome != "insufficient_data":
+            return None
+        from judgeflow.epochs import when
+
+        return f"judge changed at {when(self.epoch_started_at)}"
+
+    @property
     def summary(self) -> str:
         if not self.enabled:
             return "disabled"
+        if self.outcome == "insufficient_data":
+            return (
+                f"insufficient data: {self.reason} ({self.sample_size}/{self.min_samples} samples of the new judge"
+                + (f", baseline {self.baseline_sample_size}" if self.is_regression else "") + ")"
+            )
         if self.outcome == "not_enough_data":
             return (
                 f"not enough data ({self.sample_size}/{self.min_samples} samples"
@@ -264,7 +281,8 @@ def render_markdown(evaluations: list[RuleEvaluation]) -> str:
         if e.segment and e.state != "firing" and not e.transition:
             quiet[e.rule] = quiet.get(e.rule, 0) + 1
             continue
-        outcome = "not enough data" if e.outcome == "not_enough_data" else e.outcome
+        outcome = {"not_enough_data": "not enough data",
+                   "insufficient_data": f"insufficient data: {e.reason}"}.get(e.outcome, e.outcome)
         note = "-"
         if e.transition:
             note = f"{e.transition}, delivery {e.delivery_status}"

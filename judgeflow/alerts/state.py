@@ -31,11 +31,12 @@ from datetime import datetime, timedelta
 from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from judgeflow.alerts.evaluation import Figures, Segment, all_segment_figures, with_worst
+from judgeflow.alerts.evaluation import Figures, Segment, all_segment_figures, rule_metrics, with_worst
 from judgeflow.alerts.lifecycle import Outcome, State, Transition, decide
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
 from judgeflow.db.schema import SCHEMA
+from judgeflow.epochs import current_epochs, latest_start
 
 
 @dataclass(frozen=True)
@@ -102,12 +103,13 @@ def evaluate_rule_segments(
             for key, value in (r.segment or {}).items():
                 if r.state == "firing" and key in rule.segment_by:
                     keep[key] = keep.get(key, ()) + (value,)
-        figures = all_segment_figures(conn, rule, now=now, keep=keep)
+        epochs = current_epochs(conn)
+        figures = all_segment_figures(conn, rule, now=now, keep=keep, epochs=epochs)
         seen = {f.segment.label for f in figures}
         for r in rows.values():  # a firing segment with no results at all: not enough data, state kept
             if r.segment_key and r.state == "firing" and r.segment_key not in seen and set(r.segment) <= set(rule.segment_by):
                 [(key, value)] = r.segment.items()
-                figures.append(_empty(rule, Segment(key, value), now))
+                figures.append(_empty(rule, Segment(key, value), now, latest_start(epochs, rule_metrics(rule))))
         return [
             _record(conn, rule, f, rows.get(f.segment.label), now=now, flow_run_id=flow_run_id,
                     channels=channels, run_url=run_url)
@@ -115,11 +117,12 @@ def evaluate_rule_segments(
         ]
 
 
-def _empty(rule: Rule, segment: Segment, now: datetime) -> Figures:
+def _empty(rule: Rule, segment: Segment, now: datetime, epoch_started_at: datetime | None = None) -> Figures:
     start = now - timedelta(seconds=rule.window_s)
     return Figures(
         value=None, violations=0, sample_size=0, failed=0, worst=[], evaluated_at=now, window_start=start,
         segment=segment, baseline_start=start - timedelta(seconds=rule.baseline_s),
+        epoch_started_at=epoch_started_at,
     )
 
 
@@ -183,6 +186,7 @@ def _record(
         resolved_at=resolved_at,
         last_evaluated_at=now,
         updated_at=now,
+        epoch_started_at=figures.epoch_started_at,
     )
     event_id = delivery_id = None
     if transition is not None:

@@ -8,6 +8,12 @@ markdown renderer shows it as a picture (checked in headless Chromium, see
 tests/alerts/test_trend.py and the README) and it needs no file server. The
 table beside it carries the same figures with unicode sparklines, for readers
 whose client does not show images.
+
+Where a judge epoch started (:mod:`judgeflow.epochs`: a new judge model or
+metric version) is marked in both: a dashed line in the chart, a ``^`` under
+that day in the table, and the epochs listed below it. The per-day rates show
+every result (each day's judge); the change against the baseline counts only
+the epoch in force, as the regression rules do.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.evaluation import Figures, segment_figures
 from judgeflow.alerts.rules import all_rules
+from judgeflow.epochs import Epoch, epoch_history, when
 from judgeflow.settings import Settings
 from judgeflow.tasks.work import METRIC_NAMES
 
@@ -59,6 +66,8 @@ class Trend:
     window: str
     baseline: str
     series: list[Series] = field(default_factory=list)
+    # the judge epochs in force during the period, oldest first
+    epochs: list[Epoch] = field(default_factory=list)
 
     @property
     def dates(self) -> list[date]:
@@ -66,6 +75,18 @@ class Trend:
 
     def for_metric(self, metric: str) -> list[Series]:
         return [s for s in self.series if s.metric == metric]
+
+    def epochs_of(self, metric: str) -> list[Epoch]:
+        return [e for e in self.epochs if e.metric == metric]
+
+    def epoch_days(self, metric: str) -> dict[int, list[Epoch]]:
+        """Day index -> the epochs of ``metric`` that started that day (within the period)."""
+        days: dict[int, list[Epoch]] = {}
+        for e in self.epochs_of(metric):
+            day = e.started_at.astimezone(timezone.utc).date()
+            if self.since <= day <= self.until:
+                days.setdefault((day - self.since).days, []).append(e)
+        return days
 
 
 def compute_trend(
@@ -88,6 +109,7 @@ def compute_trend(
     since = until - timedelta(days=days - 1)
     start = datetime.combine(since, datetime.min.time(), tzinfo=timezone.utc)
     trend = Trend(since=since, until=until, window=settings.alert_window, baseline=settings.regression_baseline)
+    trend.epochs = epoch_history(conn, since=start)
     index = {d: i for i, d in enumerate(trend.dates)}
     rules = {r.metric: r for r in all_rules(settings) if r.kind == "regression"}
 
@@ -186,6 +208,22 @@ def _rows(trend: Trend, metric: str) -> list[list[str]]:
     return rows
 
 
+def epoch_marks(trend: Trend, metric: str) -> str:
+    """The per-day column's row of epoch starts: ``^`` the day a judge epoch started."""
+    days = trend.epoch_days(metric)
+    return "".join("^" if i in days else " " for i in range(len(trend.dates)))
+
+
+def epoch_lines(trend: Trend, metric: str) -> list[str]:
+    """One line per epoch of ``metric`` in force during the period."""
+    first = datetime.combine(trend.since, datetime.min.time(), tzinfo=timezone.utc)
+    return [
+        f"judge epoch {'started ' + when(e.started_at) if e.started_at >= first else 'in force since ' + when(e.started_at)}: "
+        f"{e.metric_version} judged by {e.judge_model}"
+        for e in trend.epochs_of(metric)
+    ]
+
+
 HEADERS = ["segment", "per day", "last day", "window", "baseline", "change", "p (rise)", "n (window / baseline)"]
 
 
@@ -221,6 +259,10 @@ def svg_chart(trend: Trend, metric: str, *, width: int = 640, height: int = 220)
         if i % max(1, len(dates) // 7) == 0 or i == len(dates) - 1:
             parts.append(f'<text x="{x(i):.1f}" y="{height - 10}" text-anchor="middle" fill="#6b7280">'
                          f'{d.strftime("%m-%d")}</text>')
+    for i in trend.epoch_days(metric):
+        parts.append(f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{top_pad}" y2="{top_pad + plot_h}" '
+                     'stroke="#9ca3af" stroke-dasharray="4 3"/>')
+        parts.append(f'<text x="{x(i) + 3:.1f}" y="{top_pad + 10}" fill="#6b7280">judge changed</text>')
     for n, s in enumerate(series):
         colour = COLOURS[n % len(COLOURS)]
         # a gap in the line for days without results
@@ -280,6 +322,11 @@ def render_markdown(trend: Trend) -> str:
         for row in _rows(trend, metric):
             row[1] = f"`{row[1]}`"
             lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
+        if trend.epoch_days(metric):
+            lines.append("| judge changed | `" + epoch_marks(trend, metric) + "` |" + " |" * (len(HEADERS) - 2))
+        marks = epoch_lines(trend, metric)
+        if marks:
+            lines += [""] + [f"- {_md_cell(m)}" for m in marks]
     return "\n".join(lines)
 
 
@@ -292,8 +339,13 @@ def render_text(trend: Trend) -> str:
         rows = _rows(trend, metric)
         cells = [HEADERS] + rows
         widths = [max(len(r[i]) for r in cells) for i in range(len(HEADERS))]
+        if trend.epoch_days(metric):
+            widths[0] = max(widths[0], len("judge changed"))
         out += ["", f"{metric} (sparkline scale 0–{_pct(_scale(trend.for_metric(metric)))})"]
         out.append("  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip())
         out.append("  ".join("-" * w for w in widths))
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        if trend.epoch_days(metric):
+            out.append(("judge changed".ljust(widths[0]) + "  " + epoch_marks(trend, metric)).rstrip())
+        out += epoch_lines(trend, metric)
     return "\n".join(out)

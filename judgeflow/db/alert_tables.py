@@ -29,8 +29,9 @@ from sqlalchemy.dialects.postgresql import JSONB, UUID
 from judgeflow.db.schema import SCHEMA, metadata
 
 ALERT_STATES = ("ok", "firing")
-# what the last evaluation found; 'not_enough_data' never changes the state
-ALERT_OUTCOMES = ("ok", "firing", "not_enough_data")
+# what the last evaluation found; 'not_enough_data' and 'insufficient_data' (too
+# few results of the judge epoch in force, migration 0010) never change the state
+ALERT_OUTCOMES = ("ok", "firing", "not_enough_data", "insufficient_data")
 NOTIFICATION_KINDS = ("fired", "reminder", "resolved")
 DELIVERY_STATUSES = ("pending", "delivered", "partial", "failed", "skipped", "superseded")
 CHANNEL_STATUSES = ("pending", "delivered", "skipped", "superseded")
@@ -110,9 +111,11 @@ alerts = Table(
     Column("delivery_attempts", Integer, nullable=False, server_default="0"),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     *_segment_columns(key=False),
+    # when the judge epoch the row was last evaluated in started (migration 0010)
+    Column("epoch_started_at", DateTime(timezone=True)),
     CheckConstraint("state IN ('ok', 'firing')", name="alerts_state_check"),
     CheckConstraint(
-        "last_outcome IS NULL OR last_outcome IN ('ok', 'firing', 'not_enough_data')",
+        "last_outcome IS NULL OR last_outcome IN ('ok', 'firing', 'not_enough_data', 'insufficient_data')",
         name="alerts_last_outcome_check",
     ),
     schema=SCHEMA,
