@@ -35,6 +35,7 @@ JSON and ``POST /reset`` clears them.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import re
@@ -241,6 +242,46 @@ def reply_form_responder(form: str, base: Callable[[ChatRequest], Reply] | None 
         return replace(reply, content=rewrite(reply.content))
 
     return responder
+
+
+# --------------------------------------------------------------------------
+# scripted judges that flag a chosen fraction of opinions (judge epochs, shadow)
+# --------------------------------------------------------------------------
+
+
+def flag_draw(text: str) -> float:
+    """A fixed number in [0, 1) per text (sha256): a fraction judge flags ``text``
+    when it is below the judge's fraction, so a text flagged at 5% is also
+    flagged at 12%, and a test can tell which texts any judge flags."""
+    return int.from_bytes(hashlib.sha256(text.strip().encode("utf-8", "surrogatepass")).digest()[:8], "big") / 2**64
+
+
+def flagged(text: str, fraction: float) -> bool:
+    return flag_draw(text) < fraction
+
+
+def fraction_responder(fractions: dict[str, float], base: Callable[[ChatRequest], Reply] | None = None
+                       ) -> Callable[[ChatRequest], Reply]:
+    """Judges named in ``fractions`` (the model as the request names it:
+    ``judge-a`` for litellm's ``openai/judge-a``) answer ``Verdicts`` with "yes"
+    for an opinion :func:`flagged` at their fraction, or marked ``[toxic]`` or
+    ``[toxic:<model>]``; everything else as ``base`` (:func:`rule_responder`)."""
+    base = base or rule_responder
+
+    def respond(req: ChatRequest) -> Reply:
+        fraction = fractions.get(req.model)
+        if fraction is None or req.step != "Verdicts" or req.data is None or _forced_failure(req.data):
+            return base(req)
+        verdicts = []
+        for opinion in req.data.get("opinions") or []:
+            text = str(opinion)
+            if flagged(text, fraction) or "[toxic]" in text.lower() or f"[toxic:{req.model}]" in text.lower():
+                verdicts.append({"verdict": "yes", "reason": f"{req.model} flags this opinion."})
+            else:
+                verdicts.append({"verdict": "no", "reason": f"{req.model} finds this opinion fine."})
+        return json_reply({"verdicts": verdicts})
+
+    return respond
 
 
 # --------------------------------------------------------------------------
@@ -668,6 +709,13 @@ def _parse_fault(text: str) -> tuple[str, float]:
     return kind, float(rate)
 
 
+def _parse_fraction(text: str) -> tuple[str, float]:
+    model, _, rate = text.partition("=")
+    if not model or not rate:
+        raise argparse.ArgumentTypeError(f"expected MODEL=RATE, got {text!r}")
+    return model, float(rate)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="OpenAI-compatible rule-based judge server")
     parser.add_argument("--host", default="127.0.0.1")
@@ -681,10 +729,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-after", default="0", help="Retry-After sent with injected 429s")
     parser.add_argument("--reply-form", default=None, metavar="FORM",
                         help="answer in this form of tests.support.reply_forms.LAX_FORMS (e.g. prose, all-at-once)")
+    parser.add_argument("--toxic-fraction", action="append", type=_parse_fraction, default=[], metavar="MODEL=RATE",
+                        help="the judge MODEL flags this fraction of opinions toxic (fraction_responder); repeatable")
     args = parser.parse_args(argv)
 
+    responder = reply_form_responder(args.reply_form) if args.reply_form else None
+    if args.toxic_fraction:
+        responder = fraction_responder(dict(args.toxic_fraction), responder)
     server = JudgeServer(
-        reply_form_responder(args.reply_form) if args.reply_form else None,
+        responder,
         latency_mean_s=args.latency_mean,
         latency_jitter_s=args.latency_jitter,
         fault_rates=dict(args.fault),
