@@ -234,6 +234,33 @@ def backfill(
 
 @app.command()
 @clear_errors
+def shadow(
+    judge_model: Optional[str] = typer.Option(
+        None, "--judge-model", help="the candidate judge (a litellm model string, or offline); default: the "
+        "configured judge, to compare the metric code as it is now (edited prompts) with the results in force"
+    ),
+    judge_api_base: Optional[str] = typer.Option(None, "--judge-api-base", help="the candidate's API base"),
+    size: int = typer.Option(50, "--size", min=1, help="pairs per segment (a segment with fewer gives all it has)"),
+    segment_by: Optional[str] = typer.Option(
+        None, "--segment-by", help="metadata key to stratify by (default: the first JUDGEFLOW_ALERT_SEGMENT_BY "
+        "key; '' for none)"
+    ),
+    since: str = typer.Option("7d", help="sample traces created since this (ISO time or e.g. 7d)"),
+    metric: Optional[list[str]] = typer.Option(None, "--metric", help="toxicity and/or hallucination (default both)"),
+    seed: str = typer.Option("judgeflow-shadow", help="picks the sample: the same seed, the same traces"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+    as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+) -> None:
+    """Score a stratified sample of recent traces with a candidate judge beside the judge in force and
+    report how far they agree (kappa, failing rates per segment, cost). Writes only judgeflow.shadow_results."""
+    from judgeflow.shadow.command import run_shadow
+
+    run_shadow(judge_model=judge_model, judge_api_base=judge_api_base, size=size, segment_by=segment_by,
+               since=since, metrics=metric, seed=seed, yes=yes, as_json=as_json, use_prefect=_use_prefect)
+
+
+@app.command()
+@clear_errors
 def calibrate(
     path: Optional[str] = typer.Argument(
         None, metavar="FILE.jsonl", help="labelled set: one JSON object per line with input, output, context, labels"

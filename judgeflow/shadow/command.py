@@ -1,0 +1,45 @@
+"""`judgeflow shadow`: plan, show the cost, ask, run the shadow-score flow, print the report."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+
+def run_shadow(
+    *, judge_model: str | None, judge_api_base: str | None, size: int, segment_by: str | None, since: str,
+    metrics: list[str] | None, seed: str, yes: bool, as_json: bool, use_prefect,
+) -> None:
+    from judgeflow.errors import ConfigError
+    from judgeflow.settings import load_settings
+    from judgeflow.shadow.plan import candidate_settings, plan_shadow
+    from judgeflow.tasks.work import METRIC_NAMES
+    from judgeflow.timeparse import parse_when
+
+    settings = load_settings()
+    chosen = list(dict.fromkeys(m.strip() for s in (metrics or list(METRIC_NAMES)) for m in s.split(",") if m.strip()))
+    unknown = [m for m in chosen if m not in METRIC_NAMES]
+    if unknown:
+        raise ConfigError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(METRIC_NAMES)}")
+    if segment_by is None:
+        segment_by = settings.alert_segment_keys[0] if settings.alert_segment_keys else None
+    segment_by = segment_by or None  # '' asks for no stratification
+    start = parse_when(since)
+    candidate = candidate_settings(settings, judge_model, judge_api_base)
+    plan = plan_shadow(settings, candidate, metrics=chosen, since=start, segment_by=segment_by, per_segment=size,
+                       seed=seed)
+    typer.echo(plan.describe(size, segment_by), err=as_json)
+    if plan.pairs == 0:
+        typer.echo("nothing to compare: no scored results of the judge in force since "
+                   f"{start:%Y-%m-%d %H:%M}Z", err=as_json)
+        return
+    if not yes and not typer.confirm("Start the shadow run?", default=False, err=as_json):
+        typer.echo("aborted; nothing was judged", err=as_json)
+        raise typer.Exit(1)
+    from judgeflow.flows.shadow import shadow_score
+
+    use_prefect(settings)
+    report = shadow_score(since=start, judge_model=judge_model, judge_api_base=judge_api_base, metrics=chosen,
+                          segment_by=segment_by, per_segment=size, seed=seed)
+    typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else report.render_text())

@@ -1,0 +1,84 @@
+"""What a shadow run will do and cost, shown before it asks (as a backfill does)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from pydantic import SecretStr
+
+from judgeflow.db import migrate
+from judgeflow.db.engine import engine_for
+from judgeflow.db.source import SourceTable
+from judgeflow.epochs import configured, current_epochs
+from judgeflow.settings import Settings
+from judgeflow.shadow.sample import select_sample, strata
+
+
+def candidate_settings(settings: Settings, judge_model: str | None, judge_api_base: str | None) -> Settings:
+    """The settings with the candidate judge in place of the configured one
+    (the metrics' code is always as it is now)."""
+    update: dict = {}
+    if judge_model:
+        update["judge_model"] = judge_model
+    if judge_api_base:
+        update["judge_api_base"] = SecretStr(judge_api_base)
+    return settings.model_copy(update=update)
+
+
+@dataclass
+class ShadowPlan:
+    candidate_model: str
+    pairs: int
+    per_stratum: dict[tuple[str, str], int]
+    cost_usd: float | None
+    basis: str
+    current_cost_usd: float | None
+    same_as_current: list[str]  # metrics whose judge in force is the candidate already
+
+    def describe(self, per_segment: int, segment_by: str | None) -> str:
+        cost = "unknown" if self.cost_usd is None else f"${self.cost_usd:,.4f}"
+        lines = [
+            f"{self.pairs} (trace, metric) pair(s) to judge with {self.candidate_model}, "
+            f"up to {per_segment} per {'segment of ' + segment_by if segment_by else 'metric (not stratified)'}; "
+            f"estimated cost {cost} ({self.basis})",
+        ]
+        if self.current_cost_usd is not None:
+            lines.append(f"the judge in force spent ${self.current_cost_usd:,.4f} on the same pairs")
+        for (metric, stratum), n in sorted(self.per_stratum.items()):
+            lines.append(f"  {metric} {segment_by + '=' + stratum if segment_by else '(all)'}: {n}")
+        for metric in self.same_as_current:
+            lines.append(f"note: {metric}'s judge in force is already {self.candidate_model} with the current "
+                         "metric version: the report measures the judge against itself")
+        lines.append("results go to judgeflow.shadow_results only: eval_results and alerts are not touched")
+        return "\n".join(lines)
+
+
+def plan_shadow(
+    settings: Settings, candidate: Settings, *, metrics: list[str], since: datetime, segment_by: str | None,
+    per_segment: int, seed: str,
+) -> ShadowPlan:
+    from judgeflow.judge.pricing import estimate_pair_cost, prices_for
+
+    engine = engine_for(settings)
+    migrate.upgrade(engine)
+    with engine.connect() as conn:
+        pairs = select_sample(conn, SourceTable.parse(settings.traces_table), metrics=metrics, since=since,
+                              segment_by=segment_by, per_segment=per_segment, seed=seed)
+        in_force = current_epochs(conn)
+    wanted = configured(candidate.judge_model, metrics)
+    same = [m for m in metrics if m in in_force and in_force[m].combination == wanted[m]]
+    prices = prices_for(candidate)
+    if prices is None:
+        cost, basis = None, (f"litellm has no price for {candidate.judge_model}; set "
+                             "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK")
+    else:
+        cost = sum(estimate_pair_cost(prices, p.work.metric, input=p.work.input, output=p.work.output,
+                                      context=p.work.context, max_field_chars=candidate.max_field_chars)
+                   for p in pairs)
+        basis = f"tokens estimated from the sampled traces' text, at {prices.source}"
+    known = [p.current.cost_usd for p in pairs if p.current.cost_usd is not None]
+    return ShadowPlan(
+        candidate_model=candidate.judge_model, pairs=len(pairs), per_stratum=strata(pairs), cost_usd=cost,
+        basis=basis, current_cost_usd=sum(known) if known else None, same_as_current=same,
+    )

@@ -1,0 +1,110 @@
+"""The shadow sample: recent results of the judge in force, stratified per segment.
+
+Each (metric, segment value) stratum gets ``per_segment`` results, or all it
+has when it has fewer, chosen by a seeded hash of the trace id: the same seed
+picks the same traces, so the cost shown before asking is the cost of the run
+that follows. Only results the judge in force scored ('scored', of its epoch:
+:mod:`judgeflow.epochs`) are candidates: they are what the candidate is
+compared with. Traces whose metadata lacks the key form the stratum ``(none)``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
+
+from judgeflow.db.source import SourceTable
+from judgeflow.epochs import current_epochs, in_epoch_sql
+from judgeflow.errors import ConfigError, DatabaseError
+from judgeflow.tasks.work import TraceWork
+
+NO_SEGMENT = "(none)"
+
+
+class CurrentResult(BaseModel):
+    """What the judge in force said about a pair, copied into the shadow row."""
+
+    metric_version: str | None = None
+    judge_model: str | None = None
+    status: str
+    score: float | None = None
+    passed: bool | None = None
+    reason: str | None = None
+    judge_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+
+
+class ShadowPair(BaseModel):
+    work: TraceWork
+    stratum: str  # the segment value ('' when not stratified)
+    current: CurrentResult
+
+
+def select_sample(
+    conn: Connection,
+    source: SourceTable,
+    *,
+    metrics: list[str],
+    since: datetime,
+    segment_by: str | None,
+    per_segment: int,
+    seed: str,
+) -> list[ShadowPair]:
+    """The stratified sample (see the module doc), oldest trace first."""
+    if per_segment < 1:
+        raise ConfigError("the sample size per segment must be at least 1")
+    available = source.columns(conn)
+    select_list = source.select_list(available)
+    if segment_by is not None and "metadata" not in available:
+        raise ConfigError(f"trace source {source.display!r} has no metadata column to stratify by {segment_by!r}")
+    in_epoch, params = in_epoch_sql(current_epochs(conn), metrics)
+    stratum = "coalesce(to_jsonb(t.metadata) ->> :key, :none)" if segment_by else "''"
+    params.update(metrics=list(metrics), since=since, key=segment_by, none=NO_SEGMENT, n=per_segment, seed=seed)
+    try:
+        rows = conn.execute(text(
+            f"""
+            WITH done AS (
+                SELECT trace_id, metric, trace_created_at, metric_version, judge_model, status, score, passed,
+                       reason, judge_calls, prompt_tokens, completion_tokens, cost_usd
+                FROM judgeflow.eval_results
+                WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :since
+                  AND status = 'scored' AND {in_epoch}
+            ), ranked AS (
+                SELECT d.*, {stratum} AS stratum,
+                       row_number() OVER (PARTITION BY d.metric, {stratum}
+                                          ORDER BY md5(d.trace_id || :seed), d.trace_id) AS rank
+                FROM done d JOIN {source.sql} t ON t.id::text = d.trace_id
+            ), chosen AS (SELECT * FROM ranked WHERE rank <= :n)
+            SELECT c.*, s.input, s.output, s.context, s.metadata, s.created_at
+            FROM chosen c
+            JOIN LATERAL (SELECT {select_list} FROM {source.sql} t WHERE t.id::text = c.trace_id LIMIT 1) s ON TRUE
+            ORDER BY c.trace_created_at, c.trace_id, c.metric
+            """
+        ), params).mappings().all()
+    except DBAPIError as exc:
+        raise DatabaseError(f"could not select the shadow sample: {exc.orig}") from None
+    return [_pair(r, segment_by) for r in rows]
+
+
+def _pair(r: Any, segment_by: str | None) -> ShadowPair:
+    segment = {segment_by: r["stratum"]} if segment_by and r["stratum"] != NO_SEGMENT else {}
+    work = TraceWork(
+        trace_id=r["trace_id"], metric=r["metric"], created_at=r["created_at"], input=r["input"],
+        output=r["output"], context=r["context"], metadata=r["metadata"], segment=segment,
+    )
+    current = CurrentResult(**{k: r[k] for k in CurrentResult.model_fields})
+    return ShadowPair(work=work, stratum=r["stratum"], current=current)
+
+
+def strata(pairs: list[ShadowPair]) -> dict[tuple[str, str], int]:
+    """(metric, stratum) -> pairs in the sample."""
+    counts: dict[tuple[str, str], int] = {}
+    for p in pairs:
+        counts[(p.work.metric, p.stratum)] = counts.get((p.work.metric, p.stratum), 0) + 1
+    return counts
