@@ -1,7 +1,7 @@
 """judge epochs and shadow results: rules count only the judge in force now (issue 31)
 
 Revision ID: 0010
-Revises: 0006
+Revises: 0009
 Create Date: 2026-11-25
 """
 
@@ -10,7 +10,7 @@ from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
 revision = "0010"
-down_revision = "0006"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
