@@ -268,6 +268,7 @@ def score_traces(
                     future = score_batch.submit(
                         admitted, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
                         retry_delays=_retry_delays(settings), deadline=deadline, claimed_at=claimed_at,
+                        budget=budget,
                     )
                     running.append(future)
                     reservations[id(future)] = reservation
@@ -282,7 +283,7 @@ def score_traces(
                     budget.reserve(work, reservation)
                 future = pair_scorer.submit(
                     work, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                    max_attempts=settings.task_retries + 1, deadline=deadline,
+                    max_attempts=settings.task_retries + 1, deadline=deadline, budget=budget,
                 )
                 running.append(future)
                 reservations[id(future)] = reservation
@@ -310,7 +311,8 @@ def score_traces(
     summary = summarise(budget_notes)
     if summary.deferred:
         summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
-                             "out and were given back for the next run")
+                             "out, or not retried once the spend budget had no room, and were given back for the "
+                             "next run")
     if budget is not None:
         summary.budget_usd = budget.limit_usd
         summary.budget_spent_usd = round(budget.spent_usd, 6)

@@ -10,10 +10,19 @@ claiming and leaves the rest pending. Estimates come from the cost model in
 :mod:`judgeflow.judge.pricing`, scaled by how far off they were for the pairs
 this run has finished (actual / estimated), so a run with unusual traces
 corrects itself after its first results.
+
+Every billed attempt counts. A pair retried after a transient judge error runs
+its metric again; before the retry starts, what the failed attempt billed is
+charged here (:meth:`RunBudget.charge_retry`) and the retry starts only while
+the spend plus the estimates in flight (this pair's included: the retry is what
+its estimate now stands for) stay within the budget; otherwise the pair is left
+for the next run. So the spend exceeds the budget by at most what the pairs in
+flight when it ran out bill beyond their estimates, one attempt each (docs/running.md).
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -46,6 +55,10 @@ class RunBudget:
         self.exhausted = False
         self._raw_done = 0.0
         self._actual_done = 0.0
+        # per (trace, metric): what its failed attempts billed, charged before its retry
+        self._charged: dict[tuple[str, str], float] = {}
+        # the flow thread reserves and settles; the tasks' threads charge retries
+        self._lock = threading.RLock()
 
     def _scale(self) -> float:
         if self._raw_done <= 0 or self._raw_done < _MIN_CALIBRATION_USD_SHARE * self.limit_usd:
@@ -59,24 +72,48 @@ class RunBudget:
         return raw, raw * self._scale()
 
     def fits(self, work: TraceWork) -> bool:
-        return self.spent_usd + self.in_flight_usd + self.estimate(work)[1] <= self.limit_usd
+        with self._lock:
+            return self.spent_usd + self.in_flight_usd + self.estimate(work)[1] <= self.limit_usd
 
     def reserve(self, work: TraceWork, reservation: Reservation) -> None:
         raw, scaled = self.estimate(work)
-        reservation.pairs[(work.trace_id, work.metric)] = (raw, scaled)
-        self.in_flight_usd += scaled
+        with self._lock:
+            reservation.pairs[(work.trace_id, work.metric)] = (raw, scaled)
+            self.in_flight_usd += scaled
+
+    def charge_retry(self, work: TraceWork, billed_usd: float, billed_calls: int = 0) -> bool:
+        """A pair's attempt failed and a retry is due: ``billed_usd`` is what all
+        its failed attempts have billed so far (counted at its estimate when
+        calls were made at an unknown cost). Charges the part not charged yet;
+        True when the retry still fits (spend + estimates in flight within the budget)."""
+        key = (work.trace_id, work.metric)
+        if billed_calls and not billed_usd:
+            billed_usd = self.estimate(work)[1]  # billed at an unknown price: counted at its estimate
+        with self._lock:
+            new = max(0.0, billed_usd - self._charged.get(key, 0.0))
+            self._charged[key] = self._charged.get(key, 0.0) + new
+            self.spent_usd += new
+            fits = self.spent_usd + self.in_flight_usd <= self.limit_usd
+            if not fits:
+                self.exhausted = True
+            return fits
 
     def settle(self, reservation: Reservation, outcomes: Iterable[ScoreOutcome]) -> None:
         """Work finished: its estimate leaves the in-flight total and what it cost
         joins the spend. A pair whose cost is unknown although the judge was
         (or may have been) asked, such as one that failed on garbage replies,
         counts at its estimate: the provider bills it all the same."""
-        for outcome in outcomes:
-            raw, scaled = reservation.pairs.get((outcome.trace_id, outcome.metric), (0.0, 0.0))
-            if outcome.cost_usd is not None:
-                self.spent_usd += outcome.cost_usd
-                self._raw_done += raw
-                self._actual_done += outcome.cost_usd
-            elif outcome.judge_calls > 0 or (outcome.status == "failed" and outcome.error_kind != "invalid_trace"):
-                self.spent_usd += scaled
-        self.in_flight_usd = max(0.0, self.in_flight_usd - reservation.scaled)
+        with self._lock:
+            for outcome in outcomes:
+                key = (outcome.trace_id, outcome.metric)
+                raw, scaled = reservation.pairs.get(key, (0.0, 0.0))
+                charged = self._charged.pop(key, 0.0)  # its failed attempts, charged before its retry
+                if outcome.cost_usd is not None:
+                    # every attempt's cost: the charged part is in the spend already
+                    self.spent_usd += max(0.0, outcome.cost_usd - charged)
+                    if outcome.status in ("scored", "skipped") and outcome.attempts <= 1:
+                        self._raw_done += raw  # calibrates on single attempts only
+                        self._actual_done += outcome.cost_usd
+                elif outcome.judge_calls > 0 or (outcome.status == "failed" and outcome.error_kind != "invalid_trace"):
+                    self.spent_usd += max(0.0, scaled - charged)
+            self.in_flight_usd = max(0.0, self.in_flight_usd - reservation.scaled)

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 
 class JudgeflowError(Exception):
-    """Root of every error judgeflow raises on purpose."""
+    """Root of every error judgeflow raises on purpose.
+
+    ``billed``: what the judge calls made before the error cost, when a metric
+    raised it part-way (a ``judgeflow.metrics.steps.Usage``; None otherwise):
+    the provider bills those calls whether or not the score is finished."""
+
+    billed = None
 
 
 class ConfigError(JudgeflowError):

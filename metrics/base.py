@@ -18,7 +18,7 @@ from judgeflow.metrics.reply import reply_extras
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.steps import Flow, Usage, adrive, drive
 
-from judgeflow.errors import ConfigError, JudgeAbstained
+from judgeflow.errors import ConfigError, JudgeAbstained, JudgeflowError
 from judgeflow.judge.base import Judge
 
 
@@ -84,6 +84,9 @@ class JudgeMetric:
             outcome = drive(flow, self.judge, usage=usage, concurrent=self.async_mode)
         except JudgeAbstained as abstained:
             return self._skipped(abstained, usage, started)
+        except JudgeflowError as error:
+            error.billed = usage  # the calls made before the failure are billed all the same
+            raise
         return self._scored(outcome, usage, started)
 
     async def _arun(self, flow: Flow[Outcome]) -> MetricResult:
@@ -93,6 +96,9 @@ class JudgeMetric:
             outcome = await adrive(flow, self.judge, usage=usage, concurrent=self.async_mode)
         except JudgeAbstained as abstained:
             return self._skipped(abstained, usage, started)
+        except JudgeflowError as error:
+            error.billed = usage  # the calls made before the failure are billed all the same
+            raise
         return self._scored(outcome, usage, started)
 
     def _scored(self, outcome: Outcome, usage: Usage, started: float) -> MetricResult:

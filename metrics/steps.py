@@ -372,6 +372,15 @@ class Usage:
     cost_usd: float | None = None
     calls: int = 0
 
+    def merge(self, other: "Usage") -> None:
+        """Add what ``other`` counted (e.g. an earlier, failed attempt of the same score)."""
+        self.calls += other.calls
+        self.model = other.model or self.model
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        if other.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
+
     def add(self, reply: JudgeReply) -> None:
         self.calls += 1
         self.model = reply.model or self.model
@@ -387,9 +396,7 @@ def drive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool = True)
     try:
         requests = next(flow)
         while True:
-            replies = _complete_batch(judge, requests, concurrent) if requests else []
-            for reply in replies:
-                usage.add(reply)
+            replies = _complete_batch(judge, requests, concurrent, usage) if requests else []
             requests = flow.send(replies)
     except StopIteration as stop:
         outcome: T = stop.value
@@ -405,9 +412,7 @@ async def adrive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool 
     try:
         requests = next(flow)
         while True:
-            replies = await _acomplete_batch(judge, requests, concurrent) if requests else []
-            for reply in replies:
-                usage.add(reply)
+            replies = await _acomplete_batch(judge, requests, concurrent, usage) if requests else []
             requests = flow.send(replies)
     except StopIteration as stop:
         outcome: T = stop.value
@@ -416,17 +421,37 @@ async def adrive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool 
         flow.close()
 
 
-def _complete_batch(judge: Judge, requests: list[JudgeRequest], concurrent: bool) -> list[JudgeReply]:
+def _complete_batch(judge: Judge, requests: list[JudgeRequest], concurrent: bool, usage: Usage) -> list[JudgeReply]:
+    """The replies, each counted in ``usage`` as it arrives: when one call of a
+    batch fails, the ones that answered are counted (they are billed)."""
     if not concurrent or len(requests) == 1:
-        return [judge.complete(request) for request in requests]
+        replies = []
+        for request in requests:
+            replies.append(judge.complete(request))
+            usage.add(replies[-1])
+        return replies
     with ThreadPoolExecutor(max_workers=min(len(requests), MAX_THREADS)) as pool:
-        return list(pool.map(judge.complete, requests))
+        futures = [pool.submit(judge.complete, request) for request in requests]
+    # every call has ended here: count each one that answered, then raise the first failure
+    for future in futures:
+        if future.exception() is None:
+            usage.add(future.result())
+    return [future.result() for future in futures]
 
 
-async def _acomplete_batch(judge: Judge, requests: list[JudgeRequest], concurrent: bool) -> list[JudgeReply]:
+async def _acomplete_batch(
+    judge: Judge, requests: list[JudgeRequest], concurrent: bool, usage: Usage
+) -> list[JudgeReply]:
+    """As :func:`_complete_batch`, with ``judge.acomplete``."""
+
+    async def counted(request: JudgeRequest) -> JudgeReply:
+        reply = await judge.acomplete(request)
+        usage.add(reply)
+        return reply
+
     if not concurrent or len(requests) == 1:
-        return [await judge.acomplete(request) for request in requests]
-    tasks = [asyncio.ensure_future(judge.acomplete(request)) for request in requests]
+        return [await counted(request) for request in requests]
+    tasks = [asyncio.ensure_future(counted(request)) for request in requests]
     try:
         return list(await asyncio.gather(*tasks))
     except BaseException:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from datetime import datetime
@@ -41,6 +42,7 @@ from prefect.runtime import task_run
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from judgeflow.budget import RunBudget
 from judgeflow.db.engine import engine_for
 from judgeflow.db.storable import storable, storable_count, storable_float, storable_row
 from judgeflow.errors import (
@@ -55,6 +57,7 @@ from judgeflow.judge.base import queue_ahead
 from judgeflow.judge.factory import build_judge, build_started_judge
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
+from judgeflow.metrics.steps import Usage
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.settings import Settings
 from judgeflow.tasks.claims import claims_at_risk, still_owned
@@ -422,6 +425,7 @@ async def score_pair(
     slots: int | None = None,
     priority: tuple[int, ...] | int = 0,
     claimed_at: float | None = None,
+    budget: RunBudget | None = None,
 ) -> tuple[dict | None, ScoreOutcome]:
     """:func:`judge_pair`, once per content ``digest`` in run ``run``: an
     identical pair already being judged is waited for and copied (tasks/reuse.py).
@@ -440,7 +444,8 @@ async def score_pair(
         return await judge_pair(*args, **kwargs)
 
     async def judge() -> tuple[dict | None, ScoreOutcome]:
-        kwargs = dict(flow_run_id=flow_run_id, retry_delays=retry_delays, deadline=deadline, digest=digest)
+        kwargs = dict(flow_run_id=flow_run_id, retry_delays=retry_delays, deadline=deadline, digest=digest,
+                      budget=budget)
         if slots is None:
             return await judge_if_still_owned(work, settings, metrics, **kwargs)
         return await judge_loop().bounded(
@@ -499,42 +504,87 @@ async def judge_pair(
     retry_delays: list[float],
     deadline: float | None = None,
     digest: str | None = None,
+    budget: RunBudget | None = None,
 ) -> tuple[dict | None, ScoreOutcome]:
     """Score one claimed (trace, metric): the row to store and the outcome to
     report (its status assuming the row is written). Never raises: transient
     judge errors are retried after ``retry_delays`` and stored as 'failed'
     once they run out; every other error is stored as 'failed' at once.
     Past ``deadline`` (the run's time budget, ``time.time()``) no attempt is
-    started: the row is None and the pair is left for the next run."""
+    started: the row is None and the pair is left for the next run; likewise
+    when the run's spend ``budget`` has no room left for a retry.
+
+    Every attempt's judge calls count: a retry re-runs the whole metric, and
+    what the failed attempts billed is added to the stored tokens, calls and
+    ``cost_usd`` (and charged to ``budget`` before the retry starts)."""
     max_attempts = len(retry_delays) + 1
+    billed = Usage()  # what the attempts that failed have billed
     for attempt in range(1, max_attempts + 1):
         if past(deadline):
-            return None, _deferred(work, attempt - 1)
+            return None, _deferred(work, attempt - 1, billed)
         try:
             result = await _metric_call(work, metrics, asynchronous=True)
         except TransientJudgeError as error:
+            _count_billed(billed, error)
             if attempt < max_attempts:
+                if not _retry_fits(budget, work, billed):
+                    return None, _deferred(work, attempt, billed, why="the run's spend budget has no room for a retry")
                 log.info("%s for trace %s: %s; retrying in %.1fs", work.metric, work.trace_id, error,
                          retry_delays[attempt - 1])
                 await asyncio.sleep(retry_delays[attempt - 1])
                 continue
-            return _failure(work, error, attempt, flow_run_id)
+            return _failure(work, error, attempt, flow_run_id, billed)
         except JudgeflowError as error:
-            return _failure(work, error, attempt, flow_run_id)
+            _count_billed(billed, error)
+            return _failure(work, error, attempt, flow_run_id, billed)
         except Exception as error:  # a bug must not sink the run; it is stored and visible
             log.exception("unexpected error scoring %s/%s", work.trace_id, work.metric)
-            return _failure(work, error, attempt, flow_run_id)
-        return _success(work, result, attempt, flow_run_id, digest)
+            return _failure(work, error, attempt, flow_run_id, billed)
+        return _success(work, _with_billed(result, billed), attempt, flow_run_id, digest)
     raise AssertionError("unreachable")
+
+
+def _count_billed(billed: Usage, error: Exception) -> None:
+    """Add what the failed attempt billed before ``error`` (the metric attaches it)."""
+    if isinstance(getattr(error, "billed", None), Usage):
+        billed.merge(error.billed)
+
+
+def _retry_fits(budget: RunBudget | None, work: TraceWork, billed: Usage) -> bool:
+    """Charge what the pair's failed attempts billed to the run's budget; whether a retry still fits."""
+    return budget is None or budget.charge_retry(work, billed.cost_usd or 0.0, billed.calls)
+
+
+def _with_billed(result: MetricResult, billed: Usage) -> MetricResult:
+    """The result with the earlier, failed attempts' calls added to its own."""
+    if not billed.calls:
+        return result
+    cost = None if result.cost_usd is None and billed.cost_usd is None else (
+        (result.cost_usd or 0.0) + (billed.cost_usd or 0.0)
+    )
+    return result.model_copy(update={
+        "prompt_tokens": result.prompt_tokens + billed.prompt_tokens,
+        "completion_tokens": result.completion_tokens + billed.completion_tokens,
+        "judge_calls": result.judge_calls + billed.calls,
+        "cost_usd": cost,
+    })
 
 
 def past(deadline: float | None) -> bool:
     return deadline is not None and time.time() >= deadline
 
 
-def _deferred(work: TraceWork, attempts: int) -> ScoreOutcome:
-    log.info("%s for trace %s left for the next run: the run's time budget is spent", work.metric, work.trace_id)
-    return ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="deferred", attempts=attempts)
+def _deferred(
+    work: TraceWork, attempts: int, billed: Usage | None = None, *, why: str = "the run's time budget is spent"
+) -> ScoreOutcome:
+    """Not scored, left for the next run; what its attempts billed still counts (no row: the summary, the budget)."""
+    log.info("%s for trace %s left for the next run: %s", work.metric, work.trace_id, why)
+    billed = billed or Usage()
+    return ScoreOutcome(
+        trace_id=work.trace_id, metric=work.metric, status="deferred", attempts=attempts,
+        judge_calls=billed.calls, prompt_tokens=billed.prompt_tokens, completion_tokens=billed.completion_tokens,
+        cost_usd=billed.cost_usd,
+    )
 
 
 def release_pairs(settings: Settings, pairs: list[tuple[str, str]], owner: str) -> None:
@@ -557,13 +607,19 @@ def _success(work: TraceWork, result: MetricResult, attempt: int, flow_run_id: s
     )
 
 
-def _failure(work: TraceWork, error: Exception, attempt: int, flow_run_id: str | None) -> tuple[dict, ScoreOutcome]:
+def _failure(work: TraceWork, error: Exception, attempt: int, flow_run_id: str | None,
+             billed: Usage | None = None) -> tuple[dict, ScoreOutcome]:
     kind = _error_kind(error)
     log.warning("%s for trace %s failed (%s): %s", work.metric, work.trace_id, kind, error)
     row = _failure_row(work, error, kind, attempt, flow_run_id)
+    if billed is not None and billed.calls:  # the calls its attempts made are billed: stored with it
+        row.update(_storable({**row, "prompt_tokens": billed.prompt_tokens, "completion_tokens": billed.completion_tokens,
+                              "judge_calls": billed.calls, "cost_usd": billed.cost_usd,
+                              "judge_model": billed.model}))
     return row, ScoreOutcome(
         trace_id=work.trace_id, metric=work.metric, status="failed",
-        error=row["error"], error_kind=kind, attempts=attempt,
+        error=row["error"], error_kind=kind, attempts=attempt, judge_calls=row["judge_calls"],
+        prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"], cost_usd=row["cost_usd"],
     )
 
 
@@ -581,9 +637,12 @@ def score_and_store(
     rescore_before: datetime | None = None,
     max_attempts: int = 1,
     deadline: float | None = None,
+    budget: RunBudget | None = None,
 ) -> ScoreOutcome:
     """Score one claimed (trace, metric) and store the result as soon as it is
     known (fanout "pair": one task run per pair, findable by name in the UI).
+    What earlier attempts (task runs retried by Prefect) billed is carried to
+    the last one and counted as :func:`judge_pair` counts it.
 
     Transient judge errors are raised while task retries remain (Prefect retries
     the task with backoff); on the last attempt they are stored as 'failed'.
@@ -592,10 +651,12 @@ def score_and_store(
     attempt = task_run.run_count or 1
     if past(deadline):
         release_pairs(settings, [(work.trace_id, work.metric)], owner)
-        return _deferred(work, attempt - 1)
+        return _deferred(work, attempt - 1, _earlier_attempts.take(owner, work))
     if not still_owned(settings, owner, [work]):
         log.warning("%s for trace %s: another run took the claim over; not judged here", work.metric, work.trace_id)
-        return ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=attempt - 1)
+        billed = _earlier_attempts.take(owner, work)
+        return ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=attempt - 1,
+                            judge_calls=billed.calls, cost_usd=billed.cost_usd)
     metrics = build_metrics(settings)
     digest = _digests([work], settings, metrics).get((work.trace_id, work.metric))
     leader, future = (True, None) if digest is None else reuse.in_flight.lead_or_follow(owner, digest)
@@ -610,7 +671,7 @@ def score_and_store(
             if source is not None:
                 return _store_copy(work, source, metrics, settings, owner, flow_run_id, rescore_before, digest)
         row, outcome = _judge_and_store(work, metrics, settings, owner, flow_run_id, rescore_before, max_attempts,
-                                        attempt, digest, deadline)
+                                        attempt, digest, deadline, budget)
         source = None if row is None else reuse.reusable(row)
         return outcome
     finally:
@@ -624,23 +685,51 @@ def _store_copy(work, source, metrics, settings, owner, flow_run_id, rescore_bef
 
 
 def _judge_and_store(work, metrics, settings, owner, flow_run_id, rescore_before, max_attempts, attempt, digest,
-                     deadline) -> tuple[dict | None, ScoreOutcome]:
+                     deadline, budget=None) -> tuple[dict | None, ScoreOutcome]:
+    billed = _earlier_attempts.take(owner, work)
     try:
-        row, outcome = _success(work, _metric_call(work, metrics, asynchronous=False), attempt, flow_run_id,
-                                digest)
+        result = _metric_call(work, metrics, asynchronous=False)
+        row, outcome = _success(work, _with_billed(result, billed), attempt, flow_run_id, digest)
     except TransientJudgeError as error:
+        _count_billed(billed, error)
         if attempt < max_attempts and not past(deadline):
-            raise
+            if _retry_fits(budget, work, billed):
+                _earlier_attempts.keep(owner, work, billed)
+                raise
+            release_pairs(settings, [(work.trace_id, work.metric)], owner)
+            return None, _deferred(work, attempt, billed, why="the run's spend budget has no room for a retry")
         if attempt < max_attempts:  # a retry is due but the budget is spent: the next run tries again
             release_pairs(settings, [(work.trace_id, work.metric)], owner)
-            return None, _deferred(work, attempt)
-        row, outcome = _failure(work, error, attempt, flow_run_id)
+            return None, _deferred(work, attempt, billed)
+        row, outcome = _failure(work, error, attempt, flow_run_id, billed)
     except JudgeflowError as error:
-        row, outcome = _failure(work, error, attempt, flow_run_id)
+        _count_billed(billed, error)
+        row, outcome = _failure(work, error, attempt, flow_run_id, billed)
     except Exception as error:  # a bug must not sink the run; it is stored and visible
         log.exception("unexpected error scoring %s/%s", work.trace_id, work.metric)
-        row, outcome = _failure(work, error, attempt, flow_run_id)
+        row, outcome = _failure(work, error, attempt, flow_run_id, billed)
     return row, settle_outcome(outcome, store_outcome(settings, row, owner=owner, rescore_before=rescore_before))
+
+
+class _EarlierAttempts:
+    """What a pair's failed task runs billed, kept in-process until Prefect's retry
+    of the same task (same process, same run) takes it: the exception that asks
+    for the retry cannot carry it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._billed: dict[tuple[str, str, str], Usage] = {}
+
+    def keep(self, owner: str, work: TraceWork, billed: Usage) -> None:
+        with self._lock:
+            self._billed[(owner, work.trace_id, work.metric)] = billed
+
+    def take(self, owner: str, work: TraceWork) -> Usage:
+        with self._lock:
+            return self._billed.pop((owner, work.trace_id, work.metric), None) or Usage()
+
+
+_earlier_attempts = _EarlierAttempts()
 
 
 # longer names are cut there: a batch of 100 pairs holds at most 100 ids
@@ -666,6 +755,7 @@ def score_batch(
     retry_delays: list[float] | None = None,
     deadline: float | None = None,
     claimed_at: float | None = None,
+    budget: RunBudget | None = None,
 ) -> list[ScoreOutcome]:
     """Score a claimed batch of (trace, metric) pairs and store each result as
     soon as it is known (within ``FLUSH_INTERVAL_S``); see the module doc.
@@ -712,7 +802,7 @@ def score_batch(
             copies.append(_copied(work, stored[digest], metrics, flow_run_id, digest))
             continue
         pending.add(loop.submit(score_pair, work, settings, metrics, flow_run_id=flow_run_id,
-                                retry_delays=delays, deadline=deadline, digest=digest, run=owner,
+                                retry_delays=delays, deadline=deadline, digest=digest, run=owner, budget=budget,
                                 slots=admitted, priority=(longest_first(work), order), claimed_at=claimed_at))
 
     outcomes: list[ScoreOutcome] = [

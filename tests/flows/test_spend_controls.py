@@ -3,6 +3,9 @@ PostgreSQL, real Prefect, litellm over HTTP to the local judge server."""
 
 from __future__ import annotations
 
+import json
+import re
+import threading
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -188,3 +191,106 @@ def test_a_rescore_judges_identical_content_again_once(run, db, judge_server):
     assert judge_server.calls("HallucinationJudgement") == 1
     stored = results(db)
     assert sorted("reused_from" in stored[(t, "hallucination")]["details"] for t in ("a", "b")) == [False, True]
+
+
+# --- every billed attempt counts (issue 29) --------------------------------------
+
+IN_PER_MTOK, OUT_PER_MTOK = 100.0, 200.0  # the judge's price, as the settings give it
+_MARK = re.compile(r"tr(\d+)x")
+
+
+class BilledJudge:
+    """The local judge server's rule-based judge, whose toxicity verdicts step (a
+    metric's second step) fails once per trace with a 500: the pair is retried and
+    its first step billed again. Records what every answered call costs, as the
+    server's reported usage and the configured price make it."""
+
+    def __init__(self):
+        self.billed: list[tuple[str, str, float, int, int]] = []  # (trace, step, usd, prompt, completion)
+        self._failed: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, req):
+        from tests.support.judge_server import _text_of, error_reply, estimate_tokens, rule_responder
+
+        trace = "tr" + _MARK.search(json.dumps(req.data)).group(1) + "x"
+        with self._lock:
+            if req.step == "Verdicts" and trace not in self._failed:
+                self._failed.add(trace)
+                return error_reply(500, "scripted: the second step fails once")
+        reply = rule_responder(req)
+        if reply.status == 200:
+            prompt = estimate_tokens("".join(_text_of(m.get("content")) for m in req.messages if isinstance(m, dict)))
+            completion = estimate_tokens(reply.content or "")
+            usd = (prompt * IN_PER_MTOK + completion * OUT_PER_MTOK) / 1_000_000
+            with self._lock:
+                self.billed.append((trace, req.step, usd, prompt, completion))
+        return reply
+
+    def total(self, trace: str | None = None) -> float:
+        return sum(usd for t, _, usd, _, _ in self.billed if trace is None or t == trace)
+
+    def calls(self, trace: str) -> list[str]:
+        return [step for t, step, *_ in self.billed if t == trace]
+
+
+def _priced_retrying_judge(judge_server, monkeypatch) -> BilledJudge:
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", str(IN_PER_MTOK))
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", str(OUT_PER_MTOK))
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_MAX_RETRIES", "0")  # the 500 reaches the metric: the pair is retried
+    billed = BilledJudge()
+    judge_server.responder = billed
+    return billed
+
+
+def _traces(n: int) -> list[dict]:
+    return [{"id": f"tr{i}x", "output": f"Trace tr{i}x is on its way. You tr{i}x are clueless [toxic]."}
+            for i in range(n)]
+
+
+@pytest.mark.parametrize("fanout", ["pair", "batch"])
+def test_every_billed_attempt_counts_in_cost_and_budget(run, db, judge_server, monkeypatch, fanout):
+    billed = _priced_retrying_judge(judge_server, monkeypatch)
+    insert_traces(db, _traces(4))
+
+    summary = run(budget_usd=100.0, metrics=["toxicity"], fanout=fanout, max_concurrency=2)
+
+    stored = results(db)
+    assert summary.scored == 4 and all(r["status"] == "scored" for r in stored.values())
+    for (trace, _), row in stored.items():
+        # the retry ran the whole metric again: opinions twice, then verdicts and reason
+        assert sorted(billed.calls(trace)) == ["Opinions", "Opinions", "ToxicityReason", "Verdicts"]
+        assert row["judge_calls"] == 4 and row["attempts"] == 2
+        assert row["prompt_tokens"] == sum(p for t, _, _, p, _ in billed.billed if t == trace)
+        assert row["completion_tokens"] == sum(c for t, _, _, _, c in billed.billed if t == trace)
+        assert row["cost_usd"] == pytest.approx(billed.total(trace), rel=1e-9)
+    # the run's budget saw every billed call too
+    assert summary.budget_spent_usd == pytest.approx(billed.total(), abs=1e-6)
+
+
+def test_a_budget_holds_with_retries_to_the_documented_bound(run, db, judge_server, monkeypatch):
+    """One pair in flight at a time (fanout pair, max_concurrency 1): the spend may
+    pass the budget by at most one attempt of the pair in flight (docs/running.md)."""
+    billed = _priced_retrying_judge(judge_server, monkeypatch)
+    insert_traces(db, _traces(10))
+    budget = 0.8  # about a third of what the ten pairs cost with their retries
+
+    summary = run(budget_usd=budget, metrics=["toxicity"], fanout="pair", max_concurrency=1)
+
+    stored = results(db)
+    assert summary.budget_exhausted and 0 < len(stored) < 10, (billed.billed, summary.budget_spent_usd)
+    # every billed call counted: the stored rows' costs plus what deferred pairs billed
+    assert summary.budget_spent_usd == pytest.approx(billed.total(), abs=1e-6)
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(
+        sum(billed.total(trace) for trace, _ in stored), rel=1e-9
+    )
+    # one attempt of a pair: opinions, verdicts, reason (the costliest pair's)
+    one_attempt = max(
+        sum(usd for t, step, usd, *_ in billed.billed if t == trace and step != "Opinions")
+        + max(usd for t, step, usd, *_ in billed.billed if t == trace and step == "Opinions")
+        for trace in {t for t, *_ in billed.billed}
+    )
+    assert billed.total() <= budget + one_attempt
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar_one() == 0
+    assert summary.left_pending == 10 - len(stored)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
@@ -10,7 +11,7 @@ from judgeflow.metrics.steps import Usage, adrive, ask, describe_error, drive, p
 from judgeflow.metrics.toxicity.schema import Opinions, Verdicts
 from pydantic import ValidationError
 
-from judgeflow.errors import InvalidJudgeReplyError, JudgeAbstained
+from judgeflow.errors import InvalidJudgeReplyError, JudgeAbstained, TransientJudgeError
 from judgeflow.judge.base import JudgeReply, JudgeRequest
 from tests.metrics.fakes import ScriptedJudge, hallucination_reply, opinions_reply, verdicts_reply
 
@@ -275,3 +276,61 @@ def test_parse_reply_reads_lone_surrogates_and_nul_that_pydantic_json_refuses():
     assert raw.reason == ["a\ud800b"]
     with pytest.raises(ValidationError):  # still not JSON: still invalid
         parse_reply('{"reason": ["a\\ud800b"', Reasons)
+
+
+# --- what a failed score billed (issue 29) ----------------------------------------
+
+
+def _one_of_two_fails(req: JudgeRequest) -> str:
+    if req.fields["text"] == "b":
+        raise TransientJudgeError("the provider is down")
+    return opinions_reply("a")
+
+
+@pytest.mark.parametrize("concurrent", [True, False])
+def test_sync_driver_counts_the_calls_that_answered_when_another_fails(concurrent: bool) -> None:
+    usage = Usage()
+    with pytest.raises(TransientJudgeError):
+        drive(two_requests_flow(), ScriptedJudge(_one_of_two_fails, cost_usd=0.25), usage=usage, concurrent=concurrent)
+    assert (usage.calls, usage.prompt_tokens, usage.cost_usd) == (1, 10, 0.25)
+
+
+async def test_async_driver_counts_the_calls_that_answered_when_another_fails() -> None:
+    def slow_failure(req: JudgeRequest) -> str:
+        if req.fields["text"] == "b":
+            time.sleep(0.05)  # "a" has answered by then
+        return _one_of_two_fails(req)
+
+    usage = Usage()
+    with pytest.raises(TransientJudgeError):
+        await adrive(two_requests_flow(), ScriptedJudge(slow_failure, cost_usd=0.25), usage=usage)
+    assert (usage.calls, usage.cost_usd) == (1, 0.25)
+
+
+def test_usage_merge_adds_an_earlier_attempt() -> None:
+    first, second = Usage(), Usage()
+    first.add(JudgeReply("{}", "m", prompt_tokens=3, completion_tokens=2, cost_usd=None))
+    second.add(JudgeReply("{}", "m", prompt_tokens=1, completion_tokens=1, cost_usd=0.5))
+    second.merge(first)
+    assert (second.calls, second.prompt_tokens, second.completion_tokens, second.cost_usd) == (2, 4, 3, 0.5)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_metric_that_fails_part_way_reports_what_it_billed(asynchronous: bool) -> None:
+    """Toxicity's opinions step answers, its verdicts step fails: the error carries the opinions call."""
+    import asyncio
+
+    from judgeflow.metrics.toxicity.metric import ToxicityMetric
+
+    def script(req: JudgeRequest) -> str:
+        if req.step == "toxicity.verdicts":
+            raise TransientJudgeError("verdicts: the provider is down")
+        return opinions_reply("You are wrong.")
+
+    metric = ToxicityMetric(ScriptedJudge(script, cost_usd=0.125))
+    with pytest.raises(TransientJudgeError) as failed:
+        if asynchronous:
+            asyncio.run(metric.ascore("q", "You are wrong."))
+        else:
+            metric.score("q", "You are wrong.")
+    assert (failed.value.billed.calls, failed.value.billed.cost_usd) == (1, 0.125)
