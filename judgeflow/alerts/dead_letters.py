@@ -20,9 +20,6 @@ from datetime import datetime
 
 from sqlalchemy import Connection, text
 
-from judgeflow.alerts.evaluation import Figures
-from judgeflow.alerts.rules import Rule
-
 _COUNTS = text(
     """
     SELECT
@@ -34,21 +31,12 @@ _COUNTS = text(
 )
 
 
-def dead_delivery_figures(conn: Connection, rule: Rule, *, now: datetime, start: datetime) -> Figures:
-    """The rule's figures: dead / (delivered + dead) in the window, 0 when
-    nothing settled in it; ``failed`` holds the deliveries still being retried."""
+def dead_delivery_counts(conn: Connection, *, start: datetime) -> tuple[int, int, int]:
+    """(dead, settled, failing): deliveries that died in the window, those
+    settled in it (delivered or dead), and those still being retried; the
+    rule's rate is dead / settled (:func:`judgeflow.alerts.evaluation.segment_figures`)."""
     row = conn.execute(_COUNTS, {"start": start}).one()
-    dead, settled = int(row.dead), int(row.dead) + int(row.delivered)
-    return Figures(
-        value=dead / settled if settled else 0.0,
-        violations=dead,
-        sample_size=settled,
-        failed=int(row.failing),
-        worst=[],
-        evaluated_at=now,
-        window_start=start,
-        worst_loaded=True,
-    )
+    return int(row.dead), int(row.dead) + int(row.delivered), int(row.failing)
 
 
 def dead_deliveries(conn: Connection, *, limit: int = 50) -> list:

@@ -239,9 +239,14 @@ def segment_figures(
         epochs = current_epochs(conn)
     start, base_start = _periods(rule, now)
     if rule.kind == "dead_deliveries":  # counted in the outbox, not in eval_results; overall only
-        from judgeflow.alerts.dead_letters import dead_delivery_figures
+        from judgeflow.alerts.dead_letters import dead_delivery_counts
 
-        return [dead_delivery_figures(conn, rule, now=now, start=start)] if key is None else []
+        if key is not None:
+            return []
+        dead, settled, failing = dead_delivery_counts(conn, start=start)
+        # dead / settled in the window, 0 when nothing settled; failed: deliveries still being retried
+        return [Figures(value=dead / settled if settled else 0.0, violations=dead, sample_size=settled,
+                        failed=failing, worst=[], evaluated_at=now, window_start=start, worst_loaded=True)]
     in_epoch, epoch_params = in_epoch_sql(epochs, rule_metrics(rule))
     epoch_start = latest_start(epochs, rule_metrics(rule))
     params = dict(epoch_params, metrics=rule_metrics(rule), start=start, base_start=base_start)

@@ -171,7 +171,7 @@ class TableSource:
         )
 
     def bodies(self, conn: Connection, keys: Sequence) -> dict[str, Any]:
-        from judgeflow.db.trace_source import TraceBody
+        from judgeflow.db.trace_types import TraceBody
 
         if not keys:
             return {}

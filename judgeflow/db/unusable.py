@@ -11,12 +11,15 @@ so only a count over the whole source (the first run, `judgeflow db check
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from sqlalchemy import Connection, text
 
-from judgeflow.db.source import SourceTable
+if TYPE_CHECKING:
+    from judgeflow.db.source import SourceTable
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,11 @@ def test_the_module_reader_sees_function_level_imports_and_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+def test_judgeflow_has_no_import_cycles_counting_imports_inside_functions():
+    found = cycles(import_graph())
+    assert not found, "import cycles among judgeflow's modules:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
 def _patch_targets(tree: ast.AST) -> list[tuple[int, str]]:
     """(line, what) for every assignment to an attribute of a name bound to a
     Prefect or litellm module or object, and every setattr/delattr on one."""

@@ -26,7 +26,7 @@ from sqlalchemy import Connection, text
 from judgeflow.db.source import key_filter_sql
 from judgeflow.db.sources import catalog
 from judgeflow.db.sources.chat import MalformedChat, conversation, loads, part_text, reply_text
-from judgeflow.db.trace_source import KeyFilter, TraceBody, TraceKey
+from judgeflow.db.trace_types import KeyFilter, TraceBody, TraceKey
 from judgeflow.db.unusable import UnusableRows
 
 TABLE = "LiteLLM_SpendLogs"

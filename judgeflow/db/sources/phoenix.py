@@ -28,7 +28,7 @@ from sqlalchemy import Connection, text
 from judgeflow.db.source import key_filter_sql
 from judgeflow.db.sources import catalog
 from judgeflow.db.sources.chat import MalformedChat, conversation, loads, reply_text
-from judgeflow.db.trace_source import KeyFilter, TraceBody, TraceKey
+from judgeflow.db.trace_types import KeyFilter, TraceBody, TraceKey
 from judgeflow.db.unusable import UnusableRows
 
 KEY_INDEX = "judgeflow_llm_spans_start_time_span_id_idx"
