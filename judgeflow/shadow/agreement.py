@@ -7,9 +7,11 @@ Both judges decided pass/fail on the same pairs, so the comparisons are paired:
   normal interval clipped to [-1, 1];
 * the **failing rates** under each judge and their **difference**
   (candidate minus current) ``(b - c) / n``, where ``b`` pairs fail only under
-  the candidate and ``c`` only under the current judge, with the standard error
-  of a difference of paired proportions ``sqrt(b + c - (b - c)^2 / n) / n``
-  (the one McNemar's test is built on) and a 95% normal interval;
+  the candidate and ``c`` only under the current judge, with the Agresti-Min
+  (2005) 95% interval for a difference of paired proportions: the Wald
+  interval ``d +- z sqrt(b + c - (b - c)^2 / n) / n`` computed with half a pair
+  added to each cell (``n + 2``), so a segment where the judges never
+  disagree (``b = c = 0``) does not get a zero-width interval;
 * the **mean score difference** (candidate minus current) with a 95% normal
   interval from the differences' sample standard deviation.
 """
@@ -95,8 +97,10 @@ def rate_difference(c: Confusion) -> tuple[float | None, Interval | None]:
         return None, None
     b, cc = c.only_candidate_fails, c.only_current_fails
     d = (b - cc) / n
-    se = math.sqrt(max(0.0, b + cc - (b - cc) ** 2 / n)) / n
-    return d, Interval(_clip(d - Z95 * se, -1.0, 1.0), _clip(d + Z95 * se, -1.0, 1.0))
+    b2, c2, n2 = b + 0.5, cc + 0.5, n + 2  # Agresti-Min: half a pair more in each cell
+    d2 = (b2 - c2) / n2
+    se = math.sqrt(max(0.0, b2 + c2 - (b2 - c2) ** 2 / n2)) / n2
+    return d, Interval(_clip(d2 - Z95 * se, -1.0, 1.0), _clip(d2 + Z95 * se, -1.0, 1.0))
 
 
 def mean_difference(differences: list[float]) -> tuple[float | None, Interval | None]:

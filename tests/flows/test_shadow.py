@@ -107,8 +107,10 @@ def test_shadow_report_equals_the_figures_worked_out_by_hand(prefect_server, sha
     assert m.current_failing_rate == pytest.approx((both_fail + only_a) / n)
     assert m.candidate_failing_rate == pytest.approx((both_fail + only_b) / n)
     assert m.difference == pytest.approx(3 / 23)
-    se_d = math.sqrt(only_b + only_a - (only_b - only_a) ** 2 / n) / n
-    assert m.difference_ci == pytest.approx([3 / 23 - Z * se_d, 3 / 23 + Z * se_d])
+    # Agresti-Min: the Wald interval with half a pair added to each cell
+    b2, c2, n2 = only_b + 0.5, only_a + 0.5, n + 2
+    d2, se_d = (b2 - c2) / n2, math.sqrt(b2 + c2 - (b2 - c2) ** 2 / n2) / n2
+    assert m.difference_ci == pytest.approx([d2 - Z * se_d, d2 + Z * se_d])
     # one opinion per trace: scores are 0 or 1, so the mean score difference is the rate difference
     assert m.mean_score_difference == pytest.approx(3 / 23)
 
