@@ -87,6 +87,7 @@ def _events(db) -> list[tuple]:
             "SELECT rule, segment_key, kind FROM judgeflow.alert_events ORDER BY id"))]
 
 
+@pytest.mark.slow  # six scoring runs over ~600 traces: about a minute on a busy 2-core machine
 def test_switching_to_a_stricter_judge_does_not_page_and_a_real_rise_still_fires(prefect_server, epochs_env, db,
                                                                                   monkeypatch):
     baseline = _rows("base", 300, days_ago=(7.0, 1.5))
