@@ -346,6 +346,15 @@ class Notifier:
         self._sleep = sleep
         self._http = http
 
+    def warm(self) -> None:
+        """Import what sending needs (Prefect, seconds in a cold CLI process) before
+        the delivery time budget starts: the budget is for receivers, not imports."""
+        if self.settings.alert_prefect_events and self._emitter is None:
+            try:
+                prefect_api_available()
+            except Exception:  # sending reports it, per delivery
+                pass
+
     def send(self, channel: str, payload: dict[str, Any], *, deadline: float | None = None) -> ChannelResult:
         """Deliver ``payload`` to one channel, within ``deadline`` (``time.monotonic()``). Never raises."""
         send = {"prefect_event": self._send_event, "webhook": self._send_webhook, "slack": self._send_slack}.get(channel)

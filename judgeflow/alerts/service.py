@@ -180,7 +180,7 @@ def evaluate_rules(
     notifier = notifier or Notifier(settings)
     channels = configured_channels(settings)
     url = run_url(flow_run_id)
-    deadline = time.monotonic() + settings.alert_delivery_budget_s
+    deadline: float | None = None
     decisions: list[Decision | Rule] = []
     sent: list[Sent] = []
     rules = all_rules(settings)
@@ -197,6 +197,9 @@ def evaluate_rules(
         # after the commits: a crash before or during this leaves the outbox rows pending
         # the second time only the dead-delivery rules' own notifications: the rest was tried just now
         only = {r.name for r in rules if r.kind == "dead_deliveries"} if after_delivery else None
+        if deadline is None:  # the budget is for delivering: it starts once the rules are evaluated
+            notifier.warm()
+            deadline = time.monotonic() + settings.alert_delivery_budget_s
         sent += deliver_pending(engine, notifier, settings, force=redeliver_now, deadline=deadline, rules=only)
     for s in sent:
         log_fn = log.info if s.status in ("delivered", "skipped") else log.warning
