@@ -29,6 +29,7 @@ from judgeflow.db.source import SourceTable
 from judgeflow.db.unusable import describe as describe_unusable
 from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
+from judgeflow.run_progress import stop_requested
 from judgeflow.settings import Settings, run_settings
 from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs, count_pending_work
 from judgeflow.tasks import reuse
@@ -159,7 +160,7 @@ def score_traces(
     # the judge (litellm's import, judge worker processes: seconds) only when
     # there is work for it, built while the first batch is claimed
     judge_started = start_judge.submit(settings) if pending else None
-    progress = Progress(pending, every=batch_size)
+    progress = Progress(pending, every=batch_size, flow_run_id=run_id, budget_usd=settings.run_budget_usd)
     if fanout == "batch":
         # Batches queued behind the one being scored: enough pairs to keep every
         # slot busy while the oldest batch finishes its tail, plus one so a batch
@@ -186,7 +187,7 @@ def score_traces(
         result = done.result()
         outcomes = result if isinstance(result, list) else [result]
         totals.add(outcomes)
-        progress.advance(len(outcomes), batch=batch_no)
+        progress.advance(outcomes, batch=batch_no)
         if budget is not None:
             budget.settle(reservations.pop(id(done)), outcomes)
 
@@ -202,6 +203,7 @@ def score_traces(
         return not budget.exhausted
 
     left: dict[str, int] | None = {}
+    stopped = False
 
     def summarise(extra_notes: list[str] = ()) -> RunSummary:
         summary = totals.build(
@@ -233,6 +235,11 @@ def score_traces(
             if time.time() >= deadline:
                 budget_notes.append(_budget_spent(settings, time.monotonic() - started))
                 logger.warning(budget_notes[-1])
+                break
+            if stop_requested():
+                stopped = True
+                logger.warning("stop requested (Ctrl-C): no more claims; judge calls in flight finish and are "
+                               "stored, pairs not started are given back for the next run")
                 break
             room = batch_size
             if limit is not None:
@@ -309,6 +316,7 @@ def score_traces(
     reuse.in_flight.forget(owner)  # identical pairs of this run were coalesced through it
 
     summary = summarise(budget_notes)
+    summary.stopped = stopped
     if summary.deferred:
         summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
                              "out, or not retried once the spend budget had no room, and were given back for the "
@@ -323,6 +331,7 @@ def score_traces(
     if settings.source == "phoenix" and settings.phoenix_write_back:
         # after the results are stored; the results table stays the source of truth
         summary.notes.append(write_scores_to_phoenix(settings, summary.flow_run_id).note)
+    progress.finish()
     publish_run_summary(summary)
     if summary.budget_exhausted:
         announce_budget_exhausted(summary)

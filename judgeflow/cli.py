@@ -107,8 +107,12 @@ def score(
         False, "--retry-failed",
         help="also retry pairs given up after failing in JUDGEFLOW_MAX_RUNS_PER_PAIR runs",
     ),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="print every log line (each batch, each task run), not only warnings and errors"
+    ),
 ) -> None:
-    """Score every trace without a result, once, now."""
+    """Score every trace without a result, once, now. Ctrl-C stops it: calls in flight finish, exit code 130."""
+    _quiet_unless(verbose)
     from judgeflow.timeparse import parse_when
 
     settings = _settings()
@@ -128,13 +132,41 @@ def score(
     from judgeflow.flows.scoring import score_new_traces
 
     _use_prefect(settings)
-    summary = score_new_traces(
+    summary = _watched("score", settings, lambda: score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
         retry_failed=retry_failed,
-    )
+    ))
     typer.echo(summary.markdown())
+    _exit_if_stopped(summary)
+
+
+def _quiet_unless(verbose: bool) -> None:
+    """Warnings and errors only on the terminal unless -v; before Prefect is imported."""
+    from judgeflow.run_console import set_log_level
+
+    set_log_level(verbose)
+
+
+def _watched(title: str, settings, run):
+    """``run()``, the flow run it starts shown on the terminal and stopped by Ctrl-C (judgeflow/run_console.py)."""
+    from judgeflow.prefect_server import ui_url_without_import
+    from judgeflow.run_console import EXIT_STOPPED, watched_run
+
+    try:
+        with watched_run(title, ui_url=ui_url_without_import(settings)):
+            return run()
+    except KeyboardInterrupt:  # a second Ctrl-C: quit now
+        typer.echo("quit: judge calls in flight are lost; the next run takes this run's claims over", err=True)
+        raise typer.Exit(EXIT_STOPPED) from None
+
+
+def _exit_if_stopped(summary) -> None:
+    from judgeflow.run_console import EXIT_STOPPED
+
+    if summary.stopped:
+        raise typer.Exit(EXIT_STOPPED)
 
 
 def _start_judge_early(settings, *, max_concurrency, judge_processes) -> None:
@@ -205,8 +237,12 @@ def backfill(
     fanout: str = typer.Option("batch", help="'batch' or 'pair' (see `judgeflow score --help`)"),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
     budget_usd: Optional[float] = typer.Option(None, help="see `judgeflow score --help`"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="print every log line (each batch, each task run), not only warnings and errors"
+    ),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
+    _quiet_unless(verbose)
 
     from judgeflow.db.status import estimate_backfill
     from judgeflow.timeparse import parse_when
@@ -226,10 +262,11 @@ def backfill(
     from judgeflow.flows.backfill import backfill_traces
 
     _use_prefect(settings)
-    summary = backfill_traces(since=start, until=end, rescore=rescore, batch_size=batch_size,
-                              max_concurrency=max_concurrency, fanout=fanout, judge_processes=judge_processes,
-                              budget_usd=budget_usd)
+    summary = _watched("backfill", settings, lambda: backfill_traces(
+        since=start, until=end, rescore=rescore, batch_size=batch_size, max_concurrency=max_concurrency,
+        fanout=fanout, judge_processes=judge_processes, budget_usd=budget_usd))
     typer.echo(summary.markdown())
+    _exit_if_stopped(summary)
 
 
 @app.command()
@@ -399,8 +436,12 @@ def _announce_database(settings) -> None:
 @clear_errors
 def demo(
     reset: bool = typer.Option(False, "--reset", help="delete the embedded database and start over"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="print every log line (each batch, each task run), not only warnings and errors"
+    ),
 ) -> None:
     """Run the whole product on demo traces: embedded PostgreSQL, scoring flow, alerts, summary."""
+    _quiet_unless(verbose)
     import time
 
     from judgeflow.demo import run as demo_run
@@ -434,13 +475,14 @@ def demo(
 
     from judgeflow.flows.scoring import score_new_traces
 
-    summary = score_new_traces(evaluate_alerts=True)
+    summary = _watched("demo", settings, lambda: score_new_traces(evaluate_alerts=True))
     ui_url = local.ui_url if local is not None else demo_run.configured_ui_url()
     if summary.flow_run_id and not demo_run.wait_for_prefect_records(summary.flow_run_id):
         typer.echo("demo: Prefect's server is still recording the run's task runs; the UI will show them "
                    "in a moment", err=True)
     typer.echo(render(build_report(settings), judge_note=judge_note, ui_url=ui_url,
                       flow_run_id=summary.flow_run_id, ran_s=time.monotonic() - started))
+    _exit_if_stopped(summary)
 
 
 @app.command()

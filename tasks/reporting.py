@@ -18,6 +18,7 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
+from judgeflow.run_progress import RunProgress, current_observer
 from judgeflow.tasks.work import ScoreOutcome
 
 log = logging.getLogger("judgeflow.reporting")
@@ -54,6 +55,8 @@ class RunSummary(BaseModel):
     budget_spent_usd: float | None = None
     budget_exhausted: bool = False
     left_pending: int | None = None
+    # stopped on request (Ctrl-C in the command that runs it): no claims after it
+    stopped: bool = False
 
     def budget_line(self) -> str | None:
         if self.budget_usd is None:
@@ -101,7 +104,8 @@ class RunSummary(BaseModel):
             {"figure": "left to other live runs", "value": self.left_to_other_pairs},
         ]
         if self.deferred:
-            rows.append({"figure": "left for the next run (time budget)", "value": self.deferred})
+            why = "stopped" if self.stopped else "time budget"
+            rows.append({"figure": f"left for the next run ({why})", "value": self.deferred})
         if self.unusable_rows is not None:
             u = self.unusable_rows
             rows.append({"figure": "source rows skipped (NULL id / NULL created_at)",
@@ -122,6 +126,9 @@ class RunSummary(BaseModel):
 
     def markdown(self) -> str:
         lines = ["# judgeflow run", ""]
+        if self.stopped:
+            lines += ["**Stopped (Ctrl-C).** The run claimed no more; judge calls in flight finished and were "
+                      "stored; pairs not started were given back: the next run scores them.", ""]
         if self.budget_exhausted:
             lines += [f"**Budget exhausted.** {self.budget_line()}; the next run scores them.", ""]
         for started in self.judge_epochs:
@@ -252,15 +259,35 @@ class Progress:
     pairs done (a batch's worth), however the pairs arrive. The artifact is
     created by :meth:`show` (or the first :meth:`advance`): the flow shows it
     once its first batch is judging, so that API call does not delay the
-    run's first judge call."""
+    run's first judge call. Whoever watches the run in this process (the
+    CLI's display, judgeflow/run_progress.py) gets the figures at every batch."""
 
-    def __init__(self, total: int, *, every: int = 100):
+    def __init__(self, total: int, *, every: int = 100, flow_run_id: str | None = None,
+                 budget_usd: float | None = None):
         self.total = total
-        self.done = 0
+        self.figures = RunProgress(total=total, flow_run_id=flow_run_id, budget_usd=budget_usd)
         self._every = max(1, every)
         self._reported = 0
         self._artifact_id: UUID | None = None
         self._shown = False
+        self._observer = current_observer()
+        self._notify("started")
+
+    @property
+    def done(self) -> int:
+        return self.figures.done
+
+    def _notify(self, event: str) -> None:
+        if self._observer is None:
+            return
+        try:
+            getattr(self._observer, event)(self.figures)
+        except Exception as error:  # a display must never stop scoring
+            log.warning("the run's progress display failed: %s", error)
+            self._observer = None
+
+    def finish(self) -> None:
+        self._notify("finished")
 
     def show(self) -> None:
         if self._shown:
@@ -273,9 +300,10 @@ class Progress:
         except Exception as error:  # progress display must never stop scoring
             log.warning("could not create progress artifact: %s", error)
 
-    def advance(self, n: int, *, batch: int) -> None:
+    def advance(self, outcomes: list[ScoreOutcome], *, batch: int) -> None:
         self.show()
-        self.done += n
+        self.figures = self.figures.add(outcomes)
+        self._notify("advanced")
         if self.done - self._reported < self._every and self.done < self.total:
             return
         self._reported = self.done

@@ -59,6 +59,7 @@ from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.steps import Usage
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
+from judgeflow.run_progress import stop_requested
 from judgeflow.settings import Settings
 from judgeflow.tasks.claims import claims_at_risk, still_owned
 from judgeflow.tasks.judge_loop import judge_loop
@@ -571,13 +572,16 @@ def _with_billed(result: MetricResult, billed: Usage) -> MetricResult:
 
 
 def past(deadline: float | None) -> bool:
-    return deadline is not None and time.time() >= deadline
+    """The run's time budget is spent, or it was asked to stop: start no attempt."""
+    return (deadline is not None and time.time() >= deadline) or stop_requested()
 
 
 def _deferred(
-    work: TraceWork, attempts: int, billed: Usage | None = None, *, why: str = "the run's time budget is spent"
+    work: TraceWork, attempts: int, billed: Usage | None = None, *, why: str | None = None
 ) -> ScoreOutcome:
     """Not scored, left for the next run; what its attempts billed still counts (no row: the summary, the budget)."""
+    if why is None:
+        why = "the run was stopped" if stop_requested() else "the run's time budget is spent"
     log.info("%s for trace %s left for the next run: %s", work.metric, work.trace_id, why)
     billed = billed or Usage()
     return ScoreOutcome(

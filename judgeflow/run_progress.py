@@ -1,0 +1,101 @@
+"""A scoring run's figures as it goes, for whoever watches it in this process,
+and a stop request (Ctrl-C) the run honours.
+
+The flow runs in the process of the command that started it (``judgeflow
+score``, ``backfill``): that command watches it by setting an observer for the
+call (:func:`observing`, a context variable: the flow body runs in the
+caller's context), and the run reports its :class:`RunProgress` to it as
+batches finish. A run with no observer (a deployment on a worker, ``judgeflow
+serve``) reports to no one. The figures are folded from the same outcomes as
+the run summary, so the last report equals the summary's.
+
+:func:`request_stop` asks every run of this process to stop claiming: pairs
+not yet started are given back (deferred) and judge calls in flight finish.
+Nothing here imports Prefect."""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator, Protocol
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    total: int  # (trace, metric) pairs pending when the run started
+    done: int = 0  # pairs with an outcome, whatever it is
+    scored: int = 0
+    skipped: int = 0
+    failed: int = 0
+    reused: int = 0  # of scored + skipped: copied from identical content
+    left: int = 0  # superseded, taken over by another run, or given back (time budget, stop)
+    judge_calls: int = 0
+    cost_usd: float | None = None
+    budget_usd: float | None = None
+    flow_run_id: str | None = None
+    started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started_at
+
+    def add(self, outcomes: Iterable) -> "RunProgress":
+        """These figures plus ``outcomes`` (judgeflow.tasks.work.ScoreOutcome)."""
+        counts = {"scored": self.scored, "skipped": self.skipped, "failed": self.failed}
+        done, reused, left, calls, cost = self.done, self.reused, self.left, self.judge_calls, self.cost_usd
+        for o in outcomes:
+            done += 1
+            if o.status in counts:
+                counts[o.status] += 1
+            else:
+                left += 1
+            if o.reused and o.status in ("scored", "skipped"):
+                reused += 1
+            calls += o.judge_calls
+            if o.cost_usd is not None:
+                cost = (cost or 0.0) + o.cost_usd
+        return replace(self, done=done, reused=reused, left=left, judge_calls=calls, cost_usd=cost, **counts)
+
+
+class RunObserver(Protocol):
+    def started(self, progress: RunProgress) -> None: ...
+
+    def advanced(self, progress: RunProgress) -> None: ...
+
+    def finished(self, progress: RunProgress) -> None: ...
+
+
+_observer: ContextVar[RunObserver | None] = ContextVar("judgeflow_run_observer", default=None)
+
+
+@contextmanager
+def observing(observer: RunObserver) -> Iterator[RunObserver]:
+    """Runs started in this context report to ``observer``."""
+    token = _observer.set(observer)
+    try:
+        yield observer
+    finally:
+        _observer.reset(token)
+
+
+def current_observer() -> RunObserver | None:
+    return _observer.get()
+
+
+_stop = threading.Event()
+
+
+def request_stop() -> None:
+    """Every run of this process stops claiming; work not started is given back."""
+    _stop.set()
+
+
+def stop_requested() -> bool:
+    return _stop.is_set()
+
+
+def clear_stop() -> None:
+    _stop.clear()
