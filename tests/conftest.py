@@ -17,6 +17,8 @@ import pytest
 import sqlalchemy as sa
 
 from tests.support.postgres import create_database, drop_database, start_test_server
+# LiteLLM's spend-log table and rows, for the litellm source preset's tests (tests/db/sources, tests/flows)
+from tests.support.litellm_fixtures import litellm_db, litellm_template, spend_log_rows  # noqa: F401
 
 # never let a developer's .env or shell leak into tests
 for _key in [k for k in os.environ if k.startswith("JUDGEFLOW_")]:

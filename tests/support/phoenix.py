@@ -14,6 +14,7 @@ OpenAI client) in that venv against it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -131,6 +132,37 @@ def send_traces(python: Path, collector: str, api_base: str, only: list[str] | N
     if done.returncode != 0:
         raise RuntimeError(f"phoenix client failed ({done.returncode}): {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@contextlib.contextmanager
+def phoenix_with_traces(pg_server, workdir: Path):
+    """A Phoenix server on a fresh database of the test PostgreSQL, holding the traces of
+    every scenario of tests/support/phoenix_client.py: yields (server, the database's
+    sqlalchemy URL, {scenario: {"trace_id"}})."""
+    import sqlalchemy as sa
+
+    from tests.support.judge_server import JudgeServer
+    from tests.support.litellm_proxy import app_responder
+    from tests.support.postgres import create_database, drop_database
+
+    python = ensure_venv()
+    name, url = create_database(pg_server)
+    engine = sa.create_engine(url)
+    try:
+        with PhoenixServer(python, url.replace("postgresql+psycopg://", "postgresql://"), workdir) as server, \
+                JudgeServer(app_responder) as app:
+            sent = send_traces(python, server.collector, app.url)
+            deadline = time.monotonic() + 60  # Phoenix inserts spans in batches, a moment later
+            while time.monotonic() < deadline:
+                with engine.connect() as conn:
+                    stored = conn.execute(sa.text("SELECT count(*) FROM spans WHERE span_kind = 'LLM'")).scalar()
+                if stored >= len(sent):
+                    break
+                time.sleep(0.5)
+            yield server, url, sent
+    finally:
+        engine.dispose()
+        drop_database(pg_server, name)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, text
 
 from judgeflow.db.sources.litellm import LiteLLMSource
 from judgeflow.db.trace_source import KeyFilter, TraceKey
-from tests.db.sources.conftest import by_scenario
+from tests.support.litellm_fixtures import by_scenario
 from tests.support.litellm_proxy import insert_spend_logs
 
 SOURCE = LiteLLMSource()

@@ -5,8 +5,6 @@ venv takes minutes to install the first time and the server ~10-30 s to start
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from sqlalchemy import create_engine, text
 
@@ -20,31 +18,11 @@ SOURCE = PhoenixSource()
 
 @pytest.fixture(scope="module")
 def phoenix(pg_server, tmp_path_factory):
-    """(Phoenix server, sqlalchemy URL of its database, {scenario: trace id}) with every
-    scenario of tests/support/phoenix_client.py sent and stored."""
-    from tests.support.judge_server import JudgeServer
-    from tests.support.litellm_proxy import app_responder
-    from tests.support.phoenix import PhoenixServer, ensure_venv, send_traces
-    from tests.support.postgres import create_database, drop_database
+    """(Phoenix server, sqlalchemy URL of its database, {scenario: trace id})."""
+    from tests.support.phoenix import phoenix_with_traces
 
-    python = ensure_venv()
-    name, url = create_database(pg_server)
-    asyncpg_url = url.replace("postgresql+psycopg://", "postgresql://")
-    engine = create_engine(url)
-    try:
-        with PhoenixServer(python, asyncpg_url, tmp_path_factory.mktemp("phoenix")) as server, \
-                JudgeServer(app_responder) as app:
-            sent = send_traces(python, server.collector, app.url)
-            deadline = time.monotonic() + 60  # Phoenix inserts spans in batches, a moment later
-            while time.monotonic() < deadline:
-                with engine.connect() as conn:
-                    if conn.execute(text("SELECT count(*) FROM spans WHERE span_kind = 'LLM'")).scalar() >= len(sent):
-                        break
-                time.sleep(0.5)
-            yield server, url, sent
-    finally:
-        engine.dispose()
-        drop_database(pg_server, name)
+    with phoenix_with_traces(pg_server, tmp_path_factory.mktemp("phoenix")) as running:
+        yield running
 
 
 def _keys(conn, f: KeyFilter = KeyFilter()) -> list[TraceKey]:

@@ -1,5 +1,6 @@
-"""Fixtures of the source presets' tests: LiteLLM's spend-log table made by the proxy's own
-migrations, rows made by LiteLLM's own code (tests/support/litellm_proxy.py)."""
+"""Pytest fixtures for LiteLLM spend logs (registered by tests/conftest.py): LiteLLM's table
+made by the proxy's own migrations, rows made by LiteLLM's own code
+(tests/support/litellm_proxy.py)."""
 
 from __future__ import annotations
 
