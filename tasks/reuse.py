@@ -66,14 +66,14 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "judge_api_key",  # the account, not the judge: the endpoint and model are hashed
     "judge_timeout_s", "judge_max_retries", "judge_backoff_base_s", "judge_backoff_max_s",
     "judge_max_repairs",  # re-asks for a valid reply: decides failed vs scored, not the score
-    "max_concurrency", "judge_processes", "judge_host", "judge_host_idle",
+    "max_concurrency", "judge_processes",
     "judge_input_cost_per_mtok", "judge_output_cost_per_mtok", "run_budget_usd", "settle_delay", "reuse_identical",
     "toxicity_threshold", "hallucination_threshold",
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
     # which source and where: what a preset maps a row to (input, output, context) is hashed as content
     "source", "source_schema", "phoenix_write_back", "phoenix_url", "phoenix_api_key",
     "task_retries", "task_retry_delay_s", "max_runs_per_pair", "max_run_duration", "schedule_timezone",
-    "toxicity_rate_max", "hallucination_rate_max", "failure_rate_max",
+    "toxicity_rate_max", "hallucination_rate_max", "failure_rate_max", "dead_delivery_rate_max",
 })
 # whole groups that only alert on stored scores
 SCORE_NEUTRAL_PREFIXES = ("alert_", "regression_", "toxicity_regression_", "hallucination_regression_")
