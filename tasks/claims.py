@@ -412,9 +412,15 @@ class LeaseKeeper:
                 if self._conn is None:
                     raise ConnectionError("no lock connection")
                 self._conn.execute(_RELEASE_ALL, {"o": self._owner})
+                if self._locked:
+                    # unlocked here rather than by the session's end: a closed
+                    # connection's backend exits after the client has moved on
+                    self._conn.execute(
+                        text("SELECT pg_advisory_unlock(:ns, :k)"), {"ns": RUN_LOCK_NAMESPACE, "k": self.owner_key}
+                    )
             except Exception:
                 self._release_on_pool()
-            self._close()  # ends the session, which also drops the lock
+            self._close()  # ends the session, which also drops the lock if the unlock did not run
         finally:
             self._conn_lock.release()
 
