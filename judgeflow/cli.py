@@ -287,9 +287,13 @@ def shadow(
     seed: str = typer.Option("judgeflow-shadow", help="picks the sample: the same seed, the same traces"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+    verbose: bool = typer.Option(
+        False, "--verbose", "-v", help="print every log line, not only warnings and errors"
+    ),
 ) -> None:
     """Score a stratified sample of recent traces with a candidate judge beside the judge in force and
     report how far they agree (kappa, failing rates per segment, cost). Writes only judgeflow.shadow_results."""
+    _quiet_unless(verbose)
     from judgeflow.shadow.command import run_shadow
 
     run_shadow(judge_model=judge_model, judge_api_base=judge_api_base, size=size, segment_by=segment_by,

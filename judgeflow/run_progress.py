@@ -85,6 +85,35 @@ def current_observer() -> RunObserver | None:
     return _observer.get()
 
 
+class RunReporter:
+    """The figures of one run for this context's observer, if any: started at
+    creation, advanced by :meth:`add`, ended by :meth:`finish`. A failing
+    observer is dropped (a display must never stop scoring)."""
+
+    def __init__(self, total: int, *, flow_run_id: str | None = None, budget_usd: float | None = None):
+        self.figures = RunProgress(total=total, flow_run_id=flow_run_id, budget_usd=budget_usd)
+        self._observer = current_observer()
+        self._notify("started")
+
+    def add(self, outcomes: Iterable) -> None:
+        self.figures = self.figures.add(outcomes)
+        self._notify("advanced")
+
+    def finish(self) -> None:
+        self._notify("finished")
+
+    def _notify(self, event: str) -> None:
+        if self._observer is None:
+            return
+        try:
+            getattr(self._observer, event)(self.figures)
+        except Exception as error:
+            import logging
+
+            logging.getLogger("judgeflow.progress").warning("the run's progress display failed: %s", error)
+            self._observer = None
+
+
 _stop = threading.Event()
 
 

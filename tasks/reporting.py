@@ -18,7 +18,7 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from judgeflow.run_progress import RunProgress, current_observer
+from judgeflow.run_progress import RunReporter
 from judgeflow.tasks.work import ScoreOutcome
 
 log = logging.getLogger("judgeflow.reporting")
@@ -265,29 +265,18 @@ class Progress:
     def __init__(self, total: int, *, every: int = 100, flow_run_id: str | None = None,
                  budget_usd: float | None = None):
         self.total = total
-        self.figures = RunProgress(total=total, flow_run_id=flow_run_id, budget_usd=budget_usd)
+        self._reporter = RunReporter(total, flow_run_id=flow_run_id, budget_usd=budget_usd)
         self._every = max(1, every)
         self._reported = 0
         self._artifact_id: UUID | None = None
         self._shown = False
-        self._observer = current_observer()
-        self._notify("started")
 
     @property
     def done(self) -> int:
-        return self.figures.done
-
-    def _notify(self, event: str) -> None:
-        if self._observer is None:
-            return
-        try:
-            getattr(self._observer, event)(self.figures)
-        except Exception as error:  # a display must never stop scoring
-            log.warning("the run's progress display failed: %s", error)
-            self._observer = None
+        return self._reporter.figures.done
 
     def finish(self) -> None:
-        self._notify("finished")
+        self._reporter.finish()
 
     def show(self) -> None:
         if self._shown:
@@ -302,8 +291,7 @@ class Progress:
 
     def advance(self, outcomes: list[ScoreOutcome], *, batch: int) -> None:
         self.show()
-        self.figures = self.figures.add(outcomes)
-        self._notify("advanced")
+        self._reporter.add(outcomes)
         if self.done - self._reported < self._every and self.done < self.total:
             return
         self._reported = self.done

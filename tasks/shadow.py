@@ -19,6 +19,7 @@ from judgeflow.db.source import SourceTable
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.base import queue_ahead
 from judgeflow.judge.factory import build_judge
+from judgeflow.run_progress import RunReporter
 from judgeflow.scrub import scrub
 from judgeflow.settings import Settings
 from judgeflow.shadow.report import ShadowReport, build_report
@@ -110,9 +111,11 @@ def score_shadow_sample(
     }
     counts: dict[str, int] = {}
     rows: list[dict] = []
+    progress = RunReporter(len(pairs), flow_run_id=shadow_run_id)  # the CLI's display, when it watches
     try:
         for future in as_completed(futures):
             result, outcome = future.result()
+            progress.add([outcome])
             if result is None:  # no time budget here: not expected, but never stored half
                 continue
             counts[result["status"]] = counts.get(result["status"], 0) + 1
@@ -121,6 +124,7 @@ def score_shadow_sample(
                 _write(candidate, rows)
                 rows = []
         _write(candidate, rows)
+        progress.finish()
     finally:
         for future in futures:
             future.cancel()

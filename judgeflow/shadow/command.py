@@ -39,7 +39,16 @@ def run_shadow(
         raise typer.Exit(1)
     from judgeflow.flows.shadow import shadow_score
 
+    from judgeflow.prefect_server import ui_url_without_import
+    from judgeflow.run_console import EXIT_STOPPED, watched_run
+    from judgeflow.run_progress import stop_requested
+
     use_prefect(settings)
-    report = shadow_score(since=start, judge_model=judge_model, judge_api_base=judge_api_base, metrics=chosen,
-                          segment_by=segment_by, per_segment=size, seed=seed)
+    # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)
+    with watched_run("shadow", ui_url=ui_url_without_import(settings)):
+        report = shadow_score(since=start, judge_model=judge_model, judge_api_base=judge_api_base, metrics=chosen,
+                              segment_by=segment_by, per_segment=size, seed=seed)
+        stopped = stop_requested()
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else report.render_text())
+    if stopped:
+        raise typer.Exit(EXIT_STOPPED)

@@ -37,7 +37,13 @@ def test_show_a_scored_a_failed_a_reused_and_an_unknown_trace(judgeflow_env, db,
     assert f"reason: {' '.join(tox['reason'].split())[:60]}" in shown.stdout
     assert "verdict yes: You are clueless [toxic] - The opinion is marked [toxic]." in shown.stdout
     assert "verdict no: The rest of trace 0 is fine" in shown.stdout
-    assert f"judge: {tox['judge_model']}, metric version {tox['metric_version']}" in shown.stdout
+    with db.connect() as conn:  # the judge epoch the result belongs to (judgeflow/epochs.py)
+        [epoch_start] = conn.execute(sa.text(
+            "SELECT started_at FROM judgeflow.judge_epochs WHERE metric = 'toxicity' AND metric_version = :v "
+            "AND started_at <= :at ORDER BY started_at DESC, id DESC LIMIT 1"),
+            {"v": tox["metric_version"], "at": tox["scored_at"]}).scalars()
+    assert (f"judge: {tox['judge_model']}, metric version {tox['metric_version']}; "
+            f"judge epoch since {epoch_start:%Y-%m-%d %H:%M:%S} UTC") in shown.stdout
     cost = "unknown" if tox["cost_usd"] is None else f"${tox['cost_usd']:.6f}"  # the test model has no price
     assert f"cost: {cost}, {tox['judge_calls']} judge call(s)" in shown.stdout
     assert tox["judge_calls"] == 3

@@ -164,3 +164,16 @@ def test_stratified_sample_covers_every_segment_with_the_asked_number_or_all_it_
     assert "toxicity app=c: 3" in result.output and "aborted; nothing was judged" in result.output
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.shadow_results")).scalar() == 15
+
+    # --yes: it runs, its progress shown as lines (no terminal here) ending on what it stored
+    result = CliRunner().invoke(app, ["shadow", "--judge-model", "openai/judge-b", "--size", "4", "--metric",
+                                      "toxicity", "--since", "2d", "--yes", "--seed", "another"])
+    assert result.exit_code == 0, result.output
+    with db.connect() as conn:
+        stored = dict(conn.execute(sa.text(
+            "SELECT status, count(*) FROM judgeflow.shadow_results WHERE shadow_run_id = "
+            "(SELECT shadow_run_id FROM judgeflow.shadow_results ORDER BY scored_at DESC LIMIT 1) GROUP BY 1")).all())
+    assert "shadow: 13 (trace, metric) pairs pending" in result.output
+    assert f"shadow: 13/13 pairs (100%)" in result.output
+    assert f"scored {stored.get('scored', 0)} · skipped {stored.get('skipped', 0)} · failed " \
+        f"{stored.get('failed', 0)}" in result.output
