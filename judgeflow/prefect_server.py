@@ -153,6 +153,9 @@ class LocalPrefectServer:
             # the UI talks to this API, whatever the shell had configured
             PREFECT_UI_API_URL=f"http://{HOST}:{port}/api",
         )
+        # an alert's Prefect event counts as delivered once the API has stored it
+        # (judgeflow/alerts/notify.py): store received events every second, not every 5 s
+        env.setdefault("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL", "1")
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port),
