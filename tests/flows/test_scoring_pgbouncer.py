@@ -1,0 +1,91 @@
+"""The scoring flow behind a real PgBouncer (tests/support/pgbouncer.py) in
+transaction and in session mode, server connections closed after 3 s
+(server_lifetime) or 2 s idle: two `judgeflow score` processes at once store
+every pair once, judge each pair once, deliver the alert once, and
+`judgeflow status` tells the truth through the pooler."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from judgeflow.db import migrate
+from tests.flows.test_scoring_resilience import JUDGEFLOW, REPO, _env, _ground_truth
+from tests.support.traces import first_step_calls, insert_traces, results, scripted_trace
+from tests.support.webhook_receiver import WebhookReceiver
+
+TRACES = 30
+
+
+def _status() -> dict:
+    """`judgeflow status --json` in this process (its environment points at the pooler)."""
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    result = CliRunner().invoke(app, ["status", "--json"])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)["metrics"]
+
+
+# Two `judgeflow score` processes: 20-100 s per mode on a busy 2-core VM. The session pool's run keeps
+# the run lock as a direct connection does (tests/tasks/test_claims.py kills it through the session pool
+# in the default run), so its flow-level run is kept for ./scripts/test --slow.
+@pytest.mark.parametrize("mode", ["transaction", pytest.param("session", marks=pytest.mark.slow)])
+def test_two_runs_through_pgbouncer_store_and_judge_each_pair_once_and_alert_once(
+    mode, request, prefect_server, judgeflow_env, database_url, db, judge_server, monkeypatch
+):
+    bouncer = request.getfixturevalue(f"pgbouncer_{mode}")
+    pooled = bouncer.url(make_url(database_url).database)
+    judge_server.latency_mean_s = 0.05
+    # inside the alert window: toxicity's rate (about half the scripted traces) is above its maximum
+    created = datetime.now(timezone.utc) - timedelta(hours=1)
+    insert_traces(db, [{**scripted_trace(i)[0], "created_at": created + timedelta(seconds=i)} for i in range(TRACES)])
+    migrate.upgrade(db)
+
+    with WebhookReceiver() as hook:
+        env = _env(
+            judgeflow_env, prefect_server, JUDGEFLOW_DATABASE_URL=pooled,
+            JUDGEFLOW_ALERT_WEBHOOK_URL=hook.url, JUDGEFLOW_ALERT_MIN_SAMPLES="1",
+            JUDGEFLOW_TOXICITY_RATE_MAX="0.1",
+        )
+        # both runs evaluate the alerts after scoring: the outbox's queue lock is in play
+        procs = [
+            subprocess.Popen([*JUDGEFLOW, "score", "--batch-size", "2", "--max-concurrency", "4"], env=env, cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            for _ in range(2)
+        ]
+        outputs = [p.communicate(timeout=300)[0] for p in procs]
+        assert [p.returncode for p in procs] == [0, 0], outputs
+        received = hook.ids()
+
+    stored = results(db)
+    assert len(stored) == 2 * TRACES
+    assert all(r["status"] == "scored" and r["error_kind"] is None for r in stored.values()), [
+        (k, r["status"], r["error"]) for k, r in stored.items() if r["status"] != "scored"][:3]
+    calls = first_step_calls(judge_server)
+    assert len(calls) == 2 * TRACES and set(calls.values()) == {1}, "a (trace, metric) reached the judge twice"
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.superseded_results")).scalar_one() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar_one() == 0
+    # no statement met another client's prepared statement (or missed its own), not even one a retry hid
+    assert not [out for out in outputs if "prepared statement" in out.lower()], outputs
+
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", pooled)
+    status, truth = _status(), _ground_truth(db)
+    for metric, want in truth.items():
+        assert status[metric]["scored"] == want["scored"] == TRACES
+        assert status[metric]["pending"] == status[metric]["in_progress"] == 0
+
+    # the toxicity alert fired once, and its notification reached the webhook once
+    with db.connect() as conn:
+        deliveries = conn.execute(sa.text(
+            "SELECT e.kind, d.status, e.delivery_id FROM judgeflow.alert_deliveries d "
+            "JOIN judgeflow.alert_events e ON e.id = d.event_id WHERE d.channel = 'webhook'")).all()
+    assert [(kind, status) for kind, status, _ in deliveries] == [("fired", "delivered")], deliveries
+    assert received == [str(deliveries[0].delivery_id)], received
