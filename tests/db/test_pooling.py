@@ -33,3 +33,30 @@ def test_the_connection_is_told_apart_and_db_check_says_what_runs_do_there(
     [line] = [line for line in lines if "connection:" in line]
     assert line.startswith(f"[ok] connection: {expected} (")
     assert line.endswith(CONSEQUENCE[expected])
+
+
+def test_two_schema_upgrades_at_once_through_a_transaction_pool_both_reach_the_head(
+    pgbouncer_transaction, database_url
+):
+    import threading
+
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import get_engine
+
+    engine = get_engine(pgbouncer_transaction.url(make_url(database_url).database), pool_size=2)
+    reached, errors = [], []
+
+    def upgrade() -> None:
+        try:
+            reached.append(migrate.upgrade(engine))
+        except Exception as error:  # reported below
+            errors.append(error)
+
+    threads = [threading.Thread(target=upgrade) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not errors, errors
+    assert reached == [migrate.head_revision()] * 2
+    assert migrate.current_revision(engine) == migrate.head_revision()
