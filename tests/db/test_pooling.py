@@ -60,3 +60,41 @@ def test_two_schema_upgrades_at_once_through_a_transaction_pool_both_reach_the_h
     assert not errors, errors
     assert reached == [migrate.head_revision()] * 2
     assert migrate.current_revision(engine) == migrate.head_revision()
+
+
+def test_through_a_session_pool_a_killed_clients_session_lock_goes_at_once(pgbouncer_session, database_url, db):
+    """What a killed run relies on behind a session pool: PgBouncer resets the server connection of a
+    client that went away (server_reset_query, DISCARD ALL), which drops its advisory locks."""
+    import subprocess
+    import sys
+    import time
+
+    import sqlalchemy as sa
+
+    url = pgbouncer_session.url(make_url(database_url).database).replace("postgresql+psycopg://", "postgresql://")
+    child = subprocess.Popen(
+        [sys.executable, "-c",
+         "import psycopg, sys, time\n"
+         f"conn = psycopg.connect({url!r}, autocommit=True, prepare_threshold=None)\n"
+         "conn.execute('SELECT pg_advisory_lock(4242, 4243)')\n"
+         "print('locked', flush=True)\n"
+         "time.sleep(600)\n"],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        held = sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                       "AND classid = 4242 AND objid = 4243 AND objsubid = 2")
+        with db.connect() as conn:
+            assert conn.execute(held).scalar_one() == 1
+        child.kill()
+        child.wait(timeout=10)
+        killed = time.monotonic()
+        with db.connect() as conn:
+            while conn.execute(held).scalar_one():
+                assert time.monotonic() - killed < 5, "the killed client's lock outlived it"
+                time.sleep(0.05)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
