@@ -1,8 +1,9 @@
 """What sits between judgeflow and PostgreSQL: nothing, a pool that keeps one
 server connection per client connection (PgBouncer's ``pool_mode =
 session``), or a pool that hands out a server connection per transaction
-(``pool_mode = transaction`` or ``statement``, and managed poolers that behave
-like it).
+(``pool_mode = transaction``, and managed poolers that behave like it;
+``statement`` pooling refuses multi-statement transactions, which judgeflow's
+writes need).
 
 It matters for one thing: a run's liveness. A session-level advisory lock
 lives on a server connection; behind a transaction pool that connection is
