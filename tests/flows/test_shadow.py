@@ -154,6 +154,24 @@ def test_stratified_sample_covers_every_segment_with_the_asked_number_or_all_it_
     assert per == {"a": 5, "b": 5, "c": 3, "(none)": 2}
     assert {s.segment: s.compared for s in report.metrics[0].segments} == per
 
+    # the report is published as the run's artifact: the markdown rendering
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from judgeflow.tasks.shadow import SHADOW_REPORT_KEY
+
+    async def latest():
+        async with get_client() as client:
+            found = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[SHADOW_REPORT_KEY])))
+        return [a.data for a in found]
+
+    from judgeflow.scrub import scrub
+
+    assert scrub(report.render_markdown()) in asyncio.run(latest())  # credentials masked, as in every artifact
+
     # the CLI shows the plan and asks first: answering no judges nothing
     from judgeflow.cli import app
 
