@@ -25,13 +25,20 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from judgeflow.budget import Reservation, RunBudget
-from judgeflow.db.source import SourceTable
+from judgeflow.db.trace_source import trace_source
 from judgeflow.db.unusable import describe as describe_unusable
 from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.run_progress import stop_requested
 from judgeflow.settings import Settings, run_settings
-from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs, count_pending_work
+from judgeflow.tasks.claims import (
+    LeaseKeeper,
+    advance_watermark,
+    claim_traces,
+    count_left_to_other_runs,
+    count_pending_work,
+    plan_source_reads,
+)
 from judgeflow.tasks import reuse
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.epochs import record_judge_epochs
@@ -151,8 +158,15 @@ def score_traces(
     )
 
     ensure_schema(settings)
-    # a report for the summary, not a precondition: counted while the run starts scoring
-    unusable_counted = count_unusable_rows.submit(settings)
+    # where the run reads: from the watermark (minus the look-back), or exactly
+    # its range with --since/--until or re-scoring (judgeflow/db/watermark.py)
+    plan = plan_source_reads(settings, metrics, sample_rate=sample_rate,
+                             ranged=since is not None or until is not None or rescore)
+    filters["plan"] = plan
+    # a report for the summary, not a precondition: counted while the run starts scoring,
+    # over the rows the run reads (all of them when it has no window)
+    window_start = plan.lo if plan.lo is not None else since
+    unusable_counted = count_unusable_rows.submit(settings, window_start, window_start is None)
     pending = count_pending_work(settings, metrics, limit=limit, **filters)
     logger.info("%d (trace, metric) pairs pending in %s", pending, settings.traces_table)
     # a new judge model or metric version starts a judge epoch: before the first result is written
@@ -211,7 +225,7 @@ def score_traces(
             left_to_other_runs=left,
         )
         unusable = unusable_counted.result()  # never raises: None when the rows could not be counted
-        notes = [] if unusable is None else describe_unusable(SourceTable.parse(settings.traces_table), unusable)
+        notes = [] if unusable is None else describe_unusable(trace_source(settings), unusable)
         if unusable is None:
             notes.append("unusable source rows (NULL id / created_at, duplicate ids) could not be counted; "
                          "see the run log and `judgeflow db check`")
@@ -311,6 +325,9 @@ def score_traces(
             collect()
         progress.show()  # a run that claimed nothing has its artifact too
         left = left_counted.result()
+        # past what is now scored, never past a pair still without a result
+        # (claims still held here, this run's unscored ones included)
+        advance_watermark(settings, plan, metrics, sample_rate=sample_rate, flow_run_id=run_id)
     if judge_started is not None:
         judge_started.wait()
     reuse.in_flight.forget(owner)  # identical pairs of this run were coalesced through it

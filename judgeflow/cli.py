@@ -196,15 +196,22 @@ def _nothing_pending(settings, *, since, until, sample_rate: float) -> bool:
     from sqlalchemy.exc import SQLAlchemyError
 
     from judgeflow.db.engine import engine_for
-    from judgeflow.db.pending import count_pending
-    from judgeflow.db.source import SourceTable
+    from judgeflow.db.pairs import Done
+    from judgeflow.db.pending_work import count_plan_pending
+    from judgeflow.db.trace_source import source_engine, trace_source
+    from judgeflow.db.watermark import plan_reads
     from judgeflow.errors import JudgeflowError
     from judgeflow.tasks.work import METRIC_NAMES
 
+    metrics = list(METRIC_NAMES)
     try:
-        with engine_for(settings).connect() as conn:
-            counts = count_pending(conn, SourceTable.parse(settings.traces_table), list(METRIC_NAMES),
-                                   since=since, until=until, sample_rate=sample_rate)
+        source, engine = trace_source(settings), engine_for(settings)
+        with engine.connect() as conn:
+            # what the run would read: from the watermark, or the --since/--until range
+            plan = plan_reads(conn, source, metrics, lookback_s=settings.source_lookback_s, sample_rate=sample_rate,
+                              ranged=since is not None or until is not None)
+        counts = count_plan_pending(source, source_engine(settings), engine, plan, metrics, done=Done(),
+                                    since=since, until=until, sample_rate=sample_rate, limit_pairs=1)
     except (SQLAlchemyError, JudgeflowError):
         return False
     return sum(counts.values()) == 0
@@ -369,9 +376,16 @@ def status(
     typer.echo(header)
     for metric, row in report["metrics"].items():
         typer.echo(f"{metric:<15}" + "".join(f"{row.get(c, 0):>13}" for c in columns))
+    window = report.get("window_start")
     typer.echo(
-        "pending = no done result and no live run holding it; stranded (counted in pending) = claimed by a run that "
-        "is gone or stopped renewing its lease: the next run takes those at once"
+        "scored/passed/skipped/failed/given up: exact (counts kept by triggers on judgeflow.eval_results). "
+        "pending: exact count of the pairs without a done result that no live run holds, in what the next "
+        "nightly run reads: "
+        + ("the whole source (no watermark yet)" if window is None else
+           f"traces created since {window} (the watermark minus JUDGEFLOW_SOURCE_LOOKBACK) and failed pairs "
+           "older than that; older traces without a result are not counted (`judgeflow backfill` scores them)")
+        + ". in progress / stranded: claims held by a live run / by a run that is gone or stopped renewing its "
+        "lease (the next run takes those over at once)"
     )
     for run in report["runs"]:
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())

@@ -21,6 +21,7 @@ lease only frees the claims of an owner that is alive but stopped renewing
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 import threading
 import time
@@ -35,54 +36,100 @@ from sqlalchemy.pool import NullPool
 
 from judgeflow.alerts.segments import segment_values
 from judgeflow.db.engine import CONNECT_ARGS, database_url, engine_for
-from judgeflow.db.pending import RUN_LOCK_NAMESPACE, count_pending, held, pending_where
+from judgeflow.db.pairs import Done, claim_keys, failed_keys
+from judgeflow.db.pending import RUN_LOCK_NAMESPACE, held
+from judgeflow.db.pending_work import count_plan_pending
 from judgeflow.db.pooling import Pooling, detect_pooling
+from judgeflow.db.result_counts import compact_result_counts
 from judgeflow.settings import normalise_database_url
-from judgeflow.db.source import SourceTable
-from judgeflow.errors import ConfigError, DatabaseError
+from judgeflow.db.source import SAMPLE_SQL
+from judgeflow.db.trace_source import KeyFilter, TraceKey, read_bodies, source_engine, trace_source
+from judgeflow.db.watermark import ReadPlan, advance, plan_reads
+from judgeflow.errors import DatabaseError
 from judgeflow.settings import Settings
 from judgeflow.tasks.work import ClaimedBatch, Cursor, TraceWork
 
 log = logging.getLogger("judgeflow.claims")
 
 
-def _table_only(settings: Settings) -> SourceTable:
-    """The table source; a preset (JUDGEFLOW_SOURCE litellm, phoenix) is read only through
-    judgeflow.db.trace_source, which claiming does not use yet: refused rather than
-    reading JUDGEFLOW_TRACES_TABLE in its place."""
-    if settings.source != "table":
-        raise ConfigError(
-            f"JUDGEFLOW_SOURCE={settings.source} is checked by `judgeflow db check` but not yet scored by this "
-            "version: runs read JUDGEFLOW_SOURCE=table only"
-        )
-    return SourceTable.parse(settings.traces_table)
+def _work_items(keys, claimed, read, segment_keys: tuple[str, ...] = ()) -> tuple[list[TraceWork], list]:
+    """Our claimed pairs as work, with their trace read by key; a trace that
+    could not be read is work carrying the database's error (stored as a
+    failed ``invalid_trace`` result). Also the pairs whose trace the source
+    no longer shows (deleted, or not yet on a lagging replica): given back."""
+    items: list[TraceWork] = []
+    gone = []
+    for index, metric, mine in claimed:
+        if not mine:
+            continue
+        key = keys[index]
+        body = read.bodies.get(key.id)
+        if body is not None:
+            items.append(TraceWork(
+                trace_id=key.id, metric=metric, created_at=body.created_at, input=body.input, output=body.output,
+                context=body.context, metadata=body.metadata, segment=segment_values(body.metadata, segment_keys),
+                skip_reason=body.skip,
+            ))
+        elif key.id in read.errors:
+            items.append(TraceWork(trace_id=key.id, metric=metric, created_at=key.created_at,
+                                   read_error=read.errors[key.id]))
+        else:
+            gone.append((key.id, metric))
+    return items, gone
 
 
-def _source(settings: Settings, conn) -> tuple[SourceTable, str]:
-    source = _table_only(settings)
-    return source, source.select_list(source.columns(conn))
+# keys looked at per source read: a window's already scored rows (the
+# look-back) are passed over this many at a time
+KEY_PAGE_MIN = 1000
 
 
-# Of several source rows with one id, the run scores the one with the earliest
-# created_at (the first it meets: work is taken oldest first, and a later copy
-# finds the pair claimed or done); copies created at the same instant are
-# ordered by the md5 of their output, so every run picks the same one.
-DUPLICATE_TIE_BREAK = "md5(COALESCE(t.output::text, ''))"
-
-
-def _work_items(rows, segment_keys: tuple[str, ...] = ()) -> list[TraceWork]:
-    """Our claimed rows as work, one per (trace, metric) even if the source
-    holds duplicate ids (the first copy in claim order wins), with the
-    ``segment_keys`` values of their metadata."""
-    items: dict[tuple[str, str], TraceWork] = {}
-    for r in rows:
-        if r["mine"] and (r["trace_id"], r["metric"]) not in items:
-            items[(r["trace_id"], r["metric"])] = TraceWork(
-                trace_id=r["trace_id"], metric=r["metric"], created_at=r["created_at"], input=r["input"],
-                output=r["output"], context=r["context"], metadata=r["metadata"],
-                segment=segment_values(r["metadata"], segment_keys),
+@task(name="plan-source-reads", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
+def plan_source_reads(
+    settings: Settings, metrics: list[str], *, sample_rate: float = 1.0, ranged: bool = False,
+) -> ReadPlan:
+    """Where this run reads the source from: its watermark minus the look-back
+    (judgeflow/db/watermark.py), or everything (no watermark yet) or exactly
+    its --since/--until range (``ranged``)."""
+    try:
+        with engine_for(settings).connect() as conn:
+            return plan_reads(
+                conn, trace_source(settings), metrics, lookback_s=settings.source_lookback_s,
+                sample_rate=sample_rate, settle_delay_s=settings.settle_delay_s, ranged=ranged,
             )
-    return list(items.values())
+    except DBAPIError as exc:
+        raise DatabaseError(f"could not read the watermarks: {exc.orig}") from None
+
+
+@task(name="advance-watermark", cache_policy=NO_CACHE, persist_result=False)
+def advance_watermark(
+    settings: Settings, plan: ReadPlan, metrics: list[str], *, sample_rate: float = 1.0,
+    flow_run_id: str | None = None,
+) -> dict[str, datetime | None] | None:
+    """Move the watermarks past what is now scored, never past a pair still
+    without a result. Never fails the run: None when it could not (the next
+    run then reads from the old watermark: more reads, nothing missed)."""
+    try:
+        with engine_for(settings).begin() as conn:
+            # the result counts `judgeflow status` reads: one row per group again
+            compact_result_counts(conn)
+        with engine_for(settings).begin() as conn:
+            return advance(conn, source_engine(settings), trace_source(settings), plan, metrics,
+                           sample_rate=sample_rate, flow_run_id=flow_run_id)
+    except Exception as error:  # a report: the watermark only ever saves reads
+        log.warning("could not move the watermark: %s", error)
+        return None
+
+
+def _release(settings: Settings, owner: str, pairs: list[tuple[str, str]]) -> None:
+    if pairs:
+        with engine_for(settings).begin() as conn:
+            conn.execute(
+                text(
+                    "DELETE FROM judgeflow.claims c USING unnest(CAST(:t AS text[]), CAST(:m AS text[])) "
+                    "AS k(trace_id, metric) WHERE c.trace_id = k.trace_id AND c.metric = k.metric AND c.owner = :o"
+                ),
+                {"t": [t for t, _ in pairs], "m": [m for _, m in pairs], "o": owner},
+            )
 
 
 @task(name="claim-traces", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=[2, 5])
@@ -100,76 +147,91 @@ def claim_traces(
     owner_key: int | None = None,
     run_started: datetime | None = None,
     max_failed_runs: int | None = None,
+    plan: ReadPlan | None = None,
 ) -> ClaimedBatch:
     """Claim up to ``batch_size`` pending (trace, metric) pairs after ``cursor``,
     oldest first, and return them with their trace content. ``owner_key`` is
     the key of the run lock ``owner`` holds (:class:`LeaseKeeper`); without
-    one the claims live by their lease alone."""
-    where, params = pending_where(
-        since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
-        after=(cursor.created_at, cursor.trace_id, cursor.metric) if cursor else None,
-        settle_delay_s=settle_delay_s,
-        run_started=run_started, max_failed_runs=max_failed_runs,
-    )
-    if cursor:
-        # The row comparison on (created_at, id, metric) cannot bound the index
-        # scan (metric is not in the index), so without this the scan started at
-        # the oldest trace on every batch: a batch half-way through a 100k-trace
-        # backlog walked 50k index entries (32 ms instead of ~2 ms; bench/).
-        where += " AND t.created_at >= :c_at"
-    params.update(
-        metrics=list(metrics), n=batch_size, owner=owner, lease=settings.lease_timeout_s, owner_key=owner_key
-    )
+    one the claims live by their lease alone. ``plan``: where the run reads
+    (:func:`plan_source_reads`); None reads the whole source.
+
+    Keys (id and time) are read from the source a page at a time and their
+    pairs claimed on judgeflow's database by primary key; then the claimed
+    traces are read by key (judgeflow/db/trace_source.py: a row that cannot be
+    read becomes a failed ``invalid_trace`` result, the others are scored).
+    With a plan that has a window, failed pairs older than it come first
+    (phase "retry", from eval_results), then the window's keys."""
+    done = Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before)
+    n_keys = max(1, math.ceil(batch_size / max(len(metrics), 1)))
+    page = max(4 * n_keys, KEY_PAGE_MIN)
+    source = trace_source(settings)
+    lo = plan.lo if plan is not None else None
+    phase = cursor.phase if cursor is not None else ("retry" if lo is not None else "window")
+    after = (cursor.created_at, cursor.trace_id) if cursor is not None else None
     try:
-        # autocommit, one statement: a process frozen between a statement and
-        # its COMMIT would hold the new claims' row locks, and another run
-        # trying to take them over would wait on it for as long as it is frozen
-        with engine_for(settings).connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            source, select_list = _source(settings, conn)
-            rows = conn.execute(
-                text(
-                    f"""
-                    WITH candidates AS MATERIALIZED (
-                        SELECT {select_list}, m.metric, {DUPLICATE_TIE_BREAK} AS tie_break
-                        FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
-                        WHERE {where}
-                        ORDER BY t.created_at, t.id::text, m.metric, {DUPLICATE_TIE_BREAK}
-                        LIMIT :n
-                    ), claimed AS (
-                        INSERT INTO judgeflow.claims (trace_id, metric, owner, claimed_at, lease_expires_at, owner_key)
-                        -- a source with duplicate ids proposes a key twice, which
-                        -- ON CONFLICT DO UPDATE refuses: claim each key once
-                        SELECT DISTINCT ON (trace_id, metric)
-                            trace_id, metric, :owner, now(), now() + make_interval(secs => :lease),
-                            CAST(:owner_key AS bigint)
-                        FROM candidates
-                        ON CONFLICT (trace_id, metric) DO UPDATE
-                            SET owner = excluded.owner, claimed_at = excluded.claimed_at,
-                                lease_expires_at = excluded.lease_expires_at, owner_key = excluded.owner_key
-                            -- taken over when its lease ran out or its owner is gone
-                            WHERE NOT {held("judgeflow.claims")}
-                        RETURNING trace_id, metric
-                    )
-                    SELECT c.*, (cl.trace_id IS NOT NULL) AS mine
-                    FROM candidates c
-                    LEFT JOIN claimed cl ON cl.trace_id = c.trace_id AND cl.metric = c.metric
-                    ORDER BY c.created_at, c.trace_id, c.metric, c.tie_break
-                    """
-                ),
-                params,
-            ).mappings().all()
-            # built inside the transaction: if this fails, the claims roll back
-            # instead of sitting out the run as our own (invisible) claims
-            items = _work_items(rows, settings.alert_segment_keys)
+        while True:
+            if phase == "retry":
+                with engine_for(settings).connect() as conn:
+                    keys = failed_keys(conn, metrics, before=lo, done=done, sample_rate=sample_rate, after=after,
+                                       limit=page)
+            else:
+                f = KeyFilter(lo=lo, since=since, until=until, settle_delay_s=settle_delay_s,
+                              sample_rate=sample_rate, after=after)
+                sql, params = source.keys_sql(f)
+                with source_engine(settings).connect() as conn:
+                    keys = [TraceKey(i, at) for i, at in conn.execute(text(sql), {**params, "limit": page}).all()]
+            if not keys:
+                if phase == "retry":
+                    phase, after = "window", None
+                    continue
+                return ClaimedBatch(items=[], cursor=None)
+            # autocommit, one statement: a process frozen between a statement and
+            # its COMMIT would hold the new claims' row locks, and another run
+            # trying to take them over would wait on it for as long as it is frozen
+            with engine_for(settings).connect() as conn:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+                claimed, whole = claim_keys(
+                    conn, keys, metrics, n_keys=n_keys, done=done, owner=owner, owner_key=owner_key,
+                    lease_s=settings.lease_timeout_s,
+                )
+            last = keys[-1] if whole else keys[max(index for index, _, _ in claimed)]
+            after = (last.created_at, last.id)
+            if claimed:
+                break
+            if len(keys) < page:  # this phase is read to its end
+                if phase == "retry":
+                    phase, after = "window", None
+                    continue
+                return ClaimedBatch(items=[], cursor=None)
     except DBAPIError as exc:
         raise DatabaseError(f"could not claim traces: {type(exc.orig).__name__}: {exc.orig}") from None
-    if not rows:
-        return ClaimedBatch(items=[], cursor=None)
-    last = rows[-1]
+    mine = [(keys[index].id, metric) for index, metric, is_mine in claimed if is_mine]
+    wanted = list(dict.fromkeys(keys[index] for index, _, is_mine in claimed if is_mine))
+    try:
+        read = read_bodies(source, source_engine(settings), wanted)
+    except Exception as exc:
+        # not any one row's fault (a lost connection, a missing column): the
+        # claims go back at once, and the task's retry (or the next run) reads again
+        try:
+            _release(settings, owner, mine)
+        except Exception:  # they die with the run's lock in any case
+            pass
+        orig = getattr(exc, "orig", exc)
+        raise DatabaseError(f"could not read traces from {source.display}: {type(orig).__name__}: {orig}") from None
+    if read.errors:
+        log.warning("%d trace(s) of %s could not be read and are recorded as failed: %s", len(read.errors),
+                    source.display, "; ".join(f"{k}: {v}" for k, v in list(read.errors.items())[:5]))
+    items, gone = _work_items(keys, claimed, read, settings.alert_segment_keys)
+    if gone:
+        log.info("%d claimed pair(s) whose trace %s no longer shows were given back", len(gone), source.display)
+        _release(settings, owner, gone)
     return ClaimedBatch(
-        items=items, cursor=Cursor(created_at=last["created_at"], trace_id=last["trace_id"], metric=last["metric"])
+        items=items, cursor=Cursor(created_at=after[0], trace_id=after[1], metric="", phase=phase)
     )
+
+
+def _count_kwargs(since, until, sample_rate, settle_delay_s) -> dict:
+    return dict(since=since, until=until, sample_rate=sample_rate, settle_delay_s=settle_delay_s)
 
 
 @task(name="count-pending-work", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
@@ -184,17 +246,21 @@ def count_pending_work(
     settle_delay_s: float = 0.0,
     run_started: datetime | None = None,
     max_failed_runs: int | None = None,
+    plan: ReadPlan | None = None,
 ) -> int:
-    """How many (trace, metric) pairs a run would score now; drives the progress artifact."""
-    try:
+    """How many (trace, metric) pairs a run would score now, in what it reads
+    (``plan``); drives the progress artifact."""
+    if plan is None:
         with engine_for(settings).connect() as conn:
-            source = _table_only(settings)
-            counts = count_pending(
-                conn, source, metrics, limit_pairs=None if limit is None else limit * len(metrics),
-                since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
-                settle_delay_s=settle_delay_s,
-                run_started=run_started, max_failed_runs=max_failed_runs,
-            )
+            plan = plan_reads(conn, trace_source(settings), metrics, lookback_s=settings.source_lookback_s,
+                              sample_rate=sample_rate, ranged=True)
+    try:
+        counts = count_plan_pending(
+            trace_source(settings), source_engine(settings), engine_for(settings), plan, metrics,
+            done=Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before),
+            limit_pairs=None if limit is None else limit * len(metrics),
+            **_count_kwargs(since, until, sample_rate, settle_delay_s),
+        )
     except DBAPIError as exc:
         raise DatabaseError(f"could not count pending traces: {exc.orig}") from None
     return sum(counts.values())
@@ -212,25 +278,30 @@ def count_left_to_other_runs(
     settle_delay_s: float = 0.0,
     run_started: datetime | None = None,
     max_failed_runs: int | None = None,
+    plan: ReadPlan | None = None,
 ) -> dict[str, int] | None:
-    """Pairs in this run's scope, still without a done result, that other live
-    runs hold: {flow run id: pairs}. None when the database cannot say (the
-    summary then says so rather than claiming nothing was left)."""
-    where, params = pending_where(
-        since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
-        settle_delay_s=settle_delay_s, exclude_held=False, run_started=run_started, max_failed_runs=max_failed_runs,
-    )
+    """Pairs of these metrics (in the sample), still without a done result,
+    that other live runs hold: {flow run id: pairs}; read from the claims
+    alone (no source read: a claim does not keep its trace's time, so
+    --since/--until do not narrow it). None when the database cannot say
+    (the summary then says so rather than claiming nothing was left)."""
+    cond, params = Done(run_started=run_started, max_failed_runs=max_failed_runs,
+                        rescore_before=rescore_before).sql()
     params.update(metrics=list(metrics), owner=owner)
+    sample = ""
+    if sample_rate < 1.0:
+        sample = " AND " + SAMPLE_SQL.format(id="c.trace_id")
+        params["rate"] = sample_rate
     try:
         with engine_for(settings).connect() as conn:
-            source = _table_only(settings)
             rows = conn.execute(
                 text(
                     f"""
                     SELECT split_part(c.owner, ':', 1) AS run, count(*)
-                    FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
-                    JOIN judgeflow.claims c ON c.trace_id = t.id::text AND c.metric = m.metric
-                    WHERE {where} AND c.owner <> :owner AND {held("c")}
+                    FROM judgeflow.claims c
+                    WHERE c.metric = ANY(CAST(:metrics AS text[])) AND c.owner <> :owner AND {held("c")}{sample}
+                      AND NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r
+                                      WHERE r.trace_id = c.trace_id AND r.metric = c.metric AND {cond})
                     GROUP BY 1 ORDER BY 1
                     """
                 ),

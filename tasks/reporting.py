@@ -68,7 +68,8 @@ class RunSummary(BaseModel):
                 f"{self.left_pending if self.left_pending is not None else 'some'} (trace, metric) pairs left pending")
     # source rows no run can score (NULL id / created_at) or that repeat an id;
     # None when they could not be counted
-    unusable_rows: dict[str, int] | None = None
+    # counted over the rows the run read (null_created_at None: a window has no NULL times)
+    unusable_rows: dict[str, int | None] | None = None
     notes: list[str] = Field(default_factory=list)  # what people should know, e.g. how to list those rows
     # judge epochs this run started (a new judge model or metric version), one line each
     judge_epochs: list[str] = Field(default_factory=list)
@@ -109,7 +110,8 @@ class RunSummary(BaseModel):
         if self.unusable_rows is not None:
             u = self.unusable_rows
             rows.append({"figure": "source rows skipped (NULL id / NULL created_at)",
-                         "value": f"{u.get('null_id', 0)} / {u.get('null_created_at', 0)}"})
+                         "value": f"{u.get('null_id', 0)} / "
+                                  f"{'not counted' if u.get('null_created_at') is None else u['null_created_at']}"})
             rows.append({"figure": "duplicate ids (extra copies ignored)",
                          "value": f"{u.get('duplicate_ids', 0)} ({u.get('duplicate_copies', 0)})"})
         for metric, rate in self.pass_rate.items():

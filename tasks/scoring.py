@@ -396,7 +396,9 @@ async def _ready(result: MetricResult) -> MetricResult:
 def _metric_call(work: TraceWork, metrics: dict, *, asynchronous: bool):
     """The metric's score() (or ascore() coroutine) for ``work``; a trace its
     source said not to judge (``skip_reason``) is 'skipped' with that reason,
-    without a judge call."""
+    without a judge call; one the source could not read (``read_error``) fails."""
+    if work.read_error is not None:
+        raise InvalidTraceError(f"the trace could not be read from the source: {work.read_error}")
     if work.skip_reason is not None:
         metric = metrics[work.metric]
         result = MetricResult(

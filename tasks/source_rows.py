@@ -7,23 +7,27 @@ import logging
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from judgeflow.db.engine import engine_for
-from judgeflow.db.source import SourceTable
-from judgeflow.db.unusable import UnusableRows, count_unusable, describe
+from datetime import datetime
+
+from judgeflow.db.trace_source import source_engine, trace_source
+from judgeflow.db.unusable import UnusableRows, describe
 from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.source")
 
 
 @task(name="count-unusable-rows", cache_policy=NO_CACHE, persist_result=False)
-def count_unusable_rows(settings: Settings) -> UnusableRows | None:
-    """NULL ids, NULL created_at and duplicate ids in the source, logged with
-    the SQL that lists them. Never fails the run: None when they could not be
-    counted (the run scores what it can either way)."""
-    source = SourceTable.parse(settings.traces_table)
+def count_unusable_rows(settings: Settings, lo: datetime | None = None, full: bool = True) -> UnusableRows | None:
+    """NULL ids, NULL created_at and duplicate ids in what the run reads: the
+    rows created at or after ``lo`` (its window: through the created_at index,
+    NULL times in none), or the whole source (``full``: a run without a
+    watermark reads it all anyway), logged with the SQL that lists them. Never
+    fails the run: None when they could not be counted (the run scores what it
+    can either way)."""
+    source = trace_source(settings)
     try:
-        with engine_for(settings).begin() as conn:
-            rows = count_unusable(conn, source)
+        with source_engine(settings).begin() as conn:
+            rows = source.unusable(conn, lo=lo, full=full, timeout_s=60.0)
     except Exception as error:  # a report, not a precondition
         log.warning("could not count unusable rows of %s: %s", source.display, error)
         return None

@@ -26,15 +26,21 @@ class TraceWork(BaseModel):
     segment: dict[str, str] = {}
     # set: not judged, stored as 'skipped' with this reason (TraceBody.skip: a source preset's verdict)
     skip_reason: str | None = None
+    # the database's error when the source row could not be read: stored as a
+    # failed result (invalid_trace) without a judge call
+    read_error: str | None = None
 
 
 class Cursor(BaseModel):
-    """Keyset position in the source: work is taken in (created_at, trace_id,
-    metric) order, so a run never re-reads rows it has passed."""
+    """Keyset position of a run's reads: keys are taken in (created_at,
+    trace_id) order, so a run never re-reads rows it has passed. ``phase``:
+    "retry" (failed pairs older than the window, from eval_results) or
+    "window" (the source's keys)."""
 
     created_at: datetime
     trace_id: str
-    metric: str
+    metric: str = ""
+    phase: Literal["retry", "window"] = "window"
 
 
 class ClaimedBatch(BaseModel):

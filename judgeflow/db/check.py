@@ -30,11 +30,11 @@ class CheckReport:
         return [f"[{level}] {message}" for level, message in self.findings]
 
 
-def _check_rows(report: CheckReport, conn, source, *, full: bool) -> None:
+def _check_rows(report: CheckReport, conn, source, *, lo, full: bool) -> None:
     """Rows runs skip or de-duplicate: reported (not MISSING: runs go on)."""
     try:
         with conn.begin_nested():
-            rows = source.unusable(conn, lo=None, full=full, timeout_s=60.0)
+            rows = source.unusable(conn, lo=lo, full=full, timeout_s=60.0)
     except DBAPIError as exc:
         report.add("note", f"could not count unusable rows of {source.display}: {exc.orig}")
         return
@@ -54,17 +54,72 @@ def _check_pooling(report: CheckReport, settings: Settings) -> None:
     report.add("ok", f"connection: {pooling.mode} ({pooling.evidence}); {pooling.consequence}")
 
 
+UNREADABLE_MARK = "could not be read from the source"
+READ_CHECK_KEYS = 2000  # rows of the next run's window db check reads back
+
+
+def _check_readable(report: CheckReport, settings: Settings, source, lo, engine) -> None:
+    """Rows whose columns the database cannot read: those runs recorded
+    (failed, invalid_trace) and those it finds reading back the start of the
+    next run's window (up to READ_CHECK_KEYS rows)."""
+    from sqlalchemy import text
+
+    from judgeflow.db.pairs import key_pages
+    from judgeflow.db.trace_source import KeyFilter, read_bodies, row_error
+
+    found: dict[str, str] = {}
+    try:
+        with engine.connect() as conn:
+            recorded = conn.execute(text(
+                "SELECT DISTINCT ON (trace_id) trace_id, error FROM judgeflow.eval_results "
+                "WHERE status = 'failed' AND error_kind = 'invalid_trace' AND error LIKE :mark "
+                "ORDER BY trace_id, scored_at DESC"
+            ), {"mark": f"%{UNREADABLE_MARK}%"}).all()
+        found.update({t: e.split(UNREADABLE_MARK + ": ", 1)[-1] for t, e in recorded})
+    except DBAPIError:
+        pass  # no schema yet: reported below
+    try:
+        reader = source_engine(settings)
+        keys = next(key_pages(source, reader, KeyFilter(lo=lo), page=READ_CHECK_KEYS), [])
+        found.update(read_bodies(source, reader, keys).errors)
+    except DBAPIError as exc:
+        report.add("warn", f"could not read rows of {source.display} back: {type(exc.orig).__name__}: {exc.orig}"
+                   + ("; reading only id and created_at failed on a row's value: PostgreSQL evaluates a view's "
+                      "columns computed by VOLATILE functions even when they are not selected; declare such "
+                      "functions STABLE or IMMUTABLE" if row_error(exc) else ""))
+    if not found:
+        return
+    listed = "; ".join(f"{t}: {e}" for t, e in sorted(found.items())[:20])
+    report.add("warn", f"{len(found)} row(s) of {source.display} cannot be read (each is stored as a failed "
+                       f"result, error_kind invalid_trace; the other rows are scored): {listed}"
+                       + (" ..." if len(found) > 20 else "")
+                       + "; list them: SELECT trace_id, metric, error FROM judgeflow.eval_results "
+                         "WHERE error_kind = 'invalid_trace';")
+
+
 def check_database(settings: Settings, *, full: bool = False) -> CheckReport:
     report = CheckReport()
     source = trace_source(settings)
     engine = engine_for(settings)
+    lo = None  # the next nightly run's window: from its watermark, else the whole source
+    try:
+        from judgeflow.db.watermark import plan_reads
+        from judgeflow.tasks.work import METRIC_NAMES
+
+        with engine.connect() as conn:
+            lo = plan_reads(conn, source, list(METRIC_NAMES), lookback_s=settings.source_lookback_s).lo
+    except DBAPIError:
+        pass  # no schema yet (reported below): the whole source
     try:
         with source_engine(settings).connect() as conn:
             lines = source.check(conn)
             for level, message in lines:
                 report.add(level, message)
-            if not any(level == "MISSING" for level, _ in lines):
-                _check_rows(report, conn, source, full=full)
+            usable = not any(level == "MISSING" for level, _ in lines)
+            if usable:
+                _check_rows(report, conn, source, lo=lo, full=full)
+        if usable:
+            _check_readable(report, settings, source, lo, engine)
         current, head = migrate.current_revision(engine), migrate.head_revision()
     except DBAPIError as exc:
         raise DatabaseError(f"cannot check the database: {exc.orig}") from None

@@ -3,6 +3,7 @@ estimated cost of a backfill from what past scores actually cost."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -11,8 +12,7 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
-from judgeflow.db.pending import count_pending, held, pending_where
-from judgeflow.db.source import SourceTable
+from judgeflow.db.pending import held
 from judgeflow.errors import DatabaseError
 from judgeflow.settings import Settings
 from judgeflow.tasks.work import METRIC_NAMES
@@ -27,58 +27,61 @@ def result_counts(settings: Settings) -> dict[str, dict[str, int]]:
 def work_status(settings: Settings) -> dict:
     """What is true in the database right now, per metric:
 
-    - ``scored``/``passed``/``skipped``/``failed``: stored results by status;
+    - ``scored``/``passed``/``skipped``/``failed``: stored results by status
+      (exact: counts kept by triggers on eval_results, never a scan of it);
     - ``given_up``: of ``failed``, pairs that failed in JUDGEFLOW_MAX_RUNS_PER_PAIR
       runs, which the nightly run no longer retries (``score --retry-failed`` does);
-    - ``pending``: pairs without a done result that no live run holds (what the
-      next run would take), of which ``stranded`` are claimed by a run that
-      is gone or whose lease ran out (the next run takes them over at once);
+    - ``pending``: pairs a nightly run would take now, counted exactly over
+      what it reads: the source from the watermark minus the look-back, and
+      failed pairs older than that (``window_start``; None: the whole source,
+      no watermark yet). Rows older than the window without a result (late
+      arrivals beyond the look-back) are not counted: only a backfill scores them;
     - ``in_progress``: pairs without a done result held by a live run;
+    - ``stranded``: pairs without a done result claimed by a run that is gone or
+      whose lease ran out (the next run takes them over at once);
     - ``superseded``: late results of runs that had lost the pair (recorded,
       never stored over the result).
 
-    ``pending + in_progress`` is the number of pairs without a done result.
     ``runs`` lists the runs holding claims: flow run, live or not, pairs per
     metric, and when their lease ends."""
+    from judgeflow.db.pairs import Done
+    from judgeflow.db.pending_work import count_plan_pending
+    from judgeflow.db.result_counts import result_counts
+    from judgeflow.db.trace_source import source_engine, trace_source
+    from judgeflow.db.watermark import plan_reads
+
     engine = engine_for(settings)
     migrate.upgrade(engine)
     metrics = list(METRIC_NAMES)
-    source = SourceTable.parse(settings.traces_table)
+    source = trace_source(settings)
     # a given-up pair is neither pending nor in progress: no nightly run takes it
-    where, params = pending_where(exclude_held=False, max_failed_runs=settings.max_runs_per_pair)
-    params["metrics"] = metrics
+    done = Done(max_failed_runs=settings.max_runs_per_pair)
+    cond, params = done.sql()
     try:
         with engine.connect() as conn:
-            results = conn.execute(
-                text(
-                    "SELECT metric, status, count(*), count(*) FILTER (WHERE passed), "
-                    "count(*) FILTER (WHERE status = 'failed' AND failed_runs >= :n) "
-                    "FROM judgeflow.eval_results GROUP BY metric, status"
-                ),
-                {"n": settings.max_runs_per_pair},
-            ).all()
+            results = result_counts(conn, given_up_after=settings.max_runs_per_pair)
             superseded = dict(
                 conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results GROUP BY metric")).all()
             )
-            # one statement, so every figure comes from the same snapshot
-            work = conn.execute(
+            claims = conn.execute(
                 text(
                     f"""
-                    SELECT m.metric, c.owner, c.owner IS NOT NULL AND {held("c")} AS held,
-                           count(DISTINCT t.id::text), max(c.lease_expires_at)
-                    FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
-                    LEFT JOIN judgeflow.claims c ON c.trace_id = t.id::text AND c.metric = m.metric
-                    WHERE {where}
+                    SELECT c.metric, c.owner, {held("c")} AS held, count(*), max(c.lease_expires_at)
+                    FROM judgeflow.claims c
+                    WHERE NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r
+                                      WHERE r.trace_id = c.trace_id AND r.metric = c.metric AND {cond})
                     GROUP BY 1, 2, 3
                     """
                 ),
                 params,
             ).all()
+            plan = plan_reads(conn, source, metrics, lookback_s=settings.source_lookback_s)
+        pending = count_plan_pending(source, source_engine(settings), engine, plan, metrics, done=done)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
     out = {
-        m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "given_up": 0, "pending": 0, "in_progress": 0,
-            "stranded": 0, "superseded": superseded.get(m, 0)}
+        m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "given_up": 0, "pending": pending.get(m, 0),
+            "in_progress": 0, "stranded": 0, "superseded": superseded.get(m, 0)}
         for m in metrics
     }
     for metric, status, n, passed, given_up in results:
@@ -87,30 +90,28 @@ def work_status(settings: Settings) -> dict:
         if status == "scored":
             out[metric]["passed"] = passed
     runs: dict[str, dict] = {}
-    for metric, owner, is_held, n, lease_until in work:
-        counts = out[metric]
-        if owner is not None and is_held:
-            counts["in_progress"] += n
-        else:
-            counts["pending"] += n
-            if owner is not None:
-                counts["stranded"] += n
-        if owner is not None:
-            run = runs.setdefault(
-                owner,
-                {"flow_run_id": owner.split(":", 1)[0], "live": bool(is_held), "pairs": {}, "lease_expires_at": None},
-            )
-            run["live"] = run["live"] or bool(is_held)
-            run["pairs"][metric] = run["pairs"].get(metric, 0) + n
-            if run["lease_expires_at"] is None or lease_until > run["lease_expires_at"]:
-                run["lease_expires_at"] = lease_until
+    for metric, owner, is_held, n, lease_until in claims:
+        out[metric]["in_progress" if is_held else "stranded"] += n
+        run = runs.setdefault(
+            owner,
+            {"flow_run_id": owner.split(":", 1)[0], "live": bool(is_held), "pairs": {}, "lease_expires_at": None},
+        )
+        run["live"] = run["live"] or bool(is_held)
+        run["pairs"][metric] = run["pairs"].get(metric, 0) + n
+        if run["lease_expires_at"] is None or lease_until > run["lease_expires_at"]:
+            run["lease_expires_at"] = lease_until
     return {
         "metrics": out,
+        "window_start": None if plan.lo is None else plan.lo.isoformat(),
+        "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": [
             {**run, "lease_expires_at": run["lease_expires_at"].isoformat()}
             for run in sorted(runs.values(), key=lambda r: (not r["live"], r["flow_run_id"]))
         ],
     }
+
+
+SIZE_SAMPLE = 500  # traces whose text sizes a backfill's estimate
 
 
 @dataclass
@@ -133,38 +134,43 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
     the tokens the pairs' text is expected to take."""
     from judgeflow.judge.pricing import estimate_tokens, prices_for
 
+    from judgeflow.db.pairs import Done, key_pages
+    from judgeflow.db.pending_work import count_plan_pending
+    from judgeflow.db.trace_source import KeyFilter, read_bodies, source_engine, trace_source
+    from judgeflow.db.watermark import plan_reads
+
     engine = engine_for(settings)
     migrate.upgrade(engine)
-    source = SourceTable.parse(settings.traces_table)
-    where, params = pending_where(
-        since=since, until=until, settle_delay_s=settings.settle_delay_s,
-        rescore_before=datetime.max.replace(tzinfo=since.tzinfo) if rescore else None,
-    )
-    params.update(metrics=list(METRIC_NAMES), cap=settings.max_field_chars)
+    source = trace_source(settings)
+    reader = source_engine(settings)
+    metrics = list(METRIC_NAMES)
+    cap = settings.max_field_chars
+    done = Done(rescore_before=datetime.max.replace(tzinfo=since.tzinfo) if rescore else None)
     try:
         with engine.connect() as conn:
-            select_list = source.select_list(source.columns(conn))
-            sizes = conn.execute(
-                text(
-                    f"""
-                    SELECT metric, count(*),
-                           coalesce(sum(least(length(coalesce(input, '')), :cap)), 0),
-                           coalesce(sum(least(length(coalesce(output, '')), :cap)), 0),
-                           coalesce(sum(least(length(coalesce(context::text, '')), :cap)), 0)
-                    FROM (SELECT {select_list}, m.metric
-                          FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
-                          WHERE {where}) q
-                    GROUP BY metric
-                    """
-                ),
-                params,
-            ).all()
-            traces = conn.execute(
-                text(f"SELECT count(*) FROM {source.sql} t WHERE t.created_at >= :s AND t.created_at < :u"),
-                {"s": since, "u": until},
-            ).scalar_one()
+            plan = plan_reads(conn, source, metrics, lookback_s=0, ranged=True)
+        counts = count_plan_pending(source, reader, engine, plan, metrics, done=done, since=since, until=until,
+                                    settle_delay_s=settings.settle_delay_s)
+        # the range's traces, counted by key through the created_at index; the
+        # text of the first SIZE_SAMPLE of them stands for the rest
+        traces, sample = 0, []
+        for keys in key_pages(source, reader, KeyFilter(since=since, until=until), page=20_000):
+            traces += len(keys)
+            sample += keys[: SIZE_SAMPLE - len(sample)]
+        bodies = list(read_bodies(source, reader, sample).bodies.values())
     except DBAPIError as exc:
         raise DatabaseError(f"could not estimate the backfill: {exc.orig}") from None
+    def mean(values) -> float:
+        values = list(values)
+        return sum(values) / len(values) if values else 0.0
+
+    chars = {
+        "input": mean(min(len(b.input or ""), cap) for b in bodies),
+        "output": mean(min(len(b.output or ""), cap) for b in bodies),
+        "context": mean(min(len("" if b.context is None else json.dumps(b.context)), cap) for b in bodies),
+    }
+    sizes = [(m, counts[m], chars["input"] * counts[m], chars["output"] * counts[m], chars["context"] * counts[m])
+             for m in metrics if counts[m]]
     per_metric = {m: 0 for m in METRIC_NAMES}
     prompt_tokens = completion_tokens = 0.0
     for metric, n, input_chars, output_chars, context_chars in sizes:
@@ -182,7 +188,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
     else:
         cost = prices.cost(prompt_tokens, completion_tokens)
         basis = (f"~{prompt_tokens / 1e6:.2f}M prompt + {completion_tokens / 1e6:.2f}M completion tokens "
-                 f"estimated from the traces' text, at {prices.source}")
+                 f"estimated from the text of {len(bodies)} of the range's traces, at {prices.source}")
         if settings.reuse_identical:
             basis += "; identical traces are judged once, so repeats cost less than this"
     scored_traces = traces if rescore else min(traces, max(per_metric.values(), default=0))

@@ -95,7 +95,9 @@ def test_a_messy_source_and_a_misbehaving_judge_never_stop_a_night(
     judge_server.reset()
     again = score_new_traces(batch_size=16, fanout=fanout, evaluate_alerts=True)
     assert judge_server.calls() == 0
-    assert again.scored == again.failed == 0 and again.unusable_rows == summary.unusable_rows
+    assert again.scored == again.failed == 0
+    # it read only its window (the watermark minus the look-back: every row here), where no row has a NULL time
+    assert again.unusable_rows == {**summary.unusable_rows, "null_created_at": None}
 
 
 def test_db_check_reports_rows_runs_cannot_use(judgeflow_env, db):
@@ -114,3 +116,85 @@ def test_db_check_reports_rows_runs_cannot_use(judgeflow_env, db):
     assert any(m.startswith("1 row(s)") and "NULL id" in m and "WHERE id IS NULL" in m for m in warnings)
     assert any(m.startswith("1 row(s)") and "NULL created_at" in m for m in warnings)
     assert any(m.startswith("2 id(s)") and "GROUP BY id HAVING count(*) > 1" in m for m in warnings)
+
+
+def _raising_view(db, n: int = 40) -> dict[str, str]:
+    """A view over raw logs whose column expressions raise for some rows, each
+    in another column with another error: id -> the message expected."""
+    bad = {7: ("input", "invalid input syntax for type integer"),
+           11: ("context", "invalid input syntax for type json"),
+           17: ("metadata", "division by zero"),
+           29: ("output", "refund amount missing")}
+    with db.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE raw_logs (id text, created_at timestamptz, prompt text, completion text, chunks text, "
+            "divisor int)"
+        )
+        conn.exec_driver_sql("CREATE INDEX ON raw_logs (created_at)")
+        conn.exec_driver_sql(
+            """
+            CREATE FUNCTION checked(answer text) RETURNS text LANGUAGE plpgsql STABLE AS $$
+            BEGIN
+                IF strpos(answer, 'NO-AMOUNT') > 0 THEN RAISE EXCEPTION 'refund amount missing'; END IF;
+                RETURN answer;
+            END $$
+            """
+        )
+        conn.execute(
+            sa.text("INSERT INTO raw_logs VALUES (:id, :at, :prompt, :completion, :chunks, :divisor)"),
+            [{"id": f"v-{i:02d}", "at": BASE_TIME + timedelta(minutes=i),
+              "prompt": "not-a-number" if bad.get(i, ("",))[0] == "input" else str(i),
+              "completion": f"Your NO-AMOUNT refund {i}" if bad.get(i, ("",))[0] == "output" else
+              scripted_trace(i)[0]["output"],
+              "chunks": "{broken" if bad.get(i, ("",))[0] == "context" else '{"docs": ["a doc"]}',
+              "divisor": 0 if bad.get(i, ("",))[0] == "metadata" else 1}
+             for i in range(n)],
+        )
+        conn.exec_driver_sql(
+            """
+            CREATE VIEW llm_traces AS
+            SELECT id, created_at, prompt::int::text AS input, checked(completion) AS output,
+                   (chunks::jsonb) -> 'docs' AS context, jsonb_build_object('share', 10 / divisor) AS metadata
+            FROM raw_logs
+            """
+        )
+    return {f"v-{i:02d}": message for i, (_, message) in bad.items()}
+
+
+@pytest.mark.parametrize("fanout", ["batch", "pair"])
+def test_rows_a_view_cannot_read_are_failed_alone_and_the_rest_are_scored(
+    prefect_server, judgeflow_env, db, judge_server, fanout
+):
+    bad = _raising_view(db)
+    state = score_new_traces(batch_size=16, fanout=fanout, evaluate_alerts=True, return_state=True)
+
+    assert state.is_completed(), state.message
+    summary = state.result()
+    stored = results(db)
+    for i in range(40):
+        for metric in ("toxicity", "hallucination"):
+            row = stored[(f"v-{i:02d}", metric)]
+            if f"v-{i:02d}" in bad:
+                assert row["status"] == "failed" and row["error_kind"] == "invalid_trace", row
+                assert bad[f"v-{i:02d}"] in row["error"] and "could not be read" in row["error"]
+                assert row["judge_calls"] == 0
+            else:
+                assert row["status"] in ("scored", "skipped"), row["error"]
+    assert summary.failed == 2 * len(bad) and summary.scored + summary.skipped == 2 * (40 - len(bad))
+    # no bad row reached the judge; every good one did
+    outputs = {req.data["output"] for req in judge_server.requests if req.data and "output" in req.data}
+    assert not any("NO-AMOUNT" in o for o in outputs)
+
+    # the next run tries the unreadable rows again (still failing), pays for nothing else
+    judge_server.reset()
+    again = score_new_traces(batch_size=16, fanout=fanout, evaluate_alerts=False)
+    assert again.failed == 2 * len(bad) and again.scored == 0 and judge_server.calls() == 0
+    assert {results(db)[(t, "toxicity")]["failed_runs"] for t in bad} == {2}
+
+    # db check names them, with the database's message
+    from judgeflow.db.check import check_database
+    from judgeflow.settings import load_settings
+
+    lines = "\n".join(check_database(load_settings()).lines())
+    for trace_id, message in bad.items():
+        assert trace_id in lines and message in lines, lines

@@ -241,8 +241,8 @@ def test_a_default_run_writes_the_task_runs_the_readme_states_and_each_trace_is_
     """docs/running.md, "Fan-out": the default fan-out writes two task runs per
     claimed batch of up to 100 (trace, metric) pairs (claim-traces and
     score-batch), one more claim-traces that finds nothing left, and once per
-    run ensure-schema, count-pending-work, count-unusable-rows, start-judge,
-    record-judge-epochs, count-pairs-left-to-other-runs, publish-run-summary,
+    run ensure-schema, plan-source-reads, count-pending-work, count-unusable-rows, start-judge,
+    record-judge-epochs, count-pairs-left-to-other-runs, advance-watermark, publish-run-summary,
     publish-trend, plus evaluate-alert-rules when alerts are evaluated. Each trace id finds its
     batch by the search of the run page's Task Runs tab (a task-run name
     substring match, as the UI asks the API) and is in that batch's artifact."""
@@ -263,8 +263,9 @@ def test_a_default_run_writes_the_task_runs_the_readme_states_and_each_trace_is_
         assert names == {"claim-traces": 4, "score-batch": 3, "ensure-schema": 1, "count-pending-work": 1,
                          "count-unusable-rows": 1, "start-judge": 1, "record-judge-epochs": 1,
                          "count-pairs-left-to-other-runs": 1,
-                         "publish-run-summary": 1, "publish-trend": 1, "evaluate-alert-rules": 1}
-        assert len(task_runs) == 2 * 3 + 10  # 0.13 per trace here; 0.04 per trace at 100k traces
+                         "publish-run-summary": 1, "publish-trend": 1, "evaluate-alert-rules": 1,
+                         "plan-source-reads": 1, "advance-watermark": 1}
+        assert len(task_runs) == 2 * 3 + 12  # 0.15 per trace here; 0.04 per trace at 100k traces
 
         batch_ids = {t["id"] for t in task_runs if t["name"].startswith("score-batch")}
         artifacts = client.request(

@@ -16,6 +16,9 @@ BASE_TIME = datetime(2026, 11, 21, 0, 0, tzinfo=timezone.utc)
 
 def create_source(engine: sa.Engine) -> None:
     with engine.begin() as conn:
+        # the test role's "$user" schema is judgeflow's own once migrated: without
+        # this, a later call would create (and fill) a second llm_traces there
+        conn.exec_driver_sql("SET LOCAL search_path TO public")
         conn.exec_driver_sql(CREATE_DEFAULT_TABLE)
 
 
@@ -33,6 +36,7 @@ def insert_traces(engine: sa.Engine, rows: Iterable[dict[str, Any]]) -> None:
         for r in rows
     ]
     with engine.begin() as conn:
+        conn.exec_driver_sql("SET LOCAL search_path TO public")
         conn.execute(
             sa.text(
                 "INSERT INTO llm_traces (id, created_at, input, output, context, metadata) "
