@@ -66,8 +66,11 @@ def _pending_pairs(done: Done, *, exclude_held: bool = True) -> tuple[str, dict[
     sql = f"""
         SELECT k.id AS trace_id, k.ord, m.metric
         FROM keys k CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
-        WHERE NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r
-                          WHERE r.trace_id = k.id AND r.metric = m.metric AND {cond})"""
+        -- a correlated scalar subquery, never a join: one probe of eval_results'
+        -- primary key per pair, whatever the planner thinks of a hash join over
+        -- the whole table
+        WHERE NOT COALESCE((SELECT {cond} FROM judgeflow.eval_results r
+                            WHERE r.trace_id = k.id AND r.metric = m.metric), false)"""
     if exclude_held:
         sql += f"""
           AND NOT EXISTS (SELECT 1 FROM judgeflow.claims c
@@ -149,7 +152,8 @@ def first_without_result(conn: Connection, keys: Sequence[TraceKey], metrics: li
             WITH {_KEYS}
             SELECT m.metric, min(k.ord)
             FROM keys k CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
-            WHERE NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = k.id AND r.metric = m.metric)
+            -- one probe of eval_results' primary key per pair (a scalar subquery, never a join)
+            WHERE (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = k.id AND r.metric = m.metric) IS NULL
             GROUP BY m.metric
             """
         ),
