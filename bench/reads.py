@@ -111,6 +111,17 @@ def make_data(conninfo: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def seed_epochs(url: str) -> None:
+    import sqlalchemy as sa
+
+    from judgeflow.epochs import configured, record_epochs
+
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        record_epochs(conn, configured("offline", ["toxicity", "hallucination"]), flow_run_id="earlier-run")
+    engine.dispose()
+
+
 def before_reads(url: str, conninfo: str) -> tuple[float, dict]:
     """The previous version's reads of a nightly run and of `judgeflow status`,
     executed over this data (its SQL is still judgeflow.db.pending.pending_where)."""
@@ -149,6 +160,9 @@ def measure(stack: Stack, n: int, *, show_plans: bool) -> dict:
     conninfo, url = stack.new_database(f"reads{n}")
     stack.migrate(url)
     made_s = make_data(conninfo, n)
+    # the judge epoch in force, as the run that scored the history recorded it (a
+    # database without one reads eval_results whole, once, to place the first)
+    seed_epochs(url)
     print(f"# {n:,} scored traces + {NEW:,} new: data made in {made_s:.0f}s", flush=True)
 
     before_s, before_rows = before_reads(url, conninfo)
