@@ -124,6 +124,12 @@ def register_settings(settings) -> None:
             continue
         raw = value.get_secret_value()
         credentials = url_credentials(raw) if "://" in raw else []
+        if raw.startswith(("postgresql", "postgres://")):
+            # a database role name is an identity, not a credential (the password is
+            # one): masked, the embedded database's role "judgeflow" blanked the
+            # project's own name in every log line and artifact
+            role = urlsplit(raw).username or ""
+            credentials = [c for c in credentials if c not in (role, unquote(role))]
         if name == "judge_api_base" and not credentials:
             continue  # a plain endpoint is not a secret; logs may name it
         values.append(raw)

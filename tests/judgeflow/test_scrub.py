@@ -107,3 +107,13 @@ def test_the_start_judge_task_returns_no_credentials():
             assert secret not in shown
     finally:
         pool.close()
+
+
+def test_a_database_role_name_is_not_masked_but_its_password_is():
+    from judgeflow.scrub import registered
+
+    settings = Settings(database_url="postgresql://judgeflow:db-p4ssw0rd@127.0.0.1:5432/app", judge_model="offline")
+    register_settings(settings)
+    assert "db-p4ssw0rd" in registered()
+    assert "judgeflow" not in registered()
+    assert scrub("judgeflow backfill --rescore, password db-p4ssw0rd") == "judgeflow backfill --rescore, password ***"
