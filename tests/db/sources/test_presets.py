@@ -27,13 +27,6 @@ def test_the_setting_picks_the_preset_and_its_segments():
         Settings(source="litellm", source_schema='x"; DROP TABLE y; --')
 
 
-def test_a_run_refuses_a_preset_rather_than_read_the_table_in_its_place(monkeypatch):
-    from judgeflow.tasks.claims import claim_traces
-
-    with pytest.raises(ConfigError, match="JUDGEFLOW_SOURCE=litellm"):
-        claim_traces.fn(Settings(source="litellm"), owner="o", metrics=["toxicity"], batch_size=10)
-
-
 def test_conversation_and_reply_shapes():
     messages = [
         {"role": "developer", "content": "be brief"},
