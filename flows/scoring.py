@@ -168,7 +168,7 @@ def score_traces(
     window_start = plan.lo if plan.lo is not None else since
     unusable_counted = count_unusable_rows.submit(settings, window_start, window_start is None)
     pending = count_pending_work(settings, metrics, limit=limit, **filters)
-    logger.info("%d (trace, metric) pairs pending in %s", pending, settings.traces_table)
+    logger.info("%d (trace, metric) pairs pending in %s", pending, trace_source(settings).display)
     # a new judge model or metric version starts a judge epoch: before the first result is written
     epochs_started = record_judge_epochs(settings, metrics, flow_run_id=run_id) if pending else []
     # the judge (litellm's import, judge worker processes: seconds) only when

@@ -123,7 +123,9 @@ def score(
         require_prices(settings, why="a run budget is set")
     _announce_database(settings)
     if _nothing_pending(settings, since=parse_when(since), until=parse_when(until), sample_rate=sample_rate):
-        typer.echo(f"nothing to score: no (trace, metric) pair is pending in {settings.traces_table}; "
+        from judgeflow.db.trace_source import trace_source
+
+        typer.echo(f"nothing to score: no (trace, metric) pair is pending in {trace_source(settings).display}; "
                    "no flow run was started")
         if alerts:
             _evaluate_alerts_now(settings)
@@ -430,6 +432,7 @@ def show(trace_id: str = typer.Argument(..., help="the trace's id, as in the tra
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
     from judgeflow.db.trace_results import find_trace, render
+    from judgeflow.db.trace_source import trace_source
     from judgeflow.prefect_server import ui_url_without_import
 
     settings = _settings()
@@ -438,9 +441,9 @@ def show(trace_id: str = typer.Argument(..., help="the trace's id, as in the tra
     if not view.known:
         where = "could not be asked in time" if view.in_source is None else "has no such id"
         typer.echo(f"judgeflow: no trace {trace_id!r}: judgeflow has no result or claim for it, and "
-                   f"{settings.traces_table} {where}", err=True)
+                   f"{trace_source(settings).display} {where}", err=True)
         raise typer.Exit(1)
-    typer.echo(render(view, ui_url=ui_url_without_import(settings), source_name=settings.traces_table))
+    typer.echo(render(view, ui_url=ui_url_without_import(settings), source_name=trace_source(settings).display))
 
 
 def _announce_database(settings) -> None:

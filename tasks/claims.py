@@ -45,7 +45,7 @@ from judgeflow.settings import normalise_database_url
 from judgeflow.db.source import SAMPLE_SQL
 from judgeflow.db.trace_source import KeyFilter, TraceKey, read_bodies, source_engine, trace_source
 from judgeflow.db.watermark import ReadPlan, advance, plan_reads
-from judgeflow.errors import ConfigError, DatabaseError
+from judgeflow.errors import DatabaseError
 from judgeflow.settings import Settings
 from judgeflow.tasks.work import ClaimedBatch, Cursor, TraceWork
 
@@ -161,13 +161,6 @@ def claim_traces(
     read becomes a failed ``invalid_trace`` result, the others are scored).
     With a plan that has a window, failed pairs older than it come first
     (phase "retry", from eval_results), then the window's keys."""
-    if getattr(settings, "source", "table") != "table":
-        # claiming reads every kind through judgeflow.db.trace_source; the presets
-        # are enabled for runs by their own change (issue 30), not silently here
-        raise ConfigError(
-            f"JUDGEFLOW_SOURCE={settings.source} is checked by `judgeflow db check` but not yet scored by this "
-            "version: runs read JUDGEFLOW_SOURCE=table only"
-        )
     done = Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before)
     n_keys = max(1, math.ceil(batch_size / max(len(metrics), 1)))
     page = max(4 * n_keys, KEY_PAGE_MIN)

@@ -16,7 +16,7 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db.engine import engine_for
 from judgeflow.db.source import SourceTable
-from judgeflow.errors import DatabaseError
+from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.judge.base import queue_ahead
 from judgeflow.judge.factory import build_judge
 from judgeflow.run_progress import RunReporter
@@ -60,6 +60,9 @@ def select_shadow_sample(
     settings: Settings, metrics: list[str], since: datetime, segment_by: str | None, per_segment: int, seed: str
 ) -> list[ShadowPair]:
     """The stratified sample of recent results of the judge in force (judgeflow.shadow.sample)."""
+    if settings.source != "table":
+        # the sample joins JUDGEFLOW_TRACES_TABLE in judgeflow's shape; a preset is not read here
+        raise ConfigError(f"judgeflow shadow reads JUDGEFLOW_SOURCE=table only, not {settings.source}")
     with engine_for(settings).connect() as conn:
         return select_sample(conn, SourceTable.parse(settings.traces_table), metrics=metrics, since=since,
                              segment_by=segment_by, per_segment=per_segment, seed=seed)

@@ -85,13 +85,16 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
 def _in_source(settings: Settings, trace_id: str) -> bool | None:
     """Whether the trace source has a row with this id (None: it could not be asked in time)."""
     from judgeflow.db.source import SourceTable
-    from judgeflow.db.trace_source import source_engine
+    from judgeflow.db.trace_source import source_engine, trace_source
 
     table = SourceTable.parse(settings.traces_table)
+    source = trace_source(settings)
     try:
         with source_engine(settings).connect() as conn:
             with conn.begin():
                 conn.execute(text(f"SET LOCAL statement_timeout = {_SOURCE_TIMEOUT_MS}"))
+                if hasattr(source, "has_id"):  # a source preset: its own key column
+                    return source.has_id(conn, trace_id)
                 return conn.execute(
                     text(f"SELECT EXISTS (SELECT 1 FROM {table.sql} t WHERE t.id::text = :id)"), {"id": trace_id}
                 ).scalar()

@@ -186,3 +186,15 @@ def test_phoenix_llm_spans_scored_against_their_own_retrieved_documents_and_writ
 
         assert write_scores_to_phoenix.fn(load_settings(), summary.flow_run_id).written == 8
         assert annotations("chat-app", span["toxic"]) == expected
+
+
+def test_show_and_the_run_name_the_preset_not_the_table(litellm_env, db, judge_server, spend_log_rows, capsys):
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    assert insert_spend_logs(litellm_env, spend_log_rows[:1]) == 1
+    unknown = CliRunner().invoke(app, ["show", "no-such-call"])
+    assert unknown.exit_code == 1 and "LiteLLM_SpendLogs has no such id" in unknown.output, unknown.output
+    nothing = CliRunner().invoke(app, ["score", "--since", "2999-01-01"])
+    assert "pending in LiteLLM_SpendLogs" in nothing.output, nothing.output

@@ -203,6 +203,11 @@ class LiteLLMSource:
         ).mappings().all()
         return {r["request_id"]: trace_of(dict(r)) for r in rows}
 
+    def has_id(self, conn: Connection, trace_id: str) -> bool:
+        return bool(conn.execute(
+            text(f"SELECT EXISTS (SELECT 1 FROM {self.table_sql} t WHERE t.request_id = :id)"), {"id": trace_id}
+        ).scalar())
+
     def unusable(self, conn: Connection, *, lo: datetime | None, full: bool, timeout_s: float = 60.0) -> UnusableRows:
         """request_id and "startTime" are NOT NULL in LiteLLM's schema, and request_id is
         the primary key of a plain table; a partitioned one (keyed by request_id and

@@ -218,6 +218,12 @@ class PhoenixSource:
         ).mappings().all()
         return {r["span_id"]: trace_of(dict(r)) for r in rows}
 
+    def has_id(self, conn: Connection, trace_id: str) -> bool:
+        return bool(conn.execute(
+            text(f"SELECT EXISTS (SELECT 1 FROM {self.rel('spans')} t WHERE t.span_id = :id AND t.span_kind = 'LLM')"),
+            {"id": trace_id},
+        ).scalar())
+
     def unusable(self, conn: Connection, *, lo: datetime | None, full: bool, timeout_s: float = 60.0) -> UnusableRows:
         """span_id and start_time are NOT NULL in Phoenix's schema and span_id is unique;
         counted anyway, over the LLM spans of the window (or of everything)."""
