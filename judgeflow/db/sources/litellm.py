@@ -8,9 +8,10 @@ reply in ``response`` (both only with ``store_prompts_in_spend_logs``), the time
 
 A trace is one row: id ``request_id``, time ``"startTime"`` read as UTC, input the
 conversation up to the reply, output the reply's text, no context (the proxy sees no
-retrieved documents). Keys are read through the proxy's own
-``"LiteLLM_SpendLogs_startTime_request_id_idx"`` (``"startTime", request_id``): an
-index-only scan; bodies by the primary key. A row that has nothing to judge is a
+retrieved documents). Keys are read oldest first through the proxy's own
+``"startTime"`` indexes (``"LiteLLM_SpendLogs_startTime_request_id_idx"``, or the planner's
+choice of ``"LiteLLM_SpendLogs_startTime_idx"`` plus an incremental sort: docs/benchmark.md),
+bodies by the primary key. A row that has nothing to judge is a
 ``skipped`` result with the reason (:func:`read_row`); docs/tables.md has the mapping
 field by field.
 """
@@ -275,13 +276,14 @@ class LiteLLMSource:
         found = [i for i in catalog.indexes(conn, self.table_sql) if i.valid and i.predicate is None]
         for index in found:
             if index.leads_with(*KEY_INDEX_COLUMNS):
-                return ("ok", f'index {index.name} on {self.display}("startTime", request_id): keys are read from it alone')
+                return ("ok", f'index {index.name} on {self.display}("startTime", request_id): keys are read '
+                              "oldest first through the proxy's indexes, from the run's watermark on")
         for index in found:
             if index.leads_with("startTime"):
                 return (
                     "warn",
-                    f'{self.display} has {index.name} on "startTime" but none on ("startTime", request_id): runs '
-                    f"read each new row from the table too; for index-only reads: {create}",
+                    f'{self.display} has {index.name} on "startTime" but not the proxy\'s ("startTime", request_id): '
+                    f"runs sort the keys of each page by id; the proxy's migrations create it: {create}",
                 )
         return ("MISSING", f'index on {self.display}("startTime", request_id) (the proxy creates it): {create}')
 
