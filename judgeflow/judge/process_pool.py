@@ -119,6 +119,7 @@ class _Worker:
         self.starts = 0
         self.failed_starts = 0  # processes in a row that exited without answering anything
         self._last_exit: int | None = None
+        self._closed = False  # hung up: no process is started again
 
     @property
     def outstanding(self) -> int:
@@ -148,11 +149,14 @@ class _Worker:
 
     def ensure_started(self) -> None:
         with self._lock:
-            if self._proc is None:
+            if self._proc is None and not self._closed:
                 self._start()
 
     def send(self, call_id: int, request: JudgeRequest, future: Future) -> None:
         with self._lock:
+            if self._closed:
+                _settle(future, error=PermanentJudgeError("the judge process pool is closed"))
+                return
             if self.failed_starts >= MAX_FAILED_STARTS:
                 # a worker that cannot start (broken environment) is not retried forever
                 _settle(future, error=PermanentJudgeError(
@@ -213,6 +217,7 @@ class _Worker:
         with self._lock:
             proc, conn = self._proc, self._conn
             self._proc, self._conn, self._pid = None, None, None
+            self._closed = True
         if conn is not None:
             try:
                 conn.close()
@@ -280,14 +285,24 @@ class JudgeProcessPool:
                 f"max_concurrency={self.max_concurrency})")
 
     def start(self) -> "JudgeProcessPool":
-        """Start every worker without waiting for them."""
+        """Start every worker, in a thread of its own: the first start waits
+        for the fork server to import litellm, which the caller does not wait
+        for (calls sent meanwhile wait for their worker)."""
         if self._closed:
             raise PermanentJudgeError("the judge process pool is closed")
         with self._dispatch_lock:
             self._started = True
-        for worker in self._workers:  # any slot whose worker is gone gets a fresh one
-            worker.ensure_started()
+        threading.Thread(target=self._start_workers, name="judgeflow-judge-start", daemon=True).start()
         return self
+
+    def _start_workers(self) -> None:
+        for worker in self._workers:  # any slot whose worker is gone gets a fresh one
+            if self._closed:
+                return
+            try:
+                worker.ensure_started()
+            except Exception as exc:  # noqa: BLE001 - the worker's next call starts it again, or says why not
+                log.warning("judge worker %d did not start: %s", worker.index, exc)
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
         """Whether every worker said hello within ``timeout`` s: tests, benchmark."""
