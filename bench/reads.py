@@ -39,17 +39,20 @@ from judgeflow.db.source import CREATE_DEFAULT_TABLE
 
 NEW = 1000
 TABLES = ("llm_traces", "eval_results", "claims", "watermarks", "result_counts")
-COUNTERS = ("seq_scan", "seq_tup_read", "idx_scan", "idx_tup_fetch")
+COUNTERS = ("seq_scan", "seq_tup_read", "idx_scan", "idx_tup_fetch", "idx_tup_read")
 
 
 def stats(conninfo: str) -> dict[str, dict[str, int]]:
+    """Per table: the pg_stat_user_tables counters, and idx_tup_read (index
+    entries read, index-only scans included) summed over its indexes."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         rows = conn.execute(
-            f"SELECT relname, {', '.join(f'COALESCE({c}, 0)' for c in COUNTERS)} FROM pg_stat_user_tables "
-            "WHERE relname = ANY(%s)", (list(TABLES),)
+            f"SELECT t.relname, {', '.join(f'COALESCE(t.{c}, 0)' for c in COUNTERS[:-1])}, "
+            "(SELECT COALESCE(sum(i.idx_tup_read), 0) FROM pg_stat_user_indexes i WHERE i.relid = t.relid) "
+            "FROM pg_stat_user_tables t WHERE t.relname = ANY(%s)", (list(TABLES),)
         ).fetchall()
-    return {r[0]: dict(zip(COUNTERS, r[1:])) for r in rows}
+    return {r[0]: dict(zip(COUNTERS, map(int, r[1:]))) for r in rows}
 
 
 def delta(before: dict, after: dict) -> dict[str, dict[str, int]]:
@@ -63,7 +66,8 @@ def settled_stats(conninfo: str) -> dict[str, dict[str, int]]:
 
 
 def rows_read(d: dict) -> dict[str, int]:
-    return {t: d[t]["seq_tup_read"] + d[t]["idx_tup_fetch"] for t in d}
+    """Rows read by sequential scans plus index entries read (index-only scans included)."""
+    return {t: int(d[t]["seq_tup_read"] + d[t]["idx_tup_read"]) for t in d}
 
 
 def make_data(conninfo: str, n: int) -> float:
@@ -206,11 +210,16 @@ def measure(stack: Stack, n: int, *, show_plans: bool) -> dict:
     dispose_engines()
 
     seq = [p for p in plans if re.search(r"Seq Scan on (llm_traces|eval_results)", p)]
+    durations = sorted(((float(m.group(1)), p) for p in plans
+                        for m in [re.search(r"duration: ([0-9.]+) ms", p)] if m), reverse=True)
+    for ms, p in durations[:3]:  # where the run's database time went
+        print(f"TOP {ms:.0f} ms: " + " ".join(p.split("Query Text:", 1)[-1].split())[:300])
     out = {
         "n": n, "score_rc": score.returncode, "score_s": score_s, "scored": figures.get("scores written"),
+        "flow_s": figures.get("duration (s)"),
         "before_s": before_s, "before_rows": before_rows, "after": after_rows, "after_rows": rows_read(after_rows),
         "status_rc": status.returncode, "status_s": status_s, "status_inproc_s": status_inproc_s,
-        "statements": len(plans), "seq_scan_plans": len(seq),
+        "statements": len(plans), "seq_scan_plans": len(seq), "db_ms": round(sum(ms for ms, _ in durations)),
     }
     print(out, flush=True)
     if score.returncode or status.returncode:
