@@ -139,15 +139,20 @@ def before_reads(url: str, conninfo: str) -> tuple[float, dict]:
     source = SourceTable.parse("llm_traces")
     s0 = settled_stats(conninfo)
     t0 = time.perf_counter()
+    # each in its own transaction, as the previous version ran them (its unusable-row
+    # count sets a 60 s statement timeout for its own transaction only)
     with engine.connect() as conn:
         count_unusable(conn, source)  # the whole source, every run
+    with engine.connect() as conn:
         count_pending(conn, source, ["toxicity", "hallucination"], max_failed_runs=3)  # pending at start
+    with engine.connect() as conn:
         where, params = pending_where(max_failed_runs=3)  # the first claim batch's candidates
         conn.execute(sa.text(
             f"SELECT t.id FROM {source.sql} t CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric) "
             f"WHERE {where} ORDER BY t.created_at, t.id::text, m.metric LIMIT 100"
         ), {**params, "metrics": ["toxicity", "hallucination"]}).all()
-        # its status: results grouped over eval_results, pending anti-joined over the source
+    with engine.connect() as conn:
+        # its status: results grouped over eval_results
         conn.execute(sa.text("SELECT metric, status, count(*) FROM judgeflow.eval_results GROUP BY 1, 2")).all()
     seconds = time.perf_counter() - t0
     engine.dispose()
