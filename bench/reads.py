@@ -60,9 +60,17 @@ def delta(before: dict, after: dict) -> dict[str, dict[str, int]]:
 
 
 def settled_stats(conninfo: str) -> dict[str, dict[str, int]]:
-    """Counters once every backend has reported (they flush within a second or so of going idle)."""
-    time.sleep(2.5)
-    return stats(conninfo)
+    """Counters once every backend has reported: backends flush them some time
+    after going idle (longer on a loaded machine), so until two reads a few
+    seconds apart agree (at most a minute)."""
+    last = stats(conninfo)
+    for _ in range(20):
+        time.sleep(3)
+        now = stats(conninfo)
+        if now == last:
+            return now
+        last = now
+    return last
 
 
 def rows_read(d: dict) -> dict[str, int]:
