@@ -178,20 +178,20 @@ class _Worker:
         answered = False
         try:
             while True:
-                call_id, ok, payload = conn.recv()
-                with self._lock:
-                    future = pending.pop(call_id, None)
-                    if not answered:
-                        self.failed_starts = 0
-                        answered = True
-                    if call_id == HELLO and self._proc is proc:
-                        self._pid = payload
-                if future is None:  # the hello, or a call whose caller was cancelled
-                    continue
-                if ok:
-                    _settle(future, result=payload)
-                else:
-                    _settle(future, error=decode_error(*payload))
+                for call_id, ok, payload in conn.recv():  # the replies a worker finished together
+                    with self._lock:
+                        future = pending.pop(call_id, None)
+                        if not answered:
+                            self.failed_starts = 0
+                            answered = True
+                        if call_id == HELLO and self._proc is proc:
+                            self._pid = payload
+                    if future is None:  # the hello, or a call whose caller was cancelled
+                        continue
+                    if ok:
+                        _settle(future, result=payload)
+                    else:
+                        _settle(future, error=decode_error(*payload))
         except (EOFError, OSError, ValueError):
             pass
         proc.join(_CLOSE_WAIT_S)

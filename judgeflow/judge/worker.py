@@ -3,8 +3,11 @@ on one event loop, answering the calls its run sends over
 :mod:`multiprocessing` pipes.
 
 The run (:class:`~judgeflow.judge.process_pool.JudgeProcessPool`) sends
-``(call id, JudgeRequest)``; the worker answers ``(call id, True, JudgeReply)``
-or ``(call id, False, encoded error)``, after a first ``(HELLO, True, pid)``.
+``(call id, JudgeRequest)``; the worker answers with lists of
+``(call id, True, JudgeReply)`` or ``(call id, False, encoded error)``, after a
+first ``[(HELLO, True, pid)]``: the replies finished in one turn of its event
+loop go back as one message (one pipe write and one wake-up of the run's
+reader instead of one per call).
 Requests come on one one-way pipe and replies go back on another; the
 :class:`multiprocessing.connection.Connection` pickles them: one wire format.
 When the run's end of the request pipe closes (the pool is closed, or the
@@ -74,6 +77,16 @@ def serve(requests: Any, replies: Any, settings: Any) -> None:
         with send_lock:
             replies.send(message)
 
+    outbox: list[tuple] = []
+
+    def flush() -> None:
+        batch = outbox[:]
+        outbox.clear()
+        try:
+            send(batch)
+        except OSError:  # the run is gone: EOF ends this worker
+            pass
+
     async def answer(call_id: int, request) -> None:
         try:
             reply = await judge.acomplete(request)
@@ -81,17 +94,16 @@ def serve(requests: Any, replies: Any, settings: Any) -> None:
             message = (call_id, False, encode_error(exc))
         else:
             message = (call_id, True, reply)
-        try:
-            send(message)
-        except OSError:  # the run is gone: EOF ends this worker
-            pass
+        if not outbox:
+            loop.call_soon(flush)  # after the other calls finishing in this turn of the loop
+        outbox.append(message)
 
     arrived: asyncio.Queue = asyncio.Queue()
 
     async def start_calls() -> None:
         # litellm's lazy set-up on a canned reply first, so the run's first calls do not pay it
         await judge.warm_up()
-        send((HELLO, True, os.getpid()))
+        send([(HELLO, True, os.getpid())])
         # one call started per turn of the loop: a burst of requests (a run's
         # first batch) goes out as each is prepared, instead of each waiting
         # for litellm to prepare every other one first
