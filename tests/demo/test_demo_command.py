@@ -107,9 +107,9 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         with sqlite3.connect(home / "prefect" / "prefect.db") as prefect_db:
             recorded = dict(prefect_db.execute("SELECT state_type, count(*) FROM task_run GROUP BY 1").fetchall())
         # the default fan-out's task runs, as the README states them: claim-traces and
-        # score-batch per batch of 100 pairs, one more claim-traces, ten once per run (record-judge-epochs
-        # among them, as tests/flows/test_scoring_flow.py counts them)
-        assert set(recorded) == {"COMPLETED"} and recorded["COMPLETED"] == 2 * math.ceil(2 * traces / 100) + 10
+        # score-batch per batch of 100 pairs, one more claim-traces, twelve once per run (record-judge-epochs,
+        # plan-source-reads and advance-watermark among them, as tests/flows/test_scoring_flow.py counts them)
+        assert set(recorded) == {"COMPLETED"} and recorded["COMPLETED"] == 2 * math.ceil(2 * traces / 100) + 12
 
         # idempotent: nothing re-scored, same figures
         second_run = _run_demo(home)

@@ -118,6 +118,8 @@ def test_one_segment_regresses_one_alert_then_it_resolves_once(prefect_server, r
         _score()  # nothing new: still firing, nothing sent
         assert len(hook.requests) == 1
 
+        # logged over the last 20 hours, after the first run's watermark: read within the look-back
+        monkeypatch.setenv("JUDGEFLOW_SOURCE_LOOKBACK", "24h")
         insert_traces(db, _traces("a", baseline=(0, 0), window=(0, 100), start=1000))
         _score()
         _score()  # and nothing more after that

@@ -44,6 +44,8 @@ def test_a_failing_webhook_leaves_the_run_green_and_the_failure_recorded(
 
 def test_alert_fires_once_across_runs_and_resolves_once(prefect_server, judgeflow_env, db, judge_server, monkeypatch):
     monkeypatch.setenv("JUDGEFLOW_ALERT_MIN_SAMPLES", "10")
+    # the flood below is logged up to 5 h back, after the first run's watermark: read within the look-back
+    monkeypatch.setenv("JUDGEFLOW_SOURCE_LOOKBACK", "24h")
     insert_traces(db, _traces(20, toxic_every=4))
     with WebhookReceiver() as hook:
         monkeypatch.setenv("JUDGEFLOW_ALERT_WEBHOOK_URL", hook.url)
