@@ -21,23 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 from datetime import datetime, timezone
-from typing import Any
 
 from judgeflow.demo import load_demo_traces
 from judgeflow.errors import InvalidJudgeReplyError
 from judgeflow.judge.base import JudgeReply, JudgeRequest
 from judgeflow.judge.offline import OfflineJudge
 from judgeflow.metrics import HallucinationMetric, ToxicityMetric
-
-
-def _with_trailing_commas(value: Any, depth: int = 0) -> str:
-    pad, inner = "  " * depth, "  " * (depth + 1)
-    if isinstance(value, dict) and value:
-        members = "".join(f"{inner}{json.dumps(k)}: {_with_trailing_commas(v, depth + 1)},\n" for k, v in value.items())
-        return "{\n" + members + pad + "}"
-    if isinstance(value, list) and value:
-        return "[\n" + "".join(f"{inner}{_with_trailing_commas(v, depth + 1)},\n" for v in value) + pad + "]"
-    return json.dumps(value)
+from tests.support.reply_forms import with_trailing_commas
 
 
 def habitual_form(strict: str) -> str:
@@ -48,7 +38,7 @@ def habitual_form(strict: str) -> str:
             {"verdict": "no"} if verdict["verdict"] == "no" else verdict for verdict in answer["verdicts"]
         ]
     answer["confidence"] = 0.9
-    return f"Sure! Here is my answer:\n```json\n{_with_trailing_commas(answer)}\n```\nLet me know if you need more."
+    return f"Sure! Here is my answer:\n```json\n{with_trailing_commas(answer)}\n```\nLet me know if you need more."
 
 
 class HabitualJudge:

@@ -28,14 +28,14 @@ def _with_extra_keys(answer: dict) -> dict:
     return answer
 
 
-def _with_trailing_commas(value: Any, depth: int = 0) -> str:
+def with_trailing_commas(value: Any, depth: int = 0) -> str:
     """JSON with a comma after the last member of every non-empty object and list."""
     pad, inner = "  " * depth, "  " * (depth + 1)
     if isinstance(value, dict) and value:
-        members = "".join(f"{inner}{json.dumps(k)}: {_with_trailing_commas(v, depth + 1)},\n" for k, v in value.items())
+        members = "".join(f"{inner}{json.dumps(k)}: {with_trailing_commas(v, depth + 1)},\n" for k, v in value.items())
         return "{\n" + members + pad + "}"
     if isinstance(value, list) and value:
-        return "[\n" + "".join(f"{inner}{_with_trailing_commas(v, depth + 1)},\n" for v in value) + pad + "]"
+        return "[\n" + "".join(f"{inner}{with_trailing_commas(v, depth + 1)},\n" for v in value) + pad + "]"
     return json.dumps(value)
 
 
@@ -77,12 +77,12 @@ LAX_FORMS: dict[str, Callable[[str], str]] = {
         "The data I was given:\n```json\n{\"input\": \"q\", \"output\": \"echoed\"}\n```\n"
         f"My answer:\n```json\n{raw}\n```"
     ),
-    "trailing-comma": lambda raw: _with_trailing_commas(json.loads(raw)),
+    "trailing-comma": lambda raw: with_trailing_commas(json.loads(raw)),
     "extra-keys": lambda raw: json.dumps(_with_extra_keys(json.loads(raw))),
     "verdict-case": lambda raw: json.dumps(_upper_verdicts(json.loads(raw))),
     "reason-as-text": lambda raw: json.dumps(_reason_as_text(json.loads(raw))),
     "raw-newline-in-string": lambda raw: _raw_newlines_in_verdict_reasons(json.loads(raw)),
-    "all-at-once": lambda raw: "Sure!\n```json\n```json\n" + _with_trailing_commas(
+    "all-at-once": lambda raw: "Sure!\n```json\n```json\n" + with_trailing_commas(
         _with_extra_keys(_upper_verdicts(_without_no_reasons(json.loads(raw))))
     ) + "\n```\n```\nDone.",
 }
