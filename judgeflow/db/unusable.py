@@ -11,7 +11,7 @@ so only a count over the whole source (the first run, `judgeflow db check
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -75,30 +75,43 @@ def count_unusable(
     conn: Connection, source: SourceTable, *, since: datetime | None = None, window: bool = False,
     timeout_s: float = 60.0,
 ) -> UnusableRows:
-    """Counts over the source: with ``window``, only rows created at or after
-    ``since`` (None: every row with a time) through the created_at index, NULL
-    created_at not counted; else over the whole source (one pass, plus a
-    grouping by id). A statement timeout bounds it on a huge view; the
-    caller decides what a timeout means."""
+    """:func:`count_unusable_rows` over a table or view of judgeflow's own shape."""
+    return count_unusable_rows(
+        conn, relation_sql=source.sql, id_sql="id", time_sql="created_at", since=since, window=window,
+        timeout_s=timeout_s,
+    )
+
+
+def count_unusable_rows(
+    conn: Connection, *, relation_sql: str, id_sql: str, time_sql: str, scope_sql: str = "TRUE",
+    since: datetime | None = None, since_bound: Any = None, window: bool = False, timeout_s: float = 60.0,
+) -> UnusableRows:
+    """Counts over the rows of ``relation_sql`` that ``scope_sql`` keeps: with
+    ``window``, only rows created at or after ``since`` (None: every row with a
+    time) through the time index, NULL times not counted; else over every row
+    (one pass, plus a grouping by id). ``since_bound`` is the value compared
+    with ``time_sql`` when it differs from ``since`` (a source keeping UTC wall
+    times). A statement timeout bounds it on a huge source; the caller decides
+    what a timeout means."""
     conn.execute(text("SELECT set_config('statement_timeout', :t, true)"), {"t": f"{int(timeout_s * 1000)}"})
     params: dict = {}
-    where = "TRUE"
+    where = scope_sql
     if window:
-        where = "created_at IS NOT NULL"
+        where += f" AND {time_sql} IS NOT NULL"
         if since is not None:
-            where = "created_at >= :since"
-            params["since"] = since
+            where += f" AND {time_sql} >= :since"
+            params["since"] = since if since_bound is None else since_bound
     null_id, null_created_at = conn.execute(
         text(
-            f"SELECT count(*) FILTER (WHERE id IS NULL), count(*) FILTER (WHERE created_at IS NULL) "
-            f"FROM {source.sql} WHERE {where}"
+            f"SELECT count(*) FILTER (WHERE {id_sql} IS NULL), count(*) FILTER (WHERE {time_sql} IS NULL) "
+            f"FROM {relation_sql} WHERE {where}"
         ),
         params,
     ).one()
     duplicate_ids, copies = conn.execute(
         text(
-            f"SELECT count(*), COALESCE(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM {source.sql} "
-            f"WHERE id IS NOT NULL AND {where} GROUP BY id::text HAVING count(*) > 1) d"
+            f"SELECT count(*), COALESCE(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM {relation_sql} "
+            f"WHERE {id_sql} IS NOT NULL AND {where} GROUP BY {id_sql}::text HAVING count(*) > 1) d"
         ),
         params,
     ).one()

@@ -28,7 +28,7 @@ from judgeflow.db.source import key_filter_sql
 from judgeflow.db.sources import catalog
 from judgeflow.db.sources.chat import MalformedChat, conversation, loads, part_text, reply_text
 from judgeflow.db.trace_types import KeyFilter, TraceBody, TraceKey
-from judgeflow.db.unusable import UnusableRows
+from judgeflow.db.unusable import UnusableRows, count_unusable_rows
 
 TABLE = "LiteLLM_SpendLogs"
 KEY_INDEX_COLUMNS = ("startTime", "request_id")
@@ -213,27 +213,10 @@ class LiteLLMSource:
         """request_id and "startTime" are NOT NULL in LiteLLM's schema, and request_id is
         the primary key of a plain table; a partitioned one (keyed by request_id and
         "startTime") can repeat an id, which this counts."""
-        conn.execute(text("SELECT set_config('statement_timeout', :t, true)"), {"t": f"{int(timeout_s * 1000)}"})
-        where, params = "TRUE", {}
-        if not full and lo is not None:
-            where, params = 't."startTime" >= :lo', {"lo": utc_wall(lo)}
-        null_id, null_time = conn.execute(
-            text(
-                'SELECT count(*) FILTER (WHERE t.request_id IS NULL), count(*) FILTER (WHERE t."startTime" IS NULL) '
-                f"FROM {self.table_sql} t WHERE {where}"
-            ),
-            params,
-        ).one()
-        duplicate_ids, copies = conn.execute(
-            text(
-                f"SELECT count(*), COALESCE(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM {self.table_sql} t "
-                f"WHERE t.request_id IS NOT NULL AND {where} GROUP BY t.request_id HAVING count(*) > 1) d"
-            ),
-            params,
-        ).one()
-        return UnusableRows(
-            int(null_id), int(null_time) if full else None, int(duplicate_ids), int(copies),
-            since=None if full else lo,
+        return count_unusable_rows(
+            conn, relation_sql=f"{self.table_sql} t", id_sql="t.request_id", time_sql='t."startTime"',
+            since=None if full else lo, since_bound=None if full or lo is None else utc_wall(lo), window=not full,
+            timeout_s=timeout_s,
         )
 
     def listing_sql(self) -> dict[str, str]:

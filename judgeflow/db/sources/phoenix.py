@@ -29,7 +29,7 @@ from judgeflow.db.source import key_filter_sql
 from judgeflow.db.sources import catalog
 from judgeflow.db.sources.chat import MalformedChat, conversation, loads, reply_text
 from judgeflow.db.trace_types import KeyFilter, TraceBody, TraceKey
-from judgeflow.db.unusable import UnusableRows
+from judgeflow.db.unusable import UnusableRows, count_unusable_rows
 
 KEY_INDEX = "judgeflow_llm_spans_start_time_span_id_idx"
 # what OpenInference writes in place of a hidden input or output (OPENINFERENCE_HIDE_*)
@@ -227,27 +227,9 @@ class PhoenixSource:
     def unusable(self, conn: Connection, *, lo: datetime | None, full: bool, timeout_s: float = 60.0) -> UnusableRows:
         """span_id and start_time are NOT NULL in Phoenix's schema and span_id is unique;
         counted anyway, over the LLM spans of the window (or of everything)."""
-        conn.execute(text("SELECT set_config('statement_timeout', :t, true)"), {"t": f"{int(timeout_s * 1000)}"})
-        where, params = "t.span_kind = 'LLM'", {}
-        if not full and lo is not None:
-            where, params = where + " AND t.start_time >= :lo", {"lo": lo}
-        null_id, null_time = conn.execute(
-            text(
-                "SELECT count(*) FILTER (WHERE t.span_id IS NULL), count(*) FILTER (WHERE t.start_time IS NULL) "
-                f"FROM {self.rel('spans')} t WHERE {where}"
-            ),
-            params,
-        ).one()
-        duplicate_ids, copies = conn.execute(
-            text(
-                f"SELECT count(*), COALESCE(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM {self.rel('spans')} t "
-                f"WHERE t.span_id IS NOT NULL AND {where} GROUP BY t.span_id HAVING count(*) > 1) d"
-            ),
-            params,
-        ).one()
-        return UnusableRows(
-            int(null_id), int(null_time) if full else None, int(duplicate_ids), int(copies),
-            since=None if full else lo,
+        return count_unusable_rows(
+            conn, relation_sql=f"{self.rel('spans')} t", id_sql="t.span_id", time_sql="t.start_time",
+            scope_sql="t.span_kind = 'LLM'", since=None if full else lo, window=not full, timeout_s=timeout_s,
         )
 
     def listing_sql(self) -> dict[str, str]:
