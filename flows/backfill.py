@@ -23,7 +23,7 @@ def backfill_traces(
     since: datetime,
     until: datetime,
     rescore: bool = False,
-    batch_size: int = 100,
+    batch_size: int | None = None,
     metrics: list[str] = list(METRIC_NAMES),
     max_concurrency: int | None = None,
     fanout: Fanout = "batch",
@@ -32,7 +32,8 @@ def backfill_traces(
 ) -> RunSummary:
     """Score every trace created in [since, until) that lacks a result; with
     ``rescore`` also those already scored (e.g. after a metric version change).
-    ``budget_usd`` overrides ``JUDGEFLOW_RUN_BUDGET_USD`` (see score-new-traces).
+    ``batch_size`` and ``budget_usd`` as for score-new-traces (unset: sized for
+    ``max_concurrency``; ``JUDGEFLOW_RUN_BUDGET_USD``).
     Pairs the nightly run gave up on (``JUDGEFLOW_MAX_RUNS_PER_PAIR``) are retried."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                             run_budget_usd=budget_usd)

@@ -60,6 +60,20 @@ Fanout = Literal["pair", "batch"]
 # guards against a misconfigured parameter.
 MAX_THREADS = 128
 
+# A batch's default size, per judge call allowed in flight (and its floor).
+# The run keeps 2 + ceil(max_concurrency / batch_size) batches in flight; at
+# 8 pairs per slot they hold enough ready judge calls to keep every slot busy
+# while the oldest batch finishes its tail, and a run of thousands of traces
+# costs a few dozen Prefect task runs rather than hundreds (docs/benchmark.md).
+PAIRS_PER_SLOT = 8
+MIN_BATCH_SIZE = 100
+
+
+def default_batch_size(max_concurrency: int) -> int:
+    """The batch size a run uses unless given one: ``PAIRS_PER_SLOT`` pairs per
+    judge call in flight, at least ``MIN_BATCH_SIZE`` (100 at the default 8 in flight)."""
+    return max(MIN_BATCH_SIZE, PAIRS_PER_SLOT * max_concurrency)
+
 
 def _run_name() -> str:
     return f"score-{datetime.now(timezone.utc):%Y-%m-%dT%H:%M}"
@@ -101,7 +115,7 @@ def _summary_if_stopped(summarise, drain):
 def score_traces(
     settings: Settings,
     *,
-    batch_size: int,
+    batch_size: int | None,
     limit: int | None,
     since: datetime | None,
     until: datetime | None,
@@ -135,6 +149,10 @@ def score_traces(
         raise ConfigError(f"fanout must be 'pair' or 'batch', not {fanout!r}")
     if settings.max_concurrency > MAX_THREADS:
         raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
+    if batch_size is None:
+        batch_size = default_batch_size(settings.max_concurrency)
+    if batch_size < 1:
+        raise ConfigError("batch_size must be at least 1")
 
     budget = None
     if settings.run_budget_usd is not None:
@@ -363,7 +381,7 @@ def _budget_spent(settings: Settings, elapsed_s: float) -> str:
 
 @flow(name="score-new-traces", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS))
 def score_new_traces(
-    batch_size: int = 100,
+    batch_size: int | None = None,
     limit: int | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
@@ -380,6 +398,8 @@ def score_new_traces(
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules.
 
+    ``batch_size``: (trace, metric) pairs claimed per batch; unset, 8 per
+    judge call allowed in flight, at least 100 (:func:`default_batch_size`).
     ``max_concurrency`` and ``judge_processes`` override
     ``JUDGEFLOW_MAX_CONCURRENCY`` (judge calls in flight) and
     ``JUDGEFLOW_JUDGE_PROCESSES`` (worker processes making them);

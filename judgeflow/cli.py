@@ -84,13 +84,15 @@ def score(
     limit: Optional[int] = typer.Option(None, help="score at most this many traces"),
     since: Optional[str] = typer.Option(None, help="only traces created at/after this (ISO time or e.g. 7d)"),
     until: Optional[str] = typer.Option(None, help="only traces created before this"),
-    batch_size: int = typer.Option(100, help="(trace, metric) pairs claimed per batch"),
+    batch_size: Optional[int] = typer.Option(
+        None, help="(trace, metric) pairs claimed per batch (default: 8 per judge call in flight, at least 100)"
+    ),
     sample_rate: float = typer.Option(1.0, help="score this deterministic share of traces"),
     max_concurrency: Optional[int] = typer.Option(None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"),
     alerts: bool = typer.Option(True, help="evaluate alert rules after scoring"),
     fanout: str = typer.Option(
         "batch", help="'batch': a Prefect task per claimed batch, pairs retried in it (default; ~10x faster, "
-        "2 task runs per 100 pairs); 'pair': a Prefect task per (trace, metric)"
+        "2 task runs per batch); 'pair': a Prefect task per (trace, metric)"
     ),
     judge_processes: Optional[int] = typer.Option(
         None, help="worker processes making judge calls (default JUDGEFLOW_JUDGE_PROCESSES, else one per core, "
@@ -132,8 +134,10 @@ def score(
         return
     _start_judge_early(settings, max_concurrency=max_concurrency, judge_processes=judge_processes)
     from judgeflow.flows.scoring import score_new_traces
+    from judgeflow.heap import settle_heap
 
     _use_prefect(settings)
+    settle_heap()  # the libraries are imported: the run's collections skip them (judgeflow/heap.py)
     summary = _watched("score", settings, lambda: score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
@@ -241,7 +245,9 @@ def backfill(
     until: str = typer.Option(..., help="end of the range, exclusive (ISO time or e.g. 0s for now)"),
     rescore: bool = typer.Option(False, help="also re-score traces that already have a result"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
-    batch_size: int = typer.Option(100),
+    batch_size: Optional[int] = typer.Option(
+        None, help="pairs claimed per batch (default: 8 per judge call in flight, at least 100)"
+    ),
     max_concurrency: Optional[int] = typer.Option(None),
     fanout: str = typer.Option("batch", help="'batch' or 'pair' (see `judgeflow score --help`)"),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),

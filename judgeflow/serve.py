@@ -38,7 +38,6 @@ DEFAULT_TIMEZONE = "UTC"
 NIGHTLY_SETTLE_DELAY = "10m"
 
 NIGHTLY_PARAMETERS: dict[str, Any] = {
-    "batch_size": 100,
     "sample_rate": 1.0,
     "metrics": list(METRIC_NAMES),
     "evaluate_alerts": True,
@@ -46,7 +45,6 @@ NIGHTLY_PARAMETERS: dict[str, Any] = {
 }
 BACKFILL_PARAMETERS: dict[str, Any] = {
     "rescore": False,
-    "batch_size": 100,
     "metrics": list(METRIC_NAMES),
 }
 NIGHTLY_TAGS = ["judgeflow", "nightly"]

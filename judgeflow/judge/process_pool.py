@@ -83,7 +83,8 @@ def _context() -> multiprocessing.context.BaseContext:
 
 
 def _settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
-    """Complete ``future`` unless its caller already gave up on it (cancelled)."""
+    """Complete ``future`` (concurrent or asyncio, on its loop's thread) unless
+    its caller already gave up on it (cancelled)."""
     if future.done():
         return
     try:
@@ -91,8 +92,30 @@ def _settle(future: Future, result: Any = None, error: BaseException | None = No
             future.set_exception(error)
         else:
             future.set_result(result)
-    except InvalidStateError:  # cancelled between the check and now
+    except (InvalidStateError, asyncio.InvalidStateError):  # cancelled between the check and now
         pass
+
+
+def _settle_all(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
+    for future, result, error in outcomes:
+        _settle(future, result, error)
+
+
+def _settle_waiters(outcomes: list[tuple[tuple[Any, Any], Any, BaseException | None]]) -> None:
+    """Settle ``((loop, future), result, error)`` items from any thread: a
+    concurrent future (``loop`` None) at once, the asyncio futures of one loop
+    in one callback on that loop (one wake-up per loop, not one per call)."""
+    by_loop: dict[Any, list] = {}
+    for (loop, future), result, error in outcomes:
+        if loop is None:
+            _settle(future, result, error)
+        else:
+            by_loop.setdefault(loop, []).append((future, result, error))
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle_all, items)
+        except RuntimeError:  # the loop is closed: nobody awaits these any more
+            pass
 
 
 def split_concurrency(total: int, processes: int) -> list[int]:
@@ -113,7 +136,8 @@ class _Worker:
         self._conn: Any = None
         # calls sent to the current process; each process's reader owns its own
         # map, so a call can never wait on a process that is already gone
-        self._pending: dict[int, Future] = {}
+        self._pending: dict[int, tuple[Any, Any]] = {}  # call id -> (its loop or None, its future)
+        self.queued = 0  # calls picked for this slot, not yet sent (the pool's lock guards it)
         self._pid: int | None = None  # from the worker's hello: it can take calls
         self.calls = 0  # calls sent over this slot's lifetime (tests, benchmark)
         self.starts = 0
@@ -123,7 +147,7 @@ class _Worker:
 
     @property
     def outstanding(self) -> int:
-        return len(self._pending)
+        return len(self._pending) + self.queued
 
     @property
     def pid(self) -> int | None:
@@ -152,46 +176,54 @@ class _Worker:
             if self._proc is None and not self._closed:
                 self._start()
 
-    def send(self, call_id: int, request: JudgeRequest, future: Future) -> None:
+    def send(self, calls: list[tuple[int, JudgeRequest, tuple[Any, Any]]]) -> None:
+        """Send ``(call id, request, (loop or None, future))`` calls as one message."""
+        failed: BaseException | None = None
         with self._lock:
             if self._closed:
-                _settle(future, error=PermanentJudgeError("the judge process pool is closed"))
-                return
-            if self.failed_starts >= MAX_FAILED_STARTS:
+                failed = PermanentJudgeError("the judge process pool is closed")
+            elif self.failed_starts >= MAX_FAILED_STARTS:
                 # a worker that cannot start (broken environment) is not retried forever
-                _settle(future, error=PermanentJudgeError(
+                failed = PermanentJudgeError(
                     f"judge worker {self.index} failed to start {self.failed_starts} times in a row "
                     f"(last exit code {self._last_exit}); see the run's log for its error"
-                ))
-                return
-            self.calls += 1
-            try:
-                if self._proc is None:
-                    self._start()
-                self._pending[call_id] = future
-                self._conn.send((call_id, request))
-            except (OSError, ValueError) as exc:  # the worker died under us
-                self._pending.pop(call_id, None)
-                _settle(future, error=TransientJudgeError(f"judge worker {self.index} is gone: {exc}"))
+                )
+            else:
+                self.calls += len(calls)
+                try:
+                    if self._proc is None:
+                        self._start()
+                    for call_id, _, waiter in calls:
+                        self._pending[call_id] = waiter
+                    self._conn.send([(call_id, request) for call_id, request, _ in calls])
+                except (OSError, ValueError) as exc:  # the worker died under us
+                    for call_id, _, _ in calls:
+                        self._pending.pop(call_id, None)
+                    failed = TransientJudgeError(f"judge worker {self.index} is gone: {exc}")
+        if failed is not None:
+            _settle_waiters([(waiter, None, failed) for _, _, waiter in calls])
 
-    def _read_replies(self, proc, conn, pending: dict[int, Future]) -> None:
+    def _read_replies(self, proc, conn, pending: dict[int, tuple[Any, Any]]) -> None:
         answered = False
         try:
             while True:
-                for call_id, ok, payload in conn.recv():  # the replies a worker finished together
-                    with self._lock:
-                        future = pending.pop(call_id, None)
+                replies = conn.recv()  # the replies a worker finished together
+                outcomes = []
+                with self._lock:
+                    for call_id, ok, payload in replies:
+                        waiter = pending.pop(call_id, None)
                         if not answered:
                             self.failed_starts = 0
                             answered = True
                         if call_id == HELLO and self._proc is proc:
                             self._pid = payload
-                    if future is None:  # the hello, or a call whose caller was cancelled
-                        continue
-                    if ok:
-                        _settle(future, result=payload)
-                    else:
-                        _settle(future, error=decode_error(*payload))
+                        if waiter is None:  # the hello
+                            continue
+                        if ok:
+                            outcomes.append((waiter, payload, None))
+                        else:
+                            outcomes.append((waiter, None, decode_error(*payload)))
+                _settle_waiters(outcomes)
         except (EOFError, OSError, ValueError):
             pass
         proc.join(_CLOSE_WAIT_S)
@@ -208,8 +240,8 @@ class _Worker:
         if lost:
             log.warning("judge worker %d exited (code %s) with %d call(s) in flight; they will be retried",
                         self.index, code, len(lost))
-        for future in lost:
-            _settle(future, error=TransientJudgeError(f"judge worker {self.index} exited (code {code})"))
+        error = TransientJudgeError(f"judge worker {self.index} exited (code {code})")
+        _settle_waiters([(waiter, None, error) for waiter in lost])
 
     def hang_up(self):
         """Close the worker's request pipe (it exits when it reads EOF);
@@ -251,6 +283,8 @@ class JudgeProcessPool:
         ]
         self._ids = itertools.count()
         self._dispatch_lock = threading.Lock()
+        # per event loop: the calls made in its current turn, sent by _flush
+        self._outboxes: dict[asyncio.AbstractEventLoop, list] = {}
         self._started = False
         self._closed = False
         atexit.register(self.close)
@@ -313,24 +347,53 @@ class JudgeProcessPool:
             time.sleep(0.02)
         return True
 
-    def _submit(self, request: JudgeRequest) -> Future:
+    def _least_busy(self) -> _Worker:
+        """The worker with the fewest calls outstanding (sent or about to be);
+        ties go to the one that has had fewest calls. The caller holds the dispatch lock."""
+        return min(self._workers, key=lambda w: (w.outstanding, w.calls))
+
+    def _check_open(self) -> None:
         if self._closed:
             raise PermanentJudgeError("the judge process pool is closed")
         if not self._started:
             self.start()
-        future: Future = Future()
-        with self._dispatch_lock:
-            # fewest outstanding; ties go to the one that has had fewest calls
-            worker = min(self._workers, key=lambda w: (w.outstanding, w.calls))
-            call_id = next(self._ids)
-        worker.send(call_id, request, future)
-        return future
 
     def complete(self, request: JudgeRequest) -> JudgeReply:
-        return self._submit(request).result()
+        self._check_open()
+        future: Future = Future()
+        with self._dispatch_lock:
+            worker = self._least_busy()
+            call_id = next(self._ids)
+        worker.send([(call_id, request, (None, future))])
+        return future.result()
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply:
-        return await asyncio.wrap_future(self._submit(request))
+        """The calls a loop makes in one turn go to the workers together: one
+        message per worker, sent once the turn's other callbacks have run."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        with self._dispatch_lock:
+            worker = self._least_busy()
+            worker.queued += 1
+            outbox = self._outboxes.get(loop)
+            first = outbox is None
+            if first:
+                outbox = self._outboxes[loop] = []
+            outbox.append((worker, next(self._ids), request, future))
+        if first:
+            loop.call_soon(self._flush, loop)
+        return await future
+
+    def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._dispatch_lock:
+            outbox = self._outboxes.pop(loop, [])
+            by_worker: dict[int, tuple[_Worker, list]] = {}
+            for worker, call_id, request, future in outbox:
+                worker.queued -= 1
+                by_worker.setdefault(worker.index, (worker, []))[1].append((call_id, request, (loop, future)))
+        for worker, calls in by_worker.values():
+            worker.send(calls)
 
     def close(self) -> None:
         """Stop the workers and wait for them."""

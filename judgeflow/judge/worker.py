@@ -2,16 +2,18 @@
 on one event loop, answering the calls its run sends over
 :mod:`multiprocessing` pipes.
 
-The run (:class:`~judgeflow.judge.process_pool.JudgeProcessPool`) sends
-``(call id, JudgeRequest)``; the worker answers with lists of
-``(call id, True, JudgeReply)`` or ``(call id, False, encoded error)``, after a
-first ``[(HELLO, True, pid)]``: the replies finished in one turn of its event
-loop go back as one message (one pipe write and one wake-up of the run's
-reader instead of one per call).
-Requests come on one one-way pipe and replies go back on another; the
-:class:`multiprocessing.connection.Connection` pickles them: one wire format.
-When the run's end of the request pipe closes (the pool is closed, or the
-run's process is gone, killed included) the worker reads EOF and exits.
+The run (:class:`~judgeflow.judge.process_pool.JudgeProcessPool`) sends lists
+of ``(call id, JudgeRequest)``: the calls it prepared in one turn of its own
+loop. The worker answers with lists of ``(call id, True, JudgeReply)`` or
+``(call id, False, encoded error)``, after a first ``[(HELLO, True, pid)]``:
+the replies finished in one turn of its event loop go back as one message
+(one pipe write and one wake-up of the reader on the other side instead of one
+per call). The event loop itself watches the request pipe (no reader thread:
+a thread handing each request to the loop cost a wake-up and a GIL hand-over
+per call). Requests come on one one-way pipe and replies go back on another;
+the :class:`multiprocessing.connection.Connection` pickles them: one wire
+format. When the run's end of the request pipe closes (the pool is closed, or
+the run's process is gone, killed included) the worker reads EOF and exits.
 Nothing here imports litellm at module level: the run's process imports this
 module to name the worker's entry point.
 """
@@ -21,11 +23,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import threading
 from typing import Any
 
 from judgeflow import errors
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
+from judgeflow.heap import settle_heap
 
 HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
 
@@ -71,20 +73,14 @@ def serve(requests: Any, replies: Any, settings: Any) -> None:
     install_log_scrubbing()
     judge = LiteLLMJudge.from_settings(settings)
     loop = asyncio.new_event_loop()
-    send_lock = threading.Lock()
-
-    def send(message: tuple) -> None:
-        with send_lock:
-            replies.send(message)
-
     outbox: list[tuple] = []
 
     def flush() -> None:
         batch = outbox[:]
         outbox.clear()
         try:
-            send(batch)
-        except OSError:  # the run is gone: EOF ends this worker
+            replies.send(batch)
+        except OSError:  # the run is gone: EOF on the request pipe ends this worker
             pass
 
     async def answer(call_id: int, request) -> None:
@@ -100,10 +96,21 @@ def serve(requests: Any, replies: Any, settings: Any) -> None:
 
     arrived: asyncio.Queue = asyncio.Queue()
 
+    def read_requests() -> None:
+        # called by the loop when the request pipe is readable: every message
+        # already there, without blocking (a message is written whole)
+        try:
+            while requests.poll():
+                for call in requests.recv():
+                    arrived.put_nowait(call)
+        except (EOFError, OSError):  # the run closed its end, or is gone
+            loop.stop()
+
     async def start_calls() -> None:
         # litellm's lazy set-up on a canned reply first, so the run's first calls do not pay it
         await judge.warm_up()
-        send([(HELLO, True, os.getpid())])
+        settle_heap()
+        replies.send([(HELLO, True, os.getpid())])
         # one call started per turn of the loop: a burst of requests (a run's
         # first batch) goes out as each is prepared, instead of each waiting
         # for litellm to prepare every other one first
@@ -112,17 +119,8 @@ def serve(requests: Any, replies: Any, settings: Any) -> None:
             loop.create_task(answer(call_id, request))
             await asyncio.sleep(0)
 
-    def read_requests() -> None:
-        try:
-            while True:
-                message = requests.recv()
-                loop.call_soon_threadsafe(arrived.put_nowait, message)
-        except (EOFError, OSError):
-            pass
-        loop.call_soon_threadsafe(loop.stop)
-
     starter = loop.create_task(start_calls())  # noqa: F841 - kept referenced while the loop runs
-    threading.Thread(target=read_requests, name="judgeflow-judge-requests", daemon=True).start()
+    loop.add_reader(requests.fileno(), read_requests)
     loop.run_forever()
     # Calls still in flight belong to a caller that is gone or closing: leave
     # without unwinding them (or printing warnings about them).
