@@ -7,8 +7,8 @@ with a Prefect server already running (as in production).
   at its defaults (judge processes: one per core, at most 4). Reported: the
   whole process's wall time against the ideal (judge calls x 200 ms / calls in
   flight), judge calls and prompt tokens per trace, the peak memory of the
-  run's whole process tree (sampled every 0.1 s from /proc: the sum of RSS,
-  and of PSS, which counts pages the fork server's children share once), and
+  run's whole process tree (from /proc: the sum of RSS every 0.1 s, and of
+  PSS, which counts pages the fork server's children share once, every 1 s), and
   every process of that tree still alive a moment after the run exited.
 * **nothing to score**: ``judgeflow score`` on the same database again, and
   ``python -c "import prefect"``, alternately, wall and CPU time each.
@@ -26,56 +26,74 @@ from pathlib import Path
 
 import psycopg
 
-from bench.harness import PY, JudgeProcess, Stack, calibrate_ms, finish_score, load_traces, results_check, start_score
+from bench.harness import (
+    PY, JudgeProcess, Stack, calibrate_ms, finish_score, http_json, load_traces, proc_cpu_s, results_check, start_score,
+)
+from judgeflow.flows.scoring import default_batch_size
 
 
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+def _child_pids(pid: int) -> list[int]:
+    """``pid``'s children, from each of its threads' ``children`` file (the
+    tree only, instead of reading every process on the machine)."""
+    found: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
             try:
-                ppid = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
+                found += [int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split()]
+            except OSError:
                 continue
-            tree.setdefault(ppid, []).append(int(entry))
-    return tree
+    except OSError:
+        pass
+    return found
 
 
 def tree_of(pid: int) -> list[int]:
-    tree, found, todo = _children(), [pid], [pid]
+    found, todo = [pid], [pid]
     while todo:
-        for child in tree.get(todo.pop(), []):
+        for child in _child_pids(todo.pop()):
             found.append(child)
             todo.append(child)
     return found
 
 
-def _memory_kb(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) in kB."""
-    rss = pss = 0
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def _rss_kb(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE_KB
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def _pss_kb(pid: int) -> int:
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1])
-            elif line.startswith("Pss:"):
-                pss = int(line.split()[1])
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
     except OSError:
         pass
-    return rss, pss
+    return 0
 
 
 class TreeSampler(threading.Thread):
-    """Peak memory of a process tree, and every process seen in it."""
+    """Peak memory of a process tree, and every process seen in it.
 
-    def __init__(self, pid: int, interval: float = 0.1):
+    The sampler runs on the cores it measures, so it reads what is cheap
+    (``statm``: RSS, ``stat``: CPU) every ``interval`` and PSS, which makes
+    the kernel walk every page table (``smaps_rollup``), every
+    ``pss_interval``: read every 0.1 s it cost ~3.7 s of CPU in a 28 s run."""
+
+    def __init__(self, pid: int, interval: float = 0.1, pss_interval: float = 1.0):
         super().__init__(daemon=True)
-        self.pid, self.interval = pid, interval
+        self.pid, self.interval, self.pss_interval = pid, interval, pss_interval
         self.peak_rss_kb = self.peak_pss_kb = 0
         self.seen: set[int] = set()
         self.cpu_s: dict[int, float] = {}  # each descendant's own CPU, as last seen
         self.stop = threading.Event()
 
     def run(self) -> None:
+        next_pss = 0.0
         while not self.stop.is_set():
             pids = tree_of(self.pid)
             self.seen.update(pids[1:])
@@ -85,9 +103,10 @@ class TreeSampler(threading.Thread):
                     self.cpu_s[p] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
                 except (OSError, IndexError, ValueError):
                     pass
-            memory = [_memory_kb(p) for p in pids]
-            self.peak_rss_kb = max(self.peak_rss_kb, sum(m[0] for m in memory))
-            self.peak_pss_kb = max(self.peak_pss_kb, sum(m[1] for m in memory))
+            self.peak_rss_kb = max(self.peak_rss_kb, sum(_rss_kb(p) for p in pids))
+            if time.monotonic() >= next_pss:
+                next_pss = time.monotonic() + self.pss_interval
+                self.peak_pss_kb = max(self.peak_pss_kb, sum(_pss_kb(p) for p in pids))
             self.stop.wait(self.interval)
 
 
@@ -113,6 +132,12 @@ class RuntimeResult:
     rows: dict
     cpu_s: float
     calibration_ms: float
+    first_call_s: float  # from the command's start to the judge's first request
+    window_s: float  # from the judge's first request to its last reply
+    in_flight_mean: float  # calls in flight at the judge over that window
+    judge_server_cpu_s: float
+    prefect_server_cpu_s: float
+    batch_size: int
 
     def row(self) -> dict[str, str]:
         return {
@@ -120,10 +145,14 @@ class RuntimeResult:
             "judge calls / trace": f"{self.calls / self.traces:.2f}",
             "prompt tokens / trace": f"{self.prompt_tokens / self.traces:.0f}",
             "whole process s": f"{self.wall_s:.1f}", "flow s": f"{self.flow_s:.1f}",
+            "first judge call s": f"{self.first_call_s:.1f}", "judge window s": f"{self.window_s:.1f}",
+            "calls in flight (mean)": f"{self.in_flight_mean:.1f}",
             "ideal s": f"{self.ideal_s:.1f}", "whole - ideal s": f"{self.wall_s - self.ideal_s:+.1f}",
             "vs deepeval 627.9 s": f"{627.9 / self.wall_s:.1f}x",
             "peak memory MB (RSS / PSS, whole tree)": f"{self.peak_rss_mb:.0f} / {self.peak_pss_mb:.0f}",
             "CPU s (run + children)": f"{self.cpu_s:.1f}",
+            "CPU s judge server / Prefect server": f"{self.judge_server_cpu_s:.1f} / {self.prefect_server_cpu_s:.1f}",
+            "batch size": str(self.batch_size),
             "processes started / alive 1 s after exit": f"{self.processes_seen} / {self.alive_after_1s}",
             "calibration ms": f"{self.calibration_ms:.0f}",
         }
@@ -137,15 +166,21 @@ def run_runtime(stack: Stack, *, traces: int, concurrency: int, out: Path) -> Ru
         env = stack.score_env(url, judge.url, JUDGEFLOW_JUDGE_MODEL="openai/gpt-4o-mini")
         stack.prefect.wait_idle()
         calibration = calibrate_ms()
+        prefect_pids = tree_of(stack.prefect.proc.pid)
+        prefect_cpu = sum(proc_cpu_s(p, with_children=False) for p in prefect_pids)
+        judge_cpu = judge.cpu_s()
         proc, handle, started = start_score(env, ["--max-concurrency", str(concurrency)], log=out / "runtime.log")
         sampler = TreeSampler(proc.pid)
         sampler.start()
         run = finish_score(proc, handle, started, out / "runtime.log")
         sampler.stop.set()
         sampler.join()
+        prefect_cpu = sum(proc_cpu_s(p, with_children=False) for p in prefect_pids) - prefect_cpu
+        judge_cpu = judge.cpu_s() - judge_cpu
         time.sleep(1.0)
         alive = [p for p in sampler.seen if _alive(p)]
         stats = judge.stats()
+        span = http_json(f"{judge.base}/in-flight?step=1")
     if run.returncode != 0:
         raise RuntimeError(f"judgeflow score failed:\n{run.output[-3000:]}")
     with psycopg.connect(conninfo) as conn:
@@ -158,6 +193,10 @@ def run_runtime(stack: Stack, *, traces: int, concurrency: int, out: Path) -> Ru
         processes_seen=len(sampler.seen), alive_after_1s=len(alive), rows=results_check(conninfo),
         cpu_s=run.cpu_user_s + run.cpu_sys_s + sum(sampler.cpu_s.values()),
         calibration_ms=(calibration + calibrate_ms()) / 2,
+        first_call_s=span["first_at"] - started, window_s=span["last_at"] - span["first_at"],
+        in_flight_mean=float(stats.get("mean_in_flight", 0.0)),
+        judge_server_cpu_s=judge_cpu, prefect_server_cpu_s=prefect_cpu,
+        batch_size=default_batch_size(concurrency),
     )
 
 
