@@ -83,24 +83,37 @@ class CallSlots:
                 self.release()
             raise
 
-    def release(self) -> None:
+    def release(self) -> bool:
+        """Give the slot back; True when it went to a coroutine waiting on the
+        calling thread's own event loop (which the caller may yield to, so it
+        goes on the wire at once)."""
         while True:
             with self._lock:
                 if not self._waiters:
                     if self._free >= self.size:
                         raise ValueError("CallSlots released more often than acquired")
                     self._free += 1
-                    return
+                    return False
                 waiter = self._waiters.popleft()
             if isinstance(waiter, threading.Event):
                 waiter.set()
-                return
+                return False
             loop, future = waiter
+            if loop is _running_loop():
+                _hand_over(future)  # its task is scheduled now, not after another turn of the loop
+                return True
             try:
                 loop.call_soon_threadsafe(_hand_over, future)
-                return
+                return False
             except RuntimeError:  # its loop is closed: nobody will take it there
                 continue
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def _hand_over(future: asyncio.Future) -> None:
@@ -129,7 +142,11 @@ class _SlotHeldStream(httpx.AsyncByteStream):
         try:
             await self._inner.aclose()
         finally:
-            self._release()
+            handed = self._release()
+        if handed:
+            # the call that was waiting for this slot goes on the wire before
+            # this reply is parsed and priced (a millisecond or more of litellm's CPU)
+            await asyncio.sleep(0)
 
 
 class WireSlotTransport(httpx.AsyncBaseTransport):
@@ -143,11 +160,12 @@ class WireSlotTransport(httpx.AsyncBaseTransport):
         await self._slots.acquire_async()
         released = False
 
-        def release() -> None:
+        def release() -> bool:
             nonlocal released
-            if not released:
-                released = True
-                self._slots.release()
+            if released:
+                return False
+            released = True
+            return self._slots.release()
 
         mark = wire_started.get()
         if mark is not None:
