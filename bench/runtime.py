@@ -179,6 +179,13 @@ def run_runtime(stack: Stack, *, traces: int, concurrency: int, out: Path) -> Ru
         judge_cpu = judge.cpu_s() - judge_cpu
         time.sleep(1.0)
         alive = [p for p in sampler.seen if _alive(p)]
+        for pid in alive:  # what it is, to say why it outlived the run
+            try:
+                state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                print(f"alive 1 s after the run exited: {pid} ({state}) "
+                      f"{Path(f'/proc/{pid}/cmdline').read_bytes().replace(bytes(1), b' ').decode()[:200]}")
+            except OSError:
+                pass
         stats = judge.stats()
         span = http_json(f"{judge.base}/in-flight?step=1")
     if run.returncode != 0:
