@@ -81,8 +81,8 @@ class TreeSampler(threading.Thread):
 
     The sampler runs on the cores it measures, so it reads what is cheap
     (``statm``: RSS, ``stat``: CPU) every ``interval`` and PSS, which makes
-    the kernel walk every page table (``smaps_rollup``), every
-    ``pss_interval``: read every 0.1 s it cost ~3.7 s of CPU in a 28 s run."""
+    the kernel walk every page table (``smaps_rollup``), only every
+    ``pss_interval``: every 0.1 s it would take seconds of the CPU it measures."""
 
     def __init__(self, pid: int, interval: float = 0.1, pss_interval: float = 1.0):
         super().__init__(daemon=True)

@@ -133,9 +133,9 @@ def score_traces(
     run's Task Runs tab) and publishes a table artifact with a row per pair.
     ``fanout="pair"`` submits one retrying Prefect task per (trace, metric),
     named ``<metric>:<trace id>``: a Prefect task run costs milliseconds of
-    client and ~30 ms of server CPU, which bounds pair mode to roughly a tenth
-    of batch mode's throughput on a small machine and writes two task runs per
-    trace into Prefect's database (see the README's benchmark).
+    client and tens of milliseconds of server CPU, which bounds pair mode to
+    roughly a tenth of batch mode's throughput on a small machine and writes two
+    task runs per trace into Prefect's database (docs/benchmark.md).
 
     A pair that ended 'failed' in ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given
     up unless ``retry_failed``."""

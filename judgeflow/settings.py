@@ -57,8 +57,8 @@ class Settings(BaseSettings):
     max_concurrency: int = Field(8, ge=1, description="judge calls in flight per scoring run (per process)")
     judge_processes: int | None = Field(
         None, ge=1, le=32,
-        description="worker processes making the judge calls of a run (litellm costs ~4 ms of CPU per call, "
-        "so one process tops out at one core); max_concurrency is shared between them. Unset: one per core, "
+        description="worker processes making the judge calls of a run (litellm's CPU per call runs on one core "
+        "per process, which one process alone cannot keep up with at high concurrency); max_concurrency is shared between them. Unset: one per core, "
         "at most 4 (1 on a one-core machine: the calls stay in the run's process)",
     )
 

@@ -16,9 +16,10 @@ Two task shapes, chosen by the flow's ``fanout`` parameter:
   ``FLUSH_INTERVAL_S``, each write upserting rows and releasing their claims in
   one transaction. A crash loses at most the pairs in flight and the last
   fraction of a second of results (their claims die with the run, and the next
-  run scores them again). Why it exists: a Prefect task run costs ~5 ms of the scoring
-  process's CPU and ~30 ms of the Prefect server's (measured in ``bench/``),
-  which holds a 2-core machine to ~10 traces/s with an instant judge.
+  run scores them again). Why it exists: every Prefect task run costs CPU in the
+  scoring process and several times as much in the Prefect server, which holds
+  a small machine to a few traces per second per core whatever the judge's
+  speed (docs/benchmark.md has the figures).
 
 Either way a bad judge reply, a bad trace or a judge that keeps failing
 becomes a 'failed' row with its error (picked up again by the next run),
@@ -768,8 +769,8 @@ def score_batch(
     ``claimed_at`` (``time.time()``): when the batch was claimed."""
     # A run loses a claim once its lease runs out (it was frozen) or its lock's
     # connection dropped. A batch that starts right after its claim is not
-    # checked: that would delay the run's first judge call (25-60 ms measured on
-    # two cores), a claim lost within a second is as good as never, and the
+    # checked: that would delay the run's first judge call by a database round
+    # trip per batch, a claim lost within a second is as good as never, and the
     # write checks ownership again in any case.
     fresh = (claimed_at is not None and 0 <= time.time() - claimed_at < FRESH_CLAIM_S
              and not claims_at_risk(owner, claimed_at))
