@@ -170,7 +170,11 @@ def judgeflow_env(monkeypatch, database_url, judge_server, tmp_path):
         "JUDGEFLOW_JUDGE_MODEL": "openai/judge-test",
         "JUDGEFLOW_JUDGE_API_BASE": judge_server.url,
         "JUDGEFLOW_JUDGE_API_KEY": "test-key-not-secret",
-        "JUDGEFLOW_JUDGE_TIMEOUT_S": "5",
+        # longer than a run ever waits for its CPU: a run starved on a busy machine (or held with
+        # SIGSTOP) past its judge timeout times out a call the server has answered and retries it,
+        # and the pair reaches the judge twice, which the tests counting judge calls rightly refuse.
+        # The tests of timeouts set their own.
+        "JUDGEFLOW_JUDGE_TIMEOUT_S": "60",
         "JUDGEFLOW_JUDGE_BACKOFF_BASE_S": "0.05",
         "JUDGEFLOW_JUDGE_BACKOFF_MAX_S": "0.5",
         "JUDGEFLOW_TASK_RETRY_DELAY_S": "0.1",

@@ -69,7 +69,10 @@ def test_two_runs_through_pgbouncer_store_and_judge_each_pair_once_and_alert_onc
     assert all(r["status"] == "scored" and r["error_kind"] is None for r in stored.values()), [
         (k, r["status"], r["error"]) for k, r in stored.items() if r["status"] != "scored"][:3]
     calls = first_step_calls(judge_server)
-    assert len(calls) == 2 * TRACES and set(calls.values()) == {1}, "a (trace, metric) reached the judge twice"
+    # when the server received each repeated call (time.monotonic()): seconds apart is a judge timeout's retry
+    twice = {key: [round(r.received_at, 2) for r in judge_server.requests
+                   if r.data and (r.data.get("output"), r.step) == key] for key, n in calls.items() if n > 1}
+    assert len(calls) == 2 * TRACES and not twice, f"a (trace, metric) reached the judge twice: {twice}"
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.superseded_results")).scalar_one() == 0
         assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar_one() == 0
