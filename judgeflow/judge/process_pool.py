@@ -131,7 +131,8 @@ class _Worker:
         self.index = index
         self._settings = settings
         self._target = target
-        self._lock = threading.Lock()  # guards the process, sends and the pending map
+        self._lock = threading.Lock()  # guards the process and the pending map; never held during I/O
+        self._send_lock = threading.Lock()  # one message at a time on the request pipe
         self._proc: multiprocessing.process.BaseProcess | None = None
         self._conn: Any = None
         # calls sent to the current process; each process's reader owns its own
@@ -177,7 +178,12 @@ class _Worker:
                 self._start()
 
     def send(self, calls: list[tuple[int, JudgeRequest, tuple[Any, Any]]]) -> None:
-        """Send ``(call id, request, (loop or None, future))`` calls as one message."""
+        """Send ``(call id, request, (loop or None, future))`` calls as one message.
+
+        The write happens outside ``_lock``: a message larger than the pipe's
+        buffer waits for the worker to read it, and the worker may itself be
+        waiting for this process's reader (which takes ``_lock``) to read its
+        replies. ``_send_lock`` keeps two senders' messages apart."""
         failed: BaseException | None = None
         with self._lock:
             if self._closed:
@@ -193,13 +199,21 @@ class _Worker:
                 try:
                     if self._proc is None:
                         self._start()
+                except (OSError, ValueError) as exc:
+                    failed = TransientJudgeError(f"judge worker {self.index} could not start: {exc}")
+                else:
+                    pending, conn = self._pending, self._conn
                     for call_id, _, waiter in calls:
-                        self._pending[call_id] = waiter
-                    self._conn.send([(call_id, request) for call_id, request, _ in calls])
-                except (OSError, ValueError) as exc:  # the worker died under us
+                        pending[call_id] = waiter
+        if failed is None:
+            try:
+                with self._send_lock:
+                    conn.send([(call_id, request) for call_id, request, _ in calls])
+            except (OSError, ValueError) as exc:  # the worker died under us, or the pool hung up
+                with self._lock:
                     for call_id, _, _ in calls:
-                        self._pending.pop(call_id, None)
-                    failed = TransientJudgeError(f"judge worker {self.index} is gone: {exc}")
+                        pending.pop(call_id, None)  # those its reader already failed are gone
+                failed = TransientJudgeError(f"judge worker {self.index} is gone: {exc}")
         if failed is not None:
             _settle_waiters([(waiter, None, failed) for _, _, waiter in calls])
 

@@ -331,3 +331,41 @@ def test_workers_ignore_ctrl_c_the_run_ends_them(server):
         assert pool.complete(opinions_request()).content and pool.complete(opinions_request()).content
     for pid in pids:
         assert _wait_gone(pid)
+
+
+def test_large_requests_and_replies_both_ways_at_once_never_deadlock():
+    """Requests and replies each larger than a pipe's buffer (64 KiB on Linux),
+    sent both ways at once: a run blocked writing its next calls to a worker
+    must still read the worker's replies, or the worker, blocked writing them,
+    never reads those calls (both sides wait for ever)."""
+    big = "y" * 150_000
+
+    def responder(req):
+        return json_reply({"opinions": [big]})
+
+    async def chain(pool, i: int) -> int:
+        done = 0
+        for _ in range(6):  # each call sent as the previous one's reply arrives
+            reply = await pool.acomplete(opinions_request(output=f"{i} {big}"))
+            assert len(reply.content) > len(big)
+            done += 1
+        return done
+
+    with JudgeServer(responder) as srv, \
+            JudgeProcessPool(pool_settings(srv, max_concurrency=8, judge_processes=1), 1) as pool:
+        async def run() -> list[int]:
+            return await asyncio.gather(*(chain(pool, i) for i in range(8)))
+
+        results: list = []
+        # in a thread of its own: a deadlocked run blocks its event loop in a pipe write,
+        # where no asyncio timeout can reach it
+        caller = threading.Thread(target=lambda: results.append(asyncio.run(run())), daemon=True)
+        caller.start()
+        caller.join(90)
+        if caller.is_alive():
+            for pid in pool.worker_pids():  # break the pipes, so the caller and the pool can finish
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+            caller.join(30)
+            pytest.fail("the run and its judge worker deadlocked on their pipes")
+        assert results == [[6] * 8]
