@@ -64,10 +64,11 @@ __all__ = ["JudgeProcessPool", "split_concurrency", "encode_error", "decode_erro
 
 _CLOSE_WAIT_S = 10.0
 MAX_FAILED_STARTS = 3  # workers in a row that died before answering anything
-# imported once by the fork server, before it forks any worker: the judge, and
-# the program's main module, which multiprocessing otherwise imports in every
-# worker (multiprocessing's "safe importing of main module" applies)
-_PRELOAD = ["__main__", "judgeflow.judge.litellm_judge"]
+# imported once by the fork server, before it forks any worker: the judge, its
+# heap then frozen (judgeflow/judge/fork_server.py), and the program's main
+# module, which multiprocessing otherwise imports in every worker
+# (multiprocessing's "safe importing of main module" applies)
+_PRELOAD = ["__main__", "judgeflow.judge.fork_server"]
 
 
 def _context() -> multiprocessing.context.BaseContext:

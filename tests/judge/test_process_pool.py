@@ -173,7 +173,7 @@ def test_workers_are_forked_by_one_server_that_imported_litellm_once(server):
         (server_pid,) = {_parent_pid(pid) for pid in pids}  # one fork server for every worker
         assert server_pid != os.getpid() and _parent_pid(server_pid) == os.getpid()  # the run's own child
         with open(f"/proc/{server_pid}/cmdline", "rb") as cmdline:
-            assert b"judgeflow.judge.litellm_judge" in cmdline.read()  # its preload: litellm, once
+            assert b"judgeflow.judge.fork_server" in cmdline.read()  # its preload: litellm, once
         assert pool.worker_starts() == [1, 1, 1]
 
         # one worker dies: the others keep answering, and it alone is replaced
