@@ -67,6 +67,9 @@ def epochs_env(judgeflow_env, monkeypatch, db):
         monkeypatch.setenv("JUDGEFLOW_TOXICITY_RATE_MAX", "0.5")  # the maximum rule: present, never breached here
         monkeypatch.setenv("JUDGEFLOW_TOXICITY_REGRESSION_MIN_INCREASE", "0.02")
         monkeypatch.setenv("JUDGEFLOW_ALERT_PREFECT_EVENTS", "false")
+        # each step logs traces hours back, behind the last run's watermark: read them
+        # within a day's look-back (the 1 h default leaves them to a backfill)
+        monkeypatch.setenv("JUDGEFLOW_SOURCE_LOOKBACK", "24h")
         yield server
 
 
