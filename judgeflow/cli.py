@@ -38,6 +38,11 @@ from judgeflow.cli_errors import clear_errors
 # every library's own exit handler has run by then.
 atexit.register(gc.freeze)
 
+# Set by main(): judgeflow's command is the program, so the process's garbage
+# collector is judgeflow's to tune (judgeflow/heap.py). Not when another
+# program calls `app` in its own process (a test's CliRunner): its heap is its own.
+_OWNS_PROCESS = False
+
 app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
 db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
@@ -134,10 +139,8 @@ def score(
         return
     _start_judge_early(settings, max_concurrency=max_concurrency, judge_processes=judge_processes)
     from judgeflow.flows.scoring import score_new_traces
-    from judgeflow.heap import settle_heap
 
     _use_prefect(settings)
-    settle_heap()  # the libraries are imported: the run's collections skip them (judgeflow/heap.py)
     summary = _watched("score", settings, lambda: score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
@@ -157,9 +160,12 @@ def _quiet_unless(verbose: bool) -> None:
 
 def _watched(title: str, settings, run):
     """``run()``, the flow run it starts shown on the terminal and stopped by Ctrl-C (judgeflow/run_console.py)."""
+    from judgeflow.heap import settle_heap
     from judgeflow.prefect_server import ui_url_without_import
     from judgeflow.run_console import EXIT_STOPPED, watched_run
 
+    if _OWNS_PROCESS:  # the flow and its libraries are imported: the run's collections skip them
+        settle_heap()
     try:
         with watched_run(title, ui_url=ui_url_without_import(settings)):
             return run()
@@ -611,8 +617,10 @@ def db_stop() -> None:
 
 
 def main() -> None:  # pragma: no cover - console entry point
+    global _OWNS_PROCESS
+    _OWNS_PROCESS = True
     app(prog_name="judgeflow")
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(app())
+    sys.exit(main())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import sqlalchemy as sa
 from typer.testing import CliRunner
 
@@ -60,7 +62,10 @@ def test_backfill_estimates_then_asks_and_aborts_without_yes(judgeflow_env, db, 
 
 def test_backfill_with_rescore_rescored_everything_in_range(judgeflow_env, db, prefect_server, judge_server):
     insert_traces(db, [scripted_trace(i)[0] for i in range(6)])
+    frozen, thresholds = gc.get_freeze_count(), gc.get_threshold()
     assert runner.invoke(app, ["score", "--no-alerts"]).exit_code == 0
+    # called in this (the test's) process, the command leaves its garbage collector alone
+    assert (gc.get_freeze_count(), gc.get_threshold()) == (frozen, thresholds)
     with db.connect() as conn:
         before = dict(conn.execute(sa.text("SELECT trace_id || metric, scored_at FROM judgeflow.eval_results")).all())
     calls = judge_server.calls()
