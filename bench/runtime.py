@@ -98,11 +98,9 @@ class TreeSampler(threading.Thread):
             pids = tree_of(self.pid)
             self.seen.update(pids[1:])
             for p in pids[1:]:
-                try:
-                    fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-                    self.cpu_s[p] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-                except (OSError, IndexError, ValueError):
-                    pass
+                cpu = proc_cpu_s(p, with_children=False)
+                if cpu:  # 0.0 once the process is gone: keep what was last seen
+                    self.cpu_s[p] = cpu
             self.peak_rss_kb = max(self.peak_rss_kb, sum(_rss_kb(p) for p in pids))
             if time.monotonic() >= next_pss:
                 next_pss = time.monotonic() + self.pss_interval

@@ -58,8 +58,9 @@ class Settings(BaseSettings):
     judge_processes: int | None = Field(
         None, ge=1, le=32,
         description="worker processes making the judge calls of a run (litellm's CPU per call runs on one core "
-        "per process, which one process alone cannot keep up with at high concurrency); max_concurrency is shared between them. Unset: one per core, "
-        "at most 4 (1 on a one-core machine: the calls stay in the run's process)",
+        "per process, which one process alone cannot keep up with at high concurrency); max_concurrency is "
+        "shared between them. Unset: one per core, at most 4 (1 on a one-core machine: the calls stay in the "
+        "run's process)",
     )
 
     # --- judge spend -----------------------------------------------------

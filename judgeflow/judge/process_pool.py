@@ -3,9 +3,10 @@
 Why: litellm spends milliseconds of CPU on each call and Python runs it on
 one core, however many threads or coroutines make the calls; a run with a
 200 ms judge and 64 calls in flight (320 calls/s) needs more than one core of
-litellm alone (docs/benchmark.md has the figures). This judge keeps the run's Prefect tasks, claims,
-metrics and writes in the run's process and moves only the litellm calls into
-``processes`` workers (:func:`judgeflow.judge.worker.serve`), each owning one
+litellm alone (docs/benchmark.md has the figures). This judge keeps the
+run's Prefect tasks, claims, metrics and writes in the run's process and
+moves only the litellm calls into ``processes`` workers
+(:func:`judgeflow.judge.worker.serve`), each owning one
 :class:`~judgeflow.judge.litellm_judge.LiteLLMJudge` and one event loop.
 
 Built on :mod:`multiprocessing` alone: each worker is a

@@ -9,10 +9,11 @@ loop. The worker answers with lists of ``(call id, True, JudgeReply)`` or
 the replies finished in one turn of its event loop go back as one message
 (one pipe write and one wake-up of the reader on the other side instead of one
 per call). The event loop itself watches the request pipe: a reader thread
-would hand each request over with a wake-up and a GIL switch. Requests come on one one-way pipe and replies go back on another;
-the :class:`multiprocessing.connection.Connection` pickles them: one wire
-format. When the run's end of the request pipe closes (the pool is closed, or
-the run's process is gone, killed included) the worker reads EOF and exits.
+would hand each request over with a wake-up and a GIL switch. Requests come
+on one one-way pipe and replies go back on another; the
+:class:`multiprocessing.connection.Connection` pickles them: one wire format.
+When the run's end of the request pipe closes (the pool is closed, or the
+run's process is gone, killed included) the worker reads EOF and exits.
 Nothing here imports litellm at module level: the run's process imports this
 module to name the worker's entry point.
 """
