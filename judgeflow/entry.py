@@ -1,0 +1,48 @@
+"""What a process entry point built, handed down to the runs it starts.
+
+An entry point is a CLI command, a deployment's flow run, or a judge worker.
+It builds its :class:`~judgeflow.settings.Settings` once (and, for a scoring
+command, may start the judge early so that importing litellm overlaps the
+run's start-up) and enters them here for the duration of the call. A flow
+called in that context uses what it finds instead of building its own; a flow
+started by a deployment finds nothing and is itself the entry point.
+
+This is a context variable, not a process-wide global: it is set around one
+call and reset after it, and Prefect runs tasks in a copy of the caller's
+context, so a run's tasks see what its entry point entered.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+if TYPE_CHECKING:  # no import of settings or the judge at import time
+    from judgeflow.settings import Settings
+
+
+@dataclass(frozen=True)
+class Entry:
+    settings: "Settings"
+    judge: Any = None  # a started judge (judgeflow.judge.base.Judge), or None: the run builds its own
+
+
+_entered: ContextVar[Entry | None] = ContextVar("judgeflow_entry", default=None)
+
+
+@contextmanager
+def entered(settings: "Settings", *, judge: Any = None) -> Iterator[Entry]:
+    """Runs started inside this block use ``settings`` (and ``judge``)."""
+    entry = Entry(settings=settings, judge=judge)
+    token = _entered.set(entry)
+    try:
+        yield entry
+    finally:
+        _entered.reset(token)
+
+
+def current_entry() -> Entry | None:
+    """What the entry point of this call entered, or None (a deployment's flow run)."""
+    return _entered.get()
