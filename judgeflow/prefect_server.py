@@ -244,3 +244,11 @@ def ui_url_without_import(settings) -> str | None:
         return url[: -len("/api")] if url.endswith("/api") else None
     local = LocalPrefectServer.for_settings(settings)
     return local.ui_url if local.port is not None else None
+
+
+def configured_ui_url() -> str | None:
+    """The UI of the Prefect server PREFECT_API_URL points at, when Prefect knows it."""
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().ui_url
+    return str(url).rstrip("/") if url else None

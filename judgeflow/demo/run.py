@@ -35,14 +35,6 @@ _LLM_TRACES = table(
 )
 
 
-def configured_ui_url() -> str | None:
-    """The UI of the Prefect server PREFECT_API_URL points at, when Prefect knows it."""
-    from prefect.settings import get_current_settings
-
-    url = get_current_settings().ui_url
-    return str(url).rstrip("/") if url else None
-
-
 def reset(settings: Settings) -> None:
     """Stop and delete the embedded database, and judgeflow's local Prefect
     server and its state."""

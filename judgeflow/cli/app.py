@@ -1,0 +1,39 @@
+"""The ``judgeflow`` Typer application: every command, mounted from the module that holds it."""
+
+from __future__ import annotations
+
+import typer
+
+from judgeflow.alerts.cli import alerts_app
+from judgeflow.cli import demo, judge_checks, reports, scoring, servers
+from judgeflow.cli.db import db_app
+from judgeflow.cli.runs import Program
+
+app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+app.add_typer(alerts_app, name="alerts", help="Alert rules: current state, history, evaluate now.")
+
+
+@app.command()
+def version() -> None:
+    """Print judgeflow's version."""
+    from judgeflow import __version__
+
+    typer.echo(__version__)
+
+
+for command in (scoring.score, scoring.backfill, judge_checks.shadow, judge_checks.calibrate, servers.serve,
+                reports.status, reports.report, reports.show, demo.demo, servers.ui, servers.stop):
+    app.command()(command)
+
+
+def main() -> None:  # pragma: no cover - console entry point
+    """The ``judgeflow`` console script: the command is the program (:class:`Program`)."""
+    import atexit
+    import gc
+
+    # Registered before any library's exit handler, so it runs after them all:
+    # the interpreter's final garbage collection then skips the heap the run
+    # leaves (Prefect, SQLAlchemy), which nothing uses any more.
+    atexit.register(gc.freeze)
+    app(prog_name="judgeflow", obj=Program())

@@ -1,0 +1,60 @@
+"""`judgeflow db ...`: judgeflow's database: migrations, checks, the embedded server."""
+
+from __future__ import annotations
+
+import typer
+
+from judgeflow.cli.command import announce_database, command_settings
+from judgeflow.cli_errors import clear_errors
+
+db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True)
+
+
+@db_app.command("upgrade")
+@clear_errors
+def db_upgrade() -> None:
+    """Create or migrate judgeflow's own tables (schema 'judgeflow')."""
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+
+    settings = command_settings()
+    announce_database(settings)
+    typer.echo(f"judgeflow schema at revision {migrate.upgrade(engine_for(settings))}")
+
+
+@db_app.command("check")
+@clear_errors
+def db_check(
+    full: bool = typer.Option(
+        False, "--full", help="count unusable rows over the whole source (default: the window the next run reads)"
+    ),
+) -> None:
+    """Check the trace source and judgeflow's schema; exit 1 if anything is missing."""
+    from judgeflow.db.check import check_database
+
+    settings = command_settings()
+    announce_database(settings)
+    report = check_database(settings, full=full)
+    for line in report.lines():
+        typer.echo(line)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@db_app.command("start")
+@clear_errors
+def db_start() -> None:
+    """Start the embedded PostgreSQL (under JUDGEFLOW_HOME) if it is not running."""
+    from judgeflow.db.embedded import EmbeddedPostgres
+
+    typer.echo(EmbeddedPostgres.for_settings(command_settings()).start())
+
+
+@db_app.command("stop")
+@clear_errors
+def db_stop() -> None:
+    """Stop the embedded PostgreSQL."""
+    from judgeflow.db.embedded import EmbeddedPostgres
+
+    EmbeddedPostgres.for_settings(command_settings()).stop()
+    typer.echo("embedded PostgreSQL stopped")

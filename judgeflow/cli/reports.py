@@ -1,0 +1,108 @@
+"""`judgeflow status`, `report` and `show`: what the database says, read now."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from judgeflow.cli.command import announce_database, command_settings
+from judgeflow.cli_errors import clear_errors
+
+STATUS_LEGEND_HEAD = (
+    "scored/passed/skipped/failed/given up: exact (counts kept by triggers on judgeflow.eval_results). "
+    "pending: exact count of the pairs without a done result that no live run holds, in what the next "
+    "nightly run reads: "
+)
+STATUS_LEGEND_TAIL = (
+    ". in progress / stranded: claims held by a live run / by a run that is gone or stopped renewing its "
+    "lease (the next run takes those over at once)"
+)
+
+
+@clear_errors
+def status(
+    as_json: bool = typer.Option(False, "--json", help="print the figures as JSON"),
+) -> None:
+    """Results per metric and status, what is pending, and what live runs are scoring now."""
+    import json
+
+    from judgeflow.db.status import work_status
+
+    settings = command_settings()
+    announce_database(settings)
+    report = work_status(settings)
+    if as_json:
+        typer.echo(json.dumps(report, indent=2))
+        return
+    typer.echo(render_status(report))
+
+
+def render_status(report: dict) -> str:
+    """``judgeflow status``'s text: a table of figures per metric, what they count, the runs holding claims."""
+    columns = list(dict.fromkeys(k for row in report["metrics"].values() for k in row))  # every figure, in order
+    lines = [f"{'metric':<15}" + "".join(f"{c.replace('_', ' '):>13}" for c in columns)]
+    for metric, row in report["metrics"].items():
+        lines.append(f"{metric:<15}" + "".join(f"{row.get(c, 0):>13}" for c in columns))
+    window = report.get("window_start")
+    lines.append(
+        STATUS_LEGEND_HEAD
+        + ("the whole source (no watermark yet)" if window is None else
+           f"traces created since {window} (the watermark minus JUDGEFLOW_SOURCE_LOOKBACK) and failed pairs "
+           "older than that; older traces without a result are not counted (`judgeflow backfill` scores them)")
+        + STATUS_LEGEND_TAIL
+    )
+    for run in report["runs"]:
+        pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
+        state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
+        lines.append(f"flow run {run['flow_run_id']}: {pairs} ({state})")
+    return "\n".join(lines)
+
+
+@clear_errors
+def report(
+    since: str = typer.Option("14d", help="how far back the per-day rates go, e.g. 14d or 4w"),
+    segment: Optional[list[str]] = typer.Option(
+        None, "--segment", help="a metadata key to break the rates down by (default JUDGEFLOW_ALERT_SEGMENT_BY)"
+    ),
+) -> None:
+    """Per-day not-passed rates per metric, overall and for the top segments, with
+    the change of the current window against its baseline (the trend artifact, in the terminal)."""
+    import math
+
+    from judgeflow.alerts.trend import compute_trend, render_text
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+    from judgeflow.settings import parse_duration
+
+    settings = command_settings()
+    announce_database(settings)
+    days = max(1, math.ceil(parse_duration(since) / 86400))
+    keys = tuple(k.strip() for s in segment for k in s.split(",") if k.strip()) if segment else None
+    engine = engine_for(settings)
+    migrate.upgrade(engine)
+    with engine.connect() as conn:
+        trend = compute_trend(conn, settings, days=days, segment_keys=keys)
+    typer.echo(render_text(trend))
+
+
+@clear_errors
+def show(trace_id: str = typer.Argument(..., help="the trace's id, as in the trace source")) -> None:
+    """One trace's results per metric: score, pass/fail, reason, verdicts, judge and metric version,
+    cost, when and by which flow run (with its Prefect UI link), and whether it was copied from an
+    identical trace. Exit code 1 when judgeflow knows nothing of the id."""
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.trace_results import find_trace, render
+    from judgeflow.db.trace_source import trace_source
+    from judgeflow.prefect_server import ui_url_without_import
+
+    settings = command_settings()
+    migrate.upgrade(engine_for(settings))
+    view = find_trace(settings, trace_id)
+    if not view.known:
+        where = "could not be asked in time" if view.in_source is None else "has no such id"
+        typer.echo(f"judgeflow: no trace {trace_id!r}: judgeflow has no result or claim for it, and "
+                   f"{trace_source(settings).display} {where}", err=True)
+        raise typer.Exit(1)
+    typer.echo(render(view, ui_url=ui_url_without_import(settings), source_name=trace_source(settings).display))

@@ -1,0 +1,75 @@
+"""A flow run started by a command (``score``, ``backfill``, ``demo``): run
+in the command's entry (its settings, and the judge it may have started
+early), shown on the terminal, stopped by Ctrl-C."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+import typer
+
+if TYPE_CHECKING:
+    from judgeflow.settings import Settings
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Program:
+    """What ``main()`` hands every command (click's context object): the
+    ``judgeflow`` command is the program, so the process's garbage collector
+    is judgeflow's to tune (judgeflow/heap.py). A command that another
+    program calls in its own process (a test's CliRunner) gets no Program:
+    that heap is not judgeflow's."""
+
+    owns_process: bool = True
+
+
+def owns_process(ctx: typer.Context) -> bool:
+    return isinstance(ctx.obj, Program) and ctx.obj.owns_process
+
+
+def start_judge_early(settings: "Settings") -> Any:
+    """The run's judge worker processes, started before Prefect is imported
+    and the flow run created: their litellm import then runs beside that on
+    another core instead of delaying the first judge call. None when the
+    judge runs in this process (the run imports litellm itself) or is the
+    offline one; any error is left for the run's start-judge task to report."""
+    from judgeflow.judge.factory import build_started_judge, is_offline_model, judge_process_count
+
+    if is_offline_model(settings.judge_model):
+        return None
+    try:
+        if judge_process_count(settings) > 1:
+            return build_started_judge(settings)
+    except Exception:  # noqa: BLE001 - reported by the run, with its context
+        return None
+    return None
+
+
+def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callable[[], T], *, judge: Any = None) -> T:
+    """``call()`` (a flow call) in the command's entry, its run shown on the
+    terminal and stopped by Ctrl-C (judgeflow/run_console.py)."""
+    from judgeflow.entry import entered
+    from judgeflow.prefect_server import ui_url_without_import
+    from judgeflow.run_console import EXIT_STOPPED, watched_run
+
+    if owns_process(ctx):  # the flow and its libraries are imported: the run's collections skip them
+        from judgeflow.heap import settle_heap
+
+        settle_heap()
+    try:
+        with entered(settings, judge=judge), watched_run(title, ui_url=ui_url_without_import(settings)):
+            return call()
+    except KeyboardInterrupt:  # a second Ctrl-C: quit now
+        typer.echo("quit: judge calls in flight are lost; the next run takes this run's claims over", err=True)
+        raise typer.Exit(EXIT_STOPPED) from None
+
+
+def exit_if_stopped(summary) -> None:
+    """Exit code 130 when Ctrl-C stopped the run (after its summary is printed)."""
+    from judgeflow.run_console import EXIT_STOPPED
+
+    if summary.stopped:
+        raise typer.Exit(EXIT_STOPPED)

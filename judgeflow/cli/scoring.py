@@ -1,0 +1,137 @@
+"""`judgeflow score` and `judgeflow backfill`: a scoring flow run, now, in this process."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from judgeflow.cli.command import VERBOSE_HELP, announce_database, command_settings, quiet_unless, use_prefect
+from judgeflow.cli.runs import exit_if_stopped, run_flow, start_judge_early
+from judgeflow.cli_errors import clear_errors
+
+BATCH_SIZE_HELP = "(trace, metric) pairs claimed per batch (default: 8 per judge call in flight, at least 100)"
+
+
+@clear_errors
+def score(
+    ctx: typer.Context,
+    limit: Optional[int] = typer.Option(None, help="score at most this many traces"),
+    since: Optional[str] = typer.Option(None, help="only traces created at/after this (ISO time or e.g. 7d)"),
+    until: Optional[str] = typer.Option(None, help="only traces created before this"),
+    batch_size: Optional[int] = typer.Option(None, help=BATCH_SIZE_HELP),
+    sample_rate: float = typer.Option(1.0, help="score this deterministic share of traces"),
+    max_concurrency: Optional[int] = typer.Option(None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"),
+    alerts: bool = typer.Option(True, help="evaluate alert rules after scoring"),
+    fanout: str = typer.Option(
+        "batch", help="'batch': a Prefect task per claimed batch, pairs retried in it (default; ~10x faster, "
+        "2 task runs per batch); 'pair': a Prefect task per (trace, metric)"
+    ),
+    judge_processes: Optional[int] = typer.Option(
+        None, help="worker processes making judge calls (default JUDGEFLOW_JUDGE_PROCESSES, else one per core, "
+        "at most 4; 1: in this process)"
+    ),
+    settle_delay: Optional[str] = typer.Option(
+        None, help="only score traces older than this, e.g. 10m (default JUDGEFLOW_SETTLE_DELAY, else 0)"
+    ),
+    budget_usd: Optional[float] = typer.Option(
+        None, help="stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
+        "(default JUDGEFLOW_RUN_BUDGET_USD)"
+    ),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed",
+        help="also retry pairs given up after failing in JUDGEFLOW_MAX_RUNS_PER_PAIR runs",
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
+) -> None:
+    """Score every trace without a result, once, now. Ctrl-C stops it: calls in flight finish, exit code 130."""
+    quiet_unless(verbose)
+    from judgeflow.timeparse import parse_when
+
+    settings = command_settings()
+    if budget_usd is not None or settings.run_budget_usd is not None:
+        # refused here, before Prefect starts, rather than as a failed flow run
+        from judgeflow.judge.pricing import require_prices
+
+        require_prices(settings, why="a run budget is set")
+    announce_database(settings)
+    start, end = parse_when(since), parse_when(until)
+    from judgeflow.cli.pending import anything_pending
+
+    if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate):
+        _nothing_to_score(settings, alerts=alerts)
+        return
+    judge = start_judge_early(command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes))
+    from judgeflow.flows.scoring import score_new_traces
+
+    use_prefect(settings)
+    summary = run_flow(ctx, "score", settings, lambda: score_new_traces(
+        batch_size=batch_size, limit=limit, since=start, until=end,
+        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
+        judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
+        retry_failed=retry_failed,
+    ), judge=judge)
+    typer.echo(summary.markdown())
+    exit_if_stopped(summary)
+
+
+def _nothing_to_score(settings, *, alerts: bool) -> None:
+    """No flow run: say so, and evaluate the alert rules as a run would at its end."""
+    from judgeflow.db.trace_source import trace_source
+
+    typer.echo(f"nothing to score: no (trace, metric) pair is pending in {trace_source(settings).display}; "
+               "no flow run was started")
+    if not alerts:
+        return
+    from judgeflow.alerts.cli import _flush_prefect_events
+    from judgeflow.alerts.service import evaluate_rules, render_markdown
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+
+    use_prefect(settings)  # the alert events go to the same Prefect server as the runs' do
+    engine = engine_for(settings)
+    migrate.upgrade(engine)
+    evaluations = evaluate_rules(settings, engine=engine)
+    _flush_prefect_events()
+    typer.echo(render_markdown(evaluations))
+
+
+@clear_errors
+def backfill(
+    ctx: typer.Context,
+    since: str = typer.Option(..., help="start of the range (ISO time or e.g. 30d)"),
+    until: str = typer.Option(..., help="end of the range, exclusive (ISO time or e.g. 0s for now)"),
+    rescore: bool = typer.Option(False, help="also re-score traces that already have a result"),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
+    batch_size: Optional[int] = typer.Option(None, help=BATCH_SIZE_HELP),
+    max_concurrency: Optional[int] = typer.Option(None),
+    fanout: str = typer.Option("batch", help="'batch' or 'pair' (see `judgeflow score --help`)"),
+    judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
+    budget_usd: Optional[float] = typer.Option(None, help="see `judgeflow score --help`"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
+) -> None:
+    """Score (or with --rescore, re-score) every trace in a time range."""
+    quiet_unless(verbose)
+    from judgeflow.db.status import estimate_backfill
+    from judgeflow.timeparse import parse_when
+
+    settings = command_settings()
+    start, end = parse_when(since), parse_when(until)
+    if start >= end:
+        raise typer.BadParameter("--since must be before --until")
+    estimate = estimate_backfill(settings, since=start, until=end, rescore=rescore)
+    typer.echo(estimate.describe())
+    if estimate.pairs == 0:
+        return
+    if not yes and not typer.confirm("Start the backfill?", default=False):
+        typer.echo("aborted; nothing was scored")
+        raise typer.Exit(1)
+    judge = start_judge_early(command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes))
+    from judgeflow.flows.backfill import backfill_traces
+
+    use_prefect(settings)
+    summary = run_flow(ctx, "backfill", settings, lambda: backfill_traces(
+        since=start, until=end, rescore=rescore, batch_size=batch_size, max_concurrency=max_concurrency,
+        fanout=fanout, judge_processes=judge_processes, budget_usd=budget_usd), judge=judge)
+    typer.echo(summary.markdown())
+    exit_if_stopped(summary)
