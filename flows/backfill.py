@@ -7,7 +7,7 @@ from datetime import datetime
 from prefect import flow
 
 from judgeflow.flows.scoring import MAX_THREADS, Fanout, score_traces
-from judgeflow.settings import run_settings
+from judgeflow.entry import run_settings
 from judgeflow.tasks.reporting import RunSummary
 from judgeflow.tasks.work import METRIC_NAMES
 

@@ -6,7 +6,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from judgeflow.calibration import load_labelled, render, table
-from judgeflow.settings import load_settings
+from judgeflow.entry import run_settings
 from judgeflow.tasks.calibration import judge_labelled_items
 
 REPORT_KEY = "judgeflow-calibration-report"
@@ -17,7 +17,7 @@ TABLE_KEY = "judgeflow-calibration"
 def calibrate_judge(path: str) -> str:
     """Run the configured judge over the labelled set at ``path`` (JSON Lines,
     see :mod:`judgeflow.calibration`) and publish its agreement with the labels."""
-    settings = load_settings()
+    settings = run_settings()
     items = load_labelled(path)
     reports = judge_labelled_items(settings, items)
     markdown = render(reports, judge_model=settings.judge_model, source=path)

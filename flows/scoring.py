@@ -30,7 +30,8 @@ from judgeflow.db.unusable import describe as describe_unusable
 from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.run_progress import stop_requested
-from judgeflow.settings import Settings, run_settings
+from judgeflow.entry import run_settings
+from judgeflow.settings import Settings
 from judgeflow.tasks.claims import (
     LeaseKeeper,
     advance_watermark,

@@ -10,7 +10,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 import judgeflow.flows  # noqa: F401 - flows/heartbeat.py, also when Prefect loads this file by its path
-from judgeflow.settings import run_settings
+from judgeflow.entry import run_settings
 from judgeflow.shadow.plan import candidate_settings
 from judgeflow.shadow.report import ShadowReport
 from judgeflow.tasks.database import ensure_schema

@@ -7,6 +7,8 @@ run's start-up) and enters them here for the duration of the call. A flow
 called in that context uses what it finds instead of building its own; a flow
 started by a deployment finds nothing and is itself the entry point.
 
+A flow gets its settings from :func:`run_settings`, with its parameters on top.
+
 This is a context variable, not a process-wide global: it is set around one
 call and reset after it, and Prefect runs tasks in a copy of the caller's
 context, so a run's tasks see what its entry point entered.
@@ -46,3 +48,15 @@ def entered(settings: "Settings", *, judge: Any = None) -> Iterator[Entry]:
 def current_entry() -> Entry | None:
     """What the entry point of this call entered, or None (a deployment's flow run)."""
     return _entered.get()
+
+
+def run_settings(**parameters: Any) -> "Settings":
+    """A flow run's settings, with its parameters (those not None) on top:
+    what its entry point entered, else (a deployment's flow run is its own
+    entry point) built now, once (:func:`judgeflow.settings.load_settings`)."""
+    from judgeflow.settings import load_settings, with_parameters
+
+    entry = current_entry()
+    if entry is None:
+        return load_settings(**{name: value for name, value in parameters.items() if value is not None})
+    return with_parameters(entry.settings, **parameters)

@@ -116,9 +116,14 @@ def resolve_secrets(
     values = {name: getattr(settings, name) for name in type(settings).model_fields}
     values.update(resolved)
     try:
-        # every field is given, so nothing is read from the environment again
-        return type(settings).model_validate(values)
+        # every field is given, so no value comes from the environment again
+        validated = type(settings).model_validate(values)
     except ConfigError:
         raise
     except Exception as error:  # pydantic.ValidationError: SecretStr values stay masked
         raise ConfigError(f"invalid judgeflow settings after reading Prefect Secret blocks: {error}") from None
+    # the fields counted as set stay those the environment set: a default stays a default
+    return type(settings).model_construct(
+        _fields_set=settings.model_fields_set | set(resolved),
+        **{name: getattr(validated, name) for name in type(settings).model_fields},
+    )

@@ -1,8 +1,10 @@
-"""The one settings object. Read once at an entry point (CLI command, flow) and
-passed down; nothing reads the environment anywhere else."""
+"""The one settings object. Built once at an entry point (a CLI command, a
+deployment's flow run) by :func:`load_settings` and passed down
+(judgeflow/entry.py); nothing reads the environment anywhere else."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Literal
@@ -13,6 +15,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from judgeflow.errors import ConfigError
 from judgeflow.scrub import install_log_scrubbing, register_settings
 from judgeflow.secrets import resolve_secrets
+
+log = logging.getLogger("judgeflow.settings")
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -41,7 +45,9 @@ def normalise_database_url(url: str) -> str:
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
-        env_prefix="JUDGEFLOW_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+        env_prefix="JUDGEFLOW_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
+        # a run's parameters are set on a copy (with_parameters), validated like the environment's values
+        validate_assignment=True,
     )
 
     # --- judge -----------------------------------------------------------
@@ -300,13 +306,16 @@ class Settings(BaseSettings):
 
 
 def load_settings(**overrides) -> Settings:
-    """Entry points call this once. Overrides win over env and .env."""
+    """The entry point's settings, built once: the environment and ``.env``,
+    with ``overrides`` winning over both; secret references resolved and the
+    secrets registered for scrubbing."""
     try:
         settings = Settings(**overrides)
     except ConfigError:
         raise
     except Exception as exc:  # pydantic.ValidationError, with secrets already masked
         raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
+    log.debug("judgeflow settings read from the environment and .env")
     # secrets may be references to Prefect Secret blocks (prefect-secret://name);
     # Prefect is only contacted when one is present
     settings = resolve_secrets(settings)
@@ -317,9 +326,21 @@ def load_settings(**overrides) -> Settings:
     return settings
 
 
-def run_settings(*, max_concurrency: int | None = None, judge_processes: int | None = None, **more) -> Settings:
-    """The settings of a run: the environment's, with the run's parameters on top
-    (a parameter left None keeps the setting). The CLI and the flows both call
-    it, so the judge the CLI starts early is the one the flow finds."""
-    overrides = {"max_concurrency": max_concurrency, "judge_processes": judge_processes, **more}
-    return load_settings(**{k: v for k, v in overrides.items() if v is not None})
+def with_parameters(settings: Settings, **parameters) -> Settings:
+    """``settings`` with a run's parameters on top (those not None), each
+    validated as a value from the environment is; ``settings`` itself when
+    none changes anything. Reads nothing from the environment and resolves
+    no secret: the entry point did that once."""
+    changed = {name: value for name, value in parameters.items()
+               if value is not None and getattr(settings, name) != value}
+    if not changed:
+        return settings
+    updated = settings.model_copy()
+    try:
+        for name, value in changed.items():
+            setattr(updated, name, value)
+    except ConfigError:
+        raise
+    except Exception as exc:  # pydantic.ValidationError
+        raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
+    return updated

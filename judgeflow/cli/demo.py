@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import typer
 
 from judgeflow.cli.command import VERBOSE_HELP, command_settings, quiet_unless, use_prefect
@@ -28,19 +26,7 @@ def demo(
     settings = command_settings()
     if not settings.uses_embedded_database:
         typer.echo("demo: JUDGEFLOW_DATABASE_URL is set; the demo uses its own embedded database instead", err=True)
-    overrides = {"database_url": None}
-    judge_note = f"{settings.judge_model} (JUDGEFLOW_JUDGE_MODEL)"
-    if "JUDGEFLOW_JUDGE_MODEL" not in os.environ:
-        overrides["judge_model"] = "offline"
-        judge_note = (
-            "offline (no judge configured: a trained profanity classifier and a context-overlap check; "
-            "set JUDGEFLOW_JUDGE_MODEL for an LLM judge)"
-        )
-    # the flow reads its settings from the environment at its own entry point
-    os.environ["JUDGEFLOW_DATABASE_URL"] = ""
-    if "judge_model" in overrides:
-        os.environ["JUDGEFLOW_JUDGE_MODEL"] = overrides["judge_model"]
-    settings = settings.model_copy(update=overrides)
+    settings, judge_note = demo_run.demo_settings(settings)
     if reset:
         demo_run.reset(settings)
         typer.echo("demo: embedded database and Prefect state removed", err=True)

@@ -37,8 +37,9 @@ def shadow(
     quiet_unless(verbose)
     from judgeflow.shadow.command import run_shadow
 
-    run_shadow(judge_model=judge_model, judge_api_base=judge_api_base, size=size, segment_by=segment_by,
-               since=since, metrics=metric, seed=seed, yes=yes, as_json=as_json, use_prefect=use_prefect)
+    run_shadow(command_settings(), judge_model=judge_model, judge_api_base=judge_api_base, size=size,
+               segment_by=segment_by, since=since, metrics=metric, seed=seed, yes=yes, as_json=as_json,
+               use_prefect=use_prefect)
 
 
 @clear_errors
@@ -61,9 +62,11 @@ def calibrate(
     path = str(SAMPLE_PATH) if sample else path
     settings = command_settings()
     if prefect:
+        from judgeflow.entry import entered
         from judgeflow.flows.calibration import calibrate_judge
 
-        typer.echo(calibrate_judge(path))
+        with entered(settings):
+            typer.echo(calibrate_judge(path))
         return
     from judgeflow.tasks.calibration import judge_labelled
 

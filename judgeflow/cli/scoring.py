@@ -11,6 +11,14 @@ from judgeflow.cli.runs import exit_if_stopped, run_flow, start_judge_early
 from judgeflow.cli_errors import clear_errors
 
 BATCH_SIZE_HELP = "(trace, metric) pairs claimed per batch (default: 8 per judge call in flight, at least 100)"
+JUDGE_PROCESSES_HELP = (
+    "worker processes making judge calls (default JUDGEFLOW_JUDGE_PROCESSES, else one per core, at most 4; "
+    "1: in this process)"
+)
+BUDGET_HELP = (
+    "stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
+    "(default JUDGEFLOW_RUN_BUDGET_USD)"
+)
 
 
 @clear_errors
@@ -21,23 +29,15 @@ def score(
     until: Optional[str] = typer.Option(None, help="only traces created before this"),
     batch_size: Optional[int] = typer.Option(None, help=BATCH_SIZE_HELP),
     sample_rate: float = typer.Option(1.0, help="score this deterministic share of traces"),
-    max_concurrency: Optional[int] = typer.Option(None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"),
+    max_concurrency: Optional[int] = typer.Option(
+        None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"
+    ),
     alerts: bool = typer.Option(True, help="evaluate alert rules after scoring"),
-    fanout: str = typer.Option(
-        "batch", help="'batch': a Prefect task per claimed batch, pairs retried in it (default; ~10x faster, "
-        "2 task runs per batch); 'pair': a Prefect task per (trace, metric)"
-    ),
-    judge_processes: Optional[int] = typer.Option(
-        None, help="worker processes making judge calls (default JUDGEFLOW_JUDGE_PROCESSES, else one per core, "
-        "at most 4; 1: in this process)"
-    ),
+    judge_processes: Optional[int] = typer.Option(None, help=JUDGE_PROCESSES_HELP),
     settle_delay: Optional[str] = typer.Option(
         None, help="only score traces older than this, e.g. 10m (default JUDGEFLOW_SETTLE_DELAY, else 0)"
     ),
-    budget_usd: Optional[float] = typer.Option(
-        None, help="stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
-        "(default JUDGEFLOW_RUN_BUDGET_USD)"
-    ),
+    budget_usd: Optional[float] = typer.Option(None, help=BUDGET_HELP),
     retry_failed: bool = typer.Option(
         False, "--retry-failed",
         help="also retry pairs given up after failing in JUDGEFLOW_MAX_RUNS_PER_PAIR runs",
@@ -48,8 +48,9 @@ def score(
     quiet_unless(verbose)
     from judgeflow.timeparse import parse_when
 
-    settings = command_settings()
-    if budget_usd is not None or settings.run_budget_usd is not None:
+    settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
+                                settle_delay=settle_delay, run_budget_usd=budget_usd)
+    if settings.run_budget_usd is not None:
         # refused here, before Prefect starts, rather than as a failed flow run
         from judgeflow.judge.pricing import require_prices
 
@@ -61,13 +62,13 @@ def score(
     if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate):
         _nothing_to_score(settings, alerts=alerts)
         return
-    judge = start_judge_early(command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes))
+    judge = start_judge_early(settings)
     from judgeflow.flows.scoring import score_new_traces
 
     use_prefect(settings)
     summary = run_flow(ctx, "score", settings, lambda: score_new_traces(
         batch_size=batch_size, limit=limit, since=start, until=end,
-        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
+        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
         retry_failed=retry_failed,
     ), judge=judge)
@@ -105,7 +106,6 @@ def backfill(
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     batch_size: Optional[int] = typer.Option(None, help=BATCH_SIZE_HELP),
     max_concurrency: Optional[int] = typer.Option(None),
-    fanout: str = typer.Option("batch", help="'batch' or 'pair' (see `judgeflow score --help`)"),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
     budget_usd: Optional[float] = typer.Option(None, help="see `judgeflow score --help`"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
@@ -115,7 +115,8 @@ def backfill(
     from judgeflow.db.status import estimate_backfill
     from judgeflow.timeparse import parse_when
 
-    settings = command_settings()
+    settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
+                                run_budget_usd=budget_usd)
     start, end = parse_when(since), parse_when(until)
     if start >= end:
         raise typer.BadParameter("--since must be before --until")
@@ -126,12 +127,12 @@ def backfill(
     if not yes and not typer.confirm("Start the backfill?", default=False):
         typer.echo("aborted; nothing was scored")
         raise typer.Exit(1)
-    judge = start_judge_early(command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes))
+    judge = start_judge_early(settings)
     from judgeflow.flows.backfill import backfill_traces
 
     use_prefect(settings)
     summary = run_flow(ctx, "backfill", settings, lambda: backfill_traces(
         since=start, until=end, rescore=rescore, batch_size=batch_size, max_concurrency=max_concurrency,
-        fanout=fanout, judge_processes=judge_processes, budget_usd=budget_usd), judge=judge)
+        judge_processes=judge_processes, budget_usd=budget_usd), judge=judge)
     typer.echo(summary.markdown())
     exit_if_stopped(summary)

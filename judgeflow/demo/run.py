@@ -35,6 +35,23 @@ _LLM_TRACES = table(
 )
 
 
+OFFLINE_NOTE = (
+    "offline (no judge configured: a trained profanity classifier and a context-overlap check; "
+    "set JUDGEFLOW_JUDGE_MODEL for an LLM judge)"
+)
+
+
+def demo_settings(settings: Settings) -> tuple[Settings, str]:
+    """The demo's settings and a note on its judge: ``settings`` with the
+    embedded database, and the offline judge unless a judge model was
+    configured (JUDGEFLOW_JUDGE_MODEL, in the environment or ``.env``)."""
+    update: dict = {"database_url": None}
+    note = f"{settings.judge_model} (JUDGEFLOW_JUDGE_MODEL)"
+    if "judge_model" not in settings.model_fields_set:
+        update["judge_model"], note = "offline", OFFLINE_NOTE
+    return settings.model_copy(update=update), note
+
+
 def reset(settings: Settings) -> None:
     """Stop and delete the embedded database, and judgeflow's local Prefect
     server and its state."""

@@ -8,16 +8,14 @@ import typer
 
 
 def run_shadow(
-    *, judge_model: str | None, judge_api_base: str | None, size: int, segment_by: str | None, since: str,
-    metrics: list[str] | None, seed: str, yes: bool, as_json: bool, use_prefect,
+    settings, *, judge_model: str | None, judge_api_base: str | None, size: int, segment_by: str | None,
+    since: str, metrics: list[str] | None, seed: str, yes: bool, as_json: bool, use_prefect,
 ) -> None:
     from judgeflow.errors import ConfigError
-    from judgeflow.settings import load_settings
     from judgeflow.shadow.plan import candidate_settings, plan_shadow
     from judgeflow.tasks.work import METRIC_NAMES
     from judgeflow.timeparse import parse_when
 
-    settings = load_settings()
     chosen = list(dict.fromkeys(m.strip() for s in (metrics or list(METRIC_NAMES)) for m in s.split(",") if m.strip()))
     unknown = [m for m in chosen if m not in METRIC_NAMES]
     if unknown:
@@ -39,13 +37,14 @@ def run_shadow(
         raise typer.Exit(1)
     from judgeflow.flows.shadow import shadow_score
 
+    from judgeflow.entry import entered
     from judgeflow.prefect_server import ui_url_without_import
     from judgeflow.run_console import EXIT_STOPPED, watched_run
     from judgeflow.run_progress import stop_requested
 
     use_prefect(settings)
     # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)
-    with watched_run("shadow", ui_url=ui_url_without_import(settings)):
+    with entered(settings), watched_run("shadow", ui_url=ui_url_without_import(settings)):
         report = shadow_score(since=start, judge_model=judge_model, judge_api_base=judge_api_base, metrics=chosen,
                               segment_by=segment_by, per_segment=size, seed=seed)
         stopped = stop_requested()

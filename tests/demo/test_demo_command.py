@@ -127,3 +127,46 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         left = kill_processes_under(top)
         shutil.rmtree(top, ignore_errors=True)
     assert left == []
+
+
+def test_the_demo_passes_its_settings_down_and_leaves_the_environment_alone(prefect_server, monkeypatch, caplog):
+    """`judgeflow demo`, in this process: its run uses the demo's embedded
+    database and offline judge although JUDGEFLOW_DATABASE_URL points
+    elsewhere (they are handed to the flow, not written into the
+    environment), the JUDGEFLOW_ variables are as they were, and the settings
+    were read from the environment once."""
+    import logging
+
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+    from judgeflow.db.engine import dispose_engines
+
+    top = Path(tempfile.mkdtemp(prefix="judgeflow-test-demo-env-"))  # not tmp_path: see the test above
+    home = top / "home"
+    monkeypatch.chdir(top)  # no stray .env
+    monkeypatch.setenv("JUDGEFLOW_HOME", str(home))
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", "postgresql://nobody@127.0.0.1:9/not-the-demos")
+    monkeypatch.delenv("JUDGEFLOW_JUDGE_MODEL", raising=False)
+    before = {k: v for k, v in os.environ.items() if k.startswith("JUDGEFLOW_")}
+    server = EmbeddedPostgres(home / "pg")
+    try:
+        with caplog.at_level(logging.DEBUG, logger="judgeflow.settings"):
+            result = CliRunner().invoke(app, ["demo"])
+        assert result.exit_code == 0, result.output
+        assert {k: v for k, v in os.environ.items() if k.startswith("JUDGEFLOW_")} == before
+        assert sum("judgeflow settings read from the environment" in r.getMessage() for r in caplog.records) == 1
+        engine = sa.create_engine(server.url)
+        with engine.connect() as conn:
+            traces = conn.execute(sa.text("SELECT count(*) FROM llm_traces")).scalar_one()
+            models = set(conn.execute(sa.text("SELECT DISTINCT judge_model FROM judgeflow.eval_results")).scalars())
+            scored = conn.execute(sa.text("SELECT count(*) FROM judgeflow.eval_results WHERE metric = 'toxicity'"))
+        engine.dispose()
+        assert traces >= 300 and scored.scalar_one() == traces
+        assert models and all(m.startswith("offline/") for m in models)
+    finally:
+        dispose_engines()
+        server.stop()
+        left = kill_processes_under(top)
+        shutil.rmtree(top, ignore_errors=True)
+    assert left == []

@@ -262,3 +262,45 @@ def test_score_in_the_runs_process_exits_without_noise(judgeflow_env, db, prefec
     assert len(results(db)) == 80 and {r["status"] for r in results(db).values()} == {"scored"}
     for noise in ("Traceback", "Unclosed", "Error logging to API", "was destroyed but it is pending"):
         assert noise not in out, out[-3000:]
+
+
+# --- settings: built once per command ------------------------------------------------
+
+SETTINGS_BUILT = "judgeflow settings read from the environment and .env"
+SECRET_READ = "read from the Prefect Secret block"
+
+
+def _count(caplog, text: str) -> int:
+    return sum(text in record.getMessage() for record in caplog.records)
+
+
+def test_score_builds_its_settings_once_and_reads_a_secret_block_once(
+    judgeflow_env, db, prefect_server, judge_server, monkeypatch, caplog
+):
+    """One `judgeflow score` (the command, its early judge and its flow run) reads
+    the environment once and asks Prefect for a referenced Secret block once;
+    the command's options apply to that one object."""
+    import logging
+
+    from prefect.blocks.system import Secret
+
+    from tests.support.traces import results
+
+    Secret(value=judgeflow_env["JUDGEFLOW_JUDGE_API_KEY"]).save("judgeflow-test-judge-key", overwrite=True)
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_API_KEY", "prefect-secret://judgeflow-test-judge-key")
+    insert_traces(db, [scripted_trace(i)[0] for i in range(6)])
+    with caplog.at_level(logging.DEBUG, logger="judgeflow"):
+        result = runner.invoke(app, ["score", "--no-alerts", "--max-concurrency", "3", "--settle-delay", "0s"])
+    assert result.exit_code == 0, result.output
+    assert len(results(db)) == 12 and judge_server.calls() > 0  # the run scored, with the block's key
+    assert _count(caplog, SETTINGS_BUILT) == 1
+    assert _count(caplog, SECRET_READ) == 1
+
+
+def test_an_invalid_option_is_refused_before_any_run_naming_the_setting(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)  # no stray .env
+    result = runner.invoke(app, ["score", "--max-concurrency", "0"])
+    assert result.exit_code == 2
+    assert result.output.startswith("judgeflow: invalid judgeflow settings")  # before any database or run
+    assert "max_concurrency" in result.output and "greater than or equal to 1" in result.output
+    assert result.output.rstrip().endswith("(see docs/settings.md)")
