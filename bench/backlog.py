@@ -163,7 +163,7 @@ def run_size(stack: Stack, size: int, shape: str, *, judge: JudgeProcess, out: P
     dispose_engines()
 
     env = stack.score_env(url, judge.url, JUDGEFLOW_JUDGE_MODEL="openai/gpt-4o-mini")
-    args = ["--max-concurrency", "8", "--fanout", "batch"]
+    args = ["--max-concurrency", "8"]
     if shape == "pending":
         args += ["--limit", str(limit)]
     run = run_score(env, args, log=out / f"backlog-{shape}-{size}.log")

@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
                 env = stack.score_env(url, judge.url, JUDGEFLOW_JUDGE_MODEL="openai/gpt-4o-mini",
                                       JUDGEFLOW_REUSE_IDENTICAL=str(reuse).lower())
                 stack.prefect.wait_idle()
-                run = run_score(env, ["--fanout", args.fanout, "--max-concurrency", str(args.concurrency)],
+                fanout = ["--fanout", args.fanout] if args.fanout == "pair" else []  # batches: the command's own
+                run = run_score(env, [*fanout, "--max-concurrency", str(args.concurrency)],
                                 log=out / f"reuse-{reuse}.log")
                 time.sleep(0.3)
                 calls = int(judge.stats().get("requests", 0))

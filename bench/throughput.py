@@ -139,7 +139,7 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
         args = ["--batch-size", str(case.batch_size), "--max-concurrency", str(case.concurrency)]
         if case.judge_processes is not None:
             args += ["--judge-processes", str(case.judge_processes)]
-        if case.fanout != "default":  # "default": whatever `judgeflow score` does without --fanout
+        if case.fanout == "pair":  # batches are what `judgeflow score` runs
             args += ["--fanout", case.fanout]
         stack.prefect.wait_idle()  # a previous case's events must not be processed during this one
         calibration = calibrate_ms()

@@ -53,10 +53,10 @@ def current_entry() -> Entry | None:
 def run_settings(**parameters: Any) -> "Settings":
     """A flow run's settings, with its parameters (those not None) on top:
     what its entry point entered, else (a deployment's flow run is its own
-    entry point) built now, once (:func:`judgeflow.settings.load_settings`)."""
-    from judgeflow.settings import load_settings, with_parameters
+    entry point) built now, once (:func:`judgeflow.settings.run_settings`)."""
+    from judgeflow.settings import run_settings as built_now, with_parameters
 
     entry = current_entry()
     if entry is None:
-        return load_settings(**{name: value for name, value in parameters.items() if value is not None})
+        return built_now(**parameters)
     return with_parameters(entry.settings, **parameters)

@@ -344,3 +344,11 @@ def with_parameters(settings: Settings, **parameters) -> Settings:
     except Exception as exc:  # pydantic.ValidationError
         raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
     return updated
+
+
+def run_settings(**parameters) -> Settings:
+    """The settings of a flow run that is its own entry point (a deployment's):
+    built once, with the run's parameters (those not None) on top. A flow gets
+    them through :func:`judgeflow.entry.run_settings`, which uses its entry
+    point's settings when there is one."""
+    return load_settings(**{name: value for name, value in parameters.items() if value is not None})

@@ -371,7 +371,7 @@ def test_the_command_check_fails_on_a_command_that_does_not_exist():
         "```bash\n"
         "judgeflow status --json           # exists\n"
         "judgeflow db upgrad               # typo\n"
-        "JUDGEFLOW_X=1 .venv/bin/judgeflow score --fanout batch --no-such-flag\n"
+        "JUDGEFLOW_X=1 .venv/bin/judgeflow score --batch-size 50 --no-such-flag\n"
         "judgeflow score [--limit N]\n"
         "                [--bogus 3]\n"
         "```\n"
@@ -466,3 +466,19 @@ def test_every_docs_page_is_linked_from_the_readme():
     text = README.read_text()
     unlinked = [page.name for page in sorted(DOCS.glob("*.md")) if f"docs/{page.name}" not in text]
     assert not unlinked, f"docs pages the README does not link to: {unlinked}"
+
+
+def _run_path_files(text: str) -> list[str]:
+    """The files and folders named (in backticks) by DEVELOPING.md's "How a run executes"."""
+    section = text.split("## How a run executes", 1)[1].split("\n## ", 1)[0]
+    section = section.split("**At merge", 1)[0]  # names of modules still on other branches
+    return sorted({name for name in re.findall(r"`([\w./-]+)`", section) if "/" in name})
+
+
+def test_every_file_of_how_a_run_executes_exists():
+    named = _run_path_files((DOCS / "DEVELOPING.md").read_text())
+    assert len(named) >= 20 and "judgeflow/cli/scoring.py" in named
+    assert [name for name in named if not (ROOT / name).exists()] == []
+    # what the check reads: a file named there that is not in the repository is reported
+    named = _run_path_files("## How a run executes\n1. `judgeflow/cli/nowhere.py` and `flows/scoring.py`\n")
+    assert [name for name in named if not (ROOT / name).exists()] == ["judgeflow/cli/nowhere.py"]
