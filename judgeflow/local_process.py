@@ -1,6 +1,6 @@
 """Facts about the long-lived processes judgeflow starts under ``JUDGEFLOW_HOME``
-(the local Prefect server, the judge host): whether a recorded pid is still
-alive and still the process that was started there, not a reused pid."""
+(the local Prefect server): whether a recorded pid is still alive and still
+the process that was started there, not a reused pid."""
 
 from __future__ import annotations
 

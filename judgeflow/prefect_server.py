@@ -7,7 +7,7 @@ Prefect starts ``prefect server start`` as a detached process under
 that file and a health check and reuse it. ``judgeflow stop`` stops it.
 
 Why not Prefect's own temporary server: it is started and torn down by every
-command (~10 s of CPU each, timing out on a busy machine), it loses what it
+command (seconds of CPU each, timing out on a busy machine), it loses what it
 has not persisted when the command exits, and the UI is gone with it.
 
 With ``PREFECT_API_URL`` set (environment or the active Prefect profile)
@@ -154,7 +154,7 @@ class LocalPrefectServer:
             PREFECT_UI_API_URL=f"http://{HOST}:{port}/api",
         )
         # an alert's Prefect event counts as delivered once the API has stored it
-        # (judgeflow/alerts/notify.py): store received events every second, not every 5 s
+        # (judgeflow/alerts/notify.py): store received events every second, not at Prefect's default
         env.setdefault("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL", "1")
         with open(self.log_file, "ab") as log:
             proc = subprocess.Popen(
@@ -210,7 +210,8 @@ def use_prefect(settings) -> tuple[str, LocalPrefectServer | None, bool]:
 
 def _configured_without_import() -> str | None:
     """PREFECT_API_URL from the environment, or from the active profile in
-    PREFECT_HOME's profiles.toml, read without importing prefect (~1 s)."""
+    PREFECT_HOME's profiles.toml, read without importing prefect (commands that need no
+    Prefect call stay quick)."""
     if os.environ.get("PREFECT_API_URL"):
         return os.environ["PREFECT_API_URL"]
     if "prefect.context" in sys.modules:
