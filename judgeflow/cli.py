@@ -619,6 +619,9 @@ def db_stop() -> None:
 def main() -> None:  # pragma: no cover - console entry point
     global _OWNS_PROCESS
     _OWNS_PROCESS = True
+    from judgeflow.terminal_text import install
+
+    install()  # every command's output: no control character from judge or trace text (terminal_text.py)
     app(prog_name="judgeflow")
 
 
