@@ -373,7 +373,7 @@ def status(
     """Results per metric and status, what is pending, and what live runs are scoring now."""
     import json
 
-    from judgeflow.db.status import work_status
+    from judgeflow.db.status import dead_delivery_line, work_status
 
     settings = _settings()
     _announce_database(settings)
@@ -401,6 +401,9 @@ def status(
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
         typer.echo(f"flow run {run['flow_run_id']}: {pairs} ({state})")
+    dead = dead_delivery_line(report)  # alert deliveries given up on (judgeflow/db/status.py)
+    if dead:
+        typer.echo(dead)
 
 
 @app.command()
