@@ -45,7 +45,16 @@ def visible(text: str) -> str:
 
 
 def _colour_only(params: str) -> bool:
-    return "8" not in params.split(";")
+    """No "conceal" (8) among the SGR attributes; 38/48/58 take a colour as 5;n or 2;r;g;b, skipped."""
+    parts, i = params.split(";"), 0
+    while i < len(parts):
+        if parts[i] in ("38", "48", "58"):
+            i += {"5": 3, "2": 5}.get(parts[i + 1] if i + 1 < len(parts) else "", 1)
+            continue
+        if parts[i] == "8":
+            return False
+        i += 1
+    return True
 
 
 def visible_but_colour(text: str) -> str:

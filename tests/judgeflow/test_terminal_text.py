@@ -48,6 +48,9 @@ def test_on_a_terminal_colour_passes_and_nothing_else_does():
     stream = TerminalSafeStream(raw)
     stream.write("\x1b[31mjudgeflow: error\x1b[0m " + "\x1b[8mhidden\x1b[0m " + CSI_CLEAR)
     assert raw.getvalue() == "\x1b[31mjudgeflow: error\x1b[0m ␛[8mhidden\x1b[0m ␛[2J␛[1A␛[2K"
+    raw = _Tty()
+    TerminalSafeStream(raw).write("\x1b[38;5;8mgrey\x1b[0m \x1b[1;38;2;8;8;8mdark\x1b[0m \x1b[1;8m")
+    assert raw.getvalue() == "\x1b[38;5;8mgrey\x1b[0m \x1b[1;38;2;8;8;8mdark\x1b[0m ␛[1;8m"
     piped = io.StringIO()
     TerminalSafeStream(piped).write("\x1b[31mred\x1b[0m")
     assert piped.getvalue() == "␛[31mred␛[0m"  # nothing of judgeflow's colours a pipe
