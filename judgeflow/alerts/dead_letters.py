@@ -105,9 +105,10 @@ class DeadSummary:
         if not self.count:
             return None
         what = "alert delivery is" if self.count == 1 else "alert deliveries are"
-        return (f"{self.count} {what} dead ({', '.join(self.channels)}; the latest at "
-                f"{self.latest_at.astimezone(timezone.utc):%Y-%m-%d %H:%M} UTC): their receivers never got them, and the "
-                "dead_delivery_rate alert may have gone to the same channel; `judgeflow alerts` lists them")
+        latest = self.latest_at.astimezone(timezone.utc)
+        return (f"{self.count} {what} dead ({', '.join(self.channels)}; the latest at {latest:%Y-%m-%d %H:%M} UTC): "
+                "their receivers never got them, and the dead_delivery_rate alert may have gone to the same "
+                "channel; `judgeflow alerts` lists them")
 
     def as_json(self) -> dict:
         return {"count": self.count, "latest_at": None if self.latest_at is None else self.latest_at.isoformat(),

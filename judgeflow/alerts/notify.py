@@ -420,8 +420,9 @@ class Notifier:
                 if not prefect_api_available():
                     return
                 emitter = _prefect_emit
-            resource = {"prefect.resource.id": f"judgeflow.rule.{rule}" + (f".segment.{segment_key}" if segment_key else ""),
-                        "prefect.resource.name": alert, "judgeflow.rule": rule, "judgeflow.channel": channel}
+            resource_id = f"judgeflow.rule.{rule}" + (f".segment.{segment_key}" if segment_key else "")
+            resource = {"prefect.resource.id": resource_id, "prefect.resource.name": alert,
+                        "judgeflow.rule": rule, "judgeflow.channel": channel}
             emitter(event=DEAD_EVENT, resource=resource, id=dead_event_id(delivery_id, channel), payload={
                 "delivery_id": delivery_id, "channel": channel, "rule": rule, "segment": segment_key,
                 "notification": notification, "error": error,
