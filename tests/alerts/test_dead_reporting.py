@@ -78,3 +78,25 @@ def test_a_resolved_whose_fired_arrived_carries_no_note(engine, database_url):
         [resolved] = [r.json() for r in hook.accepted()
                       if r.json()["rule"] == "toxicity_rate" and r.json()["notification"] == "resolved"]
     assert "note" not in resolved and "fired_delivery" not in resolved
+
+
+def test_the_slack_message_of_a_resolved_whose_fired_died_says_so():
+    from datetime import datetime, timezone
+    from types import SimpleNamespace
+
+    from judgeflow.alerts.notify import slack_message, with_dead_fired
+
+    payload = {
+        "rule": "toxicity_rate", "notification": "resolved", "rate": 0.01, "threshold": 0.05, "window": "24h",
+        "sample_size": 2020, "failed_count": 0, "metric": "toxicity", "flow_run_id": None, "run_url": None,
+        "worst_traces": [],
+    }
+    fired = SimpleNamespace(id=7, occurred_at=datetime(2026, 11, 26, 3, 0, tzinfo=timezone.utc),
+                            last_error="HTTP 410: gone")
+    sent = with_dead_fired(payload, fired)
+    assert sent["fired_delivery"] == {"status": "dead", "notification_id": 7, "occurred_at": "2026-11-26T03:00:00Z",
+                                      "error": "HTTP 410: gone"}
+    last = slack_message(sent)["text"].splitlines()[-1]
+    assert last.startswith(":warning: this alert's 'fired' notification (2026-11-26T03:00:00Z) never reached")
+    assert "HTTP 410: gone" in last
+    assert "never reached" not in slack_message(payload)["text"]
