@@ -14,12 +14,13 @@ TABLE_KEY = "judgeflow-calibration"
 
 
 @flow(name="calibrate-judge")
-def calibrate_judge(path: str) -> str:
+def calibrate_judge(path: str, budget_usd: float | None = None) -> str:
     """Run the configured judge over the labelled set at ``path`` (JSON Lines,
-    see :mod:`judgeflow.calibration`) and publish its agreement with the labels."""
+    see :mod:`judgeflow.calibration`) and publish its agreement with the labels;
+    with ``budget_usd``, pairs that do not fit it are not judged."""
     settings = run_settings()
     items = load_labelled(path)
-    reports = judge_labelled_items(settings, items)
+    reports = judge_labelled_items(settings, items, budget_usd)
     markdown = render(reports, judge_model=settings.judge_model, source=path)
     create_table_artifact(key=TABLE_KEY, table=table(reports), description="judge vs human labels")
     create_markdown_artifact(key=REPORT_KEY, markdown=markdown, description="judge calibration report")

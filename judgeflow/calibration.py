@@ -57,6 +57,10 @@ def load_labelled(path: str | Path) -> list[LabelledItem]:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
         raise ConfigError(f"cannot read labelled set {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError as error:
+        line = error.object[: error.start].count(b"\n") + 1
+        raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
+                          f"{error.start}); save the labelled set as UTF-8") from None
     items: list[LabelledItem] = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
@@ -66,6 +70,8 @@ def load_labelled(path: str | Path) -> list[LabelledItem]:
             raw = json.loads(line)
         except json.JSONDecodeError as error:
             raise ConfigError(f"{where}: not JSON ({error.msg})") from None
+        except RecursionError:  # the decoder recurses once per nested list or object
+            raise ConfigError(f"{where}: JSON nested too deeply to read") from None
         if not isinstance(raw, dict) or not isinstance(raw.get("output"), str):
             raise ConfigError(f"{where}: each line needs an object with a string 'output'")
         labels = raw.get("labels")
@@ -174,11 +180,12 @@ class MetricReport:
     at_threshold: Agreement | None = None
     best: Agreement | None = None
     best_upto: float | None = None
+    over_budget: int = 0  # not judged: the calibration's budget was spent
 
 
 def build_report(metric: str, threshold: float, scored: list[tuple[float, bool]], *, labelled: int,
-                 skipped: int, failed: int, errors: list[str]) -> MetricReport:
-    report = MetricReport(metric, threshold, labelled, skipped, failed, errors[:5])
+                 skipped: int, failed: int, errors: list[str], over_budget: int = 0) -> MetricReport:
+    report = MetricReport(metric, threshold, labelled, skipped, failed, errors[:5], over_budget=over_budget)
     if scored:
         report.at_threshold = agreement(scored, threshold)
         report.best, report.best_upto = best_threshold(scored, threshold)
@@ -215,7 +222,7 @@ def render(reports: list[MetricReport], *, judge_model: str, source: str) -> str
         lines.append("")
         judged = a.n if a else 0
         lines.append(f"- items labelled: {r.labelled}; judged: {judged}; skipped by the judge: {r.skipped}; "
-                     f"failed: {r.failed}")
+                     f"failed: {r.failed}" + (f"; {r.over_budget} not judged: the budget" if r.over_budget else ""))
         if a is None:
             lines.append("- no item was judged: no figures")
         else:

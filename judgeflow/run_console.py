@@ -87,7 +87,9 @@ class LiveDisplay:
     def __init__(self, stream: TextIO, title: str, ui_url: str | None = None):
         from rich.console import Console
 
-        self._console = Console(file=stream)
+        from judgeflow.terminal_text import unfiltered
+
+        self._console = Console(file=unfiltered(stream))  # draws with cursor moves; prints judgeflow's figures
         self._title = title
         self._ui_url = ui_url
         self._live = None

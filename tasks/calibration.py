@@ -9,10 +9,13 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from judgeflow.calibration import METRICS, LabelledItem, MetricReport, build_report
+from judgeflow.calibration_plan import SpendLimit, pair_estimator
 from judgeflow.errors import JudgeflowError
+from judgeflow.judge.pricing import require_prices
 from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.calibration")
+OVER_BUDGET = "not judged: the budget"  # a pair's outcome when it did not fit the budget
 
 
 def _score(metrics: dict, metric: str, item: LabelledItem):
@@ -21,21 +24,35 @@ def _score(metrics: dict, metric: str, item: LabelledItem):
     return metrics[metric].score(input=item.input, output=item.output, context=item.context)
 
 
-def judge_labelled(settings: Settings, items: list[LabelledItem]) -> list[MetricReport]:
+def judge_labelled(settings: Settings, items: list[LabelledItem],
+                   budget_usd: float | None = None) -> list[MetricReport]:
     """Score every labelled (item, metric) with the configured judge and
     compare with the labels. A judge error counts the item as failed (and is
-    reported), never stops the calibration."""
+    reported), never stops the calibration. With ``budget_usd``, a pair
+    starts only while it fits (``SpendLimit``); the others are counted as not judged."""
     from judgeflow.tasks.scoring import build_metrics
 
     metrics = build_metrics(settings)
     jobs = [(metric, item) for item in items for metric in METRICS if metric in item.labels]
+    limit = None if budget_usd is None else SpendLimit(budget_usd)
+    estimate = None if limit is None else pair_estimator(settings)
+    if limit is not None and estimate is None:
+        require_prices(settings, why=f"a calibration budget of ${budget_usd:g} is set")
 
     def run(job):
         metric, item = job
+        cost = estimate(item, metric) if estimate else 0.0
+        if limit is not None and not limit.reserve(cost):
+            return job, None, OVER_BUDGET
+        result = None
         try:
-            return job, _score(metrics, metric, item), None
+            result = _score(metrics, metric, item)
+            return job, result, None
         except JudgeflowError as error:
             return job, None, f"{item.id}: {type(error).__name__}: {error}"
+        finally:
+            if limit is not None:
+                limit.settle(cost, None if result is None else result.cost_usd)
 
     with ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="judgeflow-calibrate") as pool:
         done = list(pool.map(run, jobs))
@@ -47,16 +64,18 @@ def judge_labelled(settings: Settings, items: list[LabelledItem]) -> list[Metric
         mine = [d for d in done if d[0][0] == metric]
         if not mine:
             continue
+        over_budget = sum(1 for _, _, e in mine if e is OVER_BUDGET)
         scored = [(r.score, item.labels[metric]) for (_, item), r, _ in mine if r is not None and r.status == "scored"]
         skipped = sum(1 for _, r, _ in mine if r is not None and r.status != "scored")
-        errors = [e for _, _, e in mine if e is not None]
+        errors = [e for _, _, e in mine if e is not None and e is not OVER_BUDGET]
         for error in errors:
             log.warning("calibration: %s failed for %s", metric, error)
         reports.append(build_report(metric, thresholds[metric], scored, labelled=len(mine), skipped=skipped,
-                                    failed=len(errors), errors=errors))
+                                    failed=len(errors), errors=errors, over_budget=over_budget))
     return reports
 
 
 @task(name="judge-labelled-items", cache_policy=NO_CACHE, persist_result=False)
-def judge_labelled_items(settings: Settings, items: list[LabelledItem]) -> list[MetricReport]:
-    return judge_labelled(settings, items)
+def judge_labelled_items(settings: Settings, items: list[LabelledItem],
+                         budget_usd: float | None = None) -> list[MetricReport]:
+    return judge_labelled(settings, items, budget_usd)

@@ -71,7 +71,7 @@ def list_alerts(
     """List each rule's current state and the most recent alerts (fired, reminder, resolved)."""
     if ctx.invoked_subcommand is not None:
         return
-    from judgeflow.alerts.dead_letters import dead_deliveries
+    from judgeflow.alerts.dead_letters import dead_deliveries, dead_summary
     from judgeflow.alerts.outbox import outbox_exists, undelivered
     from judgeflow.alerts.rules import all_rules
     from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
@@ -87,7 +87,7 @@ def list_alerts(
         migrate.upgrade(engine)  # the rows carry columns of later revisions (epoch_started_at)
     with engine.connect() as conn:
         epochs = epoch_history(conn)
-        rows, segments, history, waiting, dead = {}, [], [], [], []
+        rows, segments, history, waiting, dead, dead_line = {}, [], [], [], [], None
         if alert_tables_exist(conn):
             everything = current_alerts(conn)
             rows = {row.rule: row for row in everything if not row.segment_key}
@@ -97,7 +97,11 @@ def list_alerts(
             waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
             if _has_dead_at(conn):
                 dead = [w for w in dead_deliveries(conn, limit=200) if rule is None or w.rule == rule][:limit]
+                dead_line = dead_summary(conn).line()
 
+    if dead_line:
+        typer.secho(dead_line, fg="red")
+        typer.echo("")
     typer.echo(
         f"Alert rules (window {settings.alert_window}, at least {settings.alert_min_samples} samples, "
         f"re-notify {settings.alert_renotify or 'never'})"
@@ -152,7 +156,8 @@ def list_alerts(
         ))
         typer.echo("")
     if dead:
-        typer.echo("Dead deliveries (given up on, not retried; the dead_delivery_rate rule pages about them)")
+        typer.echo("Dead deliveries (given up on, not retried; each was logged and emitted as a "
+                   "judgeflow.alert.delivery.dead Prefect event, and the dead_delivery_rate rule pages about them)")
         typer.echo(_table(
             ["id", "when", "rule", "alert", "channel", "tries", "attempts", "dead since", "http", "last error",
              "delivery id"],

@@ -154,6 +154,21 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
     }
 
 
+def with_dead_fired(payload: dict[str, Any], fired: Any) -> dict[str, Any]:
+    """``payload`` (a "resolved") as sent on a channel where the "fired" it
+    resolves died (``fired``: its ``alert_events`` id, when, and the last error):
+    the receiver is told it is closing an alert it never saw open."""
+    when = iso_utc(fired.occurred_at)
+    return {
+        **payload,
+        "fired_delivery": {"status": "dead", "notification_id": fired.id, "occurred_at": when,
+                           "error": fired.last_error},
+        "note": (f"this alert's 'fired' notification ({when}) never reached this channel: its delivery died"
+                 + (f" ({fired.last_error})" if fired.last_error else "")
+                 + "; this 'resolved' closes an alert this receiver was not told had opened"),
+    }
+
+
 # --- signing ---------------------------------------------------------------------
 
 
@@ -249,6 +264,8 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
             score = "" if w["score"] is None else f" ({w['score']:.2f})"
             reason = _slack_escape((w["reason"] or "")[:150])
             lines.append(f"• `{_slack_escape(w['trace_id'])}`{score} {reason}".rstrip())
+    if payload.get("note"):
+        lines.append(f":warning: {_slack_escape(payload['note'])}")
     if payload.get("run_url"):
         lines.append(f"Flow run: <{payload['run_url']}|{payload['flow_run_id']}>")
     elif payload.get("flow_run_id"):
@@ -386,6 +403,32 @@ class Notifier:
         if event is None:
             return ChannelResult("prefect_event", "deferred", detail="Prefect events are not being sent here")
         return ChannelResult("prefect_event", "sent", attempts=1, detail=str(getattr(event, "id", "")) or None)
+
+    def announce_dead(self, *, delivery_id: str, channel: str, rule: str, segment_key: str, notification: str,
+                      error: str | None) -> None:
+        """Report one dead delivery whatever its channel: a log line, and a
+        ``judgeflow.alert.delivery.dead`` Prefect event where a Prefect API is
+        reachable (even with JUDGEFLOW_ALERT_PREFECT_EVENTS off). Never raises."""
+        from judgeflow.alerts.dead_letters import DEAD_EVENT, dead_event_id
+
+        alert = rule + (f" [{segment_key}]" if segment_key else "")
+        log.error("alert delivery dead: the %s notification of %s on %s will never be delivered: %s",
+                  notification, alert, channel, error or "no error recorded")
+        try:
+            emitter = self._emitter
+            if emitter is None:
+                if not prefect_api_available():
+                    return
+                emitter = _prefect_emit
+            resource_id = f"judgeflow.rule.{rule}" + (f".segment.{segment_key}" if segment_key else "")
+            resource = {"prefect.resource.id": resource_id, "prefect.resource.name": alert,
+                        "judgeflow.rule": rule, "judgeflow.channel": channel}
+            emitter(event=DEAD_EVENT, resource=resource, id=dead_event_id(delivery_id, channel), payload={
+                "delivery_id": delivery_id, "channel": channel, "rule": rule, "segment": segment_key,
+                "notification": notification, "error": error,
+            })
+        except Exception:  # reporting must not fail the evaluation
+            log.exception("could not emit the %s event for %s on %s", DEAD_EVENT, alert, channel)
 
     def confirm_events(self, ids: list[str], *, deadline: float | None = None) -> tuple[set[str], str | None]:
         """(the event ids among ``ids`` the Prefect API has, why the others are

@@ -18,8 +18,9 @@ evaluation sends it, with the same delivery id, so receivers drop a duplicate.
 Dead letters: a delivery the channel refuses for good (a 4xx other than 408,
 425, 429) is ``dead`` at once; one that failed in ``JUDGEFLOW_ALERT_DEAD_AFTER``
 evaluations is ``dead`` then. A dead delivery is not retried and no longer
-holds back its queue; the ``dead_delivery_rate`` rule pages about it
-(:mod:`judgeflow.alerts.dead_letters`).
+holds back its queue; it is reported on every path, whatever its channel,
+and the ``dead_delivery_rate`` rule pages about it (:mod:`judgeflow.alerts.dead_letters`);
+a "resolved" sent where its "fired" died says so.
 
 Time: one evaluation spends at most ``JUDGEFLOW_ALERT_DELIVERY_BUDGET_S``
 delivering (each request's timeout is cut to what is left); what it does not
@@ -68,7 +69,8 @@ from typing import Any, Collection
 
 from sqlalchemy import Connection, Engine, func, select, text, update
 
-from judgeflow.alerts.notify import BUDGET_SPENT, CHANNELS, ChannelResult, Notifier
+from judgeflow.alerts.dead_letters import fired_delivery_died
+from judgeflow.alerts.notify import BUDGET_SPENT, CHANNELS, ChannelResult, Notifier, with_dead_fired
 from judgeflow.db.alert_tables import alert_deliveries as d
 from judgeflow.db.alert_tables import alert_events as e
 from judgeflow.db.alert_tables import alerts
@@ -237,6 +239,7 @@ def deliver_pending(
         finally:
             held.close()
 
+        _announce_dead(notifier, sent)
         for number, queue in enumerate(others):
             if deadline is not None and time.monotonic() >= deadline:
                 log.warning(
@@ -249,7 +252,15 @@ def deliver_pending(
                     continue
                 done, _ = _send_queue(conn, notifier, settings, queue, force=force, deadline=deadline)
                 sent += done
+                _announce_dead(notifier, done)
     return sent
+
+
+def _announce_dead(notifier: Notifier, sent: list[Sent]) -> None:
+    for s in sent:
+        if s.status == "dead":
+            notifier.announce_dead(delivery_id=s.delivery_id, channel=s.channel, rule=s.rule,
+                                   segment_key=s.segment_key, notification=s.kind, error=s.error)
 
 
 @dataclass(frozen=True)
@@ -294,7 +305,7 @@ def _send_queue(
         if row.payload is None:  # a notification from before the outbox existed: nothing to send
             result = ChannelResult(channel, "skipped", detail="no stored payload")
         else:
-            result = notifier.send(channel, row.payload, deadline=deadline)
+            result = notifier.send(channel, _as_sent(conn, row, rule, segment_key, channel), deadline=deadline)
         if result.status == "deferred":  # not attempted: stays pending as it is, and so do the ones behind it
             sent.append(Sent(
                 event_id=row.event_id, delivery_id=str(row.delivery_id), rule=rule, kind=row.kind, channel=channel,
@@ -322,6 +333,15 @@ def _send_queue(
         if status == "failed":
             break  # later notifications of this (rule, segment) wait: order is kept per channel
     return sent, emitted
+
+
+def _as_sent(conn: Connection, row: Any, rule: str, segment_key: str, channel: str) -> dict[str, Any]:
+    """The payload as ``channel`` gets it: a "resolved" whose "fired" died on it says so."""
+    if row.kind != "resolved":
+        return row.payload
+    fired = fired_delivery_died(conn, rule=rule, segment_key=segment_key, channel=channel,
+                                before_event_id=row.event_id)
+    return row.payload if fired is None else with_dead_fired(row.payload, fired)
 
 
 def _confirm(
@@ -376,7 +396,6 @@ def _record(
             .values(**dict(common, detail=f"dead: {why}; not retried, its queue moves on"), status="dead",
                     dead_at=func.now(), last_error=result.error)
         )
-        log.error("alert %s delivery of notification %d is dead (%s): %s", channel, event_id, why, result.error)
         return "dead"
     delay = timedelta(seconds=redelivery_delay_s(settings, tries))
     conn.execute(

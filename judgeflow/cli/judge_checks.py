@@ -51,24 +51,18 @@ def calibrate(
     prefect: bool = typer.Option(
         False, "--prefect", help="run as the calibrate-judge flow and publish the report as Prefect artifacts"
     ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before judging"),
+    budget_usd: Optional[float] = typer.Option(
+        None, help="judge a pair only while spent + in-flight estimated cost stays within this many USD"
+    ),
 ) -> None:
     """Run the configured judge over human-labelled traces and report how well it agrees:
     Cohen's kappa, precision/recall/F1 at the configured thresholds, and the threshold
-    that would agree best."""
-    from judgeflow.calibration import SAMPLE_PATH, load_labelled, render
+    that would agree best. Shows the estimated cost and asks first (--yes skips the question)."""
+    from judgeflow.calibration import SAMPLE_PATH
+    from judgeflow.calibration_command import run_calibrate
 
     if (path is None) == (not sample):
         raise typer.BadParameter("give FILE.jsonl or --sample (not both)")
-    path = str(SAMPLE_PATH) if sample else path
-    settings = command_settings()
-    if prefect:
-        from judgeflow.entry import entered
-        from judgeflow.flows.calibration import calibrate_judge
-
-        with entered(settings):
-            typer.echo(calibrate_judge(path))
-        return
-    from judgeflow.tasks.calibration import judge_labelled
-
-    items = load_labelled(path)
-    typer.echo(render(judge_labelled(settings, items), judge_model=settings.judge_model, source=path))
+    run_calibrate(path=str(SAMPLE_PATH) if sample else path, prefect=prefect, yes=yes, budget_usd=budget_usd,
+                  settings=command_settings())

@@ -27,7 +27,7 @@ def status(
     """Results per metric and status, what is pending, and what live runs are scoring now."""
     import json
 
-    from judgeflow.db.status import work_status
+    from judgeflow.db.status import dead_delivery_line, work_status
 
     settings = command_settings()
     announce_database(settings)
@@ -36,6 +36,9 @@ def status(
         typer.echo(json.dumps(report, indent=2))
         return
     typer.echo(render_status(report))
+    dead = dead_delivery_line(report)  # alert deliveries given up on (judgeflow/db/status.py)
+    if dead:
+        typer.echo(dead)
 
 
 def render_status(report: dict) -> str:

@@ -24,6 +24,16 @@ def result_counts(settings: Settings) -> dict[str, dict[str, int]]:
     return work_status(settings)["metrics"]
 
 
+def dead_delivery_line(report: dict) -> str | None:
+    """The line `judgeflow status` prints about dead alert deliveries (None: there are none)."""
+    from judgeflow.alerts.dead_letters import DeadSummary
+
+    dead = report.get("dead_deliveries") or {}
+    latest = dead.get("latest_at")
+    return DeadSummary(dead.get("count", 0), None if latest is None else datetime.fromisoformat(latest),
+                       tuple(dead.get("channels", ()))).line()
+
+
 def work_status(settings: Settings) -> dict:
     """What is true in the database right now, per metric:
 
@@ -43,7 +53,9 @@ def work_status(settings: Settings) -> dict:
       never stored over the result).
 
     ``runs`` lists the runs holding claims: flow run, live or not, pairs per
-    metric, and when their lease ends."""
+    metric, and when their lease ends. ``dead_deliveries``: alert deliveries
+    given up on (count, the latest, channels); :func:`dead_delivery_line` words it."""
+    from judgeflow.alerts.dead_letters import dead_summary
     from judgeflow.db.pairs import Done
     from judgeflow.db.pending_work import count_plan_pending
     from judgeflow.db.result_counts import result_counts
@@ -76,6 +88,7 @@ def work_status(settings: Settings) -> dict:
                 params,
             ).all()
             plan = plan_reads(conn, source, metrics, lookback_s=settings.source_lookback_s)
+            dead = dead_summary(conn)
         pending = count_plan_pending(source, source_engine(settings), engine, plan, metrics, done=done)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
@@ -102,6 +115,7 @@ def work_status(settings: Settings) -> dict:
             run["lease_expires_at"] = lease_until
     return {
         "metrics": out,
+        "dead_deliveries": dead.as_json(),
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": [

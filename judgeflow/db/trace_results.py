@@ -16,7 +16,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db.engine import engine_for
-from judgeflow.errors import DatabaseError
+from judgeflow.errors import ConfigError, DatabaseError, JudgeflowError
 from judgeflow.settings import Settings
 from judgeflow.tasks.work import METRIC_NAMES
 
@@ -62,6 +62,7 @@ class TraceView:
 def find_trace(settings: Settings, trace_id: str) -> TraceView:
     """What judgeflow's tables say about ``trace_id``; the source is asked
     only when they hold nothing about it."""
+    _check_id(trace_id)
     view = TraceView(trace_id)
     try:
         with engine_for(settings).connect() as conn:
@@ -82,8 +83,19 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
     return view
 
 
+def _check_id(trace_id: str) -> None:
+    """An id PostgreSQL can take as text: UTF-8 (a shell passes other bytes as lone surrogates), no NUL."""
+    try:
+        trace_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise JudgeflowError(f"trace id {trace_id!r} is not UTF-8 text; no trace can have it") from None
+    if "\x00" in trace_id:
+        raise JudgeflowError(f"trace id {trace_id!r} holds a NUL character; no trace can have it")
+
+
 def _in_source(settings: Settings, trace_id: str) -> bool | None:
-    """Whether the trace source has a row with this id (None: it could not be asked in time)."""
+    """Whether the trace source has a row with this id (None: it did not answer in time).
+    A source that is missing or fails otherwise raises ``ConfigError`` / ``DatabaseError``."""
     from judgeflow.db.source import SourceTable
     from judgeflow.db.trace_source import source_engine, trace_source
 
@@ -98,8 +110,25 @@ def _in_source(settings: Settings, trace_id: str) -> bool | None:
                 return conn.execute(
                     text(f"SELECT EXISTS (SELECT 1 FROM {table.sql} t WHERE t.id::text = :id)"), {"id": trace_id}
                 ).scalar()
-    except DBAPIError:
+    except DBAPIError as exc:
+        return _source_failure(exc, source.display, trace_id)
+
+
+_TIMED_OUT = "57014"  # query_canceled: the statement timeout above
+_NO_SUCH_RELATION = {"42P01": "does not exist", "3F000": "does not exist (no such schema)",
+                     "42703": "has no such column"}
+
+
+def _source_failure(exc: DBAPIError, display: str, trace_id: str) -> None:
+    """None when the source did not answer in time; any other failure is an error naming it."""
+    state = getattr(exc.orig, "sqlstate", None)
+    if state == _TIMED_OUT:
         return None
+    first_line = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+    if state in _NO_SUCH_RELATION:
+        raise ConfigError(f"the trace source {display} {_NO_SUCH_RELATION[state]} ({first_line}); "
+                          "check JUDGEFLOW_TRACES_TABLE or the source preset")
+    raise DatabaseError(f"could not ask {display} about {trace_id!r}: {type(exc.orig).__name__}: {first_line}")
 
 
 def render(view: TraceView, *, ui_url: str | None, source_name: str) -> str:

@@ -2,9 +2,11 @@
 
 Both judges decided pass/fail on the same pairs, so the comparisons are paired:
 
-* **Cohen's kappa** of the pass/fail decisions, with the large-sample standard
-  error of Cohen (1960), ``sqrt(po (1 - po) / (n (1 - pe)^2))``, and a 95%
-  normal interval clipped to [-1, 1];
+* **Cohen's kappa** of the pass/fail decisions, with the large-sample variance
+  of Fleiss, Cohen and Everitt (1969) and a 95% normal interval clipped to
+  [-1, 1]. Kappa is undefined where a judge gives one class only (a judge that
+  never fails makes kappa 0 whatever the other does): ``kappa_undefined`` says
+  which case it is;
 * the **failing rates** under each judge and their **difference**
   (candidate minus current) ``(b - c) / n``, where ``b`` pairs fail only under
   the candidate and ``c`` only under the current judge, with the Agresti-Min
@@ -74,19 +76,42 @@ def _clip(value: float, low: float, high: float) -> float:
     return max(low, min(high, value))
 
 
+def kappa_undefined(c: Confusion) -> str | None:
+    """Why kappa has no value for ``c`` (a judge's pass/fail marginal is degenerate), or None."""
+    if c.n == 0:
+        return "undefined: no pairs"
+    degenerate = {
+        "the current judge": {0: "never fails", c.n: "always fails"}.get(c.current_failing),
+        "the candidate": {0: "never fails", c.n: "always fails"}.get(c.candidate_failing),
+    }
+    if all(degenerate.values()):
+        same = len(set(degenerate.values())) == 1
+        if same:
+            return "undefined: neither judge fails" if c.current_failing == 0 else "undefined: both judges always fail"
+        return "undefined: one judge never fails, the other always fails"
+    for judge, how in degenerate.items():
+        if how:
+            return f"undefined: one judge {how} ({judge})"
+    return None
+
+
 def kappa(c: Confusion) -> tuple[float | None, Interval | None]:
-    """Cohen's kappa and its 95% interval; (None, None) without pairs or when
-    chance agreement is total (both judges gave one class only: kappa is undefined)."""
+    """Cohen's kappa and its 95% interval (Fleiss-Cohen-Everitt variance); (None, None)
+    where ``kappa_undefined`` gives a reason."""
+    if kappa_undefined(c) is not None:
+        return None, None
     n = c.n
-    if n == 0:
-        return None, None
-    po = (c.both_pass + c.both_fail) / n
-    current_pass, candidate_pass = (c.both_pass + c.only_candidate_fails) / n, (c.both_pass + c.only_current_fails) / n
-    pe = current_pass * candidate_pass + (1 - current_pass) * (1 - candidate_pass)
-    if pe >= 1.0:
-        return None, None
+    # rows: the current judge (pass, fail); columns: the candidate (pass, fail)
+    p = [[c.both_pass / n, c.only_candidate_fails / n], [c.only_current_fails / n, c.both_fail / n]]
+    row = [p[0][0] + p[0][1], p[1][0] + p[1][1]]
+    col = [p[0][0] + p[1][0], p[0][1] + p[1][1]]
+    po = p[0][0] + p[1][1]
+    pe = row[0] * col[0] + row[1] * col[1]
     k = (po - pe) / (1 - pe)
-    se = math.sqrt(po * (1 - po) / (n * (1 - pe) ** 2))
+    diagonal = sum(p[i][i] * (1 - (row[i] + col[i]) * (1 - k)) ** 2 for i in (0, 1))
+    off = (1 - k) ** 2 * sum(p[i][j] * (col[i] + row[j]) ** 2 for i in (0, 1) for j in (0, 1) if i != j)
+    variance = (diagonal + off - (k - pe * (1 - k)) ** 2) / (n * (1 - pe) ** 2)
+    se = math.sqrt(max(0.0, variance))
     return k, Interval(_clip(k - Z95 * se, -1.0, 1.0), _clip(k + Z95 * se, -1.0, 1.0))
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 from sqlalchemy import Connection, text
 
-from judgeflow.shadow.agreement import Confusion, kappa, mean_difference, rate_difference
+from judgeflow.shadow.agreement import Confusion, kappa, kappa_undefined, mean_difference, rate_difference
 
 DISAGREEMENTS = 10  # traces listed per metric where the judges disagree most
 REASON_CHARS = 300
@@ -56,6 +56,7 @@ class MetricShadow(BaseModel):
     confusion: dict[str, int]
     kappa: float | None
     kappa_ci: list[float] | None
+    kappa_undefined: str | None = None  # why kappa has no value (a judge gave one class only)
     current_failing_rate: float | None
     candidate_failing_rate: float | None
     difference: float | None  # candidate minus current
@@ -153,6 +154,7 @@ def metric_figures(metric: str, rows: list[dict], *, top: int = DISAGREEMENTS) -
         confusion=confusion.as_json(),
         kappa=k,
         kappa_ci=_ci(k_ci),
+        kappa_undefined=kappa_undefined(confusion),
         current_failing_rate=confusion.current_failing / n if n else None,
         candidate_failing_rate=confusion.candidate_failing / n if n else None,
         difference=diff,
@@ -246,7 +248,7 @@ def render(report: ShadowReport, *, markdown: bool) -> str:
                 + (f", {m.candidate_skipped} skipped by the candidate" if m.candidate_skipped else ""),
                 ""]
         out += _table(["figure", "value"], [
-            ["Cohen's kappa (pass/fail)", f"{_num(m.kappa)} {_ci_num(m.kappa_ci)}"],
+            ["Cohen's kappa (pass/fail)", m.kappa_undefined or f"{_num(m.kappa)} {_ci_num(m.kappa_ci)}"],
             ["both pass / both fail", f"{c['both_pass']} / {c['both_fail']}"],
             ["fail only under the candidate", str(c["only_candidate_fails"])],
             ["fail only under the current judge", str(c["only_current_fails"])],

@@ -93,3 +93,62 @@ def test_show_a_trace_not_scored_yet_or_being_scored(judgeflow_env, db):
         shown = runner.invoke(app, ["show", claimed])
     assert "toxicity: no result yet, being scored now by flow run run-live" in shown.stdout
     assert "hallucination: no result yet (pending)" in shown.stdout
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\\x1b[2J\x1b[1A\x9b31m\r"
+
+
+def test_show_prints_no_control_sequence_the_judge_wrote(judgeflow_env, db, prefect_server, judge_server):
+    """The test judge repeats the output's sentences as its opinions: a trace whose output holds OSC,
+    CSI and C1 sequences gets a judge reply holding them, stored as the verdicts' opinions."""
+    import os
+    import subprocess
+    import sys
+
+    insert_traces(db, [{"id": "t-esc", "output": f"You are clueless {ESCAPES} [toxic]. The rest is fine."}])
+    assert runner.invoke(app, ["score", "--no-alerts"]).exit_code == 0
+    with db.connect() as conn:
+        details = conn.execute(sa.text(
+            "SELECT details FROM judgeflow.eval_results WHERE trace_id = 't-esc' AND metric = 'toxicity'"
+        )).scalar_one()
+    assert any("\x1b]0;owned" in v["opinion"] for v in details["verdicts"])  # the judge's text holds them
+
+    shown = subprocess.run([sys.executable, "-m", "judgeflow", "show", "t-esc"], capture_output=True,
+                           env=dict(os.environ), timeout=300)
+    assert shown.returncode == 0, shown.stderr.decode()
+    out = shown.stdout.decode("utf-8") + shown.stderr.decode("utf-8")
+    assert "You are clueless ␛]0;owned␇" in out  # shown, visibly
+    assert not [c for c in out if (ord(c) < 0x20 and c not in "\n\t") or 0x7F <= ord(c) <= 0x9F]
+
+
+def test_show_against_a_missing_source_table_says_so_in_one_line(judgeflow_env, db, monkeypatch):
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.traces import create_source
+
+    create_source(db)  # the default source exists; the configured one below does not
+    monkeypatch.setenv("JUDGEFLOW_TRACES_TABLE", "public.no_such_traces")
+    shown = subprocess.run([sys.executable, "-m", "judgeflow", "show", "t-1"], capture_output=True, text=True,
+                           env=dict(os.environ), timeout=300)
+    assert shown.returncode == 2, shown.stderr
+    lines = shown.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in shown.stderr, shown.stderr
+    assert "no_such_traces" in lines[0] and "does not exist" in lines[0]
+    assert "in time" not in lines[0]
+
+
+def test_show_an_id_that_is_not_text_is_one_line(judgeflow_env, db):
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.traces import create_source
+
+    create_source(db)
+    shown = subprocess.run([sys.executable, "-m", "judgeflow", "show", os.fsdecode(b"t-\xff")], capture_output=True,
+                           text=True, env=dict(os.environ), timeout=300)
+    assert shown.returncode == 2, shown.stderr
+    lines = shown.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not UTF-8" in lines[0] and "Traceback" not in shown.stderr, shown.stderr

@@ -102,8 +102,15 @@ def test_shadow_report_equals_the_figures_worked_out_by_hand(prefect_server, sha
     k = (po - pe) / (1 - pe)
     assert k == Fraction(58, 219)  # worked out on paper: po 16/23, pe 310/529
     assert m.kappa == pytest.approx(float(k), abs=1e-12)
-    se = math.sqrt(float(po * (1 - po)) / (n * float(1 - pe) ** 2))
+    # Fleiss-Cohen-Everitt, rows the current judge (pass, fail), columns the candidate
+    cells = [[Fraction(both_pass, n), Fraction(only_b, n)], [Fraction(only_a, n), Fraction(both_fail, n)]]
+    rows, cols = [current_pass, 1 - current_pass], [candidate_pass, 1 - candidate_pass]
+    var = (sum(cells[i][i] * (1 - (rows[i] + cols[i]) * (1 - k)) ** 2 for i in (0, 1))
+           + (1 - k) ** 2 * (cells[0][1] * (cols[0] + rows[1]) ** 2 + cells[1][0] * (cols[1] + rows[0]) ** 2)
+           - (k - pe * (1 - k)) ** 2) / (n * (1 - pe) ** 2)
+    se = math.sqrt(float(var))
     assert m.kappa_ci == pytest.approx([float(k) - Z * se, float(k) + Z * se], abs=1e-12)
+    assert m.kappa_undefined is None
     assert m.current_failing_rate == pytest.approx((both_fail + only_a) / n)
     assert m.candidate_failing_rate == pytest.approx((both_fail + only_b) / n)
     assert m.difference == pytest.approx(3 / 23)

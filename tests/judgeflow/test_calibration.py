@@ -40,7 +40,7 @@ def _write_set(path):
 def test_calibrate_prints_figures_matching_a_hand_computation(judgeflow_env, judge_server, tmp_path):
     path = _write_set(tmp_path / "labelled.jsonl")
 
-    result = runner.invoke(app, ["calibrate", str(path)])
+    result = runner.invoke(app, ["calibrate", str(path), "--yes"])
 
     assert result.exit_code == 0, result.output
     out = result.output
@@ -76,7 +76,7 @@ def test_a_judge_error_is_counted_not_fatal(judgeflow_env, judge_server, tmp_pat
         json.dumps({"output": "Fine. [judge-fail:400]", "labels": {"toxicity": False}}) + "\n"
         + json.dumps({"output": "You fool [toxic].", "labels": {"toxicity": "toxic"}}) + "\n"
     )
-    result = runner.invoke(app, ["calibrate", str(path)])
+    result = runner.invoke(app, ["calibrate", str(path), "--yes"])
     assert result.exit_code == 0, result.output
     assert "items labelled: 2; judged: 1; skipped by the judge: 0; failed: 1" in result.output
     assert "HTTP 400" in result.output
@@ -106,7 +106,7 @@ def test_the_shipped_set_loads_and_labels_both_metrics():
 def test_calibrate_on_the_shipped_set_with_the_offline_judge(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "offline")
-    result = runner.invoke(app, ["calibrate", "--sample"])
+    result = runner.invoke(app, ["calibrate", "--sample", "--yes"])
     assert result.exit_code == 0, result.output
     # the figures the README quotes
     assert "items labelled: 36; judged: 36" in result.output and "items labelled: 29; judged: 29" in result.output

@@ -3,6 +3,7 @@
     python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl
     python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl --sweep
     python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl --errors
+    python -m judgeflow.judge.offline.evaluation --format tweeteval PATH/TO/tweeteval/datasets/offensive
 
 Each line of the file is one item:
 
@@ -39,6 +40,7 @@ from typing import Any, Callable, Iterable
 from judgeflow.judge.base import JudgeRequest
 from judgeflow.judge.offline import overlap, verdicts
 from judgeflow.judge.offline.judge import MODEL_NAME, OfflineJudge
+from judgeflow.judge.offline.public_sets import READERS
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.toxicity.schema import Opinions, Verdicts
 
@@ -239,13 +241,17 @@ def sweep(items: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m judgeflow.judge.offline.evaluation", description=__doc__.split("\n\n")[0])
-    parser.add_argument("path", help="labelled JSONL, e.g. tests/judge/data/offline_labelled.jsonl")
+    parser.add_argument("path", help="labelled JSONL, e.g. tests/judge/data/offline_labelled.jsonl, or a public "
+                                     "set in the --format given")
+    parser.add_argument("--format", choices=["jsonl", *READERS], default="jsonl",
+                        help="ethos: ETHOS's binary CSV; tweeteval: a TweetEval task directory (its test split); "
+                             "see judgeflow/judge/offline/public_sets.py")
     parser.add_argument("--sweep", action="store_true", help="also print the calibration sweeps (dev split)")
     parser.add_argument("--errors", action="store_true", help="also list the misclassified items")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = parser.parse_args(argv)
 
-    items = load_items(args.path)
+    items = load_items(args.path) if args.format == "jsonl" else READERS[args.format](args.path)
     rows = evaluate_rows(items)
     groups = {"all": figures(rows)}
     for split in SPLITS:
