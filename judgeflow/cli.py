@@ -297,7 +297,14 @@ def shadow(
         None, "--judge-model", help="the candidate judge (a litellm model string, or offline); default: the "
         "configured judge, to compare the metric code as it is now (edited prompts) with the results in force"
     ),
-    judge_api_base: Optional[str] = typer.Option(None, "--judge-api-base", help="the candidate's API base"),
+    judge_api_base: Optional[str] = typer.Option(
+        None, "--judge-api-base", help="the candidate's API base (or JUDGEFLOW_SHADOW_JUDGE_API_BASE); another base "
+        "than the production judge's needs --judge-api-key: the production key is never sent there"
+    ),
+    judge_api_key: Optional[str] = typer.Option(
+        None, "--judge-api-key", help="the candidate's API key (better: JUDGEFLOW_SHADOW_JUDGE_API_KEY, which no "
+        "process listing shows)"
+    ),
     size: int = typer.Option(50, "--size", min=1, help="pairs per segment (a segment with fewer gives all it has)"),
     segment_by: Optional[str] = typer.Option(
         None, "--segment-by", help="metadata key to stratify by (default: the first JUDGEFLOW_ALERT_SEGMENT_BY "
@@ -317,7 +324,7 @@ def shadow(
     _quiet_unless(verbose)
     from judgeflow.shadow.command import run_shadow
 
-    run_shadow(judge_model=judge_model, judge_api_base=judge_api_base, size=size, segment_by=segment_by,
+    run_shadow(judge_model=judge_model, judge_api_base=judge_api_base, judge_api_key=judge_api_key, size=size, segment_by=segment_by,
                since=since, metrics=metric, seed=seed, yes=yes, as_json=as_json, use_prefect=_use_prefect)
 
 

@@ -3,12 +3,43 @@
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
+from typing import Iterator
 
 import typer
 
+# the settings the candidate's endpoint is read from, by the plan here and by the flow's run_settings()
+_ENDPOINT_ENV = {"base": "JUDGEFLOW_SHADOW_JUDGE_API_BASE", "key": "JUDGEFLOW_SHADOW_JUDGE_API_KEY"}
 
-def run_shadow(
-    *, judge_model: str | None, judge_api_base: str | None, size: int, segment_by: str | None, since: str,
+
+@contextmanager
+def candidate_endpoint(base: str | None, key: str | None) -> Iterator[None]:
+    """`--judge-api-base` / `--judge-api-key` as the settings they stand for, in this
+    process's environment for the command's duration (the flow reads its settings
+    itself; a flow parameter would be stored by Prefect in the clear)."""
+    given = {_ENDPOINT_ENV["base"]: base, _ENDPOINT_ENV["key"]: key}
+    before = {name: os.environ.get(name) for name in given}
+    try:
+        for name, value in given.items():
+            if value is not None:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def run_shadow(*, judge_api_base: str | None, judge_api_key: str | None, **options) -> None:
+    with candidate_endpoint(judge_api_base, judge_api_key):
+        _run_shadow(**options)
+
+
+def _run_shadow(
+    *, judge_model: str | None, size: int, segment_by: str | None, since: str,
     metrics: list[str] | None, seed: str, yes: bool, as_json: bool, use_prefect,
 ) -> None:
     from judgeflow.errors import ConfigError
@@ -26,7 +57,7 @@ def run_shadow(
         segment_by = settings.alert_segment_keys[0] if settings.alert_segment_keys else None
     segment_by = segment_by or None  # '' asks for no stratification
     start = parse_when(since)
-    candidate = candidate_settings(settings, judge_model, judge_api_base)
+    candidate = candidate_settings(settings, judge_model)
     plan = plan_shadow(settings, candidate, metrics=chosen, since=start, segment_by=segment_by, per_segment=size,
                        seed=seed)
     typer.echo(plan.describe(size, segment_by), err=as_json)
@@ -46,7 +77,7 @@ def run_shadow(
     use_prefect(settings)
     # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)
     with watched_run("shadow", ui_url=ui_url_without_import(settings)):
-        report = shadow_score(since=start, judge_model=judge_model, judge_api_base=judge_api_base, metrics=chosen,
+        report = shadow_score(since=start, judge_model=judge_model, metrics=chosen,
                               segment_by=segment_by, per_segment=size, seed=seed)
         stopped = stop_requested()
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else report.render_text())
