@@ -84,16 +84,18 @@ _TOKEN_SEGMENT = re.compile(r"^(?=.*[0-9]).{%d,}$|^.{16,}$" % MIN_SECRET_CHARS)
 
 
 def url_path_secrets(url: str | None) -> list[str]:
-    """The secret parts of a secret URL's path: the whole path and each segment
-    that looks like an identifier or a token, as written and as decoded."""
+    """The secret parts of a secret URL's path: each segment that looks like an
+    identifier or a token and, when there is one, the whole path; as written and
+    as decoded."""
     if not url or "://" not in url:
         return []
     try:
         path = urlsplit(url.strip()).path
     except ValueError:
         return []
-    found = [path] if len(path.strip("/")) >= MIN_SECRET_CHARS else []
-    found += [seg for seg in path.split("/") if _TOKEN_SEGMENT.match(seg)]
+    found = [seg for seg in path.split("/") if _TOKEN_SEGMENT.match(seg)]
+    if found:  # a path of plain words ("/judgeflow") is no secret, and masking it would blank file paths
+        found.append(path)
     return found + [unquote(v) for v in found if unquote(v) != v]
 
 

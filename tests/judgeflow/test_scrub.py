@@ -133,3 +133,8 @@ def test_an_extra_urls_path_is_masked_too():
     assert scrub("HTTP 404: no route /hooks/abc123XYZ/deliver", (url,)) == "HTTP 404: no route ***"
     assert scrub("segment abc123XYZ", (url,)) == "segment ***"
     assert scrub("see /hooks and deliver", (url,)) == "see /hooks and deliver"
+
+
+def test_a_secret_url_whose_path_is_plain_words_leaves_those_words_readable():
+    register_settings(Settings(_env_file=None, alert_webhook_url="https://alerts.example.com/judgeflow"))
+    assert scrub("home is /home/judgeflow/.judgeflow") == "home is /home/judgeflow/.judgeflow"
