@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import ConfigError, DatabaseError
+from judgeflow.scrub import register
 
 USER = "judgeflow"
 DATABASE = "judgeflow"
@@ -160,6 +161,7 @@ class EmbeddedPostgres:
                     what="start embedded PostgreSQL",
                 )
             self._create_database()
+        register([self.password()])  # scrubbed from this process's logs and errors, as any secret
         return self.url
 
     def stop(self, mode: str = "fast") -> None:
