@@ -29,6 +29,7 @@ import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
@@ -188,9 +189,8 @@ class EmbeddedPostgres:
         import psycopg
         from psycopg import sql
 
-        socket_dir = self.base_dir / "setup-socket"
-        socket_dir.mkdir(mode=0o700, exist_ok=True)
-        os.chmod(socket_dir, 0o700)
+        # mkdtemp: mode 0700, and a short path (a socket's path has a limit of about 100 bytes)
+        socket_dir = Path(tempfile.mkdtemp(prefix="judgeflow-pg-"))
         owner = self._run_as()
         if owner:
             entry = pwd.getpwnam(owner)
