@@ -32,7 +32,6 @@ def _run_name() -> str:
 def shadow_score(
     since: datetime,
     judge_model: str | None = None,
-    judge_api_base: str | None = None,
     metrics: list[str] = list(METRIC_NAMES),
     segment_by: str | None = None,
     per_segment: int = 50,
@@ -43,9 +42,11 @@ def shadow_score(
     segment of ``segment_by`` (traces created since ``since``) with the
     candidate ``judge_model`` (default: the configured one, i.e. only the
     metric code as it is now) and report how far they agree.
-    ``seed`` picks the sample: the same seed, the same traces."""
+    ``seed`` picks the sample: the same seed, the same traces. The candidate's
+    endpoint and key are settings (JUDGEFLOW_SHADOW_JUDGE_API_BASE / _KEY), not
+    parameters: Prefect stores parameters in the clear."""
     settings = run_settings(max_concurrency=max_concurrency)
-    candidate = candidate_settings(settings, judge_model, judge_api_base)
+    candidate = candidate_settings(settings, judge_model)
     ensure_schema(settings)
     run_id = str(flow_run.get_id())
     pairs = select_shadow_sample(settings, list(metrics), since, segment_by, per_segment, seed)

@@ -11,6 +11,10 @@ Three layers, applied by :func:`scrub`:
    and the values of credential query parameters (``key``, ``api-key``,
    ``api_key``, ``token``, ``sig``, ``signature``, ``access_token``, ...).
    The rest of the URL stays readable.
+   A secret URL's **path** is a credential too (a Slack or webhook URL holds its
+   token there, and a receiver's 404 may echo it): for the registered ones and
+   the ``extra`` URLs given to :func:`scrub`, the path and each of its
+   token-like segments are masked wherever they appear (:func:`url_path_secrets`).
 3. **Key-shaped tokens**: ``sk-...`` and the like, ``AIza...`` (Google),
    ``Bearer ...``.
 
@@ -74,6 +78,27 @@ def url_credentials(url: str | None) -> list[str]:
     return found + [unquote(v) for v in found if unquote(v) != v]
 
 
+# a path segment that is an identifier or a token: long, or with a digit in it
+# ("services", "hooks" and the like stay readable)
+_TOKEN_SEGMENT = re.compile(r"^(?=.*[0-9]).{%d,}$|^.{16,}$" % MIN_SECRET_CHARS)
+
+
+def url_path_secrets(url: str | None) -> list[str]:
+    """The secret parts of a secret URL's path: each segment that looks like an
+    identifier or a token and, when there is one, the whole path; as written and
+    as decoded."""
+    if not url or "://" not in url:
+        return []
+    try:
+        path = urlsplit(url.strip()).path
+    except ValueError:
+        return []
+    found = [seg for seg in path.split("/") if _TOKEN_SEGMENT.match(seg)]
+    if found:  # a path of plain words ("/judgeflow") is no secret, and masking it would blank file paths
+        found.append(path)
+    return found + [unquote(v) for v in found if unquote(v) != v]
+
+
 def _userinfo(url: str) -> str | None:
     try:
         parts = urlsplit(url.strip())
@@ -134,6 +159,8 @@ def register_settings(settings) -> None:
             continue  # a plain endpoint is not a secret; logs may name it
         values.append(raw)
         values += credentials
+        if raw.startswith(("http://", "https://")):  # a webhook's path holds its token
+            values += url_path_secrets(raw)
         userinfo = _userinfo(raw)
         if userinfo:  # as httpx sends it: Authorization: Basic <base64>
             values.append(base64.b64encode(userinfo.encode()).decode())
@@ -152,7 +179,9 @@ def scrub(text: str, extra: Iterable[str | None] = ()) -> str:
     if not text:
         return text
     values = set(registered())
-    values.update(v.strip() for v in extra if v and len(v.strip()) >= 4)
+    extra = [v for v in extra if v]
+    values.update(v.strip() for v in extra if len(v.strip()) >= 4)
+    values.update(p for v in extra for p in url_path_secrets(v))
     # longest first: a URL is replaced whole before the password inside it
     for value in sorted(values, key=len, reverse=True):
         if value in text:

@@ -13,6 +13,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from judgeflow.errors import ConfigError
+from judgeflow.key_transport import check_key_destinations
 from judgeflow.scrub import install_log_scrubbing, register_settings
 from judgeflow.secrets import resolve_secrets
 
@@ -55,6 +56,14 @@ class Settings(BaseSettings):
     # a secret: a base URL may carry credentials (https://user:pass@host/...?api-key=...)
     judge_api_base: SecretStr | None = None
     judge_api_key: SecretStr | None = None
+    # `judgeflow shadow`'s candidate endpoint (--judge-api-base / --judge-api-key): a base other than
+    # judge_api_base needs its own key; the production key is never sent there (judgeflow.shadow.plan)
+    shadow_judge_api_base: SecretStr | None = None
+    shadow_judge_api_key: SecretStr | None = None
+    plain_http_key_hosts: str | None = Field(
+        None, description="comma-separated hosts a key may be sent to over plain http:// (a private network's "
+        "service names); otherwise only loopback (judgeflow.key_transport)",
+    )
     judge_timeout_s: float = Field(60.0, gt=0)
     judge_max_retries: int = Field(4, ge=0, description="adapter retries on transient errors")
     judge_backoff_base_s: float = Field(1.0, ge=0)
@@ -319,6 +328,7 @@ def load_settings(**overrides) -> Settings:
     # secrets may be references to Prefect Secret blocks (prefect-secret://name);
     # Prefect is only contacted when one is present
     settings = resolve_secrets(settings)
+    check_key_destinations(settings)  # no key over plain http to another host
     # from here on, what is secret in these settings is scrubbed from every log
     # record of the process (and from texts passed through judgeflow.scrub.scrub)
     register_settings(settings)

@@ -64,6 +64,9 @@ SCORE_SETTINGS = frozenset({
 # decide ``passed`` afresh on every copy): left out of the hash on purpose.
 SCORE_NEUTRAL_SETTINGS = frozenset({
     "judge_api_key",  # the account, not the judge: the endpoint and model are hashed
+    # `judgeflow shadow`'s candidate endpoint (its runs hash the candidate's judge_api_base) and where a
+    # key may go over plain http
+    "shadow_judge_api_base", "shadow_judge_api_key", "plain_http_key_hosts",
     "judge_timeout_s", "judge_max_retries", "judge_backoff_base_s", "judge_backoff_max_s",
     "judge_max_repairs",  # re-asks for a valid reply: decides failed vs scored, not the score
     "max_concurrency", "judge_processes",

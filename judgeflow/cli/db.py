@@ -47,7 +47,9 @@ def db_start() -> None:
     """Start the embedded PostgreSQL (under JUDGEFLOW_HOME) if it is not running."""
     from judgeflow.db.embedded import EmbeddedPostgres
 
-    typer.echo(EmbeddedPostgres.for_settings(command_settings()).start())
+    database = EmbeddedPostgres.for_settings(command_settings())
+    database.start()
+    typer.echo(f"{database.public_url} (password in {database.password_file})")
 
 
 @db_app.command("stop")

@@ -17,7 +17,14 @@ def shadow(
         None, "--judge-model", help="the candidate judge (a litellm model string, or offline); default: the "
         "configured judge, to compare the metric code as it is now (edited prompts) with the results in force"
     ),
-    judge_api_base: Optional[str] = typer.Option(None, "--judge-api-base", help="the candidate's API base"),
+    judge_api_base: Optional[str] = typer.Option(
+        None, "--judge-api-base", help="the candidate's API base (or JUDGEFLOW_SHADOW_JUDGE_API_BASE); another base "
+        "than the production judge's needs --judge-api-key: the production key is never sent there"
+    ),
+    judge_api_key: Optional[str] = typer.Option(
+        None, "--judge-api-key", help="the candidate's API key (better: JUDGEFLOW_SHADOW_JUDGE_API_KEY, which no "
+        "process listing shows)"
+    ),
     size: int = typer.Option(50, "--size", min=1, help="pairs per segment (a segment with fewer gives all it has)"),
     segment_by: Optional[str] = typer.Option(
         None, "--segment-by", help="metadata key to stratify by (default: the first JUDGEFLOW_ALERT_SEGMENT_BY "
@@ -37,7 +44,9 @@ def shadow(
     quiet_unless(verbose)
     from judgeflow.shadow.command import run_shadow
 
-    run_shadow(command_settings(), judge_model=judge_model, judge_api_base=judge_api_base, size=size,
+    # the candidate's endpoint and key are settings of this one build, never flow parameters
+    settings = command_settings(shadow_judge_api_base=judge_api_base, shadow_judge_api_key=judge_api_key)
+    run_shadow(settings, judge_model=judge_model, size=size,
                segment_by=segment_by, since=since, metrics=metric, seed=seed, yes=yes, as_json=as_json,
                use_prefect=use_prefect)
 

@@ -7,9 +7,17 @@ judgeflow itself runs as root the cluster is owned and run by the unprivileged
 ``postgres`` account through ``runuser``.
 
 The cluster listens on 127.0.0.1 only, on a port chosen at first start and
-kept in the data directory, with trust authentication for the local
-``judgeflow`` superuser: it is a single-user development database, not a
-server to expose.
+kept in the data directory. Every connection authenticates with scram-sha-256
+as the ``judgeflow`` superuser, whose password is generated at first start and
+kept in ``base_dir/pgpass`` (mode 0600, libpq's password-file format, so
+``PGPASSFILE=<it> psql -h 127.0.0.1 -p <port> -U judgeflow`` works too): any
+other local user can reach the port, so the port alone must not let them in.
+A password rather than a private Unix socket, because PgBouncer, Prefect's
+asyncpg and the URL judgeflow hands to its own processes all speak TCP.
+
+A cluster made before that (trust authentication) is secured on its next start,
+before it listens on TCP: started on a private socket only, the password set,
+``pg_hba.conf`` rewritten, stopped, then started as usual.
 """
 
 from __future__ import annotations
@@ -17,17 +25,27 @@ from __future__ import annotations
 import glob
 import os
 import pwd
+import secrets
 import shutil
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
+from urllib.parse import quote
 
 from judgeflow.dir_lock import locked
 from judgeflow.errors import ConfigError, DatabaseError
+from judgeflow.scrub import register
 
 USER = "judgeflow"
 DATABASE = "judgeflow"
 _RUN_AS_WHEN_ROOT = "postgres"
+_HBA_MARK = "# judgeflow: scram-sha-256 for every connection"
+_HBA = f"""{_HBA_MARK} (the password is in the pgpass file beside the data directory)
+local all all scram-sha-256
+host  all all 127.0.0.1/32 scram-sha-256
+host  all all ::1/128 scram-sha-256
+"""
 
 
 def find_pg_bin() -> Path:
@@ -71,6 +89,7 @@ class EmbeddedPostgres:
         self.data_dir = self.base_dir / "data"
         self.log_file = self.base_dir / "postgres.log"
         self._port_file = self.base_dir / "port"
+        self.password_file = self.base_dir / "pgpass"
         self._requested_port = port
         self._bin: Path | None = None
 
@@ -89,7 +108,27 @@ class EmbeddedPostgres:
 
     @property
     def url(self) -> str:
+        """The URL judgeflow connects with, password included (URL-encoded)."""
+        return f"postgresql+psycopg://{USER}:{quote(self.password(), safe='')}@127.0.0.1:{self.port}/{DATABASE}"
+
+    @property
+    def public_url(self) -> str:
+        """The URL without the password (to print; libpq finds it with PGPASSFILE=password_file)."""
         return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+
+    def password(self) -> str:
+        """The superuser's password, generated on first use into ``password_file`` (0600)."""
+        if self.password_file.exists():
+            for line in self.password_file.read_text().splitlines():
+                if line.startswith("127.0.0.1:"):
+                    return line.rsplit(":", 1)[1]
+        value = secrets.token_urlsafe(32)  # no ':' or '\\': nothing to escape in pgpass or a URL
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write("".join(f"{host}:*:*:{USER}:{value}\n" for host in ("127.0.0.1", "localhost")))
+        os.chmod(self.password_file, 0o600)
+        return value
 
     def is_initialised(self) -> bool:
         return (self.data_dir / "PG_VERSION").exists()
@@ -112,6 +151,8 @@ class EmbeddedPostgres:
                     self._let_server_account_reach_it()
                 port = self._requested_port or self._previous_port_if_free() or _free_port()
                 self._port_file.write_text(str(port))
+                if not self.is_secured():
+                    self._secure(port, timeout_s)
                 self._run(
                     [
                         "pg_ctl", "start", "-w", "-t", str(int(timeout_s)),
@@ -121,6 +162,7 @@ class EmbeddedPostgres:
                     what="start embedded PostgreSQL",
                 )
             self._create_database()
+        register([self.password()])  # scrubbed from this process's logs and errors, as any secret
         return self.url
 
     def stop(self, mode: str = "fast") -> None:
@@ -135,7 +177,38 @@ class EmbeddedPostgres:
         self.stop()
         shutil.rmtree(self.base_dir, ignore_errors=True)
 
+    def is_secured(self) -> bool:
+        """pg_hba.conf is judgeflow's: a password for every connection."""
+        hba = self.data_dir / "pg_hba.conf"
+        return hba.exists() and hba.read_text().startswith(_HBA_MARK)
+
     # -- internals ----------------------------------------------------------
+    def _secure(self, port: int, timeout_s: float) -> None:
+        """Set the password and require it everywhere, with the server reachable
+        only on a socket in a 0700 directory meanwhile (no TCP while trust holds)."""
+        import psycopg
+        from psycopg import sql
+
+        # mkdtemp: mode 0700, and a short path (a socket's path has a limit of about 100 bytes)
+        socket_dir = Path(tempfile.mkdtemp(prefix="judgeflow-pg-"))
+        owner = self._run_as()
+        if owner:
+            entry = pwd.getpwnam(owner)
+            os.chown(socket_dir, entry.pw_uid, entry.pw_gid)
+        self._run(["pg_ctl", "start", "-w", "-t", str(int(timeout_s)), "-D", str(self.data_dir), "-l",
+                   str(self.log_file), "-o", f"-p {port} -c listen_addresses='' -c unix_socket_directories={socket_dir}"],
+                  what="start embedded PostgreSQL to set its password")
+        try:
+            with psycopg.connect(host=str(socket_dir), port=port, user=USER, dbname="postgres",
+                                 autocommit=True) as conn:
+                conn.execute("SET password_encryption = 'scram-sha-256'")
+                conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(sql.Identifier(USER),
+                                                                          sql.Literal(self.password())))
+            (self.data_dir / "pg_hba.conf").write_text(_HBA)
+        finally:
+            self._run(["pg_ctl", "stop", "-w", "-m", "fast", "-D", str(self.data_dir)], check=False)
+            shutil.rmtree(socket_dir, ignore_errors=True)
+
     def _previous_port_if_free(self) -> int | None:
         if self._port_file.exists():
             port = int(self._port_file.read_text().strip())
@@ -173,6 +246,7 @@ class EmbeddedPostgres:
             os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.data_dir, 0o700)
+        # trust only until the first start secures it, which happens before any TCP listen (_secure)
         self._run(
             ["initdb", "-D", str(self.data_dir), "-U", USER, "--auth=trust", "-E", "UTF8",
              "--locale=C.UTF-8", "--no-sync"],
@@ -186,8 +260,8 @@ class EmbeddedPostgres:
     def _create_database(self) -> None:
         import psycopg
 
-        conninfo = f"host=127.0.0.1 port={self.port} user={USER} dbname=postgres connect_timeout=10"
-        with psycopg.connect(conninfo, autocommit=True) as conn:
+        with psycopg.connect(host="127.0.0.1", port=self.port, user=USER, password=self.password(),
+                             dbname="postgres", connect_timeout=10, autocommit=True) as conn:
             exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
             if not exists:
                 conn.execute(f'CREATE DATABASE "{DATABASE}"')

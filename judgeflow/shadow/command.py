@@ -8,7 +8,7 @@ import typer
 
 
 def run_shadow(
-    settings, *, judge_model: str | None, judge_api_base: str | None, size: int, segment_by: str | None,
+    settings, *, judge_model: str | None, size: int, segment_by: str | None,
     since: str, metrics: list[str] | None, seed: str, yes: bool, as_json: bool, use_prefect,
 ) -> None:
     from judgeflow.errors import ConfigError
@@ -24,7 +24,7 @@ def run_shadow(
         segment_by = settings.alert_segment_keys[0] if settings.alert_segment_keys else None
     segment_by = segment_by or None  # '' asks for no stratification
     start = parse_when(since)
-    candidate = candidate_settings(settings, judge_model, judge_api_base)
+    candidate = candidate_settings(settings, judge_model)
     plan = plan_shadow(settings, candidate, metrics=chosen, since=start, segment_by=segment_by, per_segment=size,
                        seed=seed)
     typer.echo(plan.describe(size, segment_by), err=as_json)
@@ -45,7 +45,7 @@ def run_shadow(
     use_prefect(settings)
     # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)
     with entered(settings), watched_run("shadow", ui_url=ui_url_without_import(settings)):
-        report = shadow_score(since=start, judge_model=judge_model, judge_api_base=judge_api_base, metrics=chosen,
+        report = shadow_score(since=start, judge_model=judge_model, metrics=chosen,
                               segment_by=segment_by, per_segment=size, seed=seed)
         stopped = stop_requested()
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else report.render_text())

@@ -11,19 +11,43 @@ from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
 from judgeflow.db.source import SourceTable
 from judgeflow.epochs import configured, current_epochs
+from judgeflow.errors import ConfigError
 from judgeflow.settings import Settings
 from judgeflow.shadow.sample import select_sample, strata
 
 
-def candidate_settings(settings: Settings, judge_model: str | None, judge_api_base: str | None) -> Settings:
-    """The settings with the candidate judge in place of the configured one
-    (the metrics' code is always as it is now)."""
-    update: dict = {}
-    if judge_model:
-        update["judge_model"] = judge_model
-    if judge_api_base:
-        update["judge_api_base"] = SecretStr(judge_api_base)
-    return settings.model_copy(update=update)
+def _secret(value: SecretStr | None) -> str | None:
+    return value.get_secret_value() if value is not None else None
+
+
+def _provider(model: str) -> str:
+    """litellm's provider prefix of a model string ('' for a bare name)."""
+    return model.split("/", 1)[0] if "/" in model else ""
+
+
+def candidate_settings(settings: Settings, judge_model: str | None) -> Settings:
+    """The settings with the candidate judge in place of the configured one (the
+    metrics' code is always as it is now). The candidate's endpoint and key come
+    from JUDGEFLOW_SHADOW_JUDGE_API_BASE / _KEY (`--judge-api-base` /
+    `--judge-api-key`), never from a flow parameter. The production key goes along
+    only to the production endpoint: a candidate on another base without a key of
+    its own is refused; one on another provider (no base) gets its own key or none,
+    and litellm then uses that provider's environment key."""
+    model = judge_model or settings.judge_model
+    production_base = _secret(settings.judge_api_base)
+    base = _secret(settings.shadow_judge_api_base) or production_base
+    key = settings.shadow_judge_api_key
+    if base != production_base and key is None:
+        raise ConfigError(
+            "the candidate's API base is not the production judge's: it needs its own key (--judge-api-key or "
+            "JUDGEFLOW_SHADOW_JUDGE_API_KEY); the production key is never sent to another endpoint"
+        )
+    same_endpoint = base == production_base and (base is not None or _provider(model) == _provider(settings.judge_model))
+    if key is None and same_endpoint:
+        key = settings.judge_api_key
+    return settings.model_copy(update={
+        "judge_model": model, "judge_api_base": SecretStr(base) if base else None, "judge_api_key": key,
+    })
 
 
 @dataclass

@@ -6,10 +6,12 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import time
 import uuid
 
 import pytest
+import sqlalchemy as sa
 
 from judgeflow.alerts import evaluate_rules
 from judgeflow.alerts.notify import (
@@ -267,3 +269,48 @@ def test_verifier_still_accepts_a_good_signature_and_rejects_odd_inputs():
     assert verify_signature("k", "1700000000", body, good, delivery_id=ID, now=1700000301) is False  # stale
     assert verify_signature("k", "1700000000", "not bytes", good, delivery_id=ID, now=1700000000) is False
     assert verify_signature("k", "1700000000", body, good, delivery_id=ID, now=float("nan")) is False
+
+
+class RecordedLogs(logging.Handler):
+    """Every record the root logger handles, as formatted by the process's record factory."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_token_in_a_slack_url_path_leaks_nowhere(prefect_server, engine, database_url):
+    """A Slack-style URL holds its token in the path; a receiver echoes the path in its 404.
+    The token is in no stored error, log record or artifact."""
+    from judgeflow.db.alert_tables import alert_deliveries
+    from judgeflow.scrub import register_settings
+    from judgeflow.tasks.alerting import ALERT_STATE_KEY
+    from tests.tasks.test_alerting import end_of_scoring_run, read_artifact
+
+    token = "xoxbTok3nInThePath9Qw7Zk2"
+    with WebhookReceiver(default=404) as hook:
+        url = hook.url_for(f"/services/T0A1B2C3D/B0E4F5G6H/{token}")
+        settings = make_settings(database_url, alert_slack_webhook_url=url)
+        register_settings(settings)  # as every entry point does (load_settings)
+        add_results(engine, not_passed=20)
+        records = RecordedLogs()
+        logging.getLogger().addHandler(records)
+        try:
+            state = end_of_scoring_run(settings, return_state=True)
+        finally:
+            logging.getLogger().removeHandler(records)
+    assert state.is_completed(), state
+    assert token in hook.requests[0].path  # sent, and echoed back in the 404
+    with engine.connect() as conn:
+        errors = [e for (e,) in conn.execute(sa.select(alert_deliveries.c.last_error)) if e]
+    assert errors and all("HTTP 404" in e for e in errors)
+    assert not [e for e in errors if token in e], errors
+    logged = [r.getMessage() + (r.exc_text or "") for r in records.records]
+    assert any("HTTP 404" in m for m in logged)
+    assert not [m for m in logged if token in m]
+    artifact = read_artifact(state.state_details.flow_run_id, ALERT_STATE_KEY)
+    assert "HTTP 404" in artifact.data and token not in artifact.data
+    assert "T0A1B2C3D" not in artifact.data + " ".join(errors)  # the other id segments of the path too

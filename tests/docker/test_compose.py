@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 import yaml
@@ -21,8 +22,17 @@ from judgeflow.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"
-# an innermost ${VAR}, ${VAR:-default} or ${VAR-default} (defaults may nest)
-INTERPOLATION = re.compile(r"\$\{(\w+)(?::?-([^${}]*))?\}")
+# an innermost ${VAR}, ${VAR:-default}, ${VAR-default} (defaults may nest) or ${VAR:?message}
+INTERPOLATION = re.compile(r"\$\{(\w+)(?:(:?-)([^${}]*)|(:?\?)([^${}]*))?\}")
+# the stack's secrets, required from docker/.env: compose refuses to start without them
+REQUIRED_SECRETS = ("POSTGRES_PASSWORD", "PG_JUDGEFLOW_PASSWORD", "PREFECT_DB_PASSWORD",
+                    "PREFECT_SERVER_API_AUTH_STRING", "PREFECT_API_AUTH_STRING")
+# docker/.env as a user fills it in (each value unlike any other, to trace where it goes)
+STACK_ENV = {name: f"<{name.lower()}>" for name in REQUIRED_SECRETS}
+
+
+class Required(Exception):
+    """compose would refuse to start: a ${VAR:?} is unset."""
 
 
 @pytest.fixture(scope="module")
@@ -45,19 +55,29 @@ def dockerfile() -> str:
     return (DOCKER / "Dockerfile").read_text()
 
 
-def interpolate(value: str) -> str:
-    """What compose makes of ${VAR:-default} with nothing set."""
+def interpolate(value: str, given: dict[str, str] | None = None) -> str:
+    """What compose makes of ${...} with only ``given`` set (default: the required secrets)."""
+    given = STACK_ENV if given is None else given
     value = str(value)
+
+    def one(m: re.Match) -> str:
+        name = m.group(1)
+        if name in given and given[name] != "":
+            return given[name]
+        if m.group(4):
+            raise Required(name)
+        return m.group(3) or ""
+
     while INTERPOLATION.search(value):
-        value = INTERPOLATION.sub(lambda m: m.group(2) or "", value)
+        value = INTERPOLATION.sub(one, value)
     return value
 
 
-def env_of(service: dict) -> dict[str, str]:
+def env_of(service: dict, given: dict[str, str] | None = None) -> dict[str, str]:
     env = service.get("environment") or {}
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
-    return {k: interpolate(v) for k, v in env.items()}
+    return {k: interpolate(v, given) for k, v in env.items()}
 
 
 def command_of(service: dict) -> str:
@@ -154,33 +174,29 @@ def test_the_compose_settings_are_valid_settings(services):
     }
     settings = Settings(_env_file=None, **values)
     assert settings.judge_model == "gpt-4o"
-    assert settings.database_url.get_secret_value().startswith("postgresql+psycopg://judgeflow:")
+    assert settings.database_url.get_secret_value() == "postgresql+psycopg://judgeflow@postgres:5432/judgeflow"
     assert not settings.uses_embedded_database
 
 
 def test_databases_and_credentials_agree(services):
     pg = env_of(services["postgres"])
-    user, password, db = pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], pg["POSTGRES_DB"]
-    assert pg["POSTGRES_PASSWORD"] == "judgeflow"  # the default; docker/.env overrides it everywhere at once
+    assert pg["POSTGRES_USER"] == "postgres" and pg["POSTGRES_DB"] == "judgeflow"
+    assert pg["PG_JUDGEFLOW_PASSWORD"] == STACK_ENV["PG_JUDGEFLOW_PASSWORD"]
     for name in ("deploy", "worker"):
-        url = env_of(services[name])["JUDGEFLOW_DATABASE_URL"]
-        assert url == f"postgresql://{user}:{password}@postgres:5432/{db}", name
-    prefect_url = env_of(services["prefect-server"])["PREFECT_API_DATABASE_CONNECTION_URL"]
-    assert prefect_url == f"postgresql+asyncpg://{user}:{password}@postgres:5432/prefect"
-    init_sql = (DOCKER / "postgres" / "10-judgeflow.sql").read_text()
-    assert "CREATE DATABASE prefect;" in init_sql
-
-
-def test_the_init_script_creates_the_default_trace_source():
-    from judgeflow.db.source import CREATE_DEFAULT_TABLE
-
-    def statements(sql: str) -> list[str]:
-        sql = re.sub(r"--[^\n]*", "", sql)
-        return [" ".join(s.split()) for s in sql.split(";") if s.strip()]
-
-    init = statements((DOCKER / "postgres" / "10-judgeflow.sql").read_text())
-    for statement in statements(CREATE_DEFAULT_TABLE):
-        assert statement in init
+        env = env_of(services[name])
+        # judgeflow's own role; the password as libpq's PGPASSWORD, not inside a URL
+        assert env["JUDGEFLOW_DATABASE_URL"] == "postgresql://judgeflow@postgres:5432/judgeflow", name
+        assert env["PGPASSWORD"] == STACK_ENV["PG_JUDGEFLOW_PASSWORD"], name
+    prefect = env_of(services["prefect-server"])
+    assert (prefect["PREFECT_SERVER_DATABASE_USER"], prefect["PREFECT_SERVER_DATABASE_NAME"]) == ("prefect", "prefect")
+    assert prefect["PREFECT_SERVER_DATABASE_PASSWORD"] == STACK_ENV["PREFECT_DB_PASSWORD"]
+    assert pg["PREFECT_DB_PASSWORD"] == STACK_ENV["PREFECT_DB_PASSWORD"]
+    roles = (DOCKER / "postgres" / "roles.sql").read_text()
+    assert "\\set prefect_db prefect" in roles and "\\set app_role judgeflow" in roles
+    mounts = services["postgres"]["volumes"]
+    assert "./postgres/10-judgeflow.sh:/docker-entrypoint-initdb.d/10-judgeflow.sh:ro" in mounts
+    assert "./postgres/roles.sql:/judgeflow-init/roles.sql:ro" in mounts
+    assert "-f /judgeflow-init/roles.sql" in (DOCKER / "postgres" / "10-judgeflow.sh").read_text()
 
 
 def test_the_prefect_api_is_the_prefect_server(services):
@@ -191,6 +207,9 @@ def test_the_prefect_api_is_the_prefect_server(services):
         assert env_of(services[name])["PREFECT_API_URL"] == f"http://prefect-server:{port}/api", name
     assert any(p.endswith(f":{port}:{port}") and p.startswith("127.0.0.1:") for p in services["prefect-server"]["ports"])
     assert env_of(services["prefect-server"])["PREFECT_UI_API_URL"] == f"http://localhost:{port}/api"
+    # links printed by the worker's runs open from the host's browser, not at http://prefect-server:4200
+    for name in ("deploy", "worker", "prefect-server"):
+        assert env_of(services[name])["PREFECT_UI_URL"] == f"http://localhost:{port}", name
 
 
 def test_deploy_step_and_worker_use_the_pool_of_prefect_yaml(services, prefect_yaml):
@@ -292,3 +311,155 @@ def test_the_judge_key_is_passed_under_the_name_judgeflow_scrubs(compose):
     env = compose["x-judgeflow-env"]
     assert env["JUDGEFLOW_JUDGE_API_KEY"] == "${JUDGEFLOW_JUDGE_API_KEY:-${OPENAI_API_KEY:-}}"
     assert "OPENAI_API_KEY" not in env
+
+
+# --- the locked-down stack ---------------------------------------------------------
+def test_the_stacks_secrets_are_required_and_have_no_default(services):
+    text = (DOCKER / "compose.yaml").read_text()
+    for name in REQUIRED_SECRETS:
+        uses = re.findall(r"\$\{%s(\W{0,2})" % name, text)
+        assert uses and all(u.startswith(":?") for u in uses), (name, uses)
+        # compose refuses to start while it is unset: every service that needs it fails to resolve
+        without = {k: v for k, v in STACK_ENV.items() if k != name}
+        users = [n for n, s in services.items() if f"${{{name}:?" in yaml.safe_dump(s.get("environment"))]
+        assert users, name
+        for service in users:
+            with pytest.raises(Required):
+                env_of(services[service], without)
+    assert "POSTGRES_PASSWORD:-" not in text and "judgeflow}@" not in text  # the old default password
+
+
+def test_the_prefect_api_asks_for_the_auth_string_and_clients_give_it(services, monkeypatch):
+    server, deploy, worker = (env_of(services[n]) for n in ("prefect-server", "deploy", "worker"))
+    assert server["PREFECT_SERVER_API_AUTH_STRING"] == STACK_ENV["PREFECT_SERVER_API_AUTH_STRING"]
+    for env in (deploy, worker):
+        assert env["PREFECT_API_AUTH_STRING"] == STACK_ENV["PREFECT_API_AUTH_STRING"]
+    # the names are Prefect 3's own: its settings read them
+    from prefect.settings import Settings as PrefectSettings
+
+    monkeypatch.setenv("PREFECT_SERVER_API_AUTH_STRING", "admin:server-side")
+    monkeypatch.setenv("PREFECT_API_AUTH_STRING", "admin:client-side")
+    monkeypatch.setenv("PREFECT_UI_URL", worker["PREFECT_UI_URL"])
+    prefect = PrefectSettings()
+    assert prefect.server.api.auth_string.get_secret_value() == "admin:server-side"
+    assert prefect.api.auth_string.get_secret_value() == "admin:client-side"
+    assert prefect.ui_url == "http://localhost:4200"
+
+
+def test_prefect_builds_its_database_url_with_the_password_url_encoded(services, monkeypatch):
+    from prefect.settings import Settings as PrefectSettings
+    from sqlalchemy.engine import make_url
+
+    awkward = "p@ss:w/rd#?%&"
+    for key, value in env_of(services["prefect-server"], {**STACK_ENV, "PREFECT_DB_PASSWORD": awkward}).items():
+        if key.startswith("PREFECT_SERVER_DATABASE_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.delenv("PREFECT_API_DATABASE_CONNECTION_URL", raising=False)
+    monkeypatch.delenv("PREFECT_SERVER_DATABASE_CONNECTION_URL", raising=False)
+    url = make_url(PrefectSettings().server.database.connection_url.get_secret_value())
+    assert (url.drivername, url.host, url.port, url.username, url.database) == (
+        "postgresql+asyncpg", "postgres", 5432, "prefect", "prefect")
+    assert url.password == awkward
+
+
+def test_the_worker_gets_only_the_environment_it_needs(services):
+    stack_only = {"POSTGRES_PASSWORD", "PREFECT_DB_PASSWORD", "PREFECT_SERVER_API_AUTH_STRING"}
+    for name in ("deploy", "worker"):
+        service = services[name]
+        env = env_of(service)
+        assert not stack_only & set(env), name
+        leaked = [k for k, v in env.items() for secret in stack_only if STACK_ENV[secret] in v]
+        assert not leaked, (name, leaked)
+        # no env_file holding the stack's secrets: docker/.env is for compose's ${...} only
+        files = [e if isinstance(e, str) else e["path"] for e in service.get("env_file", [])]
+        assert files == ["judgeflow.env"], (name, files)
+        assert set(env) <= {"PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "PREFECT_UI_URL", "PGPASSWORD"} | {
+            k for k in env if k.startswith("JUDGEFLOW_")}, name
+    example = (DOCKER / "judgeflow.env.example").read_text()
+    names = re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", example, flags=re.M)
+    assert names and all(n.startswith("JUDGEFLOW_") for n in names), names
+    gitignore = (REPO / ".gitignore").read_text().split()
+    assert ".env" in gitignore and "judgeflow.env" in gitignore
+
+
+def test_the_demo_profile_refuses_a_database_outside_the_stack(services):
+    demo = services["demo-traces"]
+    # its database is the stack's, as the superuser (it writes the source); not taken from docker/.env
+    inside = env_of(demo)
+    assert inside["JUDGEFLOW_DATABASE_URL"] == "postgresql://postgres@postgres:5432/judgeflow"
+    assert "${JUDGEFLOW_DATABASE_URL" not in str(demo["environment"]["JUDGEFLOW_DATABASE_URL"])
+    assert inside["PGPASSWORD"] == STACK_ENV["POSTGRES_PASSWORD"]
+    # with JUDGEFLOW_DATABASE_URL set in docker/.env, the command refuses before loading anything
+    outside = env_of(demo, {**STACK_ENV, "JUDGEFLOW_DATABASE_URL": "postgresql://app@db.example.com/prod"})
+    assert outside["OUTSIDE_DATABASE_URL"] == "postgresql://app@db.example.com/prod"
+    code = demo["command"][-1]
+    env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", **outside}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "outside this stack" in done.stderr and "demo traces loaded" not in done.stdout
+
+
+def _psql(*args: str) -> subprocess.CompletedProcess:
+    from judgeflow.db.embedded import find_pg_bin
+
+    psql = find_pg_bin() / "psql"
+    return subprocess.run([str(psql), "--no-psqlrc", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_judgeflows_role_owns_its_schema_and_only_reads_the_source(pg_server, database_url):
+    """roles.sql run by psql (as 10-judgeflow.sh runs it) in a fresh database of the
+    suite's PostgreSQL, with role names of its own; then judgeflow's role is tried."""
+    import psycopg
+    from sqlalchemy import create_engine
+
+    from judgeflow.db import migrate
+
+    tag = database_url.rsplit("/", 1)[1]
+    app, prefect_role, prefect_db = f"{tag}_app", f"{tag}_prefect", f"{tag}_prefectdb"
+    password = "app p@ss:w/rd'\"; DROP"  # psql quotes it as a literal
+    done = _psql("-h", "127.0.0.1", "-p", str(pg_server.port), "-U", "judgeflow", "-d", tag,
+                 "-v", f"app_password={password}", "-v", "prefect_password=prefect-pw-1",
+                 "-v", f"app_role={app}", "-v", f"prefect_role={prefect_role}", "-v", f"prefect_db={prefect_db}",
+                 "-f", str(DOCKER / "postgres" / "roles.sql"))
+    try:
+        assert done.returncode == 0, done.stderr
+        admin = dict(host="127.0.0.1", port=pg_server.port, user="judgeflow")
+        with psycopg.connect(**admin, dbname=tag, autocommit=True) as conn:
+            conn.execute("INSERT INTO public.llm_traces (id, output) VALUES ('t1', 'hello')")  # the app logs one
+            [owner] = conn.execute("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'judgeflow'").fetchone()
+            assert owner == app
+            [db_owner] = conn.execute("SELECT datdba::regrole::text FROM pg_database WHERE datname = %s",
+                                      (prefect_db,)).fetchone()
+            assert db_owner == prefect_role
+        as_app = dict(host="127.0.0.1", port=pg_server.port, user=app, password=password, dbname=tag,
+                      passfile="/nonexistent")
+        with psycopg.connect(**as_app, autocommit=True) as conn:
+            assert conn.execute("SELECT id, output FROM public.llm_traces").fetchall() == [("t1", "hello")]
+            for statement in ("INSERT INTO public.llm_traces (id) VALUES ('t2')",
+                              "UPDATE public.llm_traces SET output = 'changed'",
+                              "DELETE FROM public.llm_traces", "TRUNCATE public.llm_traces",
+                              "CREATE TABLE public.sneaked_in (x int)", "CREATE SCHEMA another",
+                              "DROP TABLE public.llm_traces"):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                    conn.execute(statement)
+            with pytest.raises(psycopg.OperationalError):  # the Prefect database is not judgeflow's
+                psycopg.connect(**{**as_app, "dbname": prefect_db}).close()
+        # and that is enough for judgeflow: its migrations run as the role, in its own schema
+        url = f"postgresql+psycopg://{app}:{quote(password, safe='')}@127.0.0.1:{pg_server.port}/{tag}"
+        engine = create_engine(url)
+        try:
+            migrate.upgrade(engine)
+            with engine.connect() as conn:
+                tables = conn.exec_driver_sql(
+                    "SELECT count(*) FROM pg_tables WHERE schemaname = 'judgeflow' AND tableowner = current_user"
+                ).scalar()
+            assert tables > 5
+        finally:
+            engine.dispose()
+    finally:
+        with psycopg.connect(host="127.0.0.1", port=pg_server.port, user="judgeflow", dbname="postgres",
+                             autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{prefect_db}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE IF EXISTS "{tag}" WITH (FORCE)')
+            for role in (app, prefect_role):
+                conn.execute(f'DROP ROLE IF EXISTS "{role}"')

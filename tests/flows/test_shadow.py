@@ -202,3 +202,80 @@ def test_stratified_sample_covers_every_segment_with_the_asked_number_or_all_it_
     assert f"shadow: 13/13 pairs (100%)" in result.output
     assert f"scored {stored.get('scored', 0)} · skipped {stored.get('skipped', 0)} · failed " \
         f"{stored.get('failed', 0)}" in result.output
+
+
+def _shadow_flow_parameters() -> list[dict]:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowFilter, FlowFilterName
+
+    async def runs():
+        async with get_client() as client:
+            found = await client.read_flow_runs(flow_filter=FlowFilter(name=FlowFilterName(any_=["shadow-score"])))
+        return [r.parameters for r in found]
+
+    return asyncio.run(runs())
+
+
+def test_a_candidate_on_another_base_gets_its_own_key_never_the_production_one(
+        prefect_server, shadow_env, db, monkeypatch):
+    production_key = "sk-production-key-4242"
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_API_KEY", production_key)
+    insert_traces(db, _traces({"a": (1, 1, 1, 1)}))
+    _score_current()
+    production_calls = shadow_env.calls()
+    from judgeflow.cli import app
+
+    with JudgeServer(fraction_responder({"judge-a": 0.0, "judge-b": 0.0})) as candidate:
+        args = ["shadow", "--judge-model", "openai/judge-b", "--judge-api-base", candidate.url, "--metric",
+                "toxicity", "--since", "2d", "--yes"]
+        # another base and no key of its own: refused before anything is sent
+        refused = CliRunner().invoke(app, args)
+        assert refused.exit_code == 2, refused.output
+        assert "needs its own key" in refused.output and "--judge-api-key" in refused.output
+        assert candidate.calls() == 0
+
+        result = CliRunner().invoke(app, [*args, "--judge-api-key", "candidate-key-777"])
+        assert result.exit_code == 0, result.output
+        assert candidate.calls() > 0
+        sent = {r.headers.get("Authorization") or r.headers.get("authorization") for r in candidate.requests}
+        assert sent == {"Bearer candidate-key-777"}
+        assert shadow_env.calls() == production_calls  # the production judge was not asked either
+
+        # the same through the environment, the flow called directly (as a deployment's run would be)
+        monkeypatch.setenv("JUDGEFLOW_SHADOW_JUDGE_API_BASE", candidate.url)
+        monkeypatch.setenv("JUDGEFLOW_SHADOW_JUDGE_API_KEY", "candidate-key-888")
+        before = candidate.calls()
+        shadow_score(since=datetime.now(timezone.utc) - timedelta(days=2), judge_model="openai/judge-b",
+                     metrics=["toxicity"], segment_by="app", seed="env")
+        assert candidate.calls() > before
+        sent = {r.headers.get("Authorization") or r.headers.get("authorization") for r in candidate.requests[before:]}
+        assert sent == {"Bearer candidate-key-888"}
+    assert all(production_key not in str(r.headers) for r in candidate.requests)
+
+    # neither the candidate's base nor a key is a parameter Prefect stores
+    stored = _shadow_flow_parameters()
+    assert stored and all("judge_model" in p for p in stored)
+    for parameters in stored:
+        text = str(parameters)
+        assert candidate.url not in text and str(candidate.port) not in text and "candidate-key" not in text
+
+
+def test_the_production_key_goes_only_to_the_production_endpoint(shadow_env, monkeypatch):
+    from judgeflow.errors import ConfigError
+    from judgeflow.settings import load_settings
+    from judgeflow.shadow.plan import candidate_settings
+
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_API_KEY", "sk-production-key-4242")
+    same = candidate_settings(load_settings(), "openai/judge-b")
+    assert same.judge_api_key.get_secret_value() == "sk-production-key-4242"  # same base: same account
+    assert same.judge_api_base.get_secret_value() == shadow_env.url
+    monkeypatch.setenv("JUDGEFLOW_SHADOW_JUDGE_API_BASE", "http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigError, match="needs its own key"):
+        candidate_settings(load_settings(), "openai/judge-b")
+    # no base at all, another provider: the production key is not handed to it (litellm uses that provider's own)
+    monkeypatch.delenv("JUDGEFLOW_SHADOW_JUDGE_API_BASE")
+    monkeypatch.delenv("JUDGEFLOW_JUDGE_API_BASE")
+    other = candidate_settings(load_settings(), "anthropic/claude-candidate")
+    assert other.judge_api_key is None and other.judge_api_base is None

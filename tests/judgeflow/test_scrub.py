@@ -117,3 +117,24 @@ def test_a_database_role_name_is_not_masked_but_its_password_is():
     assert "db-p4ssw0rd" in registered()
     assert "judgeflow" not in registered()
     assert scrub("judgeflow backfill --rescore, password db-p4ssw0rd") == "judgeflow backfill --rescore, password ***"
+
+
+def test_a_secret_urls_path_and_its_token_segments_are_masked_its_words_stay():
+    url = "https://hooks.slack.com/services/T0PATH1A/B0PATH2B/pathTokenAbcdefGhijklMnop"
+    register_settings(Settings(_env_file=None, alert_slack_webhook_url=url))
+    echoed = "404 no such hook: /services/T0PATH1A/B0PATH2B/pathTokenAbcdefGhijklMnop; try again"
+    assert scrub(echoed) == "404 no such hook: ***; try again"
+    alone = scrub("unknown team T0PATH1A, token pathTokenAbcdefGhijklMnop, see /services")
+    assert alone == "unknown team ***, token ***, see /services"
+
+
+def test_an_extra_urls_path_is_masked_too():
+    url = "https://example.test/hooks/abc123XYZ/deliver"
+    assert scrub("HTTP 404: no route /hooks/abc123XYZ/deliver", (url,)) == "HTTP 404: no route ***"
+    assert scrub("segment abc123XYZ", (url,)) == "segment ***"
+    assert scrub("see /hooks and deliver", (url,)) == "see /hooks and deliver"
+
+
+def test_a_secret_url_whose_path_is_plain_words_leaves_those_words_readable():
+    register_settings(Settings(_env_file=None, alert_webhook_url="https://alerts.example.com/judgeflow"))
+    assert scrub("home is /home/judgeflow/.judgeflow") == "home is /home/judgeflow/.judgeflow"

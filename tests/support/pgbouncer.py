@@ -62,7 +62,8 @@ class PgBouncer:
 
     def start(self, timeout_s: float = 30.0) -> "PgBouncer":
         binary = find_pgbouncer()
-        (self.base / "userlist.txt").write_text('"judgeflow" ""\n')
+        # clients are trusted; the password is what PgBouncer logs in to the server with (scram)
+        (self.base / "userlist.txt").write_text(f'"judgeflow" "{self.server.password()}"\n')
         (self.base / "pgbouncer.ini").write_text(
             f"""[databases]
 * = host=127.0.0.1 port={self.server.port}

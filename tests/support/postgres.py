@@ -20,6 +20,9 @@ def start_test_server() -> EmbeddedPostgres:
     base = Path(tempfile.mkdtemp(prefix=f"judgeflow-test-pg-{os.getpid()}-"))
     server = EmbeddedPostgres(base)
     server.start()
+    # the cluster asks for its password (scram): libpq, and so every URL and conninfo
+    # the suite writes without one, finds it here, in this process and its children
+    os.environ["PGPASSFILE"] = str(server.password_file)
     return server
 
 

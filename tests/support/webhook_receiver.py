@@ -9,7 +9,9 @@ scripted statuses::
 
 A script entry is a status code, or ``(delay_s, status)`` to answer late
 (the client's timeout usually fires first); ``default`` is either too, and may
-be changed while the receiver runs (a receiver that recovers).
+be changed while the receiver runs (a receiver that recovers). A 404 echoes the
+path it was asked for in its body, as many servers do (a Slack-style URL's
+path holds its token).
 
 With ``secret``, every request is checked the way docs/alerts.md tells
 receivers to: by the ``verify`` function of its "Verifying the signature"
@@ -81,7 +83,10 @@ class WebhookReceiver:
                     )
                 if delay:
                     time.sleep(delay)
-                payload = b'{"ok": true}' if status < 400 else b'{"error": "scripted failure"}'
+                if status == 404:  # as many servers do: the path it was asked for, echoed
+                    payload = json.dumps({"error": f"no such hook: {self.path}"}).encode()
+                else:
+                    payload = b'{"ok": true}' if status < 400 else b'{"error": "scripted failure"}'
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", "application/json")
@@ -102,8 +107,12 @@ class WebhookReceiver:
 
     @property
     def url(self) -> str:
+        return self.url_for("/hook")
+
+    def url_for(self, path: str) -> str:
+        """This receiver's URL with another path (e.g. a Slack-style one holding a token)."""
         host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/hook"
+        return f"http://{host}:{port}{path}"
 
     def ids(self) -> list[str | None]:
         """The X-Judgeflow-Delivery header of every request, in order."""

@@ -7,7 +7,10 @@ from sqlalchemy import text
 from judgeflow.db.schema import SCHEMA, metadata
 
 connection = context.config.attributes["connection"]
-connection.execute(text(f'CREATE SCHEMA IF NOT EXISTS "{SCHEMA}"'))
+# only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the
+# schema is there, which a least-privilege role that owns the schema has not (docker/postgres/roles.sql)
+if connection.execute(text("SELECT 1 FROM pg_namespace WHERE nspname = :name"), {"name": SCHEMA}).first() is None:
+    connection.execute(text(f'CREATE SCHEMA "{SCHEMA}"'))
 context.configure(
     connection=connection,
     target_metadata=metadata,
