@@ -31,8 +31,8 @@ from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.run_progress import stop_requested
 from judgeflow.settings import Settings, run_settings
+from judgeflow.db.leases import LeaseKeeper
 from judgeflow.tasks.claims import (
-    LeaseKeeper,
     advance_watermark,
     claim_traces,
     count_left_to_other_runs,

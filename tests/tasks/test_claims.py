@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from judgeflow.db import migrate
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from judgeflow.settings import load_settings
-from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs
+from judgeflow.db.leases import LeaseKeeper
+from judgeflow.tasks.claims import claim_traces, count_left_to_other_runs
 from judgeflow.tasks.scoring import CLAIM_LOST, DONE_EXISTS, store_outcomes
 from tests.support.traces import insert_traces, results, scripted_trace
 
@@ -174,7 +175,7 @@ def _run_lock(db, key: int):
 
 
 def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings, db, judge_server):
-    from judgeflow.tasks.claims import still_owned
+    from judgeflow.db.leases import still_owned
     from judgeflow.tasks.work import TraceWork
 
     _claim(settings, "run-a:1", 31, n=3)  # tr-0000..2 by a run whose lock is gone
@@ -188,7 +189,7 @@ def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings
 
 
 def _still_judged_only_what_it_holds(settings, db, judge_server, work):
-    from judgeflow.tasks.claims import still_owned
+    from judgeflow.db.leases import still_owned
     from judgeflow.tasks.scoring import score_and_store, score_batch
 
     assert still_owned(settings, "run-a:1", work) == {("tr-0002", "toxicity")}
@@ -269,7 +270,7 @@ def test_a_run_whose_lock_connection_is_killed_takes_it_back_in_seconds_and_skip
     import time
 
     from judgeflow.db.pooling import DIRECT, SESSION
-    from judgeflow.tasks.claims import VERIFY_INTERVAL_S, claims_at_risk, still_owned
+    from judgeflow.db.leases import VERIFY_INTERVAL_S, claims_at_risk, still_owned
     from judgeflow.tasks.scoring import score_batch
 
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", _through(request, database_url, mode))
