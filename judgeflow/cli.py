@@ -143,7 +143,7 @@ def score(
     _use_prefect(settings)
     summary = _watched("score", settings, lambda: score_new_traces(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
-        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
+        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
         retry_failed=retry_failed,
     ))
@@ -285,7 +285,7 @@ def backfill(
     _use_prefect(settings)
     summary = _watched("backfill", settings, lambda: backfill_traces(
         since=start, until=end, rescore=rescore, batch_size=batch_size, max_concurrency=max_concurrency,
-        fanout=fanout, judge_processes=judge_processes, budget_usd=budget_usd))
+        judge_processes=judge_processes, budget_usd=budget_usd))
     typer.echo(summary.markdown())
     _exit_if_stopped(summary)
 
