@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 from datetime import datetime
 
 from prefect import task
@@ -112,79 +113,61 @@ def _release(settings: Settings, owner: str, pairs: list[tuple[str, str]]) -> No
             )
 
 
-@task(name="claim-traces", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=[2, 5])
-def claim_traces(
-    settings: Settings,
-    owner: str,
-    metrics: list[str],
-    batch_size: int,
-    cursor: Cursor | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    sample_rate: float = 1.0,
-    rescore_before: datetime | None = None,
-    settle_delay_s: float = 0.0,
-    owner_key: int | None = None,
-    run_started: datetime | None = None,
-    max_failed_runs: int | None = None,
-    plan: ReadPlan | None = None,
-) -> ClaimedBatch:
-    """Claim up to ``batch_size`` pending (trace, metric) pairs after ``cursor``,
-    oldest first, and return them with their trace content. ``owner_key`` is
-    the key of the run lock ``owner`` holds (:class:`judgeflow.db.leases.LeaseKeeper`); without
-    one the claims live by their lease alone. ``plan``: where the run reads
-    (:func:`plan_source_reads`); None reads the whole source.
+@dataclass
+class _Reads:
+    """Where a claim reads its candidate keys: its phase ("retry": failed pairs
+    older than the plan's window, from eval_results; "window": the source's
+    keys), the key after which it reads, and what it filters on."""
 
-    Keys (id and time) are read from the source a page at a time and their
-    pairs claimed on judgeflow's database by primary key; then the claimed
-    traces are read by key (judgeflow/db/trace_source.py: a row that cannot be
-    read becomes a failed ``invalid_trace`` result, the others are scored).
-    With a plan that has a window, failed pairs older than it come first
-    (phase "retry", from eval_results), then the window's keys."""
-    done = Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before)
-    n_keys = max(1, math.ceil(batch_size / max(len(metrics), 1)))
-    page = max(4 * n_keys, KEY_PAGE_MIN)
-    source = trace_source(settings)
-    lo = plan.lo if plan is not None else None
-    phase = cursor.phase if cursor is not None else ("retry" if lo is not None else "window")
-    after = (cursor.created_at, cursor.trace_id) if cursor is not None else None
-    try:
-        while True:
-            if phase == "retry":
-                with engine_for(settings).connect() as conn:
-                    keys = failed_keys(conn, metrics, before=lo, done=done, sample_rate=sample_rate, after=after,
-                                       limit=page)
-            else:
-                f = KeyFilter(lo=lo, since=since, until=until, settle_delay_s=settle_delay_s,
-                              sample_rate=sample_rate, after=after)
-                sql, params = source.keys_sql(f)
-                with source_engine(settings).connect() as conn:
-                    keys = [TraceKey(i, at) for i, at in conn.execute(text(sql), {**params, "limit": page}).all()]
-            if not keys:
-                if phase == "retry":
-                    phase, after = "window", None
-                    continue
-                return ClaimedBatch(items=[], cursor=None)
+    phase: str
+    after: tuple[datetime, str] | None
+    key_filter: dict
+    done: Done
+    lo: datetime | None
+    page: int
+
+
+def _candidate_keys(settings: Settings, metrics: list[str], reads: _Reads) -> list[TraceKey]:
+    """The next page of keys of the current phase."""
+    if reads.phase == "retry":
+        with engine_for(settings).connect() as conn:
+            return failed_keys(conn, metrics, before=reads.lo, done=reads.done,
+                               sample_rate=reads.key_filter["sample_rate"], after=reads.after, limit=reads.page)
+    sql, params = trace_source(settings).keys_sql(KeyFilter(lo=reads.lo, after=reads.after, **reads.key_filter))
+    with source_engine(settings).connect() as conn:
+        return [TraceKey(i, at) for i, at in conn.execute(text(sql), {**params, "limit": reads.page}).all()]
+
+
+def _claim_next(settings: Settings, owner: str, metrics: list[str], reads: _Reads, n_keys: int,
+                owner_key: int | None) -> tuple[list[TraceKey], list] | None:
+    """Claim on the keys after ``reads.after`` until some are claimed: (the
+    keys, the claim results), or None once both phases are read to their end.
+    Moves ``reads`` along."""
+    while True:
+        keys = _candidate_keys(settings, metrics, reads)
+        if keys:
             # autocommit, one statement: a process frozen between a statement and
             # its COMMIT would hold the new claims' row locks, and another run
             # trying to take them over would wait on it for as long as it is frozen
             with engine_for(settings).connect() as conn:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-                claimed, whole = claim_keys(
-                    conn, keys, metrics, n_keys=n_keys, done=done, owner=owner, owner_key=owner_key,
-                    lease_s=settings.lease_timeout_s,
-                )
+                claimed, whole = claim_keys(conn, keys, metrics, n_keys=n_keys, done=reads.done, owner=owner,
+                                            owner_key=owner_key, lease_s=settings.lease_timeout_s)
             last = keys[-1] if whole else keys[max(index for index, _, _ in claimed)]
-            after = (last.created_at, last.id)
+            reads.after = (last.created_at, last.id)
             if claimed:
-                break
-            if len(keys) < page:  # this phase is read to its end
-                if phase == "retry":
-                    phase, after = "window", None
-                    continue
-                return ClaimedBatch(items=[], cursor=None)
-    except DBAPIError as exc:
-        raise DatabaseError(f"could not claim traces: {type(exc.orig).__name__}: {exc.orig}") from None
+                return keys, claimed
+            if len(keys) == reads.page:  # more of this phase to read
+                continue
+        if reads.phase != "retry":
+            return None
+        reads.phase, reads.after = "window", None
+
+
+def _with_bodies(settings: Settings, owner: str, keys: list[TraceKey], claimed: list) -> list[TraceWork]:
+    """The claimed pairs as work, their traces read by key; claims whose trace
+    is gone are given back, and all of them if the read itself fails."""
+    source = trace_source(settings)
     mine = [(keys[index].id, metric) for index, metric, is_mine in claimed if is_mine]
     wanted = list(dict.fromkeys(keys[index] for index, _, is_mine in claimed if is_mine))
     try:
@@ -205,8 +188,56 @@ def claim_traces(
     if gone:
         log.info("%d claimed pair(s) whose trace %s no longer shows were given back", len(gone), source.display)
         _release(settings, owner, gone)
+    return items
+
+
+@task(name="claim-traces", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=[2, 5])
+def claim_traces(
+    settings: Settings,
+    owner: str,
+    metrics: list[str],
+    batch_size: int,
+    cursor: Cursor | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    sample_rate: float = 1.0,
+    rescore_before: datetime | None = None,
+    settle_delay_s: float = 0.0,
+    owner_key: int | None = None,
+    run_started: datetime | None = None,
+    max_failed_runs: int | None = None,
+    plan: ReadPlan | None = None,
+) -> ClaimedBatch:
+    """Claim up to ``batch_size`` pending (trace, metric) pairs after ``cursor``,
+    oldest first, and return them with their trace content. ``owner_key`` is
+    the key of the run lock ``owner`` holds (:class:`judgeflow.db.leases.LeaseKeeper`);
+    without one the claims live by their lease alone. ``plan``: where the run
+    reads (:func:`plan_source_reads`); None reads the whole source.
+
+    Keys (id and time) are read from the source a page at a time and their
+    pairs claimed on judgeflow's database by primary key; then the claimed
+    traces are read by key (judgeflow/db/trace_source.py: a row that cannot be
+    read becomes a failed ``invalid_trace`` result, the others are scored).
+    With a plan that has a window, failed pairs older than it come first
+    (phase "retry", from eval_results), then the window's keys."""
+    n_keys = max(1, math.ceil(batch_size / max(len(metrics), 1)))
+    lo = plan.lo if plan is not None else None
+    reads = _Reads(
+        phase=cursor.phase if cursor is not None else ("retry" if lo is not None else "window"),
+        after=(cursor.created_at, cursor.trace_id) if cursor is not None else None,
+        key_filter=dict(since=since, until=until, settle_delay_s=settle_delay_s, sample_rate=sample_rate),
+        done=Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before),
+        lo=lo, page=max(4 * n_keys, KEY_PAGE_MIN),
+    )
+    try:
+        found = _claim_next(settings, owner, metrics, reads, n_keys, owner_key)
+    except DBAPIError as exc:
+        raise DatabaseError(f"could not claim traces: {type(exc.orig).__name__}: {exc.orig}") from None
+    if found is None:
+        return ClaimedBatch(items=[], cursor=None)
+    items = _with_bodies(settings, owner, *found)
     return ClaimedBatch(
-        items=items, cursor=Cursor(created_at=after[0], trace_id=after[1], metric="", phase=phase)
+        items=items, cursor=Cursor(created_at=reads.after[0], trace_id=reads.after[1], metric="", phase=reads.phase)
     )
 
 

@@ -18,6 +18,7 @@ from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from judgeflow.db.pooling import TRANSACTION
 from judgeflow.settings import load_settings
 from judgeflow.tasks.claims import claim_traces
+from tests.support.pgbouncer import warm_pool
 from tests.support.traces import insert_traces, scripted_trace
 
 
@@ -91,21 +92,6 @@ def test_the_pool_mode_setting_is_obeyed_without_a_probe(traces, db, monkeypatch
     assert line.startswith(f"[ok] connection: {TRANSACTION} (JUDGEFLOW_POOL_MODE=transaction)")
 
 
-def _warm(url: str, servers: int) -> None:
-    """Leave ``servers`` idle server connections in the pooler's pool."""
-    engine = sa.create_engine(url, connect_args={"prepare_threshold": None})
-    try:
-        conns = [engine.connect() for _ in range(servers)]
-        for conn in conns:
-            conn.begin()
-            conn.execute(sa.text("SELECT 1"))
-        for conn in conns:
-            conn.commit()
-            conn.close()
-    finally:
-        engine.dispose()
-
-
 def test_a_run_lock_found_on_another_backend_turns_the_run_to_leases_and_unlocks_nothing_there(
     traces, db, database_url, monkeypatch, pgbouncer_round_robin
 ):
@@ -114,7 +100,7 @@ def test_a_run_lock_found_on_another_backend_turns_the_run_to_leases_and_unlocks
     backend at its next check: it holds its claims by lease from then on, and
     its lock goes when the pooler closes that server connection."""
     url = pgbouncer_round_robin.url(make_url(database_url).database)
-    _warm(url, 3)
+    warm_pool(url, 3)
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", url)
     monkeypatch.setenv("JUDGEFLOW_POOL_MODE", "session")
     monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "30")
@@ -140,7 +126,7 @@ def test_behind_a_round_robin_transaction_pool_a_run_takes_no_lock_and_leaves_no
     traces, db, database_url, monkeypatch, pgbouncer_round_robin
 ):
     url = pgbouncer_round_robin.url(make_url(database_url).database)
-    _warm(url, 3)
+    warm_pool(url, 3)
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", url)
     settings = load_settings()
     seen_locks: list[int] = []

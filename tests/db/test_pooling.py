@@ -40,11 +40,11 @@ def test_a_transaction_pool_that_hands_out_idle_server_connections_in_turn_is_to
 ):
     """server_round_robin = 1 with idle server connections in the pool: a single other client gets
     another idle one and the probing client its own again, as in a session pool."""
-    from tests.db.test_leases import _warm
+    from tests.support.pgbouncer import warm_pool
 
     url = pgbouncer_round_robin.url(make_url(database_url).database)
     for idle in (1, 2, 3, 5):
-        _warm(url, idle)
+        warm_pool(url, idle)
         assert [detect_pooling_at(url).mode for _ in range(3)] == [TRANSACTION] * 3, f"{idle} idle"
 
 

@@ -127,3 +127,20 @@ pidfile = {self.base}/pgbouncer.pid
                 self._proc.kill()
                 self._proc.wait(timeout=10)
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def warm_pool(url: str, servers: int) -> None:
+    """Leave ``servers`` idle server connections in the pool of the PgBouncer at ``url``."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, connect_args={"prepare_threshold": None})
+    try:
+        conns = [engine.connect() for _ in range(servers)]
+        for conn in conns:
+            conn.begin()
+            conn.execute(sa.text("SELECT 1"))  # each holds a server connection of its own meanwhile
+        for conn in conns:
+            conn.commit()
+            conn.close()
+    finally:
+        engine.dispose()
