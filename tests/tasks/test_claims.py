@@ -1,7 +1,7 @@
 """Claims, run liveness and late results against a real PostgreSQL: a claim
 whose run is gone is taken over at once, a live run's claims are not, a run
 that lost a claim cannot write over the result, and claims go back only after
-the run's in-flight work has settled."""
+the run's in-flight work has finished."""
 
 from __future__ import annotations
 
@@ -134,13 +134,13 @@ def test_only_the_claims_owner_writes_and_a_late_result_is_recorded_as_supersede
     assert "tr-0001" not in _claims(db)
 
 
-def test_claims_are_released_only_after_the_in_flight_work_settled(settings, db):
+def test_claims_are_released_only_after_the_in_flight_work_finished(settings, db):
     seen: list[dict] = []
     with pytest.raises(RuntimeError):
         with LeaseKeeper(settings, "run-a:1", before_release=lambda: seen.append(_claims(db))) as keeper:
             _claim(settings, "run-a:1", keeper.owner_key)
             raise RuntimeError("collecting a result failed")
-    assert seen == [{f"tr-{i:04d}": "run-a:1" for i in range(5)}], "claims were gone before the work settled"
+    assert seen == [{f"tr-{i:04d}": "run-a:1" for i in range(5)}], "claims were gone before the work finished"
     assert _claims(db) == {}
 
     def run_locks() -> int:
