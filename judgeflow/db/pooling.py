@@ -172,13 +172,14 @@ def detect_pooling(engine: Engine) -> Pooling:
         first = _pid(a)
         seen = a.execute(text("SELECT host(inet_client_addr()), inet_client_port()")).one()
         ours = _local_endpoint(a)
+        if ours is not None and seen[1] == ours[1] and seen[0] == ours[0]:
+            # conclusive without holders: a pooler's server connection has a socket of its own
+            return Pooling(DIRECT, f"the server sees this client's own address {ours[0]}:{ours[1]}")
         evidence = _changed_hands(engine, a, first)
     if evidence is not None:
         return Pooling(TRANSACTION, evidence)
     if seen[1] is None and ours is None:
         return Pooling(DIRECT, "a Unix socket, one backend per client connection")
-    if ours is not None and seen[1] == ours[1] and seen[0] == ours[0]:
-        return Pooling(DIRECT, f"the server sees this client's own address {ours[0]}:{ours[1]}")
     where = "a Unix socket" if seen[1] is None else f"{seen[0]}:{seen[1]}"
     mine = "a Unix socket" if ours is None else f"{ours[0]}:{ours[1]}"
     return Pooling(SESSION, f"the server sees {where}, not this client's {mine}, and each client connection keeps "
