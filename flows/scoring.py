@@ -109,7 +109,7 @@ class _Run:
     filters: dict[str, Any]  # what the run claims and counts, with its read plan
     pending: int = 0
     unusable: Any = None  # the future of the unusable rows' count
-    epochs: list = None  # judge epochs the run started
+    epochs: list | None = None  # judge epochs the run started
 
 
 def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, until, sample_rate: float,
