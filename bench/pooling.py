@@ -93,7 +93,7 @@ def _row(work) -> dict:
 def lost_lock(stack: Stack, url: str, direct_url: str, repeats: int) -> list[float]:
     """Seconds from the kill of the run's lock backend to the lock held again."""
     from judgeflow.db.pending import RUN_LOCK_NAMESPACE
-    from judgeflow.tasks.claims import LeaseKeeper
+    from judgeflow.db.leases import LeaseKeeper
 
     admin = create_engine(direct_url)
     held_sql = text(

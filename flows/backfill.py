@@ -6,7 +6,7 @@ from datetime import datetime
 
 from prefect import flow
 
-from judgeflow.flows.scoring import MAX_THREADS, Fanout, score_traces
+from judgeflow.flows.scoring import MAX_THREADS, score_traces
 from judgeflow.entry import run_settings
 from judgeflow.tasks.reporting import RunSummary
 from judgeflow.tasks.work import METRIC_NAMES
@@ -26,7 +26,6 @@ def backfill_traces(
     batch_size: int | None = None,
     metrics: list[str] = list(METRIC_NAMES),
     max_concurrency: int | None = None,
-    fanout: Fanout = "batch",
     judge_processes: int | None = None,
     budget_usd: float | None = None,
 ) -> RunSummary:
@@ -36,9 +35,9 @@ def backfill_traces(
     ``max_concurrency``; ``JUDGEFLOW_RUN_BUDGET_USD``).
     Pairs the nightly run gave up on (``JUDGEFLOW_MAX_RUNS_PER_PAIR``) are retried."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
-                            run_budget_usd=budget_usd)
+                             run_budget_usd=budget_usd)
     return score_traces(
         settings, batch_size=batch_size, limit=None, since=since, until=until,
-        sample_rate=1.0, metrics=list(metrics), rescore=rescore, fanout=fanout,
+        sample_rate=1.0, metrics=list(metrics), rescore=rescore,
         retry_failed=True,  # asked for by a person: pairs given up on get another go
     )

@@ -1,48 +1,51 @@
-"""The scoring flow: claim new traces in batches, fan each batch out to one
-task that scores its (trace, metric) pairs concurrently, each retried and
-failing alone (or, with ``fanout="pair"``, each pair to its own retrying
-task), write results as they arrive, report, evaluate alerts. Claiming continues while earlier work is scored, so the
-judge never waits for the database.
+"""The scoring flow: claim new traces in batches, hand each batch to one task
+that scores its (trace, metric) pairs concurrently (each retried and failing
+alone), write results as they arrive, report, evaluate alerts. Claiming
+continues while earlier batches are scored, so the judge never waits for the
+database.
 
-Flows only wire: every database read/write and judge call happens in a task.
-Settings are read here, at the entry point, and passed down; flow parameters
-carry only non-secret run configuration.
+Flows only wire: every database read/write and judge call happens in a task,
+and which batch goes when is :class:`judgeflow.run_schedule.RunSchedule`'s
+decision. The settings come from the entry point that started the run
+(:mod:`judgeflow.entry`), or are built here when the flow run is its own entry
+point (a deployment); flow parameters carry only non-secret run configuration.
 """
 
 from __future__ import annotations
 
-import math
-from concurrent.futures import CancelledError
+import functools
 import time
 import uuid
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Any
 
 from prefect import flow, get_run_logger
-from prefect.futures import as_completed
+from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from judgeflow.budget import Reservation, RunBudget
+from judgeflow.budget import RunBudget
+from judgeflow.db.leases import LeaseKeeper
 from judgeflow.db.trace_source import trace_source
 from judgeflow.db.unusable import describe as describe_unusable
+from judgeflow.entry import run_settings
 from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
-from judgeflow.run_progress import stop_requested
-from judgeflow.entry import run_settings
+from judgeflow.run_schedule import BUDGET, DEADLINE, STOPPED, Bounds, RunSchedule, default_batch_size, window_for
 from judgeflow.settings import Settings
+from judgeflow.tasks import reuse
 from judgeflow.tasks.claims import (
-    LeaseKeeper,
     advance_watermark,
     claim_traces,
     count_left_to_other_runs,
     count_pending_work,
     plan_source_reads,
 )
-from judgeflow.tasks import reuse
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.epochs import record_judge_epochs
+from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
 from judgeflow.tasks.reporting import (
     Progress,
     RunSummary,
@@ -50,30 +53,15 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
-from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
-from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
+from judgeflow.tasks.scoring import score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
-from judgeflow.tasks.work import METRIC_NAMES, TraceWork
-
-Fanout = Literal["pair", "batch"]
+from judgeflow.tasks.work import METRIC_NAMES, ClaimedBatch, Cursor
 
 # Hard ceiling on max_concurrency (pairs scored at once per process); only
 # guards against a misconfigured parameter.
 MAX_THREADS = 128
 
-# A batch's default size, per judge call allowed in flight (and its floor).
-# The run keeps 2 + ceil(max_concurrency / batch_size) batches in flight; at
-# 8 pairs per slot they hold enough ready judge calls to keep every slot busy
-# while the oldest batch finishes its tail, and a run of thousands of traces
-# costs a few dozen Prefect task runs rather than hundreds (docs/benchmark.md).
-PAIRS_PER_SLOT = 8
-MIN_BATCH_SIZE = 100
-
-
-def default_batch_size(max_concurrency: int) -> int:
-    """The batch size a run uses unless given one: ``PAIRS_PER_SLOT`` pairs per
-    judge call in flight, at least ``MIN_BATCH_SIZE`` (100 at the default 8 in flight)."""
-    return max(MIN_BATCH_SIZE, PAIRS_PER_SLOT * max_concurrency)
+__all__ = ["MAX_THREADS", "default_batch_size", "score_new_traces", "score_traces"]
 
 
 def _run_name() -> str:
@@ -84,28 +72,97 @@ def _retry_delays(settings: Settings) -> list[float]:
     return [settings.task_retry_delay_s * 2**i for i in range(settings.task_retries)]
 
 
-def settle(running: list) -> None:
-    """Cancel submitted tasks that have not started and wait for the rest."""
-    for future in running:
-        future.wrapped_future.cancel()  # only succeeds for a task still queued
-    for future in running:
-        try:
-            future.wait()
-        except (Exception, CancelledError):  # cancelled, or failed: either way it no longer runs
-            pass
+def _checked_batch_size(settings: Settings, metrics: list[str], sample_rate: float, batch_size: int | None) -> int:
+    """The run's batch size, once its arguments are known to be usable."""
+    for metric in metrics:
+        if metric not in METRIC_NAMES:
+            raise ConfigError(f"unknown metric {metric!r}; choose from {', '.join(METRIC_NAMES)}")
+    if not 0.0 < sample_rate <= 1.0:
+        raise ConfigError("sample_rate must be in (0, 1]")
+    if settings.max_concurrency > MAX_THREADS:
+        raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
+    if batch_size is None:
+        batch_size = default_batch_size(settings.max_concurrency)
+    if batch_size < 1:
+        raise ConfigError("batch_size must be at least 1")
+    return batch_size
+
+
+def _run_budget(settings: Settings) -> RunBudget | None:
+    if settings.run_budget_usd is None:
+        return None
+    prices = require_prices(settings, why=f"a run budget of ${settings.run_budget_usd:g} is set")
+    return RunBudget(settings.run_budget_usd, prices, max_field_chars=settings.max_field_chars)
+
+
+@dataclass
+class _Run:
+    """What a run knows about itself from its start: who it is, what it reads and what it found."""
+
+    settings: Settings
+    metrics: list[str]
+    run_id: str
+    owner: str  # the claims' owner: the flow run, and this process's attempt at it
+    started: float  # time.monotonic()
+    deadline: float  # the time budget, as time.time(): tasks compare against it too
+    rescore_before: datetime | None
+    filters: dict[str, Any]  # what the run claims and counts, with its read plan
+    pending: int = 0
+    unusable: Any = None  # the future of the unusable rows' count
+    epochs: list | None = None  # judge epochs the run started
+
+
+def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, until, sample_rate: float,
+           rescore: bool, retry_failed: bool) -> _Run:
+    run_id = str(flow_run.get_id() or uuid.uuid4())
+    run_started = datetime.now(timezone.utc)
+    # run_started: a pair this run has written is done for this run whatever
+    # its status, so a second copy of a duplicate id never gets a second go
+    filters = dict(
+        since=since, until=until, sample_rate=sample_rate, rescore_before=run_started if rescore else None,
+        settle_delay_s=settings.settle_delay_s, run_started=run_started,
+        max_failed_runs=None if retry_failed else settings.max_runs_per_pair,
+    )
+    run = _Run(settings, metrics, run_id, f"{run_id}:{uuid.uuid4().hex[:8]}", time.monotonic(),
+               time.time() + settings.max_run_duration_s, filters["rescore_before"], filters)
+    ensure_schema(settings)
+    filters["plan"] = plan = plan_source_reads(
+        settings, metrics, sample_rate=sample_rate, ranged=since is not None or until is not None or rescore)
+    # a report for the summary, not a precondition: counted while the run starts
+    # scoring, over the rows the run reads (all of them when it has no window)
+    window_start = plan.lo if plan.lo is not None else since
+    run.unusable = count_unusable_rows.submit(settings, window_start, window_start is None)
+    run.pending = count_pending_work(settings, metrics, limit=limit, **filters)
+    return run
+
+
+def _summary(run: _Run, totals: SummaryBuilder, left: dict[str, int] | None, extra_notes: list[str] = ()
+             ) -> RunSummary:
+    summary = totals.build(duration_s=time.monotonic() - run.started, flow_run_id=run.run_id,
+                           pending_at_start=run.pending, left_to_other_runs=left)
+    unusable = run.unusable.result()  # never raises: None when the rows could not be counted
+    source = trace_source(run.settings)
+    notes = [] if unusable is None else describe_unusable(source, unusable)
+    if unusable is None:
+        notes.append("unusable source rows (NULL id / created_at, duplicate ids) could not be counted; "
+                     "see the run log and `judgeflow db check`")
+    return summary.model_copy(update={
+        "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*notes, *extra_notes],
+        "judge_epochs": run.epochs or [],
+    })
 
 
 @contextmanager
-def _summary_if_stopped(summarise, drain):
+def _summary_if_stopped(run: _Run, totals: SummaryBuilder, schedule: RunSchedule):
     """A run stopped by an infrastructure failure (the database gone for
     longer than the retries ride out) lets the work in flight finish, says
     what it did and what it left, then fails."""
     try:
         yield
     except Exception as error:
-        drain()
-        summary = summarise([f"the run stopped early ({type(error).__name__}: {error}); "
-                             "pairs it did not score are left for the next run"])
+        schedule.drain()
+        summary = _summary(run, totals, {}, [f"the run stopped early ({type(error).__name__}: {error}); "
+                                             "pairs it did not score are left for the next run"])
         try:
             publish_run_summary(summary)
         except Exception as publish_error:
@@ -113,246 +170,97 @@ def _summary_if_stopped(summarise, drain):
         raise
 
 
-def score_traces(
-    settings: Settings,
-    *,
-    batch_size: int | None,
-    limit: int | None,
-    since: datetime | None,
-    until: datetime | None,
-    sample_rate: float,
-    metrics: list[str],
-    rescore: bool,
-    fanout: Fanout = "batch",
-    retry_failed: bool = False,
-) -> RunSummary:
-    """The body shared by the nightly and the backfill flows.
+def _claim(run: _Run, keeper: LeaseKeeper, room: int, cursor: Cursor | None) -> ClaimedBatch:
+    """The run's next batch, claimed under the keeper's current run lock key."""
+    return claim_traces(run.settings, run.owner, run.metrics, room, cursor=cursor, owner_key=keeper.owner_key,
+                        **run.filters)
 
-    ``fanout="batch"`` (the default) submits one task per claimed batch whose
-    pairs run concurrently in-process, each retried on the same schedule and
-    failing alone; the task run is named for its trace ids (searchable on the
-    run's Task Runs tab) and publishes a table artifact with a row per pair.
-    ``fanout="pair"`` submits one retrying Prefect task per (trace, metric),
-    named ``<metric>:<trace id>``: a Prefect task run costs milliseconds of
-    client and tens of milliseconds of server CPU, which bounds pair mode to
-    roughly a tenth of batch mode's throughput on a small machine and writes two
-    task runs per trace into Prefect's database (docs/benchmark.md).
 
-    A pair that ended 'failed' in ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given
-    up unless ``retry_failed``."""
-    logger = get_run_logger()
-    for metric in metrics:
-        if metric not in METRIC_NAMES:
-            raise ConfigError(f"unknown metric {metric!r}; choose from {', '.join(METRIC_NAMES)}")
-    if not 0.0 < sample_rate <= 1.0:
-        raise ConfigError("sample_rate must be in (0, 1]")
-    if fanout not in ("pair", "batch"):
-        raise ConfigError(f"fanout must be 'pair' or 'batch', not {fanout!r}")
-    if settings.max_concurrency > MAX_THREADS:
-        raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
-    if batch_size is None:
-        batch_size = default_batch_size(settings.max_concurrency)
-    if batch_size < 1:
-        raise ConfigError("batch_size must be at least 1")
+def _first_done(futures: list[PrefectFuture]) -> PrefectFuture:
+    return next(as_completed(futures))
 
-    budget = None
-    if settings.run_budget_usd is not None:
-        prices = require_prices(settings, why=f"a run budget of ${settings.run_budget_usd:g} is set")
-        budget = RunBudget(settings.run_budget_usd, prices, max_field_chars=settings.max_field_chars)
 
-    started = time.monotonic()
-    # the run's time budget, as wall-clock time: tasks compare against it too
-    deadline = time.time() + settings.max_run_duration_s
-    budget_notes: list[str] = []
-    run_id = str(flow_run.get_id() or uuid.uuid4())
-    owner = f"{run_id}:{uuid.uuid4().hex[:8]}"
-    run_started = datetime.now(timezone.utc)
-    rescore_before = run_started if rescore else None
-    # run_started: a pair this run has written is done for this run whatever
-    # its status, so a second copy of a duplicate id never gets a second go
-    filters = dict(
-        since=since, until=until, sample_rate=sample_rate, rescore_before=rescore_before,
-        settle_delay_s=settings.settle_delay_s, run_started=run_started,
-        max_failed_runs=None if retry_failed else settings.max_runs_per_pair,
+def _cancel(future: PrefectFuture) -> None:
+    future.wrapped_future.cancel()  # only succeeds for a task still queued
+
+
+def _time_budget_spent(settings: Settings, elapsed_s: float) -> str:
+    return (f"time budget spent (JUDGEFLOW_MAX_RUN_DURATION={settings.max_run_duration}, {elapsed_s:.0f}s "
+            "elapsed): no more claims; pairs in flight finish their current judge call, start no new attempt, "
+            "and what is left stays pending for the next run")
+
+
+def _schedule(run: _Run, batch_size: int, limit: int | None, budget: RunBudget | None, totals: SummaryBuilder,
+              progress: Progress) -> RunSchedule:
+    submit = functools.partial(
+        _submit_batch, score_batch, run.settings, run.owner, run.run_id, run.rescore_before,
+        _retry_delays(run.settings), run.deadline, budget,
     )
+    bounds = Bounds(batch_size=batch_size, window=window_for(run.settings.max_concurrency, batch_size), limit=limit,
+                    metrics=len(run.metrics), deadline=run.deadline)
+    return RunSchedule(submit=submit, first_done=_first_done, cancel=_cancel, bounds=bounds, budget=budget,
+                       totals=totals, progress=progress, log=get_run_logger())
 
-    ensure_schema(settings)
-    # where the run reads: from the watermark (minus the look-back), or exactly
-    # its range with --since/--until or re-scoring (judgeflow/db/watermark.py)
-    plan = plan_source_reads(settings, metrics, sample_rate=sample_rate,
-                             ranged=since is not None or until is not None or rescore)
-    filters["plan"] = plan
-    # a report for the summary, not a precondition: counted while the run starts scoring,
-    # over the rows the run reads (all of them when it has no window)
-    window_start = plan.lo if plan.lo is not None else since
-    unusable_counted = count_unusable_rows.submit(settings, window_start, window_start is None)
-    pending = count_pending_work(settings, metrics, limit=limit, **filters)
-    logger.info("%d (trace, metric) pairs pending in %s", pending, trace_source(settings).display)
+
+def _submit_batch(task, settings, owner, run_id, rescore_before, retry_delays, deadline, budget, items, claimed_at):
+    return task.submit(items, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
+                       retry_delays=retry_delays, deadline=deadline, claimed_at=claimed_at, budget=budget)
+
+
+def score_traces(
+    settings: Settings, *, batch_size: int | None, limit: int | None, since: datetime | None,
+    until: datetime | None, sample_rate: float, metrics: list[str], rescore: bool, retry_failed: bool = False,
+) -> RunSummary:
+    """The body shared by the nightly and the backfill flows: one task per
+    claimed batch, whose pairs run concurrently in-process, each retried on
+    the same schedule and failing alone; the task run is named for its trace
+    ids (searchable on the run's Task Runs tab) and publishes a table artifact
+    with a row per pair. A pair that ended 'failed' in
+    ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given up unless ``retry_failed``."""
+    batch_size = _checked_batch_size(settings, metrics, sample_rate, batch_size)
+    budget = _run_budget(settings)
+    run = _start(settings, metrics, limit=limit, since=since, until=until, sample_rate=sample_rate,
+                 rescore=rescore, retry_failed=retry_failed)
+    get_run_logger().info("%d (trace, metric) pairs pending in %s", run.pending, trace_source(settings).display)
     # a new judge model or metric version starts a judge epoch: before the first result is written
-    epochs_started = record_judge_epochs(settings, metrics, flow_run_id=run_id) if pending else []
+    run.epochs = record_judge_epochs(settings, metrics, flow_run_id=run.run_id) if run.pending else []
     # the judge (litellm's import, judge worker processes: seconds) only when
     # there is work for it, built while the first batch is claimed
-    judge_started = start_judge.submit(settings) if pending else None
-    progress = Progress(pending, every=batch_size, flow_run_id=run_id, budget_usd=settings.run_budget_usd)
-    if fanout == "batch":
-        # Batches queued behind the one being scored: enough pairs to keep every
-        # slot busy while the oldest batch finishes its tail, plus one so a batch
-        # held up by a slow pair (a retry, a stall) does not starve the others.
-        window = 2 + math.ceil(settings.max_concurrency / batch_size)
-    else:
-        # one task per pair: never more submitted than judge calls allowed in flight
-        window = settings.max_concurrency
-    pair_scorer = score_and_store.with_options(
-        retries=settings.task_retries, retry_delay_seconds=_retry_delays(settings)
-    )
-
+    judge_started = start_judge.submit(settings) if run.pending else None
     totals = SummaryBuilder()
-    traces_seen: set[str] = set()  # only kept for --limit
-    running: list = []
-    cursor = None
-    batch_no = 0
-
-    reservations: dict[int, Reservation] = {}  # id(future) -> what it holds against the budget
-
-    def collect() -> None:
-        done = next(as_completed(list(running)))  # whichever finishes first
-        running.remove(done)
-        result = done.result()
-        outcomes = result if isinstance(result, list) else [result]
-        totals.add(outcomes)
-        progress.advance(outcomes, batch=batch_no)
-        if budget is not None:
-            budget.settle(reservations.pop(id(done)), outcomes)
-
-    def affordable(work: TraceWork) -> bool:
-        """Whether the budget lets ``work`` start; waits for work in flight
-        (whose estimates become real costs) before saying no."""
-        if budget is None:
-            return True
-        while not budget.fits(work) and running:
-            collect()
-        if not budget.fits(work):
-            budget.exhausted = True
-        return not budget.exhausted
-
-    left: dict[str, int] | None = {}
-    stopped = False
-
-    def summarise(extra_notes: list[str] = ()) -> RunSummary:
-        summary = totals.build(
-            duration_s=time.monotonic() - started, flow_run_id=run_id, pending_at_start=pending,
-            left_to_other_runs=left,
-        )
-        unusable = unusable_counted.result()  # never raises: None when the rows could not be counted
-        notes = [] if unusable is None else describe_unusable(trace_source(settings), unusable)
-        if unusable is None:
-            notes.append("unusable source rows (NULL id / created_at, duplicate ids) could not be counted; "
-                         "see the run log and `judgeflow db check`")
-        return summary.model_copy(update={
-            "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*notes, *extra_notes],
-            "judge_epochs": epochs_started,
-        })
-
-    def drain() -> None:
-        while running:
-            try:
-                collect()
-            except Exception as error:  # already failing: finish the rest, keep the first error
-                logger.warning("a task in flight failed too: %s", error)
-
+    progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id, budget_usd=settings.run_budget_usd)
+    schedule = _schedule(run, batch_size, limit, budget, totals, progress)
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
-    with LeaseKeeper(settings, owner, before_release=lambda: settle(running)) as keeper, \
-            _summary_if_stopped(summarise, drain):
-        while True:
-            if time.time() >= deadline:
-                budget_notes.append(_budget_spent(settings, time.monotonic() - started))
-                logger.warning(budget_notes[-1])
-                break
-            if stop_requested():
-                stopped = True
-                logger.warning("stop requested (Ctrl-C): no more claims; judge calls in flight finish and are "
-                               "stored, pairs not started are given back for the next run")
-                break
-            room = batch_size
-            if limit is not None:
-                # a trace counts once however many of its metrics are pending
-                room = min(room, (limit - len(traces_seen)) * len(metrics))
-                if room <= 0:
-                    break
-            batch = claim_traces(settings, owner, metrics, room, cursor=cursor, owner_key=keeper.owner_key, **filters)
-            claimed_at = time.time()
-            if batch.cursor is None:
-                break
-            cursor = batch.cursor
-            batch_no += 1
-            items: list[TraceWork] = batch.items
-            if limit is not None:
-                # new traces in the batch's (oldest first) order, up to the limit
-                new = [t for t in dict.fromkeys(w.trace_id for w in items) if t not in traces_seen]
-                allowed = set(new[: limit - len(traces_seen)])
-                items = [w for w in items if w.trace_id in allowed or w.trace_id in traces_seen]
-                traces_seen.update(w.trace_id for w in items)
-            # pairs the budget refuses keep their claims until the run ends, when
-            # LeaseKeeper releases every claim the run still holds: they stay pending
-            if items and fanout == "batch":
-                reservation = Reservation()
-                admitted = []
-                for work in items:
-                    if not affordable(work):
-                        break
-                    if budget is not None:
-                        budget.reserve(work, reservation)
-                    admitted.append(work)
-                if admitted:
-                    future = score_batch.submit(
-                        admitted, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                        retry_delays=_retry_delays(settings), deadline=deadline, claimed_at=claimed_at,
-                        budget=budget,
-                    )
-                    running.append(future)
-                    reservations[id(future)] = reservation
-                    progress.show()
-            for work in items if fanout == "pair" else ():
-                while len(running) >= window:
-                    collect()
-                if not affordable(work):
-                    break
-                reservation = Reservation()
-                if budget is not None:
-                    budget.reserve(work, reservation)
-                future = pair_scorer.submit(
-                    work, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                    max_attempts=settings.task_retries + 1, deadline=deadline, budget=budget,
-                )
-                running.append(future)
-                reservations[id(future)] = reservation
-                progress.show()
-            if budget is not None and budget.exhausted:
-                logger.warning(
-                    "run budget $%.4f reached (spent $%.4f, in flight ~$%.4f): no more claims; "
-                    "finishing the work in flight, the rest stays pending",
-                    budget.limit_usd, budget.spent_usd, budget.in_flight_usd,
-                )
-                break
-            while len(running) >= window:
-                collect()
-        # what other live runs hold once this one claims no more: counted while its
-        # last batches finish
-        left_counted = count_left_to_other_runs.submit(settings, owner, metrics, **filters)
-        while running:
-            collect()
+    with LeaseKeeper(settings, run.owner, before_release=schedule.cancel_and_wait) as keeper, \
+            _summary_if_stopped(run, totals, schedule):
+        ended = schedule.run(functools.partial(_claim, run, keeper))
+        # what other live runs hold once this one claims no more: counted while its last batches finish
+        left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, **run.filters)
+        schedule.finish()
         progress.show()  # a run that claimed nothing has its artifact too
         left = left_counted.result()
         # past what is now scored, never past a pair still without a result
         # (claims still held here, this run's unscored ones included)
-        advance_watermark(settings, plan, metrics, sample_rate=sample_rate, flow_run_id=run_id)
+        advance_watermark(settings, run.filters["plan"], metrics, sample_rate=sample_rate, flow_run_id=run.run_id)
     if judge_started is not None:
         judge_started.wait()
-    reuse.in_flight.forget(owner)  # identical pairs of this run were coalesced through it
+    reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
+    return _finish(run, _summary(run, totals, left, _end_notes(run, ended)), ended, budget, progress)
 
-    summary = summarise(budget_notes)
-    summary.stopped = stopped
+
+def _end_notes(run: _Run, ended: str) -> list[str]:
+    if ended != DEADLINE:
+        return []
+    note = _time_budget_spent(run.settings, time.monotonic() - run.started)
+    get_run_logger().warning(note)
+    return [note]
+
+
+def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None, progress: Progress
+            ) -> RunSummary:
+    """The run's last words: its summary completed, published and announced."""
+    summary.stopped = ended == STOPPED
     if summary.deferred:
         summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
                              "out, or not retried once the spend budget had no room, and were given back for the "
@@ -360,24 +268,18 @@ def score_traces(
     if budget is not None:
         summary.budget_usd = budget.limit_usd
         summary.budget_spent_usd = round(budget.spent_usd, 6)
-        if budget.exhausted:
+        if budget.exhausted or ended == BUDGET:
             summary.budget_exhausted = True
             # counted after the run released its claims: what the next run will find
-            summary.left_pending = count_pending_work(settings, metrics, limit=None, **filters)
-    if settings.source == "phoenix" and settings.phoenix_write_back:
+            summary.left_pending = count_pending_work(run.settings, run.metrics, limit=None, **run.filters)
+    if run.settings.source == "phoenix" and run.settings.phoenix_write_back:
         # after the results are stored; the results table stays the source of truth
-        summary.notes.append(write_scores_to_phoenix(settings, summary.flow_run_id).note)
+        summary.notes.append(write_scores_to_phoenix(run.settings, summary.flow_run_id).note)
     progress.finish()
     publish_run_summary(summary)
     if summary.budget_exhausted:
         announce_budget_exhausted(summary)
     return summary
-
-
-def _budget_spent(settings: Settings, elapsed_s: float) -> str:
-    return (f"time budget spent (JUDGEFLOW_MAX_RUN_DURATION={settings.max_run_duration}, {elapsed_s:.0f}s "
-            "elapsed): no more claims; pairs in flight finish their current judge call, start no new attempt, "
-            "and what is left stays pending for the next run")
 
 
 @flow(name="score-new-traces", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS))
@@ -390,7 +292,6 @@ def score_new_traces(
     metrics: list[str] = list(METRIC_NAMES),
     max_concurrency: int | None = None,
     evaluate_alerts: bool = True,
-    fanout: Fanout = "batch",
     judge_processes: int | None = None,
     settle_delay: str | None = None,
     budget_usd: float | None = None,
@@ -411,13 +312,13 @@ def score_new_traces(
     ``retry_failed`` also retries the pairs given up after failing in
     ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
-                            settle_delay=settle_delay, run_budget_usd=budget_usd)
+                             settle_delay=settle_delay, run_budget_usd=budget_usd)
     from judgeflow.tasks.alerting import evaluate_alert_rules
 
     try:
         summary = score_traces(
             settings, batch_size=batch_size, limit=limit, since=since, until=until,
-            sample_rate=sample_rate, metrics=list(metrics), rescore=False, fanout=fanout, retry_failed=retry_failed,
+            sample_rate=sample_rate, metrics=list(metrics), rescore=False, retry_failed=retry_failed,
         )
     except Exception:
         # Alert rules run at the end of every run, also one that stopped part-way:

@@ -9,7 +9,6 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-import judgeflow.flows  # noqa: F401 - flows/heartbeat.py, also when Prefect loads this file by its path
 from judgeflow.entry import run_settings
 from judgeflow.shadow.plan import candidate_settings
 from judgeflow.shadow.report import ShadowReport

@@ -131,6 +131,11 @@ class Settings(BaseSettings):
     phoenix_api_key: SecretStr | None = Field(None, description="Phoenix API key (a bearer token), if auth is on")
     home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
     lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
+    pool_mode: Literal["auto", "direct", "session", "transaction"] = Field(
+        "auto", description="what sits between judgeflow and PostgreSQL: 'direct', a 'session' pool, a "
+        "'transaction' pool (PgBouncer pool_mode = transaction, pgcat, Supavisor, RDS Proxy), or 'auto' to "
+        "find out at each run's start (docs/deployment.md)",
+    )
 
     # --- tasks -----------------------------------------------------------
     task_retries: int = Field(2, ge=0)

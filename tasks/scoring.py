@@ -62,7 +62,7 @@ from judgeflow.metrics.steps import Usage
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.run_progress import stop_requested
 from judgeflow.settings import Settings
-from judgeflow.tasks.claims import claims_at_risk, still_owned
+from judgeflow.db.leases import claims_at_risk, confirm_claim, still_owned
 from judgeflow.tasks.judge_loop import judge_loop
 from judgeflow.tasks import reuse
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
@@ -435,16 +435,15 @@ async def score_pair(
     identical pair already being judged is waited for and copied (tasks/reuse.py).
     With ``slots``, the judging takes one of that many slots of the judge loop
     (lower ``priority`` first); waiting for a twin takes none. A pair whose
-    run lost its claims since ``claimed_at`` (its lock lapsed, then came back:
-    tasks/claims.py) is judged only if its claim is still the run's."""
+    run may have lost its claims since ``claimed_at`` (its lock lapsed, or its
+    lease was not renewed in time: judgeflow/db/leases.py) is judged only if
+    its claim is still the run's."""
 
     async def judge_if_still_owned(*args, **kwargs) -> tuple[dict | None, ScoreOutcome]:
-        if run is not None and claims_at_risk(run, claimed_at):
-            if (work.trace_id, work.metric) not in await asyncio.to_thread(still_owned, settings, run, [work]):
-                log.warning("%s for trace %s: the run's claim lapsed and moved to another run; not judged here",
-                            work.metric, work.trace_id)
-                return None, ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over",
-                                          attempts=0)
+        if run is not None and not await confirm_claim(settings, run, work, claimed_at):
+            log.warning("%s for trace %s: the run's claim lapsed and moved to another run; not judged here",
+                        work.metric, work.trace_id)
+            return None, ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=0)
         return await judge_pair(*args, **kwargs)
 
     async def judge() -> tuple[dict | None, ScoreOutcome]:

@@ -79,11 +79,11 @@ def database_url(pg_server):
     drop_database(pg_server, name)
 
 
-def _pgbouncer(pg_server, pool_mode: str):
+def _pgbouncer(pg_server, pool_mode: str, **options):
     from tests.support.pgbouncer import PgBouncer
 
     try:
-        bouncer = PgBouncer(pg_server, pool_mode=pool_mode).start()
+        bouncer = PgBouncer(pg_server, pool_mode=pool_mode, **options).start()
     except RuntimeError as error:  # pgbouncer missing or broken: a failure that says so, never a skip
         pytest.fail(str(error), pytrace=False)
     yield bouncer
@@ -95,6 +95,13 @@ def pgbouncer_transaction(pg_server):
     """PgBouncer in front of the test PostgreSQL, pool_mode = transaction, server
     connections closed after 3 s (server_lifetime) or 2 s idle (tests/support/pgbouncer.py)."""
     yield from _pgbouncer(pg_server, "transaction")
+
+
+@pytest.fixture(scope="session")
+def pgbouncer_round_robin(pg_server):
+    """PgBouncer in transaction mode that hands idle server connections out in turn
+    (server_round_robin = 1) instead of the one released last."""
+    yield from _pgbouncer(pg_server, "transaction", server_round_robin=True)
 
 
 @pytest.fixture(scope="session")

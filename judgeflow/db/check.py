@@ -47,7 +47,7 @@ def _check_rows(report: CheckReport, conn, source, *, lo, full: bool) -> None:
 def _check_pooling(report: CheckReport, settings: Settings) -> None:
     """What is between judgeflow and PostgreSQL, and what runs do about it."""
     try:
-        pooling = detect_pooling_at(database_url(settings))
+        pooling = detect_pooling_at(database_url(settings), settings)
     except DBAPIError as exc:
         report.add("note", f"could not tell whether a connection pooler is in the way: {exc.orig}")
         return

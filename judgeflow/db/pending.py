@@ -39,6 +39,28 @@ def held(claim: str = "c") -> str:
     )
 
 
+def _not_done(rescore_before: datetime | None, run_started: datetime | None, max_failed_runs: int | None
+              ) -> tuple[str, dict[str, Any]]:
+    """SQL: the pair ``(t, m)`` has no result that counts as done (see :func:`pending_where`)."""
+    params: dict[str, Any] = {"done": list(DONE_STATUSES)}
+    status_done = "r.status = ANY(:done)"
+    if max_failed_runs is not None:
+        status_done = f"({status_done} OR (r.status = 'failed' AND r.failed_runs >= :max_failed_runs))"
+        params["max_failed_runs"] = max_failed_runs
+    if run_started is not None:
+        status_done = f"({status_done} OR r.scored_at >= :run_started)"
+        params["run_started"] = run_started
+    done = (
+        "NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = t.id::text "
+        f"AND r.metric = m.metric AND {status_done}"
+    )
+    if rescore_before is not None:
+        # re-scoring: results written before this run count as not done
+        done += " AND r.scored_at >= :rescore_before"
+        params["rescore_before"] = rescore_before
+    return done + ")", params
+
+
 def pending_where(
     *,
     since: datetime | None = None,
@@ -59,28 +81,13 @@ def pending_where(
     status (a run tries a pair once: a later copy of a duplicate id does not
     get a second go). ``max_failed_runs``: a pair that failed in that many runs
     is given up (counts as done); None retries every failed pair."""
-    params: dict[str, Any] = {"done": list(DONE_STATUSES)}
-    status_done = "r.status = ANY(:done)"
-    if max_failed_runs is not None:
-        status_done = f"({status_done} OR (r.status = 'failed' AND r.failed_runs >= :max_failed_runs))"
-        params["max_failed_runs"] = max_failed_runs
-    if run_started is not None:
-        status_done = f"({status_done} OR r.scored_at >= :run_started)"
-        params["run_started"] = run_started
-    done = (
-        "NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = t.id::text "
-        f"AND r.metric = m.metric AND {status_done}"
-    )
-    if rescore_before is not None:
-        # re-scoring: results written before this run count as not done
-        done += " AND r.scored_at >= :rescore_before"
-        params["rescore_before"] = rescore_before
+    done, params = _not_done(rescore_before, run_started, max_failed_runs)
     clauses = [
         # rows judgeflow cannot key or order are never candidates (they would
         # break claiming and keyset paging); runs and `db check` report them
         "t.id IS NOT NULL",
         "t.created_at IS NOT NULL",
-        done + ")",
+        done,
     ]
     if exclude_held:
         clauses.append(

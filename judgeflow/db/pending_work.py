@@ -1,18 +1,23 @@
-"""Counting the pending (trace, metric) pairs of a run's reads: the window
-of its :class:`~judgeflow.db.watermark.ReadPlan` (keys from the source, a
-page at a time) and the failed pairs older than it (from eval_results).
-Used by a run's progress, `judgeflow score`'s "nothing to do" check and
-`judgeflow status`."""
+"""A run's read plan, and counting the pending (trace, metric) pairs of it:
+the window of its :class:`~judgeflow.db.watermark.ReadPlan` (keys from the
+source, a page at a time) and the failed pairs older than it (from
+eval_results). Used by a run's progress, `judgeflow score`'s "nothing to do"
+check (:func:`anything_pending`) and `judgeflow status`."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Engine
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, Engine
 
 from judgeflow.db.pairs import Done, count_pending_keys, failed_keys, key_pages
 from judgeflow.db.trace_source import KeyFilter, TraceSource
-from judgeflow.db.watermark import ReadPlan
+from judgeflow.db.watermark import ReadPlan, plan_reads
+
+if TYPE_CHECKING:
+    from judgeflow.settings import Settings
 
 COUNT_PAGE = 20_000
 
@@ -57,3 +62,38 @@ def count_plan_pending(
             counts[metric] = min(counts[metric], left)
             left -= counts[metric]
     return counts
+
+
+def run_read_plan(
+    conn: Connection, settings: "Settings", metrics: list[str], *, sample_rate: float = 1.0, ranged: bool = False,
+) -> ReadPlan:
+    """Where a scoring run reads the source from: its watermark minus the
+    look-back, or everything (no watermark yet), or exactly its
+    --since/--until range (``ranged``); never traces younger than the settle delay."""
+    from judgeflow.db.trace_source import trace_source
+
+    return plan_reads(conn, trace_source(settings), metrics, lookback_s=settings.source_lookback_s,
+                      sample_rate=sample_rate, settle_delay_s=settings.settle_delay_s, ranged=ranged)
+
+
+def anything_pending(
+    settings: "Settings", metrics: list[str], *, since: datetime | None = None, until: datetime | None = None,
+    sample_rate: float = 1.0, rescore: bool = False, retry_failed: bool = False,
+) -> bool:
+    """Whether a scoring run started now with these arguments would find a
+    pair to score: its own read plan (:func:`run_read_plan`) and its own
+    definition of done, counted up to the first pending pair. Raises what the
+    database raises (SQLAlchemy's errors, :class:`~judgeflow.errors.JudgeflowError`)."""
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.trace_source import source_engine, trace_source
+
+    engine = engine_for(settings)
+    with engine.connect() as conn:
+        plan = run_read_plan(conn, settings, metrics, sample_rate=sample_rate,
+                             ranged=since is not None or until is not None or rescore)
+    done = Done(max_failed_runs=None if retry_failed else settings.max_runs_per_pair)
+    counts = count_plan_pending(
+        trace_source(settings), source_engine(settings), engine, plan, metrics, done=done, since=since,
+        until=until, sample_rate=sample_rate, settle_delay_s=settings.settle_delay_s, limit_pairs=1,
+    )
+    return sum(counts.values()) > 0

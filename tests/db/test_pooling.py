@@ -35,6 +35,19 @@ def test_the_connection_is_told_apart_and_db_check_says_what_runs_do_there(
     assert line.endswith(CONSEQUENCE[expected])
 
 
+def test_a_transaction_pool_that_hands_out_idle_server_connections_in_turn_is_told_apart(
+    pgbouncer_round_robin, database_url
+):
+    """server_round_robin = 1 with idle server connections in the pool: a single other client gets
+    another idle one and the probing client its own again, as in a session pool."""
+    from tests.support.pgbouncer import warm_pool
+
+    url = pgbouncer_round_robin.url(make_url(database_url).database)
+    for idle in (1, 2, 3, 5):
+        warm_pool(url, idle)
+        assert [detect_pooling_at(url).mode for _ in range(3)] == [TRANSACTION] * 3, f"{idle} idle"
+
+
 def test_two_schema_upgrades_at_once_through_a_transaction_pool_both_reach_the_head(
     pgbouncer_transaction, database_url
 ):

@@ -76,7 +76,8 @@ def test_show_a_scored_a_failed_a_reused_and_an_unknown_trace(judgeflow_env, db,
 def test_show_a_trace_not_scored_yet_or_being_scored(judgeflow_env, db):
     from judgeflow.db import migrate
     from judgeflow.settings import load_settings
-    from judgeflow.tasks.claims import LeaseKeeper, claim_traces
+    from judgeflow.db.leases import LeaseKeeper
+    from judgeflow.tasks.claims import claim_traces
 
     insert_traces(db, [scripted_trace(i)[0] for i in range(2)])
     migrate.upgrade(db)

@@ -75,7 +75,8 @@ def test_a_nightly_run_reads_from_its_watermark_and_scores_late_rows_within_the_
 
 
 def test_the_watermark_stops_at_a_pair_another_live_run_holds_and_moves_on_once_it_is_scored(env, db):
-    from judgeflow.tasks.claims import LeaseKeeper, claim_traces
+    from judgeflow.db.leases import LeaseKeeper
+    from judgeflow.tasks.claims import claim_traces
 
     insert_traces(db, [_trace(f"t-{i:02d}", BASE_TIME + timedelta(minutes=i)) for i in range(10)])
     migrate.upgrade(db)

@@ -15,6 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from judgeflow.db import migrate
+from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from tests.flows.test_scoring_resilience import JUDGEFLOW, REPO, _env, _ground_truth
 from tests.support.traces import first_step_calls, insert_traces, results, scripted_trace
 from tests.support.webhook_receiver import WebhookReceiver
@@ -92,3 +93,82 @@ def test_two_runs_through_pgbouncer_store_and_judge_each_pair_once_and_alert_onc
             "JOIN judgeflow.alert_events e ON e.id = d.event_id WHERE d.channel = 'webhook'")).all()
     assert [(kind, status) for kind, status, _ in deliveries] == [("fired", "delivered")], deliveries
     assert received == [str(deliveries[0].delivery_id)], received
+
+
+FROZEN_TRACES = 12
+
+
+# Two `judgeflow score` processes and a lease wait (1-3 minutes on a busy 2-core VM): kept for
+# ./scripts/test --slow; tests/db/test_leases.py checks the same rule on a keeper held still, by default.
+@pytest.mark.slow
+def test_a_run_frozen_past_its_lease_behind_a_transaction_pool_judges_none_of_the_pairs_it_had_queued(
+    prefect_server, judgeflow_env, database_url, db, judge_server, pgbouncer_transaction
+):
+    """Run A claims every pair in one batch and queues them all for the judge
+    (one call in flight, held by the judge server); it is frozen (SIGSTOP) past
+    its lease while run B takes every pair over and scores it; then it goes on.
+    On resume A's lease has not been renewed within its lifetime, so it checks
+    each queued pair before sending it and sends none. What A had already
+    handed to its judge adapter (the call held on the wire, and the one call
+    the adapter prepares ahead of a free slot: max_concurrency + queue_ahead)
+    may still reach the judge; nothing else may."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from tests.flows.test_scoring_resilience import _judge_key, _leases_running, _start_score, _wait_for
+    from tests.support.judge_server import rule_responder
+
+    pooled = pgbouncer_transaction.url(make_url(database_url).database)
+    insert_traces(db, [scripted_trace(i)[0] for i in range(FROZEN_TRACES)])
+    migrate.upgrade(db)
+    release_a = threading.Event()
+
+    def from_run_a(req) -> bool:  # its API key, in whichever header the client sends it
+        return any("key-a" in value for value in req.headers.values())
+
+    def holds_run_a(req):  # run A's calls wait until the test lets them go; B's are answered at once
+        if from_run_a(req):
+            release_a.wait(300)
+        return rule_responder(req)
+
+    judge_server.responder = holds_run_a
+    env = _env(judgeflow_env, prefect_server, JUDGEFLOW_DATABASE_URL=pooled, JUDGEFLOW_LEASE_TIMEOUT_S="3",
+               JUDGEFLOW_JUDGE_TIMEOUT_S="300", JUDGEFLOW_POOL_MODE="auto")
+    run_a = _start_score({**env, "JUDGEFLOW_JUDGE_API_KEY": "key-a"}, "--batch-size", str(2 * FROZEN_TRACES),
+                         "--max-concurrency", "1")
+    try:
+        _wait_for(lambda: judge_server.in_flight > 0 or run_a.poll() is not None, "run A's first judge call")
+        assert run_a.poll() is None, run_a.communicate()[0]
+        time.sleep(1.0)  # its batch's other pairs queue behind that call
+        os.kill(run_a.pid, signal.SIGSTOP)
+        with db.connect() as conn:
+            owner_a = conn.execute(sa.text("SELECT min(owner) FROM judgeflow.claims")).scalar_one()
+        _wait_for(lambda: _leases_running(db, owner_a) == 0, "run A's lease to run out")
+        run_b = _start_score({**env, "JUDGEFLOW_JUDGE_API_KEY": "key-b"}, "--batch-size", "6",
+                             "--max-concurrency", "4")
+        out_b = run_b.communicate(timeout=300)[0]
+        assert run_b.returncode == 0, out_b
+        release_a.set()
+        resumed = time.monotonic()
+    finally:
+        release_a.set()
+        os.kill(run_a.pid, signal.SIGCONT)
+    out_a = run_a.communicate(timeout=300)[0]
+    assert run_a.returncode == 0, out_a
+
+    stored = results(db)
+    assert len(stored) == 2 * FROZEN_TRACES and all(r["status"] == "scored" for r in stored.values())
+    # pairs A started judging after it resumed (a pair's later steps follow its first)
+    started_by_a_after = [r.data["output"] for r in judge_server.requests if from_run_a(r) and r.received_at >= resumed
+                          and r.step in ("Opinions", "HallucinationJudgement") and r.data]
+    assert len(started_by_a_after) <= 1, started_by_a_after  # the call prepared before the freeze
+    calls, keys = first_step_calls(judge_server), _judge_key(FROZEN_TRACES)
+    judged_twice = {pair for pair, key in keys.items() if calls[key] > 1}
+    assert len(judged_twice) <= 2, judged_twice  # the call held on the wire, the one prepared behind it
+    assert "taken over by another run |" in out_a, out_a
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar_one() == 0
+        assert conn.execute(sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = "
+                                    "CAST(CAST(:ns AS int) AS oid)"), {"ns": RUN_LOCK_NAMESPACE}).scalar_one() == 0

@@ -63,8 +63,7 @@ def _read_events(name: str, resource_id: str, timeout: float = 60.0):
     return []
 
 
-@pytest.mark.parametrize("fanout", ["pair", "batch"])
-def test_a_budget_stops_claiming_and_a_second_run_finishes(run, db, judge_server, monkeypatch, fanout):
+def test_a_budget_stops_claiming_and_a_second_run_finishes(run, db, judge_server, monkeypatch):
     from judgeflow.tasks.reporting import BUDGET_EXHAUSTED_EVENT
     from tests.support.traces import first_step_calls, scripted_trace
 
@@ -73,7 +72,7 @@ def test_a_budget_stops_claiming_and_a_second_run_finishes(run, db, judge_server
     insert_traces(db, [scripted_trace(i)[0] for i in range(40)])
     budget = 0.004  # about a third of what the 80 pairs cost
 
-    summary = run(budget_usd=budget, batch_size=20, max_concurrency=4, fanout=fanout)
+    summary = run(budget_usd=budget, batch_size=20, max_concurrency=4)
 
     stored = results(db)
     assert 0 < len(stored) < 80
@@ -90,7 +89,7 @@ def test_a_budget_stops_claiming_and_a_second_run_finishes(run, db, judge_server
     [event] = _read_events(BUDGET_EXHAUSTED_EVENT, f"prefect.flow-run.{summary.flow_run_id}")
     assert event.payload["left_pending"] == summary.left_pending
 
-    second = run(fanout=fanout)
+    second = run()
 
     assert len(results(db)) == 80 and second.scored == 80 - len(stored)
     assert not second.budget_exhausted and second.budget_usd is None
@@ -111,8 +110,7 @@ def test_a_budget_is_refused_without_a_price(judgeflow_env, db):
 CANNED = "Thanks for reaching out! Our team will get back to you within one business day."
 
 
-@pytest.mark.parametrize("fanout", ["pair", "batch"])
-def test_identical_traces_are_judged_once_and_every_copy_has_its_row(run, db, judge_server, fanout):
+def test_identical_traces_are_judged_once_and_every_copy_has_its_row(run, db, judge_server):
     from tests.support.traces import BASE_TIME, scripted_trace
 
     copies = [{"id": f"copy-{i:02d}", "created_at": BASE_TIME + timedelta(seconds=i), "input": "hello",
@@ -120,7 +118,7 @@ def test_identical_traces_are_judged_once_and_every_copy_has_its_row(run, db, ju
     unique = [scripted_trace(i)[0] for i in range(50)]
     insert_traces(db, copies + unique)
 
-    summary = run(batch_size=20, max_concurrency=6, fanout=fanout)
+    summary = run(batch_size=20, max_concurrency=6)
 
     stored = results(db)
     assert len(stored) == 200 and all(r["status"] == "scored" for r in stored.values())
@@ -150,7 +148,7 @@ def test_a_later_run_reuses_a_stored_result_through_the_index(run, db, judge_ser
     insert_traces(db, [{"id": "second", "output": CANNED, "context": ["x"]},
                        {"id": "other-context", "output": CANNED, "context": ["y"]}])
 
-    summary = run(fanout="batch")
+    summary = run()
 
     stored = results(db)
     assert stored[("second", "toxicity")]["details"]["reused_from"] == "first"
@@ -184,8 +182,7 @@ def test_a_rescore_judges_identical_content_again_once(run, db, judge_server):
     run()
     judge_server.reset()
 
-    backfill_traces(since=BASE_TIME - timedelta(days=1), until=datetime.now(timezone.utc), rescore=True,
-                    fanout="batch")
+    backfill_traces(since=BASE_TIME - timedelta(days=1), until=datetime.now(timezone.utc), rescore=True)
 
     # the old results are not reused by the re-scoring run; the two identical traces still cost one judgement
     assert judge_server.calls("HallucinationJudgement") == 1
@@ -248,12 +245,11 @@ def _traces(n: int) -> list[dict]:
             for i in range(n)]
 
 
-@pytest.mark.parametrize("fanout", ["pair", "batch"])
-def test_every_billed_attempt_counts_in_cost_and_budget(run, db, judge_server, monkeypatch, fanout):
+def test_every_billed_attempt_counts_in_cost_and_budget(run, db, judge_server, monkeypatch):
     billed = _priced_retrying_judge(judge_server, monkeypatch)
     insert_traces(db, _traces(4))
 
-    summary = run(budget_usd=100.0, metrics=["toxicity"], fanout=fanout, max_concurrency=2)
+    summary = run(budget_usd=100.0, metrics=["toxicity"], max_concurrency=2)
 
     stored = results(db)
     assert summary.scored == 4 and all(r["status"] == "scored" for r in stored.values())
@@ -269,13 +265,13 @@ def test_every_billed_attempt_counts_in_cost_and_budget(run, db, judge_server, m
 
 
 def test_a_budget_holds_with_retries_to_the_documented_bound(run, db, judge_server, monkeypatch):
-    """One pair in flight at a time (fanout pair, max_concurrency 1): the spend may
+    """One judge call in flight at a time (max_concurrency 1): the spend may
     pass the budget by at most one attempt of the pair in flight (docs/running.md)."""
     billed = _priced_retrying_judge(judge_server, monkeypatch)
     insert_traces(db, _traces(10))
     budget = 0.8  # about a third of what the ten pairs cost with their retries
 
-    summary = run(budget_usd=budget, metrics=["toxicity"], fanout="pair", max_concurrency=1)
+    summary = run(budget_usd=budget, metrics=["toxicity"], max_concurrency=1)
 
     stored = results(db)
     assert summary.budget_exhausted and 0 < len(stored) < 10, (billed.billed, summary.budget_spent_usd)

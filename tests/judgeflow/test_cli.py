@@ -108,7 +108,8 @@ def test_status_shows_in_progress_runs_and_stranded_pairs(judgeflow_env, db):
 
     from judgeflow.db import migrate
     from judgeflow.settings import load_settings
-    from judgeflow.tasks.claims import LeaseKeeper, claim_traces
+    from judgeflow.db.leases import LeaseKeeper
+    from judgeflow.tasks.claims import claim_traces
 
     insert_traces(db, [scripted_trace(i)[0] for i in range(6)])
     migrate.upgrade(db)

@@ -47,12 +47,14 @@ class PgBouncer:
     """One PgBouncer process forwarding every database name to ``server``."""
 
     def __init__(self, server: EmbeddedPostgres, *, pool_mode: str, server_lifetime_s: int = 3,
-                 server_idle_timeout_s: int = 2, pool_size: int = 40):
+                 server_idle_timeout_s: int = 2, pool_size: int = 40, server_round_robin: bool = False):
         self.server = server
         self.pool_mode = pool_mode
         self.server_lifetime_s = server_lifetime_s
         self.server_idle_timeout_s = server_idle_timeout_s
         self.pool_size = pool_size
+        # 1: idle server connections are handed out in turn instead of the one released last
+        self.server_round_robin = server_round_robin
         self.port = _free_port()
         self.base = Path(tempfile.mkdtemp(prefix=f"judgeflow-test-pgbouncer-{pool_mode}-"))
         self._proc: subprocess.Popen | None = None
@@ -80,6 +82,7 @@ default_pool_size = {self.pool_size}
 max_client_conn = 1000
 server_lifetime = {self.server_lifetime_s}
 server_idle_timeout = {self.server_idle_timeout_s}
+server_round_robin = {int(self.server_round_robin)}
 server_connect_timeout = 5
 logfile = {self.base}/pgbouncer.log
 pidfile = {self.base}/pgbouncer.pid
@@ -125,3 +128,20 @@ pidfile = {self.base}/pgbouncer.pid
                 self._proc.kill()
                 self._proc.wait(timeout=10)
         shutil.rmtree(self.base, ignore_errors=True)
+
+
+def warm_pool(url: str, servers: int) -> None:
+    """Leave ``servers`` idle server connections in the pool of the PgBouncer at ``url``."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, connect_args={"prepare_threshold": None})
+    try:
+        conns = [engine.connect() for _ in range(servers)]
+        for conn in conns:
+            conn.begin()
+            conn.execute(sa.text("SELECT 1"))  # each holds a server connection of its own meanwhile
+        for conn in conns:
+            conn.commit()
+            conn.close()
+    finally:
+        engine.dispose()

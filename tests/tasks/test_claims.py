@@ -1,7 +1,7 @@
 """Claims, run liveness and late results against a real PostgreSQL: a claim
 whose run is gone is taken over at once, a live run's claims are not, a run
 that lost a claim cannot write over the result, and claims go back only after
-the run's in-flight work has settled."""
+the run's in-flight work has finished."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from judgeflow.db import migrate
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from judgeflow.settings import load_settings
-from judgeflow.tasks.claims import LeaseKeeper, claim_traces, count_left_to_other_runs
+from judgeflow.db.leases import LeaseKeeper
+from judgeflow.tasks.claims import claim_traces, count_left_to_other_runs
 from judgeflow.tasks.scoring import CLAIM_LOST, DONE_EXISTS, store_outcomes
 from tests.support.traces import insert_traces, results, scripted_trace
 
@@ -133,13 +134,13 @@ def test_only_the_claims_owner_writes_and_a_late_result_is_recorded_as_supersede
     assert "tr-0001" not in _claims(db)
 
 
-def test_claims_are_released_only_after_the_in_flight_work_settled(settings, db):
+def test_claims_are_released_only_after_the_in_flight_work_finished(settings, db):
     seen: list[dict] = []
     with pytest.raises(RuntimeError):
         with LeaseKeeper(settings, "run-a:1", before_release=lambda: seen.append(_claims(db))) as keeper:
             _claim(settings, "run-a:1", keeper.owner_key)
             raise RuntimeError("collecting a result failed")
-    assert seen == [{f"tr-{i:04d}": "run-a:1" for i in range(5)}], "claims were gone before the work settled"
+    assert seen == [{f"tr-{i:04d}": "run-a:1" for i in range(5)}], "claims were gone before the work finished"
     assert _claims(db) == {}
 
     def run_locks() -> int:
@@ -174,7 +175,7 @@ def _run_lock(db, key: int):
 
 
 def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings, db, judge_server):
-    from judgeflow.tasks.claims import still_owned
+    from judgeflow.db.leases import still_owned
     from judgeflow.tasks.work import TraceWork
 
     _claim(settings, "run-a:1", 31, n=3)  # tr-0000..2 by a run whose lock is gone
@@ -188,7 +189,7 @@ def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings
 
 
 def _still_judged_only_what_it_holds(settings, db, judge_server, work):
-    from judgeflow.tasks.claims import still_owned
+    from judgeflow.db.leases import still_owned
     from judgeflow.tasks.scoring import score_and_store, score_batch
 
     assert still_owned(settings, "run-a:1", work) == {("tr-0002", "toxicity")}
@@ -269,7 +270,7 @@ def test_a_run_whose_lock_connection_is_killed_takes_it_back_in_seconds_and_skip
     import time
 
     from judgeflow.db.pooling import DIRECT, SESSION
-    from judgeflow.tasks.claims import VERIFY_INTERVAL_S, claims_at_risk, still_owned
+    from judgeflow.db.leases import VERIFY_INTERVAL_S, claims_at_risk, still_owned
     from judgeflow.tasks.scoring import score_batch
 
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", _through(request, database_url, mode))

@@ -1,0 +1,140 @@
+"""The lease keeper (judgeflow/db/leases.py) against a real PostgreSQL and
+PgBouncer: a run held still past its lease re-checks its pairs before judging
+them, JUDGEFLOW_POOL_MODE is obeyed, and a run lock found on another backend
+turns the run to leases without unlocking anything there."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from judgeflow.db import migrate
+from judgeflow.db.leases import LeaseKeeper, claims_at_risk, confirm_claim
+from judgeflow.db.pending import RUN_LOCK_NAMESPACE
+from judgeflow.db.pooling import TRANSACTION
+from judgeflow.settings import load_settings
+from judgeflow.tasks.claims import claim_traces
+from tests.support.pgbouncer import warm_pool
+from tests.support.traces import insert_traces, scripted_trace
+
+
+@pytest.fixture
+def traces(judgeflow_env, db):
+    insert_traces(db, [scripted_trace(i)[0] for i in range(3)])
+    migrate.upgrade(db)
+
+
+def _run_locks(db) -> int:
+    with db.connect() as conn:
+        return conn.execute(sa.text("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 "
+                                    "AND classid = CAST(CAST(:ns AS int) AS oid)"),
+                            {"ns": RUN_LOCK_NAMESPACE}).scalar_one()
+
+
+def _eventually(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _lease_runs(db, trace_id: str) -> bool:
+    with db.connect() as conn:
+        return conn.execute(sa.text("SELECT lease_expires_at > now() FROM judgeflow.claims WHERE trace_id = :t"),
+                            {"t": trace_id}).scalar_one()
+
+
+def test_a_keeper_held_still_past_its_lease_has_each_pair_checked_and_renews_what_is_still_its_own(
+    traces, db, monkeypatch
+):
+    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "1.5")
+    settings = load_settings()
+    owner = "run-a:1"
+    with LeaseKeeper(settings, owner) as keeper:
+        batch = claim_traces.fn(settings, owner, ["toxicity"], 10, owner_key=keeper.owner_key)
+        claimed_at = time.time()
+        assert len(batch.items) == 3
+        assert not claims_at_risk(owner, claimed_at)  # renewed in time: no check, no round trip
+        # the process is held still (as by SIGSTOP): its keeper cannot renew, the leases run out
+        with keeper._conn_lock:
+            _eventually(lambda: not _lease_runs(db, "tr-0000"), "the lease to run out")
+            # another run takes one pair over
+            taken = claim_traces.fn(settings, "run-b:1", ["toxicity"], 1, owner_key=None)
+            assert [w.trace_id for w in taken.items] == ["tr-0000"]
+            assert claims_at_risk(owner, claimed_at)  # not renewed within its lifetime
+        # on resume, before anything is judged: the pair another run took is not the run's, the others are
+        mine = asyncio.run(_confirmed(settings, owner, batch.items, claimed_at))
+        assert mine == {"tr-0000": False, "tr-0001": True, "tr-0002": True}
+        assert _lease_runs(db, "tr-0001") and _lease_runs(db, "tr-0002")  # renewed again
+        # batches claimed before the lapse keep being checked; one claimed after it is not
+        assert claims_at_risk(owner, claimed_at)
+        assert not claims_at_risk(owner, time.time() + 0.01)
+    assert not claims_at_risk(owner, claimed_at)  # forgotten with the run
+
+
+async def _confirmed(settings, owner, items, claimed_at) -> dict[str, bool]:
+    return {w.trace_id: await confirm_claim(settings, owner, w, claimed_at) for w in items}
+
+
+def test_the_pool_mode_setting_is_obeyed_without_a_probe(traces, db, monkeypatch):
+    from judgeflow.db.check import check_database
+
+    monkeypatch.setenv("JUDGEFLOW_POOL_MODE", "transaction")
+    settings = load_settings()
+    with LeaseKeeper(settings, "run-a:1") as keeper:
+        assert keeper.pooling.mode == TRANSACTION and "JUDGEFLOW_POOL_MODE=transaction" in keeper.pooling.evidence
+        assert keeper.owner_key is None and _run_locks(db) == 0  # claims held by lease alone
+    [line] = [line for line in check_database(settings).lines() if "connection:" in line]
+    assert line.startswith(f"[ok] connection: {TRANSACTION} (JUDGEFLOW_POOL_MODE=transaction)")
+
+
+def test_a_run_lock_found_on_another_backend_turns_the_run_to_leases_and_unlocks_nothing_there(
+    traces, db, database_url, monkeypatch, pgbouncer_round_robin
+):
+    """Told (wrongly) that the pool keeps sessions, a run behind a transaction
+    pool takes its lock on one server connection and finds it on another
+    backend at its next check: it holds its claims by lease from then on, and
+    its lock goes when the pooler closes that server connection."""
+    url = pgbouncer_round_robin.url(make_url(database_url).database)
+    warm_pool(url, 3)
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", url)
+    monkeypatch.setenv("JUDGEFLOW_POOL_MODE", "session")
+    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "30")
+    settings = load_settings()
+    with LeaseKeeper(settings, "run-a:1") as keeper:
+        assert keeper.owner_key is not None
+        claim_traces.fn(settings, "run-a:1", ["toxicity"], 10, owner_key=keeper.owner_key)
+        _eventually(lambda: keeper.pooling.mode == TRANSACTION, "the keeper to see its lock on another backend")
+        assert "was not on this connection's backend" in keeper.pooling.evidence
+        assert keeper.owner_key is None
+        with db.connect() as conn:
+            held = conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims WHERE owner_key IS NULL "
+                                        "AND lease_expires_at > now()")).scalar_one()
+        assert held == 3  # by lease alone
+        # a second run cannot take them
+        assert claim_traces.fn(settings, "run-b:1", ["toxicity"], 10, owner_key=None).items == []
+    # the lock left on the pooled server connection goes with it (server_lifetime)
+    _eventually(lambda: _run_locks(db) == 0, "the pooled server connection holding the lock to close",
+                timeout=pgbouncer_round_robin.server_lifetime_s + 20)
+
+
+def test_behind_a_round_robin_transaction_pool_a_run_takes_no_lock_and_leaves_none(
+    traces, db, database_url, monkeypatch, pgbouncer_round_robin
+):
+    url = pgbouncer_round_robin.url(make_url(database_url).database)
+    warm_pool(url, 3)
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", url)
+    settings = load_settings()
+    seen_locks: list[int] = []
+    with LeaseKeeper(settings, "run-a:1") as keeper:
+        assert keeper.pooling.mode == TRANSACTION, keeper.pooling.evidence
+        assert keeper.owner_key is None
+        claim_traces.fn(settings, "run-a:1", ["toxicity"], 10, owner_key=keeper.owner_key)
+        seen_locks.append(_run_locks(db))
+    assert seen_locks == [0] and _run_locks(db) == 0
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar_one() == 0
