@@ -17,7 +17,6 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.db.engine import engine_for
 from judgeflow.db.source import SourceTable
 from judgeflow.errors import ConfigError, DatabaseError
-from judgeflow.judge.base import queue_ahead
 from judgeflow.judge.factory import build_judge
 from judgeflow.run_progress import RunReporter
 from judgeflow.scrub import scrub
@@ -106,7 +105,7 @@ def score_shadow_sample(
     Returns the count per status."""
     metrics = build_metrics(candidate)
     loop = judge_loop()
-    admitted = candidate.max_concurrency + queue_ahead(build_judge(candidate))
+    admitted = candidate.max_concurrency + build_judge(candidate).queue_ahead
     futures = {
         loop.submit(loop.bounded, admitted, judge_pair, p.work, candidate, metrics, flow_run_id=shadow_run_id,
                     retry_delays=list(retry_delays)): p

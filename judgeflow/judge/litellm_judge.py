@@ -80,10 +80,10 @@ import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import weakref  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator  # noqa: E402
+from typing import TYPE_CHECKING, Any, Awaitable, Callable  # noqa: E402
 
 import litellm  # noqa: E402
+import httpx  # noqa: E402  (litellm's own dependency: its connection errors)
 import openai  # noqa: E402  (litellm's own dependency; its errors can surface through litellm)
 from litellm.llms.base_llm.base_utils import type_to_response_format_param  # noqa: E402
 from litellm.llms.base_llm.chat.transformation import BaseConfig  # noqa: E402
@@ -92,7 +92,8 @@ from litellm.secret_managers.main import get_secret_bool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
-from judgeflow.judge.base import JudgeReply, JudgeRequest, queue_ahead_for  # noqa: E402
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, queue_ahead_for  # noqa: E402
+from judgeflow.judge.spend import CallSpend  # noqa: E402
 from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started  # noqa: E402
 from judgeflow.retry_after import parse_retry_after  # noqa: E402
 from judgeflow.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
@@ -310,6 +311,33 @@ def _translate(exc: Exception, *, model: str, api_key: str | tuple[str, ...] | N
     ), status, exc)
 
 
+def _reached_provider(err: JudgeError, exc: BaseException, marks: list[float] | None) -> bool:
+    """Whether a failed attempt's request reached the provider, which bills it.
+    A connection that never opened did not; a timeout, a connection dropped
+    after it opened, a 5xx or an unreadable 200 did. Rate limits (429) and
+    other refusals are not billed. ``marks``: the times the wire-bound
+    transport took the request (empty: it never got that far); None when
+    litellm's own client carried it."""
+    if _never_connected(exc) or (marks is not None and not marks):
+        return False
+    if isinstance(exc, (litellm.Timeout, openai.APITimeoutError)):
+        return True
+    status = getattr(err, "status_code", None)
+    if isinstance(err, PermanentJudgeError) or status in _TRANSIENT_STATUSES:
+        return False
+    return isinstance(err, TransientJudgeError)
+
+
+def _never_connected(exc: BaseException) -> bool:
+    """A connection refused or not opened in time, anywhere in the error's chain."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, ConnectionRefusedError)):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def _tag(err: JudgeError, status: int | None, exc: BaseException) -> JudgeError:
     err.status_code = status  # type: ignore[attr-defined]
     err.original_type = f"{type(exc).__module__}.{type(exc).__name__}"  # type: ignore[attr-defined]
@@ -375,7 +403,7 @@ def _close_clients() -> None:
 # --------------------------------------------------------------------------
 
 
-class LiteLLMJudge:
+class LiteLLMJudge(JudgeBase):
     """A :class:`~judgeflow.judge.base.Judge` over ``litellm.completion``."""
 
     def __init__(
@@ -391,7 +419,6 @@ class LiteLLMJudge:
         max_concurrency: int = 8,
         extra_kwargs: dict | None = None,
         prices_per_mtok: tuple[float, float] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ):
@@ -416,7 +443,6 @@ class LiteLLMJudge:
         self.max_concurrency = int(max_concurrency)
         self._extra_kwargs = dict(extra_kwargs or {})
         self._prices_per_mtok = prices_per_mtok
-        self._sleep = sleep
         self._async_sleep = async_sleep
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
@@ -426,6 +452,9 @@ class LiteLLMJudge:
         self._wire_provider: bool | None = None  # whether the model's provider allows it; checked once
         self._cooldown_lock = threading.Lock()
         self._cooldown_until = 0.0  # time.monotonic() before which no attempt starts
+        self._map_prices: tuple[float, float] | None | bool = False  # False: not looked up yet
+        self._sync_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # runs complete()'s calls
 
     @classmethod
     def from_settings(cls, settings: "Settings") -> "LiteLLMJudge":
@@ -559,66 +588,75 @@ class LiteLLMJudge:
         with self._cooldown_lock:
             return self._cooldown_until - time.monotonic()
 
-    @contextmanager
-    def _slot(self) -> Iterator[None]:
-        self._slots.acquire()
-        try:
-            yield
-        finally:
-            self._slots.release()
-
     def complete(self, request: JudgeRequest) -> JudgeReply:
-        kwargs = self._call_kwargs(request)
-        attempt = 0
-        while True:
-            wait = self._cooldown_remaining()
-            if wait > 0:
-                self._sleep(wait)
-            with self._slot():
-                started = time.perf_counter()
-                try:
-                    response = litellm.completion(**kwargs)
-                except Exception as exc:  # every litellm/openai error is translated below
-                    err, cause = self._error(exc), exc
-                else:
-                    return self._reply(response, time.perf_counter() - started)
-            plan = self._plan_retry(attempt, err)
-            if isinstance(plan, JudgeError):
-                self._raise(plan, cause)
-            self._sleep(plan)
-            attempt += 1
+        """:meth:`acomplete` for a caller without an event loop: run on this
+        judge's own loop (one thread, started on first use), so there is one
+        retry loop and one bound on calls in flight whichever way it is called."""
+        return asyncio.run_coroutine_threadsafe(self.acomplete(request), self._sync_loop()).result()
+
+    def _sync_loop(self) -> asyncio.AbstractEventLoop:
+        with self._sync_lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="judgeflow-judge-sync", daemon=True).start()
+            return self._loop
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply:
+        """The one retry loop: attempts until one answers, a permanent error, or
+        ``max_retries`` retries; every attempt sent is counted
+        (:class:`~judgeflow.judge.spend.CallSpend`) on the reply or the error."""
         kwargs = self._call_kwargs(request)
         client = self._wire_client()
         if client is not None:
             kwargs["client"] = client
+        spend = CallSpend(self._model, self._estimate_prices(), request)
         attempt = 0
         while True:
             wait = self._cooldown_remaining()
             if wait > 0:
                 await self._async_sleep(wait)
-            if client is None:
-                await self._slots.acquire_async()
-            sent: list[float] = []  # the transport notes when the request went on the wire
-            token = wire_started.set(sent)
-            try:
-                started = time.perf_counter()
-                try:
-                    response = await litellm.acompletion(**kwargs)
-                except Exception as exc:
-                    err, cause = self._error(exc), exc
-                else:
-                    return self._reply(response, time.perf_counter() - (sent[-1] if sent else started))
-            finally:
-                wire_started.reset(token)
-                if client is None:
-                    self._slots.release()
+            outcome = await self._attempt(kwargs, wired=client is not None)
+            if isinstance(outcome, JudgeReply):
+                return spend.answered(outcome)
+            err, cause, sent = outcome
+            if sent:
+                spend.unanswered()
             plan = self._plan_retry(attempt, err)
             if isinstance(plan, JudgeError):
+                plan.billed = spend.billed
                 self._raise(plan, cause)
             await self._async_sleep(plan)
             attempt += 1
+
+    async def _attempt(self, kwargs: dict, *, wired: bool) -> JudgeReply | tuple[JudgeError, Exception, bool]:
+        """One attempt holding a slot: the reply, or (error, cause, whether the
+        request reached the provider)."""
+        if not wired:
+            await self._slots.acquire_async()
+        sent: list[float] = []  # the transport notes when the request went on the wire
+        token = wire_started.set(sent)
+        try:
+            started = time.perf_counter()
+            try:
+                response = await litellm.acompletion(**kwargs)
+            except Exception as exc:
+                err = self._error(exc)
+                return err, exc, _reached_provider(err, exc, sent if wired else None)
+            return self._reply(response, time.perf_counter() - (sent[-1] if sent else started))
+        finally:
+            wire_started.reset(token)
+            if not wired:
+                self._slots.release()
+
+    def _estimate_prices(self) -> tuple[float, float] | None:
+        """USD per million (prompt, completion) tokens for attempts without
+        usage: the configured prices, else litellm's price map; None unpriced."""
+        if self._prices_per_mtok is not None:
+            return self._prices_per_mtok
+        if self._map_prices is False:
+            per_token = model_prices(self._model)
+            self._map_prices = None if per_token is None else (per_token[0] * 1e6, per_token[1] * 1e6)
+        return self._map_prices
 
     def _wire_client(self) -> AsyncHTTPHandler | None:
         """The running loop's wire-bound client, or None where the slot must be

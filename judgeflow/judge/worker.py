@@ -27,6 +27,7 @@ from typing import Any
 
 from judgeflow import errors
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
+from judgeflow.judge.base import Usage
 from judgeflow.heap import settle_heap
 
 HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
@@ -34,9 +35,10 @@ HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once 
 
 def encode_error(exc: BaseException) -> tuple[str, str, dict]:
     """An error as (class name, message, attributes): judgeflow's errors take
-    keyword-only arguments, which plain pickling cannot rebuild."""
+    keyword-only arguments, which plain pickling cannot rebuild. ``billed``
+    (what the call's attempts cost) crosses with the rest."""
     if isinstance(exc, JudgeError):
-        attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (str, int, float, bool, type(None)))}
+        attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (str, int, float, bool, type(None), Usage))}
         return type(exc).__name__, str(exc), attrs
     return "PermanentJudgeError", f"judge worker: unexpected {type(exc).__name__}: {exc}", {}
 

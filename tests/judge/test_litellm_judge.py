@@ -165,7 +165,7 @@ def test_success_reply_tokens_cost_latency(server):
     assert sent.raw["response_format"]["type"] == "json_schema"
     assert sent.raw["response_format"]["json_schema"]["name"] == "Opinions"
     assert sent.raw["temperature"] == 0
-    assert sent.headers.get("Authorization") == f"Bearer {API_KEY}"
+    assert {k.lower(): v for k, v in sent.headers.items()}["authorization"] == f"Bearer {API_KEY}"
     assert sent.data == {"input": "hi", "output": "I think cats rule. Fact: water is wet."}
 
 
@@ -299,8 +299,11 @@ def test_connection_refused_is_transient():
 def test_injected_sleep_sees_full_jitter_delays(server):
     server.responder = lambda req: error_reply(500, "boom")
     slept: list[float] = []
+    async def no_sleep(delay: float) -> None:
+        slept.append(delay)
+
     judge = make_judge(server, max_retries=4, backoff_base_s=1.0, backoff_max_s=3.0,
-                       sleep=slept.append, rng=random.Random(3))
+                       async_sleep=no_sleep, rng=random.Random(3))
     with pytest.raises(TransientJudgeError):
         judge.complete(opinions_request())
     assert len(slept) == 4 and server.calls() == 5
@@ -458,7 +461,7 @@ def test_from_settings_and_factory_cache(server):
     assert build_judge(settings.model_copy()) is judge  # one instance, one concurrency bound
     assert build_judge(settings.model_copy(update={"max_concurrency": 4})) is not judge
     assert Opinions.model_validate_json(judge.complete(opinions_request()).content)
-    assert server.requests[0].headers["Authorization"] == f"Bearer {API_KEY}"
+    assert {k.lower(): v for k, v in server.requests[0].headers.items()}["authorization"] == f"Bearer {API_KEY}"
     clear_judge_cache()
 
 
