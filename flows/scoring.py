@@ -49,7 +49,7 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
-from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
+from judgeflow.tasks.scoring import score_batch, start_judge
 from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.tasks.work import METRIC_NAMES, TraceWork
@@ -145,8 +145,8 @@ def score_traces(
             raise ConfigError(f"unknown metric {metric!r}; choose from {', '.join(METRIC_NAMES)}")
     if not 0.0 < sample_rate <= 1.0:
         raise ConfigError("sample_rate must be in (0, 1]")
-    if fanout not in ("pair", "batch"):
-        raise ConfigError(f"fanout must be 'pair' or 'batch', not {fanout!r}")
+    if fanout != "batch":
+        raise ConfigError(f"fanout must be 'batch' (one task run per pair was removed), not {fanout!r}")
     if settings.max_concurrency > MAX_THREADS:
         raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
     if batch_size is None:
@@ -193,17 +193,10 @@ def score_traces(
     # there is work for it, built while the first batch is claimed
     judge_started = start_judge.submit(settings) if pending else None
     progress = Progress(pending, every=batch_size, flow_run_id=run_id, budget_usd=settings.run_budget_usd)
-    if fanout == "batch":
-        # Batches queued behind the one being scored: enough pairs to keep every
-        # slot busy while the oldest batch finishes its tail, plus one so a batch
-        # held up by a slow pair (a retry, a stall) does not starve the others.
-        window = 2 + math.ceil(settings.max_concurrency / batch_size)
-    else:
-        # one task per pair: never more submitted than judge calls allowed in flight
-        window = settings.max_concurrency
-    pair_scorer = score_and_store.with_options(
-        retries=settings.task_retries, retry_delay_seconds=_retry_delays(settings)
-    )
+    # Batches queued behind the one being scored: enough pairs to keep every
+    # slot busy while the oldest batch finishes its tail, plus one so a batch
+    # held up by a slow pair (a retry, a stall) does not starve the others.
+    window = 2 + math.ceil(settings.max_concurrency / batch_size)
 
     totals = SummaryBuilder()
     traces_seen: set[str] = set()  # only kept for --limit
@@ -294,7 +287,7 @@ def score_traces(
                 traces_seen.update(w.trace_id for w in items)
             # pairs the budget refuses keep their claims until the run ends, when
             # LeaseKeeper releases every claim the run still holds: they stay pending
-            if items and fanout == "batch":
+            if items:
                 reservation = Reservation()
                 admitted = []
                 for work in items:
@@ -312,21 +305,6 @@ def score_traces(
                     running.append(future)
                     reservations[id(future)] = reservation
                     progress.show()
-            for work in items if fanout == "pair" else ():
-                while len(running) >= window:
-                    collect()
-                if not affordable(work):
-                    break
-                reservation = Reservation()
-                if budget is not None:
-                    budget.reserve(work, reservation)
-                future = pair_scorer.submit(
-                    work, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                    max_attempts=settings.task_retries + 1, deadline=deadline, budget=budget,
-                )
-                running.append(future)
-                reservations[id(future)] = reservation
-                progress.show()
             if budget is not None and budget.exhausted:
                 logger.warning(
                     "run budget $%.4f reached (spent $%.4f, in flight ~$%.4f): no more claims; "

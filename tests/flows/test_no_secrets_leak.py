@@ -222,7 +222,7 @@ def test_a_base_url_from_a_secret_block_does_not_leak(prefect_server, judgeflow_
     # pair: litellm's async client (batch fan-out) cannot connect to a base URL with
     # userinfo at all ("Connection error"), so the 404 that proves the block's URL was
     # used only comes back on the sync path; a known gap of the batch default
-    summary = score_new_traces(evaluate_alerts=False, fanout="pair")
+    summary = score_new_traces(evaluate_alerts=False)
     assert summary.scored == 0 and summary.failed == 10
     # the block's URL was really used: only its query makes the judge server answer 404
     stored = eval_results_text(db)

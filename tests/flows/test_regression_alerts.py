@@ -68,7 +68,7 @@ def regression_env(judgeflow_env, monkeypatch):
 
 
 def _score():
-    state = score_new_traces(metrics=["toxicity"], fanout="batch", batch_size=100, return_state=True)
+    state = score_new_traces(metrics=["toxicity"], batch_size=100, return_state=True)
     assert state.is_completed()
     return state.result()
 

@@ -47,16 +47,15 @@ def _messy_source(db) -> list[dict]:
     return good
 
 
-@pytest.mark.parametrize("fanout", ["pair", "batch"])
 def test_a_messy_source_and_a_misbehaving_judge_never_stop_a_night(
-    prefect_server, judgeflow_env, db, judge_server, monkeypatch, fanout
+    prefect_server, judgeflow_env, db, judge_server, monkeypatch
 ):
     import hashlib
 
     monkeypatch.setenv("JUDGEFLOW_ALERT_MIN_SAMPLES", "10")
     good = _messy_source(db)
 
-    state = score_new_traces(batch_size=16, fanout=fanout, evaluate_alerts=True, return_state=True)
+    state = score_new_traces(batch_size=16, evaluate_alerts=True, return_state=True)
 
     # pair failures never fail a run: it ends Completed, its failures listed
     assert state.is_completed(), state.message
@@ -93,7 +92,7 @@ def test_a_messy_source_and_a_misbehaving_judge_never_stop_a_night(
 
     # a second run pays for nothing
     judge_server.reset()
-    again = score_new_traces(batch_size=16, fanout=fanout, evaluate_alerts=True)
+    again = score_new_traces(batch_size=16, evaluate_alerts=True)
     assert judge_server.calls() == 0
     assert again.scored == again.failed == 0
     # it read only its window (the watermark minus the look-back: every row here), where no row has a NULL time
@@ -161,12 +160,11 @@ def _raising_view(db, n: int = 40) -> dict[str, str]:
     return {f"v-{i:02d}": message for i, (_, message) in bad.items()}
 
 
-@pytest.mark.parametrize("fanout", ["batch", "pair"])
 def test_rows_a_view_cannot_read_are_failed_alone_and_the_rest_are_scored(
-    prefect_server, judgeflow_env, db, judge_server, fanout
+    prefect_server, judgeflow_env, db, judge_server
 ):
     bad = _raising_view(db)
-    state = score_new_traces(batch_size=16, fanout=fanout, evaluate_alerts=True, return_state=True)
+    state = score_new_traces(batch_size=16, evaluate_alerts=True, return_state=True)
 
     assert state.is_completed(), state.message
     summary = state.result()
@@ -187,7 +185,7 @@ def test_rows_a_view_cannot_read_are_failed_alone_and_the_rest_are_scored(
 
     # the next run tries the unreadable rows again (still failing), pays for nothing else
     judge_server.reset()
-    again = score_new_traces(batch_size=16, fanout=fanout, evaluate_alerts=False)
+    again = score_new_traces(batch_size=16, evaluate_alerts=False)
     assert again.failed == 2 * len(bad) and again.scored == 0 and judge_server.calls() == 0
     assert {results(db)[(t, "toxicity")]["failed_runs"] for t in bad} == {2}
 

@@ -24,13 +24,13 @@ def run(prefect_server, judgeflow_env):
 
 
 @pytest.mark.parametrize(
-    "fanout, judge_processes", [("pair", None), ("batch", None), ("batch", 2)], ids=["pair", "batch", "batch-2procs"]
+    "judge_processes", [None, 2], ids=["batch", "batch-2procs"]
 )
-def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, judge_server, fanout, judge_processes):
+def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, judge_server, judge_processes):
     rows, expected = zip(*(scripted_trace(i) for i in range(200)))
     insert_traces(db, rows)
 
-    summary = run(batch_size=50, max_concurrency=8, fanout=fanout, judge_processes=judge_processes)
+    summary = run(batch_size=50, max_concurrency=8, judge_processes=judge_processes)
 
     stored = results(db)
     assert len(stored) == 400
@@ -88,9 +88,8 @@ def test_calls_queued_ahead_never_exceed_max_concurrency_at_the_judge(run, db, j
                for row, want in zip(rows, expected))
 
 
-@pytest.mark.parametrize("fanout", ["pair", "batch"])
 def test_judge_faults_are_absorbed_and_a_hopeless_trace_is_stored_as_failed(
-    run, db, judge_server, monkeypatch, fanout
+    run, db, judge_server, monkeypatch
 ):
     monkeypatch.setenv("JUDGEFLOW_JUDGE_TIMEOUT_S", "1")
     rows = [scripted_trace(i)[0] for i in range(60)]
@@ -99,7 +98,7 @@ def test_judge_faults_are_absorbed_and_a_hopeless_trace_is_stored_as_failed(
     judge_server.fault_rates = {"429": 0.03, "500": 0.03, "garbage": 0.03, "stall": 0.01}
     judge_server.stall_s = 3
 
-    summary = run(batch_size=25, max_concurrency=6, fanout=fanout)
+    summary = run(batch_size=25, max_concurrency=6)
 
     stored = results(db)
     assert len(stored) == 122

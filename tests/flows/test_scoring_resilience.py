@@ -316,7 +316,7 @@ def test_a_judge_worker_killed_mid_run_costs_retries_not_results(prefect_server,
     _prepare(db, 60)
     env = _env(judgeflow_env, prefect_server)
 
-    proc = _start_score(env, "--fanout", "batch", "--judge-processes", "2", "--batch-size", "20",
+    proc = _start_score(env, "--judge-processes", "2", "--batch-size", "20",
                         "--max-concurrency", "6")
     try:
         deadline = time.monotonic() + 120

@@ -21,13 +21,13 @@ runner = CliRunner()
 def test_a_rescore_during_a_judge_outage_keeps_every_previous_score(prefect_server, judgeflow_env, db, judge_server,
                                                                      monkeypatch):
     insert_traces(db, [scripted_trace(i)[0] for i in range(8)])
-    score_new_traces(evaluate_alerts=False, fanout="batch")
+    score_new_traces(evaluate_alerts=False)
     before = results(db)
     assert {r["status"] for r in before.values()} == {"scored"}
 
     monkeypatch.setenv("JUDGEFLOW_JUDGE_MAX_RETRIES", "0")
     judge_server.fault_rates = {"500": 1.0}  # the judge is down
-    summary = backfill_traces(since=BASE_TIME, until=BASE_TIME + timedelta(days=1), rescore=True, fanout="batch")
+    summary = backfill_traces(since=BASE_TIME, until=BASE_TIME + timedelta(days=1), rescore=True)
 
     assert summary.failed == 16 and summary.scored == 0
     after = results(db)
@@ -38,7 +38,7 @@ def test_a_rescore_during_a_judge_outage_keeps_every_previous_score(prefect_serv
         assert new["details"]["last_failed_rescore"]["error_kind"] == "judge_unavailable"
     # the judge is back: the next re-score replaces them
     judge_server.fault_rates = {}
-    summary = backfill_traces(since=BASE_TIME, until=BASE_TIME + timedelta(days=1), rescore=True, fanout="batch")
+    summary = backfill_traces(since=BASE_TIME, until=BASE_TIME + timedelta(days=1), rescore=True)
     assert summary.scored == 16 and all(results(db)[k]["scored_at"] > before[k]["scored_at"] for k in before)
 
 
@@ -106,7 +106,7 @@ def test_the_time_budget_ends_a_run_whose_judge_stalls(prefect_server, judgeflow
     insert_traces(db, [scripted_trace(i)[0] for i in range(200)])
 
     started = time.monotonic()
-    state = score_new_traces(batch_size=20, max_concurrency=4, fanout="batch", return_state=True)
+    state = score_new_traces(batch_size=20, max_concurrency=4, return_state=True)
     elapsed = time.monotonic() - started
 
     # scoring everything against this judge takes >= 400 pairs x 3 attempts x 2 s / 4 = 600 s
@@ -122,7 +122,7 @@ def test_the_time_budget_ends_a_run_whose_judge_stalls(prefect_server, judgeflow
     # what was not scored stays pending for the next run
     judge_server.fault_rates = {}
     monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "6h")
-    score_new_traces(evaluate_alerts=False, fanout="batch", max_concurrency=8)
+    score_new_traces(evaluate_alerts=False, max_concurrency=8)
     assert {r["status"] for r in results(db).values()} == {"scored"} and len(results(db)) == 400
 
 
