@@ -614,6 +614,11 @@ class JudgeServer:
         with self._lock:
             return self._billed_requests
 
+    def bill_of(self, req: ChatRequest) -> float:
+        """What ``req`` was billed (0 when it was not)."""
+        with self._lock:
+            return self._bills.get(id(req), 0.0)
+
     def _bill(self, req: ChatRequest, reply: Reply) -> None:
         """Bill a request as a provider does: every request answered with a
         completion is billed its usage when the answer is generated, whether
@@ -624,6 +629,7 @@ class JudgeServer:
         cost = (usage["prompt_tokens"] * self.prices_per_mtok[0]
                 + usage["completion_tokens"] * self.prices_per_mtok[1]) / 1_000_000
         with self._lock:
+            self._bills[id(req)] = cost
             self._billed_usd += cost
             self._billed_requests += 1
 
@@ -640,6 +646,7 @@ class JudgeServer:
         self.requests: list[ChatRequest] = []
         self._billed_usd = 0.0
         self._billed_requests = 0
+        self._bills: dict[int, float] = {}  # id(request) -> what it was billed
         self._statuses: dict[str, int] = {}
         self._faults: dict[str, int] = {}
         self._in_flight = 0
