@@ -49,7 +49,7 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
-from judgeflow.tasks.scoring import score_batch, start_judge
+from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.tasks.work import METRIC_NAMES, TraceWork
@@ -300,7 +300,7 @@ def score_traces(
                     future = score_batch.submit(
                         admitted, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
                         retry_delays=_retry_delays(settings), deadline=deadline, claimed_at=claimed_at,
-                        budget=budget,
+                        budget=budget, judge=judge_started,
                     )
                     running.append(future)
                     reservations[id(future)] = reservation
@@ -325,7 +325,7 @@ def score_traces(
         # (claims still held here, this run's unscored ones included)
         advance_watermark(settings, plan, metrics, sample_rate=sample_rate, flow_run_id=run_id)
     if judge_started is not None:
-        judge_started.wait()
+        close_judge(judge_started.result())
     reuse.in_flight.forget(owner)  # identical pairs of this run were coalesced through it
 
     summary = summarise(budget_notes)

@@ -137,16 +137,22 @@ def score(
         if alerts:
             _evaluate_alerts_now(settings)
         return
-    _start_judge_early(settings, max_concurrency=max_concurrency, judge_processes=judge_processes)
+    judge = _start_judge_early(settings, max_concurrency=max_concurrency, judge_processes=judge_processes)
+    from judgeflow.entry import entered
     from judgeflow.flows.scoring import score_new_traces
 
     _use_prefect(settings)
-    summary = _watched("score", settings, lambda: score_new_traces(
-        batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
-        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
-        judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
-        retry_failed=retry_failed,
-    ))
+    try:
+        with entered(settings, judge=judge):
+            summary = _watched("score", settings, lambda: score_new_traces(
+                batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
+                sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
+                judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
+                retry_failed=retry_failed,
+            ))
+    finally:
+        if judge is not None:  # the command started it: its worker processes end here
+            judge.close()
     typer.echo(summary.markdown())
     _exit_if_stopped(summary)
 
@@ -181,23 +187,24 @@ def _exit_if_stopped(summary) -> None:
         raise typer.Exit(EXIT_STOPPED)
 
 
-def _start_judge_early(settings, *, max_concurrency, judge_processes) -> None:
+def _start_judge_early(settings, *, max_concurrency, judge_processes):
     """Start the run's judge worker processes before Prefect is imported and the
     flow run created: their litellm import (seconds) then runs beside that on
-    another core instead of delaying the first judge call. The flow finds the same
-    cached judge. Any error is left for the flow's start-judge task to report."""
-    from judgeflow.judge.factory import build_started_judge, is_offline_model, judge_process_count
+    another core instead of delaying the first judge call. The flow uses it
+    (judgeflow.entry). Any error is left for the flow's start-judge task to report."""
+    from judgeflow.judge.factory import build_started_judge, is_offline_model, judge_config
     from judgeflow.settings import run_settings
 
     if is_offline_model(settings.judge_model):
-        return
+        return None
 
     try:
-        judge_settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes)
-        if judge_process_count(judge_settings) > 1:  # in-process: litellm is imported by the run itself
-            build_started_judge(judge_settings)
+        config = judge_config(run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes))
+        if config.processes > 1:  # in-process: litellm is imported by the run itself
+            return build_started_judge(config)
     except Exception:  # noqa: BLE001 - reported by the run, with its context
-        return
+        return None
+    return None
 
 
 def _nothing_pending(settings, *, since, until, sample_rate: float) -> bool:

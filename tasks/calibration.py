@@ -25,9 +25,17 @@ def judge_labelled(settings: Settings, items: list[LabelledItem]) -> list[Metric
     """Score every labelled (item, metric) with the configured judge and
     compare with the labels. A judge error counts the item as failed (and is
     reported), never stops the calibration."""
+    from judgeflow.judge.factory import build_judge
     from judgeflow.tasks.scoring import build_metrics
 
-    metrics = build_metrics(settings)
+    judge = build_judge(settings)
+    try:
+        return _judge_labelled(settings, items, build_metrics(settings, judge))
+    finally:
+        judge.close()
+
+
+def _judge_labelled(settings: Settings, items: list[LabelledItem], metrics: dict) -> list[MetricReport]:
     jobs = [(metric, item) for item in items for metric in METRICS if metric in item.labels]
 
     def run(job):

@@ -37,7 +37,8 @@ from judgeflow.budget import RunBudget
 from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import Judge, Usage
-from judgeflow.judge.factory import build_judge, build_started_judge
+from judgeflow.entry import current_entry
+from judgeflow.judge.factory import build_judge, build_started_judge, judge_config
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
@@ -60,11 +61,9 @@ Metrics = dict[str, ToxicityMetric | HallucinationMetric]
 Scored = tuple[dict | None, ScoreOutcome]
 
 
-def build_metrics(settings: Settings, judge: Judge | None = None) -> Metrics:
-    """The configured metrics over ``judge`` (the run's judge by default),
-    built once per batch (building one hashes its prompts and schemas for the
-    metric version)."""
-    judge = judge if judge is not None else build_judge(settings)
+def build_metrics(settings: Settings, judge: Judge) -> Metrics:
+    """The configured metrics over ``judge``, built once per batch (building
+    one hashes its prompts and schemas for the metric version)."""
     return {
         "toxicity": ToxicityMetric(
             judge,
@@ -85,17 +84,29 @@ def build_metrics(settings: Settings, judge: Judge | None = None) -> Metrics:
 
 
 @task(name="start-judge", cache_policy=NO_CACHE, persist_result=False)
-def start_judge(settings: Settings) -> str:
-    """Build the run's judge and start its worker processes, if any, while the
-    run checks the schema and claims its first batch: importing litellm takes
-    seconds, in the run's process or in each judge worker. Never fails the run:
-    a judge that cannot be built fails the pairs' tasks, which record why."""
+def start_judge(settings: Settings) -> Judge | None:
+    """The run's judge: the one its entry point started early
+    (:func:`judgeflow.entry.current_entry`), else one built and started now,
+    while the run checks the schema and claims its first batch (importing
+    litellm takes seconds, in the run's process or in each judge worker).
+    Never fails the run: None when the judge cannot be built; then each
+    batch builds its own, and its pairs record why that failed."""
+    entry = current_entry()
+    if entry is not None and entry.judge is not None:
+        return entry.judge
     try:
-        judge = build_started_judge(settings)
+        return build_started_judge(judge_config(settings))
     except Exception as error:  # reported by every pair it would have scored
         log.warning("the judge could not be started ahead of the run: %s", error)
-        return "not started"
-    return repr(judge)
+        return None
+
+
+def close_judge(judge: Judge | None) -> None:
+    """The run is over: close the judge :func:`start_judge` built (its worker
+    processes end), not the one its entry point owns."""
+    entry = current_entry()
+    if judge is not None and (entry is None or entry.judge is not judge):
+        judge.close()
 
 
 def past(deadline: float | None) -> bool:
@@ -335,17 +346,34 @@ def score_batch(
     deadline: float | None = None,
     claimed_at: float | None = None,
     budget: RunBudget | None = None,
+    judge: Judge | None = None,
 ) -> list[ScoreOutcome]:
     """Score a claimed batch of (trace, metric) pairs and store each result as
     soon as it is known (within ``FLUSH_INTERVAL_S``); see the module doc.
-    ``claimed_at`` (``time.time()``): when the batch was claimed."""
+    ``claimed_at`` (``time.time()``): when the batch was claimed. ``judge``:
+    the run's (:func:`start_judge`); without one the batch builds its own and
+    closes it when done."""
+    if judge is not None:
+        return _score_batch(items, settings, owner, judge, flow_run_id=flow_run_id, rescore_before=rescore_before,
+                            retry_delays=retry_delays, deadline=deadline, claimed_at=claimed_at, budget=budget)
+    own = build_judge(judge_config(settings))
+    try:
+        return _score_batch(items, settings, owner, own, flow_run_id=flow_run_id, rescore_before=rescore_before,
+                            retry_delays=retry_delays, deadline=deadline, claimed_at=claimed_at, budget=budget)
+    finally:
+        own.close()
+
+
+def _score_batch(items: list[TraceWork], settings: Settings, owner: str, judge: Judge, *,
+                 flow_run_id: str | None, rescore_before: datetime | None, retry_delays: list[float] | None,
+                 deadline: float | None, claimed_at: float | None, budget: RunBudget | None
+                 ) -> list[ScoreOutcome]:
     items, lost = _still_owned_items(settings, items, owner, claimed_at)
     try:
         batch_log = get_run_logger()  # the task run's own logger: INFO reaches the UI
     except MissingContextError:  # called as a plain function (tests)
         batch_log = log
     batch_log.info("scoring %d pair(s) of %d trace(s)", len(items), len({w.trace_id for w in items}))
-    judge = build_judge(settings)
     pairs = PairRun(settings, build_metrics(settings, judge), owner=owner, flow_run_id=flow_run_id,
                     retry_delays=list(retry_delays or []), deadline=deadline, budget=budget,
                     claimed_at=claimed_at, slots=settings.max_concurrency + judge.queue_ahead)

@@ -103,9 +103,18 @@ def score_shadow_sample(
     result in judgeflow.shadow_results beside the current judge's. A pair the
     candidate cannot score is stored as 'failed', never fails the run.
     Returns the count per status."""
-    metrics = build_metrics(candidate)
+    judge = build_judge(candidate)
+    try:
+        return _score_sample(pairs, candidate, shadow_run_id, retry_delays, judge)
+    finally:
+        judge.close()
+
+
+def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retry_delays: list[float],
+                  judge) -> dict[str, int]:
+    metrics = build_metrics(candidate, judge)
     loop = judge_loop()
-    admitted = candidate.max_concurrency + build_judge(candidate).queue_ahead
+    admitted = candidate.max_concurrency + judge.queue_ahead
     futures = {
         loop.submit(loop.bounded, admitted, judge_pair, p.work, candidate, metrics, flow_run_id=shadow_run_id,
                     retry_delays=list(retry_delays)): p

@@ -99,7 +99,7 @@ from judgeflow.retry_after import parse_retry_after  # noqa: E402
 from judgeflow.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.judge.config import JudgeConfig
 
 
 __all__ = [
@@ -457,23 +457,12 @@ class LiteLLMJudge(JudgeBase):
         self._loop: asyncio.AbstractEventLoop | None = None  # runs complete()'s calls
 
     @classmethod
-    def from_settings(cls, settings: "Settings") -> "LiteLLMJudge":
-        key = settings.judge_api_key.get_secret_value() if settings.judge_api_key is not None else None
-        base = settings.judge_api_base.get_secret_value() if settings.judge_api_base is not None else None
+    def from_config(cls, config: "JudgeConfig") -> "LiteLLMJudge":
         return cls(
-            settings.judge_model,
-            api_base=base,
-            api_key=key,
-            timeout_s=settings.judge_timeout_s,
-            max_retries=settings.judge_max_retries,
-            backoff_base_s=settings.judge_backoff_base_s,
-            backoff_max_s=settings.judge_backoff_max_s,
-            max_concurrency=settings.max_concurrency,
-            prices_per_mtok=(
-                (settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok)
-                if settings.judge_input_cost_per_mtok is not None and settings.judge_output_cost_per_mtok is not None
-                else None
-            ),
+            config.model, api_base=config.api_base, api_key=config.api_key, timeout_s=config.timeout_s,
+            max_retries=config.max_retries, backoff_base_s=config.backoff_base_s,
+            backoff_max_s=config.backoff_max_s, max_concurrency=config.max_concurrency,
+            prices_per_mtok=config.prices_per_mtok,
         )
 
     @property

@@ -56,10 +56,11 @@ def decode_error(name: str, message: str, attrs: dict) -> JudgeError:
     return err
 
 
-def serve(requests: Any, replies: Any, settings: Any) -> None:
+def serve(requests: Any, replies: Any, config: Any) -> None:
     """The worker's entry point (a :class:`multiprocessing.Process` target):
-    answer the calls read from ``requests`` on ``replies`` until ``requests``
-    reaches EOF."""
+    answer the calls read from ``requests`` on ``replies`` with a judge of
+    ``config`` (a :class:`~judgeflow.judge.config.JudgeConfig`: the judge's own
+    key, no other secret) until ``requests`` reaches EOF."""
     # Ctrl-C reaches the whole process group: the run handles it and closes the
     # connection, which ends this worker; a KeyboardInterrupt here would only
     # print a traceback per worker over the run's own message
@@ -68,12 +69,12 @@ def serve(requests: Any, replies: Any, settings: Any) -> None:
     os.dup2(2, 1)
 
     from judgeflow.judge.litellm_judge import LiteLLMJudge
-    from judgeflow.scrub import install_log_scrubbing, register_settings
+    from judgeflow.scrub import install_log_scrubbing, register
 
-    # the worker never calls load_settings: scrub its stderr (libraries' logs) too
-    register_settings(settings)
+    # the worker knows only the judge's secrets: scrub its stderr (libraries' logs) of them
+    register(config.secrets())
     install_log_scrubbing()
-    judge = LiteLLMJudge.from_settings(settings)
+    judge = LiteLLMJudge.from_config(config)
     loop = asyncio.new_event_loop()
     outbox: list[tuple] = []
 

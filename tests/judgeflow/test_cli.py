@@ -214,7 +214,7 @@ def test_score_by_default_judges_in_worker_processes_started_before_prefect(
     import subprocess
     import sys
 
-    from judgeflow.judge.factory import MAX_DEFAULT_JUDGE_PROCESSES, usable_cores
+    from judgeflow.judge.config import MAX_DEFAULT_JUDGE_PROCESSES, usable_cores
     from tests.support.traces import first_step_calls, results
 
     expected = min(MAX_DEFAULT_JUDGE_PROCESSES, usable_cores())
