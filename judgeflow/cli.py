@@ -166,12 +166,12 @@ def _quiet_unless(verbose: bool) -> None:
 
 def _watched(title: str, settings, run):
     """``run()``, the flow run it starts shown on the terminal and stopped by Ctrl-C (judgeflow/run_console.py)."""
-    from judgeflow.heap import settle_heap
+    from judgeflow.heap import freeze_heap
     from judgeflow.prefect_server import ui_url_without_import
     from judgeflow.run_console import EXIT_STOPPED, watched_run
 
     if _OWNS_PROCESS:  # the flow and its libraries are imported: the run's collections skip them
-        settle_heap()
+        freeze_heap()
     try:
         with watched_run(title, ui_url=ui_url_without_import(settings)):
             return run()

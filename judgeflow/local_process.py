@@ -1,5 +1,5 @@
 """Facts about the long-lived processes judgeflow starts under ``JUDGEFLOW_HOME``
-(the local Prefect server, the judge host): whether a recorded pid is still
+(the local Prefect server): whether a recorded pid is still
 alive and still the process that was started there, not a reused pid."""
 
 from __future__ import annotations

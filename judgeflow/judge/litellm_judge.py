@@ -3,12 +3,17 @@
 Behaviour, decided here once for every metric:
 
 * **No network at import.** ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set (unless
-  already set; :data:`ENVIRONMENT_DEFAULTS`) before litellm is imported; otherwise litellm 1.106 fetches its
+  already set; :data:`ENVIRONMENT_DEFAULTS`) before litellm is imported; otherwise litellm fetches its
   price map from GitHub at import, with retries and sleeps when offline.
-* **One retry loop: ours.** Every call passes ``num_retries=0`` *and*
-  ``max_retries=0``. Without them the OpenAI client underneath litellm retries
-  429/5xx twice on its own (3 server hits per call), which would
-  multiply with this loop and hide from the concurrency bound.
+* **One retry loop: ours.** :meth:`LiteLLMJudge.acomplete` holds the only
+  loop over attempts; :meth:`LiteLLMJudge.complete` runs it on the judge's own
+  event loop. Every call passes ``num_retries=0`` *and* ``max_retries=0``:
+  otherwise the OpenAI client underneath litellm retries 429/5xx on its own,
+  which would multiply with this loop and hide from the concurrency bound.
+* **Every attempt sent is spend** (:mod:`judgeflow.judge.spend`): the reply
+  carries what all the call's attempts cost (``calls``, ``cost_usd``), an
+  attempt that timed out or failed after it was sent counted at its
+  estimate; a call that fails carries the same on its error's ``billed``.
 * **Backoff.** After failed attempt ``n`` (0-based) we sleep
   ``uniform(0, min(backoff_max_s, backoff_base_s * 2**n))`` ("full jitter"). If
   the server sent ``Retry-After`` (seconds or an HTTP date) we sleep at least
@@ -24,7 +29,7 @@ Behaviour, decided here once for every metric:
   else (400, 401, 403, 404, 422, context window exceeded, content policy,
   unsupported params, unknown models, unexpected errors) raises
   :class:`PermanentJudgeError` at once. Classification uses the HTTP status,
-  not litellm's class: litellm 1.106 maps a 403 to ``litellm.APIError`` (not
+  not litellm's class: litellm maps a 403 to ``litellm.APIError`` (not
   ``PermissionDeniedError``) and a 404 to ``BadRequestError``.
 * **No litellm exception escapes**, and error messages never contain the API
   key: auth errors carry no server text at all (OpenAI's 401 echoes the key),
@@ -33,26 +38,19 @@ Behaviour, decided here once for every metric:
   key-like tokens, and the litellm exception is not chained for HTTP errors.
   ``repr`` shows the base URL with its credentials masked.
 * **Concurrency.** One :class:`~judgeflow.judge.wire_slots.CallSlots` of
-  ``max_concurrency`` owned by the instance bounds HTTP attempts in flight,
-  across the sync and async paths and all threads; it is held only during an
-  attempt, never during backoff sleeps, and a freed slot goes to the longest
-  waiter at once. :func:`judgeflow.judge.factory.build_judge` caches instances,
-  which makes the bound process-wide. On the async path to an OpenAI-compatible
-  model through litellm's own HTTP handler and aiohttp transport (the
-  defaults, :func:`_wire_bound`), the slot is held **on the wire only**: from
-  the request's send to its reply's last byte (a
+  ``max_concurrency`` owned by the instance bounds HTTP attempts in flight;
+  it is held only during an attempt, never during backoff sleeps, and a freed
+  slot goes to the longest waiter at once. On an OpenAI-compatible model
+  through litellm's own HTTP handler and aiohttp transport (the defaults,
+  :func:`_wire_bound`), the slot is held **on the wire only**: from the
+  request's send to its reply's last byte (a
   :class:`~judgeflow.judge.wire_slots.WireSlotTransport` under a client passed
   to litellm), so litellm's own CPU per call (building the request and
   parsing the reply) overlaps other calls' wire time instead of idling a slot.
-  Elsewhere (the sync path, the OpenAI SDK path, other providers) the slot is
-  held around the whole litellm call, as litellm builds those clients itself.
+  Elsewhere (the OpenAI SDK path, other providers) the slot is held around
+  the whole litellm call, as litellm builds those clients itself.
   :attr:`LiteLLMJudge.queue_ahead` tells the run how many calls it may hand
   over beyond the bound, so one is ready whenever a slot frees.
-* **Sync vs async.** Prefer :meth:`complete` from Prefect tasks (worker
-  threads). :meth:`acomplete` works across separate ``asyncio.run`` calls in
-  litellm 1.106 (its client cache keys clients on ``id(event_loop)``, TTL 600 s),
-  but each new loop builds a new HTTP client and litellm's logging worker warns
-  "event loop changed" every time.
 * **Latency** (``JudgeReply.latency_s``) is the duration of the successful HTTP
   attempt only: not the wait for a concurrency slot, not earlier failed
   attempts, not backoff sleeps (with the wire bound, from the request's send
@@ -162,8 +160,7 @@ def completion_cost_usd(response: Any) -> float | None:
 
     litellm already prices every response it returns (``_hidden_params
     ["response_cost"]``, with the same price map, ``None`` when unpriced); that
-    figure is used when present instead of pricing the response a second time
-    (a measurable share of a run's CPU: docs/benchmark.md)."""
+    figure is used when present instead of pricing the response a second time."""
     hidden = getattr(response, "_hidden_params", None)
     if isinstance(hidden, dict) and "response_cost" in hidden:
         cost = hidden["response_cost"]
@@ -197,7 +194,7 @@ def model_prices(model: str) -> tuple[float, float] | None:
 
 
 def _retry_after_of(exc: BaseException) -> float | None:
-    """The server's Retry-After. litellm 1.106 keeps the provider's headers on
+    """The server's Retry-After. litellm keeps the provider's headers on
     ``exc.litellm_response_headers``; ``exc.response.headers`` is an empty
     placeholder and ``exc.headers`` is only set by litellm's own proxy."""
     sources = (
@@ -490,7 +487,7 @@ class LiteLLMJudge(JudgeBase):
         """The wire form of a pydantic ``response_format``, built once per class.
 
         litellm turns a pydantic class into a JSON schema on *every* call
-        (``to_strict_json_schema``, a measurable share of a run's CPU). For
+        (``to_strict_json_schema``, CPU a run pays per call). For
         providers whose config uses litellm's default conversion, a dict is
         passed through unchanged, so converting once with that same function
         sends byte-identical requests. Providers with their own conversion
@@ -582,6 +579,13 @@ class LiteLLMJudge(JudgeBase):
         judge's own loop (one thread, started on first use), so there is one
         retry loop and one bound on calls in flight whichever way it is called."""
         return asyncio.run_coroutine_threadsafe(self.acomplete(request), self._sync_loop()).result()
+
+    def close(self) -> None:
+        """Stop the loop :meth:`complete` runs on, if it was started."""
+        with self._sync_lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
 
     def _sync_loop(self) -> asyncio.AbstractEventLoop:
         with self._sync_lock:
@@ -684,8 +688,7 @@ class LiteLLMJudge(JudgeBase):
         """One call through litellm with a canned reply (``mock_response``: no
         request leaves the process, no tokens, no cost), so the first real call
         does not pay litellm's lazy set-up: schemas its types build on first
-        use, the response and cost machinery (several times a later call's
-        CPU: docs/benchmark.md). Never raises: False when litellm
+        use, the response and cost machinery. Never raises: False when litellm
         refused (the first real call then sets up as before)."""
         kwargs = self._call_kwargs(JudgeRequest(
             step="warm-up", messages=[{"role": "user", "content": "warm-up"}], response_format=_WarmUp,
