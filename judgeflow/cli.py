@@ -192,7 +192,7 @@ def _start_judge_early(settings, *, max_concurrency, judge_processes):
     flow run created: their litellm import (seconds) then runs beside that on
     another core instead of delaying the first judge call. The flow uses it
     (judgeflow.entry). Any error is left for the flow's start-judge task to report."""
-    from judgeflow.judge.factory import build_started_judge, is_offline_model, judge_config
+    from judgeflow.judge.factory import build_judge, is_offline_model, judge_config
     from judgeflow.settings import run_settings
 
     if is_offline_model(settings.judge_model):
@@ -201,7 +201,9 @@ def _start_judge_early(settings, *, max_concurrency, judge_processes):
     try:
         config = judge_config(run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes))
         if config.processes > 1:  # in-process: litellm is imported by the run itself
-            return build_started_judge(config)
+            judge = build_judge(config)
+            judge.start()
+            return judge
     except Exception:  # noqa: BLE001 - reported by the run, with its context
         return None
     return None

@@ -38,7 +38,7 @@ from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import Judge, Usage
 from judgeflow.entry import current_entry
-from judgeflow.judge.factory import build_judge, build_started_judge, judge_config
+from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
@@ -95,10 +95,12 @@ def start_judge(settings: Settings) -> Judge | None:
     if entry is not None and entry.judge is not None:
         return entry.judge
     try:
-        return build_started_judge(judge_config(settings))
+        judge = build_judge(judge_config(settings))
+        judge.start()
     except Exception as error:  # reported by every pair it would have scored
         log.warning("the judge could not be started ahead of the run: %s", error)
         return None
+    return judge
 
 
 def close_judge(judge: Judge | None) -> None:

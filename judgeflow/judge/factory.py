@@ -11,7 +11,8 @@ Two separate choices:
   hold the model's judge for their share of the bound, else the model's
   judge in this process.
 
-Each call builds a new judge: whoever builds one owns it and closes it
+Each call builds a new judge: whoever builds one owns it, starts it
+(``start()``: its worker processes, without waiting for them) and closes it
 (``close()``); a run builds its judge once and hands it down. The judge
 modules are imported lazily: an offline run never imports litellm.
 """
@@ -26,8 +27,7 @@ from judgeflow.judge.config import JudgeConfig, is_offline_model, judge_process_
 if TYPE_CHECKING:
     from judgeflow.settings import Settings
 
-__all__ = ["build_judge", "build_started_judge", "is_offline_model", "judge_config", "judge_process_count",
-           "model_judge"]
+__all__ = ["build_judge", "is_offline_model", "judge_config", "judge_process_count", "model_judge"]
 
 
 def judge_config(settings: "Settings") -> JudgeConfig:
@@ -54,12 +54,3 @@ def build_judge(config: "JudgeConfig | Settings") -> Judge:
 
         return JudgeProcessPool(config)
     return model_judge(config)
-
-
-def build_started_judge(config: "JudgeConfig | Settings") -> Judge:
-    """:func:`build_judge`, started now (its worker processes, if any): litellm's
-    import (seconds of CPU) then overlaps whatever the caller does next. Does
-    not wait for them."""
-    judge = build_judge(config)
-    judge.start()
-    return judge

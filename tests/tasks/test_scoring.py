@@ -23,11 +23,12 @@ def test_start_judge_starts_the_judge_workers_without_calling_the_judge(judge_se
 
 
 def test_start_judge_uses_the_judge_its_entry_point_started(judge_server):
-    from judgeflow.judge.factory import build_started_judge, judge_config
+    from judgeflow.judge.factory import build_judge, judge_config
 
     settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
                         judge_processes=2, max_concurrency=4)
-    early = build_started_judge(judge_config(settings))
+    early = build_judge(judge_config(settings))
+    early.start()
     try:
         with entered(settings, judge=early):
             assert start_judge.fn(settings) is early
