@@ -52,7 +52,7 @@ def _requests(n: int):
 
 
 def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency_s: float = 0.2) -> Ceiling:
-    from judgeflow.judge.factory import build_judge, clear_judge_cache
+    from judgeflow.judge.factory import build_judge
     from judgeflow.judge.process_pool import JudgeProcessPool
     from judgeflow.settings import Settings
 
@@ -60,7 +60,6 @@ def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency
         settings = Settings(_env_file=None, judge_model="openai/gpt-4o-mini", judge_api_base=judge_server.url,
                             judge_api_key="bench-key-not-secret", max_concurrency=concurrency,
                             judge_processes=processes)
-        clear_judge_cache()
         judge = build_judge(settings)
         pool = judge if isinstance(judge, JudgeProcessPool) else None
         requests = _requests(calls)
@@ -83,7 +82,7 @@ def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency
         wall = time.monotonic() - started
         cpu = cpu_s() - cpu_before
         stats = judge_server.stats()
-        clear_judge_cache()
+        judge.close()
     return Ceiling(processes=processes, calls=calls, concurrency=concurrency, wall_s=wall,
                    ideal_s=calls * latency_s / concurrency, cpu_ms_per_call=cpu / calls * 1000,
                    mean_in_flight=float(stats.get("mean_in_flight", 0.0)))

@@ -53,7 +53,7 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
-from judgeflow.tasks.scoring import score_batch, start_judge
+from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.tasks.work import METRIC_NAMES, ClaimedBatch, Cursor
 
@@ -191,10 +191,10 @@ def _time_budget_spent(settings: Settings, elapsed_s: float) -> str:
 
 
 def _schedule(run: _Run, batch_size: int, limit: int | None, budget: RunBudget | None, totals: SummaryBuilder,
-              progress: Progress) -> RunSchedule:
+              progress: Progress, judge: PrefectFuture | None) -> RunSchedule:
     submit = functools.partial(
         _submit_batch, score_batch, run.settings, run.owner, run.run_id, run.rescore_before,
-        _retry_delays(run.settings), run.deadline, budget,
+        _retry_delays(run.settings), run.deadline, budget, judge,
     )
     bounds = Bounds(batch_size=batch_size, window=window_for(run.settings.max_concurrency, batch_size), limit=limit,
                     metrics=len(run.metrics), deadline=run.deadline)
@@ -202,9 +202,11 @@ def _schedule(run: _Run, batch_size: int, limit: int | None, budget: RunBudget |
                        totals=totals, progress=progress, log=get_run_logger())
 
 
-def _submit_batch(task, settings, owner, run_id, rescore_before, retry_delays, deadline, budget, items, claimed_at):
+def _submit_batch(task, settings, owner, run_id, rescore_before, retry_delays, deadline, budget, judge, items,
+                  claimed_at):
     return task.submit(items, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                       retry_delays=retry_delays, deadline=deadline, claimed_at=claimed_at, budget=budget)
+                       retry_delays=retry_delays, deadline=deadline, claimed_at=claimed_at, budget=budget,
+                       judge=judge)
 
 
 def score_traces(
@@ -229,7 +231,7 @@ def score_traces(
     judge_started = start_judge.submit(settings) if run.pending else None
     totals = SummaryBuilder()
     progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id, budget_usd=settings.run_budget_usd)
-    schedule = _schedule(run, batch_size, limit, budget, totals, progress)
+    schedule = _schedule(run, batch_size, limit, budget, totals, progress, judge_started)
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
     with LeaseKeeper(settings, run.owner, before_release=schedule.cancel_and_wait) as keeper, \
@@ -244,7 +246,7 @@ def score_traces(
         # (claims still held here, this run's unscored ones included)
         advance_watermark(settings, run.filters["plan"], metrics, sample_rate=sample_rate, flow_run_id=run.run_id)
     if judge_started is not None:
-        judge_started.wait()
+        close_judge(judge_started.result())  # an entry point's judge stays open for it to close
     reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
     return _finish(run, _summary(run, totals, left, _end_notes(run, ended)), ended, budget, progress)
 

@@ -11,13 +11,18 @@ claiming and leaves the rest pending. Estimates come from the cost model in
 this run has finished (actual / estimated), so a run with unusual traces
 corrects itself after its first results.
 
-Every billed attempt counts. A pair retried after a transient judge error runs
-its metric again; before the retry starts, what the failed attempt billed is
-charged here (:meth:`RunBudget.charge_retry`) and the retry starts only while
-the spend plus the estimates in flight (this pair's included: the retry is what
-its estimate now stands for) stay within the budget; otherwise the pair is left
-for the next run. So the spend exceeds the budget by at most what the pairs in
-flight when it ran out bill beyond their estimates, one attempt each (docs/running.md).
+Every billed attempt counts, at the figure :mod:`judgeflow.judge.spend`
+gives it (an attempt that timed out at its estimate). A pair's spend is
+charged the moment the pair ends (:meth:`RunBudget.charge`), and each pair
+checks :meth:`RunBudget.has_room` as it takes its judge slot: once the spend
+reaches the budget no pair starts. A pair retried after a transient judge
+error runs its metric again; before the retry starts, what the failed attempt
+billed is charged (:meth:`RunBudget.charge_retry`) and the retry starts only
+while the spend plus the estimates in flight stay within the budget;
+otherwise the pair is left for the next run. The overrun this leaves is
+bounded by the pairs holding a judge slot when the spend reached the budget,
+each with every call attempted at most ``judge_max_retries + 1`` times
+(docs/running.md).
 """
 
 from __future__ import annotations
@@ -81,22 +86,40 @@ class RunBudget:
             reservation.pairs[(work.trace_id, work.metric)] = (raw, scaled)
             self.in_flight_usd += scaled
 
-    def charge_retry(self, work: TraceWork, billed_usd: float, billed_calls: int = 0) -> bool:
-        """A pair's attempt failed and a retry is due: ``billed_usd`` is what all
-        its failed attempts have billed so far (counted at its estimate when
-        calls were made at an unknown cost). Charges the part not charged yet;
-        True when the retry still fits (spend + estimates in flight within the budget)."""
+    def charge(self, work: TraceWork, billed_usd: float | None, billed_calls: int) -> None:
+        """What a pair's attempts have billed so far joins the spend now, not
+        when its batch ends: ``billed_usd`` is their total (counted at the
+        pair's estimate when calls were made at an unknown cost); the part not
+        charged yet is added."""
         key = (work.trace_id, work.metric)
         if billed_calls and not billed_usd:
             billed_usd = self.estimate(work)[1]  # billed at an unknown price: counted at its estimate
         with self._lock:
-            new = max(0.0, billed_usd - self._charged.get(key, 0.0))
+            new = max(0.0, (billed_usd or 0.0) - self._charged.get(key, 0.0))
             self._charged[key] = self._charged.get(key, 0.0) + new
             self.spent_usd += new
+
+    def charge_retry(self, work: TraceWork, billed_usd: float | None, billed_calls: int = 0) -> bool:
+        """A pair's attempt failed and a retry is due: charge what its attempts
+        billed (:meth:`charge`); True when the retry still fits (spend +
+        estimates in flight within the budget)."""
+        self.charge(work, billed_usd, billed_calls)
+        with self._lock:
             fits = self.spent_usd + self.in_flight_usd <= self.limit_usd
             if not fits:
                 self.exhausted = True
             return fits
+
+    def has_room(self) -> bool:
+        """Whether a pair may start its first attempt: the spend charged so far
+        is below the budget. Checked by every pair as it takes its slot, so once
+        the spend reaches the budget only the pairs already started go on
+        (docs/running.md has the bound this gives)."""
+        with self._lock:
+            if self.spent_usd >= self.limit_usd:
+                self.exhausted = True
+                return False
+            return True
 
     def settle(self, reservation: Reservation, outcomes: Iterable[ScoreOutcome]) -> None:
         """Work finished: its estimate leaves the in-flight total and what it cost

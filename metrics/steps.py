@@ -27,7 +27,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticCustomError
 
 from judgeflow.errors import InvalidJudgeReplyError
-from judgeflow.judge.base import Judge, JudgeReply, JudgeRequest
+from judgeflow.judge.base import Judge, JudgeReply, JudgeRequest, Usage
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
@@ -356,40 +356,6 @@ def ask(
     return [parsed[i] for i in range(len(requests))]
 
 
-@dataclass
-class Usage:
-    """What the judge calls of one metric run cost, accumulated by the drivers.
-
-    ``cost_usd`` sums the known costs and stays None only while no reply had a
-    known cost: a partly known cost is still a useful lower bound, while 0.0
-    for "unknown" would be a lie. ``model`` is the model the last reply named
-    (it may be more specific than the configured one, e.g. a dated snapshot).
-    """
-
-    model: str | None = None
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float | None = None
-    calls: int = 0
-
-    def merge(self, other: "Usage") -> None:
-        """Add what ``other`` counted (e.g. an earlier, failed attempt of the same score)."""
-        self.calls += other.calls
-        self.model = other.model or self.model
-        self.prompt_tokens += other.prompt_tokens
-        self.completion_tokens += other.completion_tokens
-        if other.cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
-
-    def add(self, reply: JudgeReply) -> None:
-        self.calls += 1
-        self.model = reply.model or self.model
-        self.prompt_tokens += reply.prompt_tokens or 0
-        self.completion_tokens += reply.completion_tokens or 0
-        if reply.cost_usd is not None:
-            self.cost_usd = (self.cost_usd or 0.0) + reply.cost_usd
-
-
 def drive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool = True) -> T:
     """Run ``flow`` with ``judge.complete``. A batch of several requests runs in
     a small thread pool when ``concurrent``, otherwise one after another."""
@@ -427,7 +393,11 @@ def _complete_batch(judge: Judge, requests: list[JudgeRequest], concurrent: bool
     if not concurrent or len(requests) == 1:
         replies = []
         for request in requests:
-            replies.append(judge.complete(request))
+            try:
+                replies.append(judge.complete(request))
+            except Exception as error:
+                usage.add_billed(error)
+                raise
             usage.add(replies[-1])
         return replies
     with ThreadPoolExecutor(max_workers=min(len(requests), MAX_THREADS)) as pool:
@@ -436,6 +406,8 @@ def _complete_batch(judge: Judge, requests: list[JudgeRequest], concurrent: bool
     for future in futures:
         if future.exception() is None:
             usage.add(future.result())
+        else:
+            usage.add_billed(future.exception())
     return [future.result() for future in futures]
 
 
@@ -445,7 +417,11 @@ async def _acomplete_batch(
     """As :func:`_complete_batch`, with ``judge.acomplete``."""
 
     async def counted(request: JudgeRequest) -> JudgeReply:
-        reply = await judge.acomplete(request)
+        try:
+            reply = await judge.acomplete(request)
+        except Exception as error:
+            usage.add_billed(error)  # the attempts it sent are billed though it failed
+            raise
         usage.add(reply)
         return reply
 

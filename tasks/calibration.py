@@ -30,9 +30,18 @@ def judge_labelled(settings: Settings, items: list[LabelledItem],
     compare with the labels. A judge error counts the item as failed (and is
     reported), never stops the calibration. With ``budget_usd``, a pair
     starts only while it fits (``SpendLimit``); the others are counted as not judged."""
+    from judgeflow.judge.factory import build_judge
     from judgeflow.tasks.scoring import build_metrics
 
-    metrics = build_metrics(settings)
+    judge = build_judge(settings)
+    try:
+        return _judge_labelled(settings, items, build_metrics(settings, judge), budget_usd)
+    finally:
+        judge.close()
+
+
+def _judge_labelled(settings: Settings, items: list[LabelledItem], metrics: dict,
+                    budget_usd: float | None) -> list[MetricReport]:
     jobs = [(metric, item) for item in items for metric in METRICS if metric in item.labels]
     limit = None if budget_usd is None else SpendLimit(budget_usd)
     estimate = None if limit is None else pair_estimator(settings)

@@ -2,8 +2,7 @@
 
 Every pair of every ``score-batch`` in flight is a coroutine on one loop, in
 its own thread: one thread does all the HTTP work instead of
-``max_concurrency`` threads taking turns at the GIL (faster with an instant
-judge, the process being CPU-bound on litellm: docs/benchmark.md), a
+``max_concurrency`` threads taking turns at the GIL, a
 retry's backoff holds no thread, and litellm keeps one HTTP client (it caches
 clients per event loop).
 
@@ -15,8 +14,7 @@ slot goes to the waiting pair with the **longest chain of judge calls**
 (toxicity: opinions, then verdicts, then reason; hallucination: one call)
 across the run's batches, then to the **oldest batch**'s. Slots stay just as
 busy, but the run's last calls are single ones: its tail is about one judge
-call long instead of three.
-The measurements behind this order are in docs/benchmark.md.
+call long instead of three (docs/benchmark.md).
 """
 
 from __future__ import annotations

@@ -130,7 +130,7 @@ class InFlight:
     """Per run, per content hash: the future of the first pair judging it.
 
     Shared by the pair tasks (threads) and the batch coroutines (the judge
-    loop), so it holds ``concurrent.futures.Future`` objects. A settled entry
+    loop), so it holds ``concurrent.futures.Future`` objects. A finished entry
     stays (bounded, oldest dropped first) so a pair that starts after its twin
     finished but before the twin's row is written still reuses it."""
 
@@ -141,7 +141,7 @@ class InFlight:
         self._entries: OrderedDict[tuple[str, str], Future] = OrderedDict()
 
     def lead_or_follow(self, run: str, digest: str) -> tuple[bool, Future]:
-        """(True, a new future to settle) for the first pair, else (False, the leader's future)."""
+        """(True, a new future to finish) for the first pair, else (False, the leader's future)."""
         key = (run, digest)
         with self._lock:
             existing = self._entries.get(key)
@@ -153,7 +153,7 @@ class InFlight:
                 self._entries.popitem(last=False)
             return True, future
 
-    def settle(self, run: str, digest: str, future: Future, source: dict[str, Any] | None) -> None:
+    def finish(self, run: str, digest: str, future: Future, source: dict[str, Any] | None) -> None:
         """The leader's outcome: a reusable result, or None (it failed: followers judge for themselves)."""
         if source is None:
             with self._lock:

@@ -17,7 +17,6 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.db.engine import engine_for
 from judgeflow.db.source import SourceTable
 from judgeflow.errors import ConfigError, DatabaseError
-from judgeflow.judge.base import queue_ahead
 from judgeflow.judge.factory import build_judge
 from judgeflow.run_progress import RunReporter
 from judgeflow.scrub import scrub
@@ -104,9 +103,18 @@ def score_shadow_sample(
     result in judgeflow.shadow_results beside the current judge's. A pair the
     candidate cannot score is stored as 'failed', never fails the run.
     Returns the count per status."""
-    metrics = build_metrics(candidate)
+    judge = build_judge(candidate)
+    try:
+        return _score_sample(pairs, candidate, shadow_run_id, retry_delays, judge)
+    finally:
+        judge.close()
+
+
+def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retry_delays: list[float],
+                  judge) -> dict[str, int]:
+    metrics = build_metrics(candidate, judge)
     loop = judge_loop()
-    admitted = candidate.max_concurrency + queue_ahead(build_judge(candidate))
+    admitted = candidate.max_concurrency + judge.queue_ahead
     futures = {
         loop.submit(loop.bounded, admitted, judge_pair, p.work, candidate, metrics, flow_run_id=shadow_run_id,
                     retry_delays=list(retry_delays)): p

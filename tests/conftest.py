@@ -194,6 +194,3 @@ def judgeflow_env(monkeypatch, database_url, judge_server, tmp_path):
         monkeypatch.setenv(key, value)
     monkeypatch.chdir(tmp_path)  # no stray .env is read
     yield env
-    from judgeflow.judge.factory import clear_judge_cache
-
-    clear_judge_cache()  # stops the judge worker processes a run with judge_processes > 1 started

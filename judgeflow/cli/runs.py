@@ -36,13 +36,16 @@ def start_judge_early(settings: "Settings") -> Any:
     another core instead of delaying the first judge call. None when the
     judge runs in this process (the run imports litellm itself) or is the
     offline one; any error is left for the run's start-judge task to report."""
-    from judgeflow.judge.factory import build_started_judge, is_offline_model, judge_process_count
+    from judgeflow.judge.factory import build_judge, is_offline_model, judge_config
 
     if is_offline_model(settings.judge_model):
         return None
     try:
-        if judge_process_count(settings) > 1:
-            return build_started_judge(settings)
+        config = judge_config(settings)
+        if config.processes > 1:
+            judge = build_judge(config)
+            judge.start()
+            return judge
     except Exception:  # noqa: BLE001 - reported by the run, with its context
         return None
     return None
@@ -56,15 +59,18 @@ def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callabl
     from judgeflow.run_console import EXIT_STOPPED, watched_run
 
     if owns_process(ctx):  # the flow and its libraries are imported: the run's collections skip them
-        from judgeflow.heap import settle_heap
+        from judgeflow.heap import freeze_heap
 
-        settle_heap()
+        freeze_heap()
     try:
         with entered(settings, judge=judge), watched_run(title, ui_url=ui_url_without_import(settings)):
             return call()
     except KeyboardInterrupt:  # a second Ctrl-C: quit now
         typer.echo("quit: judge calls in flight are lost; the next run takes this run's claims over", err=True)
         raise typer.Exit(EXIT_STOPPED) from None
+    finally:
+        if judge is not None:  # the command started it: its worker processes end with the command's run
+            judge.close()
 
 
 def exit_if_stopped(summary) -> None:

@@ -32,7 +32,13 @@ class JudgeRequest:
 
 @dataclass(frozen=True)
 class JudgeReply:
-    """The raw text a judge returned, plus what the call cost."""
+    """The raw text a judge returned, plus what the call cost.
+
+    ``calls`` is how many attempts of this call reached the provider (an
+    attempt that timed out before this one is billed all the same) and
+    ``cost_usd`` what they all cost: this reply's usage priced, plus the
+    estimate of each earlier attempt that brought no usage back
+    (:mod:`judgeflow.judge.spend`)."""
 
     content: str
     model: str
@@ -40,6 +46,50 @@ class JudgeReply:
     completion_tokens: int | None = None
     cost_usd: float | None = None
     latency_s: float = 0.0
+    calls: int = 1
+
+
+@dataclass
+class Usage:
+    """What judge calls cost, accumulated by whoever makes them (a metric's
+    drivers, the adapter's attempts).
+
+    ``cost_usd`` sums the known costs and stays None only while no reply had a
+    known cost: a partly known cost is still a useful lower bound, while 0.0
+    for "unknown" would be a lie. ``model`` is the model the last reply named
+    (it may be more specific than the configured one, e.g. a dated snapshot).
+    ``calls`` counts attempts that reached the provider.
+    """
+
+    model: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+    calls: int = 0
+
+    def merge(self, other: "Usage") -> None:
+        """Add what ``other`` counted (e.g. an earlier, failed attempt of the same score)."""
+        self.calls += other.calls
+        self.model = other.model or self.model
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        if other.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
+
+    def add(self, reply: JudgeReply) -> None:
+        self.calls += reply.calls
+        self.model = reply.model or self.model
+        self.prompt_tokens += reply.prompt_tokens or 0
+        self.completion_tokens += reply.completion_tokens or 0
+        if reply.cost_usd is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + reply.cost_usd
+
+    def add_billed(self, error: BaseException) -> None:
+        """Add what a failed call's attempts billed (the judge attaches it to
+        its error as ``billed``; nothing when it sent none)."""
+        billed = getattr(error, "billed", None)
+        if isinstance(billed, Usage):
+            self.merge(billed)
 
 
 @runtime_checkable
@@ -47,28 +97,46 @@ class Judge(Protocol):
     """Answers judge requests. Implementations own timeouts, transient-error
     retries and the bound on calls in flight; they raise
     :class:`~judgeflow.errors.TransientJudgeError` once retries are used up and
-    :class:`~judgeflow.errors.PermanentJudgeError` for requests that cannot succeed."""
+    :class:`~judgeflow.errors.PermanentJudgeError` for requests that cannot
+    succeed, with what the attempts they sent billed as the error's ``billed``
+    (a :class:`Usage`).
+
+    Optional capabilities, declared by every judge (:class:`JudgeBase` gives
+    the defaults): ``start()`` starts what the judge needs before its first
+    call (worker processes) without waiting for it; ``close()`` releases it;
+    ``queue_ahead`` is how many calls a caller may hand over beyond the
+    judge's bound on calls in flight (the judge holds them prepared and starts
+    one the moment a call in flight ends; it never has more than its bound in
+    flight either way)."""
 
     @property
     def model(self) -> str: ...
+
+    @property
+    def queue_ahead(self) -> int: ...
+
+    def start(self) -> None: ...
+
+    def close(self) -> None: ...
 
     def complete(self, request: JudgeRequest) -> JudgeReply: ...
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply: ...
 
 
+class JudgeBase:
+    """The capabilities' defaults: nothing to start or close, no calls queued ahead."""
+
+    queue_ahead: int = 0
+
+    def start(self) -> None:
+        """Nothing to start."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
 def queue_ahead_for(max_concurrency: int) -> int:
     """The ``queue_ahead`` of a judge that holds calls prepared behind a bound of
-    ``max_concurrency``: a quarter as many again (16 for 64; more measured no
-    better, docs/benchmark.md), at least one."""
+    ``max_concurrency``: a quarter as many again, at least one."""
     return max(1, max_concurrency // 4)
-
-
-def queue_ahead(judge: object) -> int:
-    """How many calls a caller may hand ``judge`` beyond its bound on calls in
-    flight (its optional ``queue_ahead`` attribute; 0 without one): a judge
-    that enforces the bound itself and keeps such calls prepared starts one the
-    moment a call in flight ends, instead of waiting for the caller's next.
-    The judge never has more than its bound in flight either way."""
-    value = getattr(judge, "queue_ahead", 0)
-    return value if isinstance(value, int) and value > 0 else 0

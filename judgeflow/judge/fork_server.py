@@ -3,15 +3,14 @@
 
 Importing this module is the preload's work: it imports the litellm judge, so
 each worker starts with litellm imported once for all of them, then freezes
-the fork server's heap (:func:`judgeflow.heap.settle_heap`). Frozen, the heap
+the fork server's heap (:func:`judgeflow.heap.freeze_heap`). Frozen, the heap
 is never walked by the collector again: not in the workers, whose copies of
 those pages stay shared with the fork server instead of being touched (and
 copied) by their collections, and not when the fork server exits with its
-run, whose final collection over litellm's objects otherwise kept it alive
-for about a second after the run had ended.
+run, so it does not linger over a final collection of litellm's objects.
 """
 
-from judgeflow.heap import settle_heap
+from judgeflow.heap import freeze_heap
 from judgeflow.judge import litellm_judge  # noqa: F401 - imported for the workers to inherit
 
-settle_heap()
+freeze_heap()

@@ -12,8 +12,7 @@ ENVIRONMENT_DEFAULTS = {
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     # OpenAI and OpenAI-compatible models through litellm's own HTTP handler rather
     # than the OpenAI SDK's client: the SDK re-validates every request body against
-    # its typed schema, and the whole call costs about a third less CPU this way
-    # (docs/benchmark.md). Errors, headers
+    # its typed schema, CPU the handler does not spend (docs/benchmark.md). Errors, headers
     # and Retry-After reach this adapter the same way (tests/judge cover both
     # paths). Set it to false in the environment to go back to the SDK.
     "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "true",

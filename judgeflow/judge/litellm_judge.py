@@ -3,12 +3,17 @@
 Behaviour, decided here once for every metric:
 
 * **No network at import.** ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set (unless
-  already set; :data:`ENVIRONMENT_DEFAULTS`) before litellm is imported; otherwise litellm 1.106 fetches its
+  already set; :data:`ENVIRONMENT_DEFAULTS`) before litellm is imported; otherwise litellm fetches its
   price map from GitHub at import, with retries and sleeps when offline.
-* **One retry loop: ours.** Every call passes ``num_retries=0`` *and*
-  ``max_retries=0``. Without them the OpenAI client underneath litellm retries
-  429/5xx twice on its own (3 server hits per call), which would
-  multiply with this loop and hide from the concurrency bound.
+* **One retry loop: ours.** :meth:`LiteLLMJudge.acomplete` holds the only
+  loop over attempts; :meth:`LiteLLMJudge.complete` runs it on the judge's own
+  event loop. Every call passes ``num_retries=0`` *and* ``max_retries=0``:
+  otherwise the OpenAI client underneath litellm retries 429/5xx on its own,
+  which would multiply with this loop and hide from the concurrency bound.
+* **Every attempt sent is spend** (:mod:`judgeflow.judge.spend`): the reply
+  carries what all the call's attempts cost (``calls``, ``cost_usd``), an
+  attempt that timed out or failed after it was sent counted at its
+  estimate; a call that fails carries the same on its error's ``billed``.
 * **Backoff.** After failed attempt ``n`` (0-based) we sleep
   ``uniform(0, min(backoff_max_s, backoff_base_s * 2**n))`` ("full jitter"). If
   the server sent ``Retry-After`` (seconds or an HTTP date) we sleep at least
@@ -24,7 +29,7 @@ Behaviour, decided here once for every metric:
   else (400, 401, 403, 404, 422, context window exceeded, content policy,
   unsupported params, unknown models, unexpected errors) raises
   :class:`PermanentJudgeError` at once. Classification uses the HTTP status,
-  not litellm's class: litellm 1.106 maps a 403 to ``litellm.APIError`` (not
+  not litellm's class: litellm maps a 403 to ``litellm.APIError`` (not
   ``PermissionDeniedError``) and a 404 to ``BadRequestError``.
 * **No litellm exception escapes**, and error messages never contain the API
   key: auth errors carry no server text at all (OpenAI's 401 echoes the key),
@@ -33,26 +38,19 @@ Behaviour, decided here once for every metric:
   key-like tokens, and the litellm exception is not chained for HTTP errors.
   ``repr`` shows the base URL with its credentials masked.
 * **Concurrency.** One :class:`~judgeflow.judge.wire_slots.CallSlots` of
-  ``max_concurrency`` owned by the instance bounds HTTP attempts in flight,
-  across the sync and async paths and all threads; it is held only during an
-  attempt, never during backoff sleeps, and a freed slot goes to the longest
-  waiter at once. :func:`judgeflow.judge.factory.build_judge` caches instances,
-  which makes the bound process-wide. On the async path to an OpenAI-compatible
-  model through litellm's own HTTP handler and aiohttp transport (the
-  defaults, :func:`_wire_bound`), the slot is held **on the wire only**: from
-  the request's send to its reply's last byte (a
+  ``max_concurrency`` owned by the instance bounds HTTP attempts in flight;
+  it is held only during an attempt, never during backoff sleeps, and a freed
+  slot goes to the longest waiter at once. On an OpenAI-compatible model
+  through litellm's own HTTP handler and aiohttp transport (the defaults,
+  :func:`_wire_bound`), the slot is held **on the wire only**: from the
+  request's send to its reply's last byte (a
   :class:`~judgeflow.judge.wire_slots.WireSlotTransport` under a client passed
   to litellm), so litellm's own CPU per call (building the request and
   parsing the reply) overlaps other calls' wire time instead of idling a slot.
-  Elsewhere (the sync path, the OpenAI SDK path, other providers) the slot is
-  held around the whole litellm call, as litellm builds those clients itself.
+  Elsewhere (the OpenAI SDK path, other providers) the slot is held around
+  the whole litellm call, as litellm builds those clients itself.
   :attr:`LiteLLMJudge.queue_ahead` tells the run how many calls it may hand
   over beyond the bound, so one is ready whenever a slot frees.
-* **Sync vs async.** Prefer :meth:`complete` from Prefect tasks (worker
-  threads). :meth:`acomplete` works across separate ``asyncio.run`` calls in
-  litellm 1.106 (its client cache keys clients on ``id(event_loop)``, TTL 600 s),
-  but each new loop builds a new HTTP client and litellm's logging worker warns
-  "event loop changed" every time.
 * **Latency** (``JudgeReply.latency_s``) is the duration of the successful HTTP
   attempt only: not the wait for a concurrency slot, not earlier failed
   attempts, not backoff sleeps (with the wire bound, from the request's send
@@ -80,10 +78,10 @@ import re  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 import weakref  # noqa: E402
-from contextlib import contextmanager  # noqa: E402
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator  # noqa: E402
+from typing import TYPE_CHECKING, Any, Awaitable, Callable  # noqa: E402
 
 import litellm  # noqa: E402
+import httpx  # noqa: E402  (litellm's own dependency: its connection errors)
 import openai  # noqa: E402  (litellm's own dependency; its errors can surface through litellm)
 from litellm.llms.base_llm.base_utils import type_to_response_format_param  # noqa: E402
 from litellm.llms.base_llm.chat.transformation import BaseConfig  # noqa: E402
@@ -92,13 +90,14 @@ from litellm.secret_managers.main import get_secret_bool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
-from judgeflow.judge.base import JudgeReply, JudgeRequest, queue_ahead_for  # noqa: E402
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, queue_ahead_for  # noqa: E402
+from judgeflow.judge.spend import CallSpend  # noqa: E402
 from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started  # noqa: E402
 from judgeflow.retry_after import parse_retry_after  # noqa: E402
 from judgeflow.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.judge.config import JudgeConfig
 
 
 __all__ = [
@@ -161,8 +160,7 @@ def completion_cost_usd(response: Any) -> float | None:
 
     litellm already prices every response it returns (``_hidden_params
     ["response_cost"]``, with the same price map, ``None`` when unpriced); that
-    figure is used when present instead of pricing the response a second time
-    (a measurable share of a run's CPU: docs/benchmark.md)."""
+    figure is used when present instead of pricing the response a second time."""
     hidden = getattr(response, "_hidden_params", None)
     if isinstance(hidden, dict) and "response_cost" in hidden:
         cost = hidden["response_cost"]
@@ -196,7 +194,7 @@ def model_prices(model: str) -> tuple[float, float] | None:
 
 
 def _retry_after_of(exc: BaseException) -> float | None:
-    """The server's Retry-After. litellm 1.106 keeps the provider's headers on
+    """The server's Retry-After. litellm keeps the provider's headers on
     ``exc.litellm_response_headers``; ``exc.response.headers`` is an empty
     placeholder and ``exc.headers`` is only set by litellm's own proxy."""
     sources = (
@@ -310,6 +308,33 @@ def _translate(exc: Exception, *, model: str, api_key: str | tuple[str, ...] | N
     ), status, exc)
 
 
+def _reached_provider(err: JudgeError, exc: BaseException, marks: list[float] | None) -> bool:
+    """Whether a failed attempt's request reached the provider, which bills it.
+    A connection that never opened did not; a timeout, a connection dropped
+    after it opened, a 5xx or an unreadable 200 did. Rate limits (429) and
+    other refusals are not billed. ``marks``: the times the wire-bound
+    transport took the request (empty: it never got that far); None when
+    litellm's own client carried it."""
+    if _never_connected(exc) or (marks is not None and not marks):
+        return False
+    if isinstance(exc, (litellm.Timeout, openai.APITimeoutError)):
+        return True
+    status = getattr(err, "status_code", None)
+    if isinstance(err, PermanentJudgeError) or status in _TRANSIENT_STATUSES:
+        return False
+    return isinstance(err, TransientJudgeError)
+
+
+def _never_connected(exc: BaseException) -> bool:
+    """A connection refused or not opened in time, anywhere in the error's chain."""
+    seen = 0
+    while exc is not None and seen < 16:
+        if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, ConnectionRefusedError)):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
+
+
 def _tag(err: JudgeError, status: int | None, exc: BaseException) -> JudgeError:
     err.status_code = status  # type: ignore[attr-defined]
     err.original_type = f"{type(exc).__module__}.{type(exc).__name__}"  # type: ignore[attr-defined]
@@ -375,7 +400,7 @@ def _close_clients() -> None:
 # --------------------------------------------------------------------------
 
 
-class LiteLLMJudge:
+class LiteLLMJudge(JudgeBase):
     """A :class:`~judgeflow.judge.base.Judge` over ``litellm.completion``."""
 
     def __init__(
@@ -391,7 +416,6 @@ class LiteLLMJudge:
         max_concurrency: int = 8,
         extra_kwargs: dict | None = None,
         prices_per_mtok: tuple[float, float] | None = None,
-        sleep: Callable[[float], None] = time.sleep,
         async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ):
@@ -416,7 +440,6 @@ class LiteLLMJudge:
         self.max_concurrency = int(max_concurrency)
         self._extra_kwargs = dict(extra_kwargs or {})
         self._prices_per_mtok = prices_per_mtok
-        self._sleep = sleep
         self._async_sleep = async_sleep
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()
@@ -426,25 +449,17 @@ class LiteLLMJudge:
         self._wire_provider: bool | None = None  # whether the model's provider allows it; checked once
         self._cooldown_lock = threading.Lock()
         self._cooldown_until = 0.0  # time.monotonic() before which no attempt starts
+        self._map_prices: tuple[float, float] | None | bool = False  # False: not looked up yet
+        self._sync_lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None  # runs complete()'s calls
 
     @classmethod
-    def from_settings(cls, settings: "Settings") -> "LiteLLMJudge":
-        key = settings.judge_api_key.get_secret_value() if settings.judge_api_key is not None else None
-        base = settings.judge_api_base.get_secret_value() if settings.judge_api_base is not None else None
+    def from_config(cls, config: "JudgeConfig") -> "LiteLLMJudge":
         return cls(
-            settings.judge_model,
-            api_base=base,
-            api_key=key,
-            timeout_s=settings.judge_timeout_s,
-            max_retries=settings.judge_max_retries,
-            backoff_base_s=settings.judge_backoff_base_s,
-            backoff_max_s=settings.judge_backoff_max_s,
-            max_concurrency=settings.max_concurrency,
-            prices_per_mtok=(
-                (settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok)
-                if settings.judge_input_cost_per_mtok is not None and settings.judge_output_cost_per_mtok is not None
-                else None
-            ),
+            config.model, api_base=config.api_base, api_key=config.api_key, timeout_s=config.timeout_s,
+            max_retries=config.max_retries, backoff_base_s=config.backoff_base_s,
+            backoff_max_s=config.backoff_max_s, max_concurrency=config.max_concurrency,
+            prices_per_mtok=config.prices_per_mtok,
         )
 
     @property
@@ -472,7 +487,7 @@ class LiteLLMJudge:
         """The wire form of a pydantic ``response_format``, built once per class.
 
         litellm turns a pydantic class into a JSON schema on *every* call
-        (``to_strict_json_schema``, a measurable share of a run's CPU). For
+        (``to_strict_json_schema``, CPU a run pays per call). For
         providers whose config uses litellm's default conversion, a dict is
         passed through unchanged, so converting once with that same function
         sends byte-identical requests. Providers with their own conversion
@@ -559,66 +574,82 @@ class LiteLLMJudge:
         with self._cooldown_lock:
             return self._cooldown_until - time.monotonic()
 
-    @contextmanager
-    def _slot(self) -> Iterator[None]:
-        self._slots.acquire()
-        try:
-            yield
-        finally:
-            self._slots.release()
-
     def complete(self, request: JudgeRequest) -> JudgeReply:
-        kwargs = self._call_kwargs(request)
-        attempt = 0
-        while True:
-            wait = self._cooldown_remaining()
-            if wait > 0:
-                self._sleep(wait)
-            with self._slot():
-                started = time.perf_counter()
-                try:
-                    response = litellm.completion(**kwargs)
-                except Exception as exc:  # every litellm/openai error is translated below
-                    err, cause = self._error(exc), exc
-                else:
-                    return self._reply(response, time.perf_counter() - started)
-            plan = self._plan_retry(attempt, err)
-            if isinstance(plan, JudgeError):
-                self._raise(plan, cause)
-            self._sleep(plan)
-            attempt += 1
+        """:meth:`acomplete` for a caller without an event loop: run on this
+        judge's own loop (one thread, started on first use), so there is one
+        retry loop and one bound on calls in flight whichever way it is called."""
+        return asyncio.run_coroutine_threadsafe(self.acomplete(request), self._sync_loop()).result()
+
+    def close(self) -> None:
+        """Stop the loop :meth:`complete` runs on, if it was started."""
+        with self._sync_lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+    def _sync_loop(self) -> asyncio.AbstractEventLoop:
+        with self._sync_lock:
+            if self._loop is None:
+                self._loop = asyncio.new_event_loop()
+                threading.Thread(target=self._loop.run_forever, name="judgeflow-judge-sync", daemon=True).start()
+            return self._loop
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply:
+        """The one retry loop: attempts until one answers, a permanent error, or
+        ``max_retries`` retries; every attempt sent is counted
+        (:class:`~judgeflow.judge.spend.CallSpend`) on the reply or the error."""
         kwargs = self._call_kwargs(request)
         client = self._wire_client()
         if client is not None:
             kwargs["client"] = client
+        spend = CallSpend(self._model, self._estimate_prices(), request)
         attempt = 0
         while True:
             wait = self._cooldown_remaining()
             if wait > 0:
                 await self._async_sleep(wait)
-            if client is None:
-                await self._slots.acquire_async()
-            sent: list[float] = []  # the transport notes when the request went on the wire
-            token = wire_started.set(sent)
-            try:
-                started = time.perf_counter()
-                try:
-                    response = await litellm.acompletion(**kwargs)
-                except Exception as exc:
-                    err, cause = self._error(exc), exc
-                else:
-                    return self._reply(response, time.perf_counter() - (sent[-1] if sent else started))
-            finally:
-                wire_started.reset(token)
-                if client is None:
-                    self._slots.release()
+            outcome = await self._attempt(kwargs, wired=client is not None)
+            if isinstance(outcome, JudgeReply):
+                return spend.answered(outcome)
+            err, cause, sent = outcome
+            if sent:
+                spend.unanswered()
             plan = self._plan_retry(attempt, err)
             if isinstance(plan, JudgeError):
+                plan.billed = spend.billed
                 self._raise(plan, cause)
             await self._async_sleep(plan)
             attempt += 1
+
+    async def _attempt(self, kwargs: dict, *, wired: bool) -> JudgeReply | tuple[JudgeError, Exception, bool]:
+        """One attempt holding a slot: the reply, or (error, cause, whether the
+        request reached the provider)."""
+        if not wired:
+            await self._slots.acquire_async()
+        sent: list[float] = []  # the transport notes when the request went on the wire
+        token = wire_started.set(sent)
+        try:
+            started = time.perf_counter()
+            try:
+                response = await litellm.acompletion(**kwargs)
+            except Exception as exc:
+                err = self._error(exc)
+                return err, exc, _reached_provider(err, exc, sent if wired else None)
+            return self._reply(response, time.perf_counter() - (sent[-1] if sent else started))
+        finally:
+            wire_started.reset(token)
+            if not wired:
+                self._slots.release()
+
+    def _estimate_prices(self) -> tuple[float, float] | None:
+        """USD per million (prompt, completion) tokens for attempts without
+        usage: the configured prices, else litellm's price map; None unpriced."""
+        if self._prices_per_mtok is not None:
+            return self._prices_per_mtok
+        if self._map_prices is False:
+            per_token = model_prices(self._model)
+            self._map_prices = None if per_token is None else (per_token[0] * 1e6, per_token[1] * 1e6)
+        return self._map_prices
 
     def _wire_client(self) -> AsyncHTTPHandler | None:
         """The running loop's wire-bound client, or None where the slot must be
@@ -657,8 +688,7 @@ class LiteLLMJudge:
         """One call through litellm with a canned reply (``mock_response``: no
         request leaves the process, no tokens, no cost), so the first real call
         does not pay litellm's lazy set-up: schemas its types build on first
-        use, the response and cost machinery (several times a later call's
-        CPU: docs/benchmark.md). Never raises: False when litellm
+        use, the response and cost machinery. Never raises: False when litellm
         refused (the first real call then sets up as before)."""
         kwargs = self._call_kwargs(JudgeRequest(
             step="warm-up", messages=[{"role": "user", "content": "warm-up"}], response_format=_WarmUp,

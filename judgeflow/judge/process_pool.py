@@ -1,10 +1,9 @@
 """A judge whose calls run in worker processes (``JUDGEFLOW_JUDGE_PROCESSES``).
 
-Why: litellm spends milliseconds of CPU on each call and Python runs it on
-one core, however many threads or coroutines make the calls; a run with a
-200 ms judge and 64 calls in flight (320 calls/s) needs more than one core of
-litellm alone (docs/benchmark.md has the figures). This judge keeps the
-run's Prefect tasks, claims, metrics and writes in the run's process and
+Why: litellm spends CPU on each call and Python runs it on one core, however
+many threads or coroutines make the calls, so a fast judge with many calls in
+flight needs more than one core of litellm alone (docs/benchmark.md). This
+judge keeps the run's Prefect tasks, claims, metrics and writes in the run's process and
 moves only the litellm calls into ``processes`` workers
 (:func:`judgeflow.judge.worker.serve`), each owning one
 :class:`~judgeflow.judge.litellm_judge.LiteLLMJudge` and one event loop.
@@ -18,8 +17,8 @@ import once, not once per worker.
 
 Behaviour:
 
-* **One bound.** ``max_concurrency`` is split between the workers (6 over 4
-  workers: 2, 2, 1, 1), each enforcing its share, so the run never has more
+* **One bound.** ``max_concurrency`` is split between the workers
+  (:meth:`~judgeflow.judge.config.JudgeConfig.shares`), each enforcing its share, so the run never has more
   calls in flight than with one process; a call goes to the worker with the
   fewest outstanding.
 * **Same errors, same retries.** Each worker's adapter retries transient
@@ -53,15 +52,15 @@ from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any, Callable
 
 from judgeflow.errors import PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.base import JudgeReply, JudgeRequest, queue_ahead_for
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, queue_ahead_for
 from judgeflow.judge.worker import HELLO, decode_error, encode_error, serve
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.judge.config import JudgeConfig
 
 log = logging.getLogger("judgeflow.judge")
 
-__all__ = ["JudgeProcessPool", "split_concurrency", "encode_error", "decode_error"]
+__all__ = ["JudgeProcessPool", "encode_error", "decode_error"]
 
 _CLOSE_WAIT_S = 10.0
 MAX_FAILED_STARTS = 3  # workers in a row that died before answering anything
@@ -84,7 +83,7 @@ def _context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("spawn")
 
 
-def _settle(future: Future, result: Any = None, error: BaseException | None = None) -> None:
+def _resolve(future: Future, result: Any = None, error: BaseException | None = None) -> None:
     """Complete ``future`` (concurrent or asyncio, on its loop's thread) unless
     its caller already gave up on it (cancelled)."""
     if future.done():
@@ -98,40 +97,34 @@ def _settle(future: Future, result: Any = None, error: BaseException | None = No
         pass
 
 
-def _settle_all(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
+def _resolve_all(outcomes: list[tuple[Any, Any, BaseException | None]]) -> None:
     for future, result, error in outcomes:
-        _settle(future, result, error)
+        _resolve(future, result, error)
 
 
-def _settle_waiters(outcomes: list[tuple[tuple[Any, Any], Any, BaseException | None]]) -> None:
-    """Settle ``((loop, future), result, error)`` items from any thread: a
+def _resolve_waiters(outcomes: list[tuple[tuple[Any, Any], Any, BaseException | None]]) -> None:
+    """Resolve ``((loop, future), result, error)`` items from any thread: a
     concurrent future (``loop`` None) at once, the asyncio futures of one loop
     in one callback on that loop (one wake-up per loop, not one per call)."""
     by_loop: dict[Any, list] = {}
     for (loop, future), result, error in outcomes:
         if loop is None:
-            _settle(future, result, error)
+            _resolve(future, result, error)
         else:
             by_loop.setdefault(loop, []).append((future, result, error))
     for loop, items in by_loop.items():
         try:
-            loop.call_soon_threadsafe(_settle_all, items)
+            loop.call_soon_threadsafe(_resolve_all, items)
         except RuntimeError:  # the loop is closed: nobody awaits these any more
             pass
-
-
-def split_concurrency(total: int, processes: int) -> list[int]:
-    """``total`` calls in flight shared by at most ``processes`` workers, each >= 1."""
-    n = max(1, min(processes, total))
-    return [total // n + (1 if i < total % n else 0) for i in range(n)]
 
 
 class _Worker:
     """One worker slot: its current process, restarted on the next call after it died."""
 
-    def __init__(self, index: int, settings: "Settings", target: Callable) -> None:
+    def __init__(self, index: int, config: "JudgeConfig", target: Callable) -> None:
         self.index = index
-        self._settings = settings
+        self._config = config
         self._target = target
         self._lock = threading.Lock()  # guards the process and the pending map; never held during I/O
         self._send_lock = threading.Lock()  # one message at a time on the request pipe
@@ -162,7 +155,7 @@ class _Worker:
         context = _context()
         requests_in, requests_out = context.Pipe(duplex=False)
         replies_in, replies_out = context.Pipe(duplex=False)
-        proc = context.Process(target=self._target, args=(requests_in, replies_out, self._settings),
+        proc = context.Process(target=self._target, args=(requests_in, replies_out, self._config),
                                name=f"judgeflow-judge-worker-{self.index}", daemon=True)
         try:
             proc.start()
@@ -217,7 +210,7 @@ class _Worker:
                         pending.pop(call_id, None)  # those its reader already failed are gone
                 failed = TransientJudgeError(f"judge worker {self.index} is gone: {exc}")
         if failed is not None:
-            _settle_waiters([(waiter, None, failed) for _, _, waiter in calls])
+            _resolve_waiters([(waiter, None, failed) for _, _, waiter in calls])
 
     def _read_replies(self, proc, conn, pending: dict[int, tuple[Any, Any]]) -> None:
         answered = False
@@ -239,7 +232,7 @@ class _Worker:
                             outcomes.append((waiter, payload, None))
                         else:
                             outcomes.append((waiter, None, decode_error(*payload)))
-                _settle_waiters(outcomes)
+                _resolve_waiters(outcomes)
         except (EOFError, OSError, ValueError):
             pass
         proc.join(_CLOSE_WAIT_S)
@@ -257,7 +250,7 @@ class _Worker:
             log.warning("judge worker %d exited (code %s) with %d call(s) in flight; they will be retried",
                         self.index, code, len(lost))
         error = TransientJudgeError(f"judge worker {self.index} exited (code {code})")
-        _settle_waiters([(waiter, None, error) for waiter in lost])
+        _resolve_waiters([(waiter, None, error) for waiter in lost])
 
     def hang_up(self):
         """Close the worker's request pipe (it exits when it reads EOF);
@@ -283,20 +276,16 @@ class _Worker:
             proc.join()
 
 
-class JudgeProcessPool:
+class JudgeProcessPool(JudgeBase):
     """A :class:`~judgeflow.judge.base.Judge` that sends each call to one of
     ``processes`` worker processes (see the module doc). Workers start together
     on the first call (or :meth:`start`). ``target`` is the function a worker
     runs (:func:`judgeflow.judge.worker.serve`; tests give one that fails)."""
 
-    def __init__(self, settings: "Settings", processes: int, *, target: Callable = serve) -> None:
-        shares = split_concurrency(settings.max_concurrency, processes)
-        self._model = settings.judge_model
-        self.max_concurrency = settings.max_concurrency
-        self._workers = [
-            _Worker(i, settings.model_copy(update={"max_concurrency": share}), target)
-            for i, share in enumerate(shares)
-        ]
+    def __init__(self, config: "JudgeConfig", *, target: Callable = serve) -> None:
+        self._model = config.model
+        self.max_concurrency = config.max_concurrency
+        self._workers = [_Worker(i, share, target) for i, share in enumerate(config.shares())]
         self._ids = itertools.count()
         self._dispatch_lock = threading.Lock()
         # per event loop: the calls made in its current turn, sent by _flush

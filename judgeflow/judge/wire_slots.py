@@ -1,15 +1,15 @@
 """The bound on judge calls in flight, and an HTTP transport that holds it only on the wire.
 
-:class:`CallSlots` is a counting semaphore shared by threads (the sync path:
-:meth:`CallSlots.acquire`) and event loops (:meth:`CallSlots.acquire_async`).
+:class:`CallSlots` is a counting semaphore shared by event loops
+(:meth:`CallSlots.acquire_async`; :meth:`CallSlots.acquire` for a thread).
 A freed slot is handed to the longest waiter at once, whichever thread or
 loop it waits on: no polling, so a call waiting for a slot starts the moment
 another ends.
 
 :class:`WireSlotTransport` wraps an ``httpx`` async transport so a request
 holds a slot from the moment it is sent until its response body is read or
-closed, and nothing else. Why: litellm spends milliseconds of CPU building
-each request and parsing its reply. Held around the whole litellm call, a
+closed, and nothing else. Why: litellm spends CPU building each request and
+parsing its reply. Held around the whole litellm call, a
 slot sits idle through both (docs/benchmark.md), and calls the run has ready
 cannot use it. Around the wire alone, the judge sees ``size`` calls in
 flight while the next ones are prepared beside them.
@@ -145,7 +145,7 @@ class _SlotHeldStream(httpx.AsyncByteStream):
             handed = self._release()
         if handed:
             # the call that was waiting for this slot goes on the wire before
-            # this reply is parsed and priced (a millisecond or more of litellm's CPU)
+            # this reply is parsed and priced (litellm's CPU)
             await asyncio.sleep(0)
 
 

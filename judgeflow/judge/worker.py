@@ -27,16 +27,18 @@ from typing import Any
 
 from judgeflow import errors
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
-from judgeflow.heap import settle_heap
+from judgeflow.judge.base import Usage
+from judgeflow.heap import freeze_heap
 
 HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
 
 
 def encode_error(exc: BaseException) -> tuple[str, str, dict]:
     """An error as (class name, message, attributes): judgeflow's errors take
-    keyword-only arguments, which plain pickling cannot rebuild."""
+    keyword-only arguments, which plain pickling cannot rebuild. ``billed``
+    (what the call's attempts cost) crosses with the rest."""
     if isinstance(exc, JudgeError):
-        attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (str, int, float, bool, type(None)))}
+        attrs = {k: v for k, v in vars(exc).items() if isinstance(v, (str, int, float, bool, type(None), Usage))}
         return type(exc).__name__, str(exc), attrs
     return "PermanentJudgeError", f"judge worker: unexpected {type(exc).__name__}: {exc}", {}
 
@@ -54,10 +56,11 @@ def decode_error(name: str, message: str, attrs: dict) -> JudgeError:
     return err
 
 
-def serve(requests: Any, replies: Any, settings: Any) -> None:
+def serve(requests: Any, replies: Any, config: Any) -> None:
     """The worker's entry point (a :class:`multiprocessing.Process` target):
-    answer the calls read from ``requests`` on ``replies`` until ``requests``
-    reaches EOF."""
+    answer the calls read from ``requests`` on ``replies`` with a judge of
+    ``config`` (a :class:`~judgeflow.judge.config.JudgeConfig`: the judge's own
+    key, no other secret) until ``requests`` reaches EOF."""
     # Ctrl-C reaches the whole process group: the run handles it and closes the
     # connection, which ends this worker; a KeyboardInterrupt here would only
     # print a traceback per worker over the run's own message
@@ -66,62 +69,70 @@ def serve(requests: Any, replies: Any, settings: Any) -> None:
     os.dup2(2, 1)
 
     from judgeflow.judge.litellm_judge import LiteLLMJudge
-    from judgeflow.scrub import install_log_scrubbing, register_settings
+    from judgeflow.scrub import install_log_scrubbing, register
 
-    # the worker never calls load_settings: scrub its stderr (libraries' logs) too
-    register_settings(settings)
+    # the worker knows only the judge's secrets: scrub its stderr (libraries' logs) of them
+    register(config.secrets())
     install_log_scrubbing()
-    judge = LiteLLMJudge.from_settings(settings)
-    loop = asyncio.new_event_loop()
-    outbox: list[tuple] = []
+    _Answering(LiteLLMJudge.from_config(config), requests, replies).run()
+    # Calls still in flight belong to a caller that is gone or closing: leave
+    # without unwinding them (or printing warnings about them).
+    os._exit(0)
 
-    def flush() -> None:
-        batch = outbox[:]
-        outbox.clear()
+
+class _Answering:
+    """The worker's event loop: reads requests, answers them, sends the
+    replies finished in one turn of the loop together."""
+
+    def __init__(self, judge: Any, requests: Any, replies: Any) -> None:
+        self.judge, self.requests, self.replies = judge, requests, replies
+        self.loop = asyncio.new_event_loop()
+        self.outbox: list[tuple] = []
+        self.arrived: asyncio.Queue = asyncio.Queue()
+
+    def run(self) -> None:
+        starter = self.loop.create_task(self._start_calls())  # noqa: F841 - kept referenced while the loop runs
+        self.loop.add_reader(self.requests.fileno(), self._read_requests)
+        self.loop.run_forever()
+
+    def _flush(self) -> None:
+        batch = self.outbox[:]
+        self.outbox.clear()
         try:
-            replies.send(batch)
+            self.replies.send(batch)
         except OSError:  # the run is gone: EOF on the request pipe ends this worker
             pass
 
-    async def answer(call_id: int, request) -> None:
+    async def _answer(self, call_id: int, request) -> None:
         try:
-            reply = await judge.acomplete(request)
+            reply = await self.judge.acomplete(request)
         except BaseException as exc:  # everything goes back to the caller
             message = (call_id, False, encode_error(exc))
         else:
             message = (call_id, True, reply)
-        if not outbox:
-            loop.call_soon(flush)  # after the other calls finishing in this turn of the loop
-        outbox.append(message)
+        if not self.outbox:
+            self.loop.call_soon(self._flush)  # after the other calls finishing in this turn of the loop
+        self.outbox.append(message)
 
-    arrived: asyncio.Queue = asyncio.Queue()
-
-    def read_requests() -> None:
+    def _read_requests(self) -> None:
         # called by the loop when the request pipe is readable: every message
         # already there, without blocking (a message is written whole)
         try:
-            while requests.poll():
-                for call in requests.recv():
-                    arrived.put_nowait(call)
+            while self.requests.poll():
+                for call in self.requests.recv():
+                    self.arrived.put_nowait(call)
         except (EOFError, OSError):  # the run closed its end, or is gone
-            loop.stop()
+            self.loop.stop()
 
-    async def start_calls() -> None:
+    async def _start_calls(self) -> None:
         # litellm's lazy set-up on a canned reply first, so the run's first calls do not pay it
-        await judge.warm_up()
-        settle_heap()
-        replies.send([(HELLO, True, os.getpid())])
+        await self.judge.warm_up()
+        freeze_heap()
+        self.replies.send([(HELLO, True, os.getpid())])
         # one call started per turn of the loop: a burst of requests (a run's
         # first batch) goes out as each is prepared, instead of each waiting
         # for litellm to prepare every other one first
         while True:
-            call_id, request = await arrived.get()
-            loop.create_task(answer(call_id, request))
+            call_id, request = await self.arrived.get()
+            self.loop.create_task(self._answer(call_id, request))
             await asyncio.sleep(0)
-
-    starter = loop.create_task(start_calls())  # noqa: F841 - kept referenced while the loop runs
-    loop.add_reader(requests.fileno(), read_requests)
-    loop.run_forever()
-    # Calls still in flight belong to a caller that is gone or closing: leave
-    # without unwinding them (or printing warnings about them).
-    os._exit(0)

@@ -165,7 +165,7 @@ def test_success_reply_tokens_cost_latency(server):
     assert sent.raw["response_format"]["type"] == "json_schema"
     assert sent.raw["response_format"]["json_schema"]["name"] == "Opinions"
     assert sent.raw["temperature"] == 0
-    assert sent.headers.get("Authorization") == f"Bearer {API_KEY}"
+    assert {k.lower(): v for k, v in sent.headers.items()}["authorization"] == f"Bearer {API_KEY}"
     assert sent.data == {"input": "hi", "output": "I think cats rule. Fact: water is wet."}
 
 
@@ -299,8 +299,11 @@ def test_connection_refused_is_transient():
 def test_injected_sleep_sees_full_jitter_delays(server):
     server.responder = lambda req: error_reply(500, "boom")
     slept: list[float] = []
+    async def no_sleep(delay: float) -> None:
+        slept.append(delay)
+
     judge = make_judge(server, max_retries=4, backoff_base_s=1.0, backoff_max_s=3.0,
-                       sleep=slept.append, rng=random.Random(3))
+                       async_sleep=no_sleep, rng=random.Random(3))
     with pytest.raises(TransientJudgeError):
         judge.complete(opinions_request())
     assert len(slept) == 4 and server.calls() == 5
@@ -445,21 +448,41 @@ async def test_cancelled_async_calls_do_not_leak_slots(server):
     judge._slots.release()
 
 
-def test_from_settings_and_factory_cache(server):
-    from judgeflow.judge.factory import build_judge, clear_judge_cache
+def test_the_factory_builds_the_configured_judge(server):
+    from judgeflow.judge.factory import build_judge, judge_config
     from judgeflow.settings import Settings
 
-    clear_judge_cache()
     settings = Settings(judge_model=MODEL, judge_api_base=server.url, judge_api_key=API_KEY,
                         judge_timeout_s=5, judge_max_retries=1, max_concurrency=3, judge_processes=1)
-    judge = build_judge(settings)
-    assert isinstance(judge, LiteLLMJudge)
-    assert judge.model == MODEL and judge.max_concurrency == 3 and judge.max_retries == 1
-    assert build_judge(settings.model_copy()) is judge  # one instance, one concurrency bound
-    assert build_judge(settings.model_copy(update={"max_concurrency": 4})) is not judge
-    assert Opinions.model_validate_json(judge.complete(opinions_request()).content)
-    assert server.requests[0].headers["Authorization"] == f"Bearer {API_KEY}"
-    clear_judge_cache()
+    judge = build_judge(judge_config(settings))
+    try:
+        assert isinstance(judge, LiteLLMJudge)
+        assert judge.model == MODEL and judge.max_concurrency == 3 and judge.max_retries == 1
+        assert judge.queue_ahead == 1  # a quarter of the bound, at least one
+        assert Opinions.model_validate_json(judge.complete(opinions_request()).content)
+        assert {k.lower(): v for k, v in server.requests[0].headers.items()}["authorization"] == f"Bearer {API_KEY}"
+    finally:
+        judge.close()
+
+
+def test_the_judge_config_carries_the_judges_key_and_no_other_secret():
+    import pickle
+
+    from judgeflow.judge.config import JudgeConfig
+    from judgeflow.settings import Settings
+
+    settings = Settings(_env_file=None, judge_model=MODEL, judge_api_key="judge-key-0123456789",
+                        database_url="postgresql://u:db-secret-pw@127.0.0.1/x", phoenix_api_key="phx-key-0123456789",
+                        judge_processes=2, max_concurrency=6)
+    config = JudgeConfig.from_settings(settings)
+    wire = pickle.dumps(config)
+    assert b"judge-key-0123456789" in wire
+    assert b"db-secret-pw" not in wire and b"phx-key-0123456789" not in wire
+    assert "judge-key" not in repr(config)
+    # the run's bound split over its workers, in one place
+    assert [c.max_concurrency for c in config.shares()] == [3, 3]
+    assert [c.max_concurrency for c in JudgeConfig(MODEL, max_concurrency=6, processes=4).shares()] == [2, 2, 1, 1]
+    assert [c.max_concurrency for c in JudgeConfig(MODEL, max_concurrency=3, processes=4).shares()] == [1, 1, 1]
 
 
 @pytest.mark.parametrize("model", ["offline", "offline/classifier"])

@@ -15,19 +15,20 @@ import time
 import pytest
 
 from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.factory import build_judge, clear_judge_cache
-from judgeflow.judge.process_pool import JudgeProcessPool, decode_error, encode_error, split_concurrency
+from judgeflow.judge.config import JudgeConfig
+from judgeflow.judge.factory import build_judge, judge_config
+from judgeflow.judge.process_pool import JudgeProcessPool, decode_error, encode_error
 from judgeflow.settings import Settings
 from tests.judge.test_litellm_judge import API_KEY, MODEL, opinions_request
 from tests.support.judge_server import JudgeServer, error_reply, json_reply
 
 
-def pool_settings(server: JudgeServer, **overrides) -> Settings:
+def pool_settings(server: JudgeServer, **overrides) -> JudgeConfig:
     values = dict(judge_model=MODEL, judge_api_base=server.url, judge_api_key=API_KEY, judge_timeout_s=10,
                   judge_max_retries=1, judge_backoff_base_s=0.01, judge_backoff_max_s=0.05,
                   max_concurrency=4, judge_processes=2)
     values.update(overrides)
-    return Settings(**values)
+    return judge_config(Settings(**values))
 
 
 @pytest.fixture
@@ -63,7 +64,7 @@ def _wait_gone(pid: int, timeout: float = 15.0) -> bool:
     [(8, 2, [4, 4]), (6, 4, [2, 2, 1, 1]), (3, 4, [1, 1, 1]), (1, 2, [1]), (5, 1, [5])],
 )
 def test_max_concurrency_is_shared_between_workers_never_exceeded(total, processes, shares):
-    assert split_concurrency(total, processes) == shares
+    assert [c.max_concurrency for c in JudgeConfig(MODEL, max_concurrency=total, processes=processes).shares()] == shares
     assert sum(shares) == total
 
 
@@ -95,7 +96,7 @@ def shared_server():
 @pytest.fixture(scope="module")
 def shared_pool(shared_server):
     """One pool for the tests that leave its workers alive (each start imports litellm: seconds)."""
-    with JudgeProcessPool(pool_settings(shared_server, max_concurrency=4, judge_processes=2), 2) as pool:
+    with JudgeProcessPool(pool_settings(shared_server, max_concurrency=4, judge_processes=2)) as pool:
         yield pool
 
 
@@ -166,7 +167,7 @@ def _parent_pid(pid: int) -> int:
 
 
 def test_workers_are_forked_by_one_server_that_imported_litellm_once(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=3, judge_processes=3), 3) as pool:
+    with JudgeProcessPool(pool_settings(server, max_concurrency=3, judge_processes=3)) as pool:
         pool.start()
         assert pool.wait_ready()
         pids = pool.worker_pids()
@@ -190,7 +191,7 @@ def test_workers_are_forked_by_one_server_that_imported_litellm_once(server):
 
 
 def test_closing_the_pool_stops_its_workers(server):
-    pool = JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2), 2).start()
+    pool = JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)).start()
     assert pool.wait_ready()  # a forked worker tells its pid once forked
     pids = pool.worker_pids()
     assert len(set(pids)) == 2 and all(pids)
@@ -202,7 +203,7 @@ def test_closing_the_pool_stops_its_workers(server):
 
 
 def test_a_killed_worker_fails_its_calls_as_transient_and_is_replaced(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2), 2) as pool:
+    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
         pool.complete(opinions_request())
         pool.complete(opinions_request())  # both workers started
         server.latency_mean_s = 2.0  # the next calls are still in flight when a worker dies
@@ -236,10 +237,10 @@ def test_workers_exit_when_the_run_process_is_killed(server, tmp_path):
     script = textwrap.dedent(
         f"""
         from judgeflow.judge.process_pool import JudgeProcessPool
-        from judgeflow.settings import Settings
+        from judgeflow.judge.config import JudgeConfig
         from tests.judge.test_litellm_judge import opinions_request
-        pool = JudgeProcessPool(Settings(judge_model={MODEL!r}, judge_api_base={server.url!r},
-                                         judge_api_key="k", max_concurrency=2, judge_processes=2), 2)
+        pool = JudgeProcessPool(JudgeConfig({MODEL!r}, api_base={server.url!r}, api_key="k",
+                                            max_concurrency=2, processes=2))
         pool.complete(opinions_request())
         pool.complete(opinions_request())
         print(*pool.worker_pids(), flush=True)
@@ -259,27 +260,28 @@ def test_workers_exit_when_the_run_process_is_killed(server, tmp_path):
         proc.kill()
 
 
-def test_settings_select_the_pool_and_the_cache_shares_it(server):
-    clear_judge_cache()
+def test_the_process_count_selects_the_pool_and_closing_it_stops_it(server):
+    config = pool_settings(server, judge_processes=3, max_concurrency=6)
+    judge = build_judge(config)
     try:
-        settings = pool_settings(server, judge_processes=3, max_concurrency=6)
-        judge = build_judge(settings)
         assert isinstance(judge, JudgeProcessPool) and judge.processes == 3
-        assert build_judge(settings.model_copy()) is judge  # one pool, one bound, per process
-        assert not isinstance(build_judge(settings.model_copy(update={"judge_processes": 1})), JudgeProcessPool)
+        assert judge.queue_ahead == 1
+        in_process = build_judge(pool_settings(server, judge_processes=1))
+        assert not isinstance(in_process, JudgeProcessPool)
+        in_process.close()
     finally:
-        clear_judge_cache()
+        judge.close()
     with pytest.raises(PermanentJudgeError, match="closed"):
-        judge.complete(opinions_request())  # clearing the cache closed it
+        judge.complete(opinions_request())
 
 
-def exit_before_answering(requests, replies, settings) -> None:
+def exit_before_answering(requests, replies, config) -> None:
     """A worker whose environment is broken: it exits before answering anything."""
     sys.exit(3)
 
 
 def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2), 2,
+    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2),
                           target=exit_before_answering) as pool:
         assert pool.processes == 1  # one call in flight allowed: one worker
         errors = []
@@ -297,7 +299,7 @@ def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(se
 
 
 def test_judge_processes_default_to_one_per_core_at_most_four(monkeypatch):
-    import judgeflow.judge.factory as factory
+    import judgeflow.judge.config as factory
 
     unset = Settings(judge_model=MODEL)
     assert unset.judge_processes is None
@@ -311,7 +313,7 @@ def test_judge_processes_default_to_one_per_core_at_most_four(monkeypatch):
 @pytest.mark.parametrize("content, cores", [("max 100000\n", None), ("200000 100000\n", 2),
                                             ("150000 100000\n", 2), ("50000 100000\n", 1), ("garbage", None)])
 def test_a_cgroup_cpu_quota_caps_the_default(tmp_path, content, cores):
-    from judgeflow.judge.factory import cpu_quota_cores
+    from judgeflow.judge.config import cpu_quota_cores
 
     cpu_max = tmp_path / "cpu.max"
     cpu_max.write_text(content)
@@ -320,7 +322,7 @@ def test_a_cgroup_cpu_quota_caps_the_default(tmp_path, content, cores):
 
 
 def test_workers_ignore_ctrl_c_the_run_ends_them(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2), 2) as pool:
+    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
         pool.start()
         assert pool.wait_ready()
         pids = pool.worker_pids()
@@ -352,7 +354,7 @@ def test_large_requests_and_replies_both_ways_at_once_never_deadlock():
         return done
 
     with JudgeServer(responder) as srv, \
-            JudgeProcessPool(pool_settings(srv, max_concurrency=8, judge_processes=1), 1) as pool:
+            JudgeProcessPool(pool_settings(srv, max_concurrency=8, judge_processes=1)) as pool:
         async def run() -> list[int]:
             return await asyncio.gather(*(chain(pool, i) for i in range(8)))
 

@@ -181,28 +181,35 @@ _SCORE_AND_REPORT = """
 import json, os, sys
 import judgeflow.judge.process_pool as process_pool
 seen = {}
+pools = []
 _start = process_pool.JudgeProcessPool.start
+_close = process_pool.JudgeProcessPool.close
 def start(self):
     seen.setdefault("prefect_imported_when_workers_started", "prefect" in sys.modules)
     seen["processes"] = self.processes
+    pools.append(self)
     return _start(self)
+def ancestors(pid):
+    chain = []
+    while pid > 1:
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        chain.append(pid)
+    return chain
+def close(self):  # the command closes the judge it started once the run is over
+    pids = [p for p in self.worker_pids() if p]
+    seen.setdefault("workers_descend_from_the_run", all(os.getpid() in ancestors(p) for p in pids))
+    seen.setdefault("workers", len(pids))
+    return _close(self)
 process_pool.JudgeProcessPool.start = start
+process_pool.JudgeProcessPool.close = close
 from judgeflow.cli import app
 try:
     app(["score", "--no-alerts"], standalone_mode=False)
 finally:
-    from judgeflow.judge.factory import _cache
-    (pool,) = _cache.values()
+    (pool,) = pools  # one judge for the command and its run
     seen["calls_per_worker"] = pool.calls_per_worker()
     seen["litellm_imported_by_the_run"] = "litellm" in sys.modules
-    def ancestors(pid):
-        chain = []
-        while pid > 1:
-            pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-            chain.append(pid)
-        return chain
-    seen["workers_descend_from_the_run"] = all(os.getpid() in ancestors(p) for p in pool.worker_pids() if p)
-    seen["workers"] = len([p for p in pool.worker_pids() if p])
+    seen["closed_after_the_run"] = pool.worker_pids() == [None] * pool.processes
     print("REPORT " + json.dumps(seen), flush=True)
 """
 
@@ -215,7 +222,7 @@ def test_score_by_default_judges_in_worker_processes_started_before_prefect(
     import subprocess
     import sys
 
-    from judgeflow.judge.factory import MAX_DEFAULT_JUDGE_PROCESSES, usable_cores
+    from judgeflow.judge.config import MAX_DEFAULT_JUDGE_PROCESSES, usable_cores
     from tests.support.traces import first_step_calls, results
 
     expected = min(MAX_DEFAULT_JUDGE_PROCESSES, usable_cores())
@@ -238,6 +245,7 @@ def test_score_by_default_judges_in_worker_processes_started_before_prefect(
     assert report["workers_descend_from_the_run"] is True  # started by the run, nothing else
     assert report["prefect_imported_when_workers_started"] is False  # litellm's import overlapped Prefect's start
     assert report["litellm_imported_by_the_run"] is False
+    assert report["closed_after_the_run"] is True
     assert all(n > 0 for n in report["calls_per_worker"]), report  # every worker took calls
     assert sum(report["calls_per_worker"]) == judge_server.calls()
     assert len(results(db)) == 60 and {r["status"] for r in results(db).values()} == {"scored"}

@@ -91,7 +91,9 @@ def test_the_start_judge_task_returns_no_credentials():
         _env_file=None, judge_model="openai/x", judge_api_key="0123456789abcdef0123456789abcdef",
         judge_api_base="https://gw-user:gw-p4ss@gw.example.com/v1?api-key=q-s3cret", judge_processes=1,
     )
-    shown = start_judge.fn(settings)
+    judge = start_judge.fn(settings)
+    shown = repr(judge)
+    judge.close()
     assert shown.startswith("LiteLLMJudge(") and "gw.example.com/v1" in shown
     for secret in ("gw-user", "gw-p4ss", "q-s3cret", "0123456789abcdef0123456789abcdef"):
         assert secret not in shown
@@ -99,7 +101,9 @@ def test_the_start_judge_task_returns_no_credentials():
     # the default on more than one core: a pool of judge processes (not started here)
     from judgeflow.judge.process_pool import JudgeProcessPool
 
-    pool = JudgeProcessPool(settings.model_copy(update={"judge_processes": 2}), 2)
+    from judgeflow.judge.factory import judge_config
+
+    pool = JudgeProcessPool(judge_config(settings.model_copy(update={"judge_processes": 2})))
     try:
         shown = repr(pool)
         assert shown.startswith("JudgeProcessPool(model='openai/x'")

@@ -486,6 +486,7 @@ class JudgeServer:
         fault_retry_after: str = "0",
         host: str = "127.0.0.1",
         port: int = 0,
+        prices_per_mtok: tuple[float, float] = (0.0, 0.0),
     ):
         unknown = set(fault_rates or {}) - set(FAULT_KINDS)
         if unknown:
@@ -498,6 +499,8 @@ class JudgeServer:
         self.fault_rates: dict[str, float] = dict(fault_rates or {})
         self.stall_s = stall_s
         self.fault_retry_after = fault_retry_after
+        # USD per million (prompt, completion) tokens this server bills
+        self.prices_per_mtok = prices_per_mtok
         self._seed = seed
         self._rng = random.Random(seed)
         self._host = host
@@ -596,7 +599,39 @@ class JudgeServer:
             "in_flight": in_flight,
             "max_in_flight": max_in_flight,
             "mean_in_flight": self.mean_in_flight,
+            "billed_usd": self.billed_usd,
+            "billed_requests": self.billed_requests,
         }
+
+    @property
+    def billed_usd(self) -> float:
+        """What the requests received so far were billed (see :meth:`_bill`)."""
+        with self._lock:
+            return self._billed_usd
+
+    @property
+    def billed_requests(self) -> int:
+        with self._lock:
+            return self._billed_requests
+
+    def bill_of(self, req: ChatRequest) -> float:
+        """What ``req`` was billed (0 when it was not)."""
+        with self._lock:
+            return self._bills.get(id(req), 0.0)
+
+    def _bill(self, req: ChatRequest, reply: Reply) -> None:
+        """Bill a request as a provider does: every request answered with a
+        completion is billed its usage when the answer is generated, whether
+        or not the client is still waiting for it (a stalled one included)."""
+        if reply.status != 200 or reply.body is not None:
+            return
+        usage = completion_body(req, reply.content)["usage"]
+        cost = (usage["prompt_tokens"] * self.prices_per_mtok[0]
+                + usage["completion_tokens"] * self.prices_per_mtok[1]) / 1_000_000
+        with self._lock:
+            self._bills[id(req)] = cost
+            self._billed_usd += cost
+            self._billed_requests += 1
 
     def reset(self) -> None:
         """Forget requests, counters and the script; re-seed the fault/latency draws."""
@@ -609,6 +644,9 @@ class JudgeServer:
 
     def _reset_counters(self) -> None:
         self.requests: list[ChatRequest] = []
+        self._billed_usd = 0.0
+        self._billed_requests = 0
+        self._bills: dict[int, float] = {}  # id(request) -> what it was billed
         self._statuses: dict[str, int] = {}
         self._faults: dict[str, int] = {}
         self._in_flight = 0
@@ -679,6 +717,7 @@ class JudgeServer:
         try:
             reply, latency = self._choose(req)
             status = reply.status
+            self._bill(req, reply)
             delay = latency + max(0.0, reply.delay_s)
             if delay > 0:
                 self._stopping.wait(delay)

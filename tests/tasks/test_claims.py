@@ -17,7 +17,7 @@ from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from judgeflow.settings import load_settings
 from judgeflow.db.leases import LeaseKeeper
 from judgeflow.tasks.claims import claim_traces, count_left_to_other_runs
-from judgeflow.tasks.scoring import CLAIM_LOST, DONE_EXISTS, store_outcomes
+from judgeflow.db.results_store import CLAIM_LOST, DONE_EXISTS, store_outcomes
 from tests.support.traces import insert_traces, results, scripted_trace
 
 
@@ -190,13 +190,11 @@ def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings
 
 def _still_judged_only_what_it_holds(settings, db, judge_server, work):
     from judgeflow.db.leases import still_owned
-    from judgeflow.tasks.scoring import score_and_store, score_batch
+    from judgeflow.tasks.scoring import score_batch
 
     assert still_owned(settings, "run-a:1", work) == {("tr-0002", "toxicity")}
 
-    outcome = score_and_store.fn(work[0], settings, "run-a:1", flow_run_id="run-a")
     outcomes = {o.trace_id: o.status for o in score_batch.fn(work, settings, "run-a:1", flow_run_id="run-a")}
-    assert outcome.status == "taken_over"
     assert outcomes == {"tr-0000": "taken_over", "tr-0001": "taken_over", "tr-0002": "scored"}
     assert judge_server.calls("Opinions") == 1  # only tr-0002 reached the judge
     assert set(results(db)) == {("tr-0002", "toxicity")}

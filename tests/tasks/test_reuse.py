@@ -39,12 +39,12 @@ def test_followers_get_the_leaders_result_and_a_failed_leader_frees_the_slot():
     follow, same = flights.lead_or_follow("run", "h")
     assert lead and not follow and same is future
     assert flights.lead_or_follow("other-run", "h")[0]  # scoped per run
-    flights.settle("run", "h", future, None)
+    flights.finish("run", "h", future, None)
     assert future.result() is None
     lead_again, second = flights.lead_or_follow("run", "h")
     assert lead_again and second is not future
-    flights.settle("run", "h", second, {"trace_id": "t1"})
-    assert not flights.lead_or_follow("run", "h")[0]  # a settled result stays for late twins
+    flights.finish("run", "h", second, {"trace_id": "t1"})
+    assert not flights.lead_or_follow("run", "h")[0]  # a finished result stays for late twins
     flights.forget("run")
     assert flights.lead_or_follow("run", "h")[0]
 

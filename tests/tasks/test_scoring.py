@@ -2,35 +2,47 @@
 
 from __future__ import annotations
 
-from judgeflow.judge.factory import build_judge, clear_judge_cache
+from judgeflow.entry import entered
 from judgeflow.judge.process_pool import JudgeProcessPool
 from judgeflow.settings import Settings
-from judgeflow.tasks.scoring import start_judge
+from judgeflow.tasks.scoring import close_judge, start_judge
 
 
 def test_start_judge_starts_the_judge_workers_without_calling_the_judge(judge_server):
     settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
                         judge_processes=2, max_concurrency=4)
-    clear_judge_cache()
+    pool = start_judge.fn(settings)
     try:
-        described = start_judge.fn(settings)
-        pool = build_judge(settings)
-        assert isinstance(pool, JudgeProcessPool) and described == repr(pool)
+        assert isinstance(pool, JudgeProcessPool)
         assert pool.wait_ready()  # the second worker is forked by the first, after its litellm import
         assert all(pool.worker_pids()) and len(set(pool.worker_pids())) == 2
         assert judge_server.calls() == 0
     finally:
-        clear_judge_cache()
+        close_judge(pool)
+    assert pool.worker_pids() == [None, None]  # closed by the run that built it
 
 
-def test_start_judge_never_fails_the_run(monkeypatch):
-    import judgeflow.tasks.scoring as scoring
+def test_start_judge_uses_the_judge_its_entry_point_started(judge_server):
+    from judgeflow.judge.factory import build_judge, judge_config
 
-    def broken(settings):
-        raise RuntimeError("cannot build")
+    settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
+                        judge_processes=2, max_concurrency=4)
+    early = build_judge(judge_config(settings))
+    early.start()
+    try:
+        with entered(settings, judge=early):
+            assert start_judge.fn(settings) is early
+            close_judge(early)  # the entry point owns it: the run leaves it open
+            assert early.wait_ready()
+        assert start_judge.fn(settings) is not early  # without the entry: a judge of its own
+    finally:
+        early.close()
 
-    monkeypatch.setattr(scoring, "build_started_judge", broken)
-    assert start_judge.fn(Settings(judge_model="openai/x")) == "not started"
+
+def test_start_judge_never_fails_the_run():
+    # a model litellm cannot route is refused when the judge is built, in-process
+    assert start_judge.fn(Settings(_env_file=None, judge_model="openai/x", judge_processes=1,
+                                   max_concurrency=1).model_copy(update={"judge_timeout_s": -1})) is None
 
 
 def test_a_trace_its_source_skips_is_stored_skipped_with_the_reason_and_no_judge_call(judge_server):
@@ -42,7 +54,9 @@ def test_a_trace_its_source_skips_is_stored_skipped_with_the_reason_and_no_judge
 
     settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
                         judge_processes=1)
-    metrics = build_metrics(settings)
+    from judgeflow.judge.factory import build_judge
+
+    metrics = build_metrics(settings, build_judge(settings))
     for metric in ("toxicity", "hallucination"):
         work = TraceWork(trace_id="t1", metric=metric, created_at=datetime.now(timezone.utc), output=None,
                          skip_reason="a cache hit: judged there, once")

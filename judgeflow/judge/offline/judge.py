@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError
-from judgeflow.judge.base import JudgeReply, JudgeRequest
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest
 from judgeflow.judge.offline import classifier
 from judgeflow.judge.offline.opinions import extract_opinions
 from judgeflow.judge.offline.overlap import hallucination_judgement
@@ -34,7 +34,7 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-class OfflineJudge:
+class OfflineJudge(JudgeBase):
     """A :class:`~judgeflow.judge.base.Judge` that needs no network and no key."""
 
     def __init__(self, model: str = MODEL_NAME) -> None:

@@ -1,0 +1,108 @@
+"""What a judge needs to know, and nothing more: the model, where it is, the
+judge's own key, its timeouts, retries, bound on calls in flight and prices.
+
+Built once from the settings (:meth:`JudgeConfig.from_settings`) and handed to
+the judge, and to each judge worker process (pickled): a worker never receives
+the whole :class:`~judgeflow.settings.Settings` with every other secret in it.
+Imports nothing of litellm, prefect or sqlalchemy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from judgeflow.settings import Settings
+
+# More workers than this buy nothing at the concurrency one run allows, and
+# each costs memory (docs/benchmark.md).
+MAX_DEFAULT_JUDGE_PROCESSES = 4
+CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
+
+
+def is_offline_model(model: str) -> bool:
+    return model == "offline" or model.startswith("offline/")
+
+
+def cpu_quota_cores(path: str = CGROUP_CPU_MAX) -> int | None:
+    """Cores' worth of CPU time a cgroup v2 quota allows ("200000 100000" -> 2),
+    or None without one. Kubernetes' CPU limits and `docker run --cpus` set it
+    while every core of the host stays visible."""
+    try:
+        with open(path) as handle:
+            quota, period = handle.read().split()[:2]
+        if quota == "max":
+            return None
+        return max(1, math.ceil(int(quota) / int(period)))
+    except (OSError, ValueError):
+        return None
+
+
+def usable_cores() -> int:
+    try:
+        cores = len(os.sched_getaffinity(0))  # what this process may run on (taskset, cpusets)
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    quota = cpu_quota_cores()
+    return min(cores, quota) if quota else cores
+
+
+def judge_process_count(settings: "Settings") -> int:
+    """How many processes make a run's litellm judge calls: the setting, else one
+    per core up to :data:`MAX_DEFAULT_JUDGE_PROCESSES`. 1 keeps the calls in the
+    run's process. More than one by default because litellm's CPU per call runs
+    on one core per process (docs/benchmark.md)."""
+    if settings.judge_processes is not None:
+        return settings.judge_processes
+    return max(1, min(MAX_DEFAULT_JUDGE_PROCESSES, usable_cores()))
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    model: str
+    api_base: str | None = field(default=None, repr=False)
+    api_key: str | None = field(default=None, repr=False)
+    timeout_s: float = 60.0
+    max_retries: int = 4
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 30.0
+    max_concurrency: int = 8
+    # USD per million (prompt, completion) tokens; None: litellm's price map
+    prices_per_mtok: tuple[float, float] | None = None
+    processes: int = 1
+
+    @classmethod
+    def from_settings(cls, settings: "Settings") -> "JudgeConfig":
+        prices = (settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok)
+        return cls(
+            model=settings.judge_model,
+            api_base=settings.judge_api_base.get_secret_value() if settings.judge_api_base is not None else None,
+            api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key is not None else None,
+            timeout_s=float(settings.judge_timeout_s),
+            max_retries=int(settings.judge_max_retries),
+            backoff_base_s=float(settings.judge_backoff_base_s),
+            backoff_max_s=float(settings.judge_backoff_max_s),
+            max_concurrency=int(settings.max_concurrency),
+            prices_per_mtok=None if None in prices else (float(prices[0]), float(prices[1])),
+            processes=judge_process_count(settings),
+        )
+
+    @property
+    def offline(self) -> bool:
+        return is_offline_model(self.model)
+
+    def secrets(self) -> list[str]:
+        """The values error texts and logs must never show."""
+        return [v for v in (self.api_key, self.api_base) if v]
+
+    def shares(self) -> list["JudgeConfig"]:
+        """The configuration of each judge worker: the run's ``max_concurrency``
+        split over ``processes`` workers (6 over 4: 2, 2, 1, 1), each >= 1.
+        The one place the run's bound is divided."""
+        n = max(1, min(self.processes, self.max_concurrency))
+        total = self.max_concurrency
+        return [replace(self, max_concurrency=total // n + (1 if i < total % n else 0), processes=1)
+                for i in range(n)]

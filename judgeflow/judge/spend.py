@@ -1,0 +1,67 @@
+"""The one place where an attempt sent to the judge's provider becomes spend.
+
+A provider bills every request it received, whether or not its reply reached
+us: an attempt that timed out, lost its connection after the request went
+out, or got a 5xx is billed as well as one that answered. :class:`CallSpend`
+follows one judge call through its attempts (the adapter's retry loop) and
+counts each attempt that was sent:
+
+* an attempt that answered with usage counts at that usage, priced;
+* an attempt sent that brought no usage back counts at its estimate
+  (:func:`attempt_estimate`): its prompt's characters at
+  :data:`CHARS_PER_TOKEN` plus :data:`COMPLETION_TOKENS_PER_CALL` completion
+  tokens, at the judge's prices;
+* an attempt refused before any work (429, 4xx) or never sent (connection
+  refused) costs nothing.
+
+The total reaches the caller on the reply (``JudgeReply.calls`` and
+``cost_usd``) or, when the call fails, on the error (``billed``, a
+:class:`~judgeflow.judge.base.Usage`). Budgets, the stored ``cost_usd`` and
+``judge_calls`` and the run summary all add up these figures and no others.
+Without prices (an unpriced model) the cost stays unknown (None); the calls
+are still counted.
+"""
+
+from __future__ import annotations
+
+from judgeflow.judge.base import JudgeReply, JudgeRequest, Usage
+
+CHARS_PER_TOKEN = 4.0
+# completion tokens an attempt without usage is assumed to have cost: a
+# judge's reply is a short JSON object
+COMPLETION_TOKENS_PER_CALL = 60
+
+
+def attempt_estimate(prices_per_mtok: tuple[float, float] | None, request: JudgeRequest) -> float | None:
+    """USD one attempt of ``request`` is assumed to cost when no usage came back."""
+    if prices_per_mtok is None:
+        return None
+    chars = sum(len(str(message.get("content") or "")) for message in request.messages)
+    prompt_tokens = chars / CHARS_PER_TOKEN
+    return (prompt_tokens * prices_per_mtok[0] + COMPLETION_TOKENS_PER_CALL * prices_per_mtok[1]) / 1_000_000
+
+
+class CallSpend:
+    """What the attempts of one judge call have billed so far."""
+
+    def __init__(self, model: str, prices_per_mtok: tuple[float, float] | None, request: JudgeRequest) -> None:
+        self._estimate = attempt_estimate(prices_per_mtok, request)
+        self.billed = Usage(model=model)
+
+    def unanswered(self) -> None:
+        """An attempt was sent and no usage came back: counted at its estimate."""
+        self.billed.merge(Usage(calls=1, cost_usd=self._estimate))
+
+    def answered(self, reply: JudgeReply) -> JudgeReply:
+        """The reply of the call's last attempt, carrying every attempt's spend:
+        its own usage priced (its estimate when it reported none) plus the
+        earlier attempts'."""
+        own = reply.cost_usd
+        if own is None and reply.prompt_tokens is None and reply.completion_tokens is None:
+            own = self._estimate
+        cost = None if own is None and self.billed.cost_usd is None else (own or 0.0) + (self.billed.cost_usd or 0.0)
+        return JudgeReply(
+            content=reply.content, model=reply.model, prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens, cost_usd=cost, latency_s=reply.latency_s,
+            calls=self.billed.calls + 1,
+        )
