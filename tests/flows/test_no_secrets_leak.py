@@ -121,13 +121,14 @@ def assert_absent(text: str, secrets: dict[str, str]) -> None:
 
 
 def test_no_secret_in_parameters_task_runs_logs_artifacts_or_events(
-    prefect_server, judgeflow_env, database_url, db, judge_server, monkeypatch
+    prefect_server, judgeflow_env, database_url, db, judge_server, monkeypatch, pg_server
 ):
     secrets = canaries()
     for name in ("base_user", "base_password", "base_query_key"):
         del secrets[name]  # see the Secret block test: credentials in the base URL replace the key
+    # the test server's own generated password (scram), in the URL as a user would put it
+    secrets["db_password"] = pg_server.password()
     insert_traces(db, recent_traces(8))
-    # the test server trusts local connections: the password is sent nowhere, yet it is in the URL
     url = make_url(database_url).set(password=secrets["db_password"]).render_as_string(hide_password=False)
 
     with WebhookReceiver(default=500) as hook:  # a failing webhook: its errors are logged too
