@@ -57,6 +57,15 @@ def _mount_alerts() -> None:
 _mount_alerts()
 
 
+def _mount_phoenix() -> None:
+    from judgeflow.phoenix_cli import phoenix_app
+
+    app.add_typer(phoenix_app, name="phoenix")
+
+
+_mount_phoenix()
+
+
 def _settings():
     from judgeflow.settings import load_settings
 
@@ -134,6 +143,9 @@ def score(
 
         typer.echo(f"nothing to score: no (trace, metric) pair is pending in {trace_source(settings).display}; "
                    "no flow run was started")
+        from judgeflow.phoenix_cli import write_back_if_on
+
+        write_back_if_on(settings)  # scores Phoenix does not have yet are written all the same
         if alerts:
             _evaluate_alerts_now(settings)
         return
@@ -377,7 +389,7 @@ def status(
     """Results per metric and status, what is pending, and what live runs are scoring now."""
     import json
 
-    from judgeflow.db.status import work_status
+    from judgeflow.db.status import status_notes, work_status
 
     settings = _settings()
     _announce_database(settings)
@@ -401,6 +413,8 @@ def status(
         + ". in progress / stranded: claims held by a live run / by a run that is gone or stopped renewing its "
         "lease (the next run takes those over at once)"
     )
+    for line in status_notes(report):
+        typer.echo(line)
     for run in report["runs"]:
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"

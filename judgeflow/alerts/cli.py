@@ -44,6 +44,16 @@ def _p(value: float | None) -> str:
     return "-" if value is None else ("<0.0001" if value < 1e-4 else f"{value:.4f}")
 
 
+def segment_keys_in_force(settings) -> str:
+    """Which metadata keys the rules segment by now, and where they come from."""
+    keys = ", ".join(settings.alert_segment_keys)
+    if settings.alert_segment_by:
+        return f"by {keys}: JUDGEFLOW_ALERT_SEGMENT_BY"
+    if keys:
+        return f"by {keys}: the {settings.source} preset's default (JUDGEFLOW_ALERT_SEGMENT_BY is not set)"
+    return "none in force now: JUDGEFLOW_ALERT_SEGMENT_BY is not set; these are from earlier evaluations"
+
+
 def _rule(rule: str, segment_key: str | None) -> str:
     return f"{rule} [{segment_key}]" if segment_key else rule
 
@@ -124,8 +134,10 @@ def list_alerts(
         table,
     ))
     typer.echo("")
+    if not segments:
+        typer.echo(f"Segments ({segment_keys_in_force(settings)}): none evaluated yet")
     if segments:
-        typer.echo(f"Segments ({settings.alert_segment_by or 'JUDGEFLOW_ALERT_SEGMENT_BY is not set now'})")
+        typer.echo(f"Segments ({segment_keys_in_force(settings)})")
         typer.echo(_table(
             ["rule", "segment", "state", "last evaluation", "value", "baseline", "p (rise)", "samples/baseline",
              "since", "last notified", "delivery"],
