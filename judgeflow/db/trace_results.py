@@ -57,7 +57,7 @@ class TraceView:
 
     @property
     def known(self) -> bool:
-        return self.in_source is True or any(m.result or m.claim for m in self.metrics)
+        return self.in_source is True or any(m.result or m.claim or m.other_source for m in self.metrics)
 
 
 def find_trace(settings: Settings, trace_id: str) -> TraceView:
@@ -83,7 +83,7 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
                 view.metrics.append(mv)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read the results of {trace_id!r}: {type(exc.orig).__name__}: {exc.orig}") from None
-    if not (results or claims):
+    if not (results or claims):  # a result of another source is known too: it is said so
         view.in_source = _in_source(settings, trace_id)
     return view
 

@@ -1,0 +1,122 @@
+"""Results kept per source (judgeflow/db/sources/identity.py, results.py): two sources
+scored into one results database, each counted alone by status, show and the alert
+rules; the switch announced; results from before sources were recorded adopted by the
+source configured then; a preset's skips named as its decision."""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from judgeflow.db import migrate
+from judgeflow.db.sources.results import settle_source
+from tests.support.litellm_fixtures import by_scenario
+from tests.support.litellm_proxy import insert_spend_logs
+from tests.support.traces import insert_traces, results, scripted_trace
+
+runner = CliRunner()
+TABLE = "table:llm_traces@results-db"
+
+
+def _scored(stored, source: str, metric: str = "toxicity") -> int:
+    return sum(1 for (_, m), r in stored.items() if r["source"] == source and m == metric and r["status"] == "scored")
+
+
+@pytest.fixture
+def two_sources(prefect_server, judgeflow_env, db, litellm_db, spend_log_rows, monkeypatch):
+    """The table source scored first, then JUDGEFLOW_SOURCE switched to litellm on the same
+    results database and scored: (summary of the second run, litellm's source identity)."""
+    from judgeflow.flows.scoring import score_new_traces
+
+    insert_traces(db, [scripted_trace(i)[0] for i in range(8)])
+    first = score_new_traces(evaluate_alerts=False)
+    assert first.scored == 16 and not [n for n in first.notes if "source" in n]
+    url, conninfo = litellm_db
+    assert insert_spend_logs(conninfo, spend_log_rows) == len(spend_log_rows)
+    monkeypatch.setenv("JUDGEFLOW_SOURCE", "litellm")
+    monkeypatch.setenv("JUDGEFLOW_SOURCE_DATABASE_URL", url)
+    second = score_new_traces(evaluate_alerts=False)
+    host_db = url.split("@", 1)[1]
+    return second, f"litellm:LiteLLM_SpendLogs@{host_db}"
+
+
+def test_two_sources_into_one_results_database_are_counted_apart(two_sources, db):
+    from judgeflow.alerts.evaluation import segment_figures
+    from judgeflow.alerts.rules import all_rules
+    from judgeflow.db.status import work_status
+    from judgeflow.settings import load_settings
+
+    second, litellm = two_sources
+    stored = results(db)
+    assert collections.Counter(r["source"] for r in stored.values()) == {TABLE: 16, litellm: len(stored) - 16}
+    [announced] = [n for n in second.notes if "source changed" in n]
+    assert f"{litellm} is new in this results database" in announced and f"16 of {TABLE}" in announced
+
+    settings = load_settings()
+    report = work_status(settings)
+    toxicity = report["metrics"]["toxicity"]
+    assert toxicity["scored"] == _scored(stored, litellm) and toxicity["scored"] < _scored(stored, TABLE) + _scored(
+        stored, litellm)
+    assert report["source"] == litellm and report["other_sources"] == {TABLE: 16}
+    assert any(f"also holds results of other sources (16 of {TABLE})" in n for n in report["source_notes"])
+
+    # the alert rules and the trend count the configured source's results only
+    rule = next(r for r in all_rules(settings) if r.name == "toxicity_rate")
+    rule = replace(rule, window_s=400 * 86400.0, baseline_s=86400.0)  # every stored trace is in the window
+    now = datetime.now(timezone.utc)
+    assert rule.source == litellm
+    assert segment_figures(db.connect(), rule, now=now)[0].sample_size == _scored(stored, litellm)
+    assert segment_figures(db.connect(), replace(rule, source=TABLE), now=now)[0].sample_size == _scored(stored, TABLE)
+
+
+def test_show_and_status_name_a_presets_skip_as_its_decision(two_sources, db, spend_log_rows):
+    from judgeflow.cli import app
+
+    _, litellm = two_sources
+    tool_call = by_scenario(spend_log_rows)["tool_call"][0]["request_id"]
+    shown = runner.invoke(app, ["show", tool_call])
+    assert shown.exit_code == 0, shown.output
+    assert ("toxicity: skipped by the litellm preset: the reply is a tool call (get_weather) with no text to judge"
+            in shown.stdout)
+    assert "the preset's decision: no judge was asked, nothing was spent" in shown.stdout
+    assert "judge abstained" not in shown.stdout and "unknown judge" not in shown.stdout
+    assert "cost:" not in shown.stdout
+
+    status = runner.invoke(app, ["status"])
+    assert status.exit_code == 0, status.output
+    assert f"source: {litellm}" in status.stdout
+    assert "of the skipped were skipped by the litellm preset (no judge asked, no cost)" in status.stdout
+    assert "the reply is a tool call (get_weather) with no text to judge" in status.stdout
+
+    other = runner.invoke(app, ["show", "tr-0000"])  # a trace of the table source
+    assert other.exit_code == 0, other.output
+    assert f"read from {TABLE}, another source (not counted here)" in other.stdout
+
+
+def test_results_from_before_sources_were_recorded_belong_to_the_source_configured_then(db):
+    migrate.upgrade(db, "0008")
+    with db.begin() as conn:
+        for i, status in enumerate(["scored", "scored", "failed"]):
+            conn.execute(text("INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed) "
+                              "VALUES (:t, 'toxicity', :s, 0.0, true)"), {"t": f"old-{i}", "s": status})
+    migrate.upgrade(db)
+    with db.begin() as conn:
+        state = settle_source(conn, TABLE)
+    with db.begin() as conn:
+        again = settle_source(conn, TABLE)
+        sources = conn.execute(text("SELECT DISTINCT source FROM judgeflow.eval_results")).scalars().all()
+        counts = conn.execute(text("SELECT source, status, sum(n) FROM judgeflow.result_counts "
+                                   "GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 2")).all()
+        elsewhere = settle_source(conn, "phoenix:spans@results-db")
+    assert state.new and state.adopted == 3 and not state.others
+    assert state.notes() == [f"3 result(s) stored before judgeflow recorded sources were assigned to {TABLE}, "
+                             "the source configured now"]
+    assert not again.new and again.adopted == 0 and again.notes() == []
+    assert sources == [TABLE]
+    assert counts == [(TABLE, "failed", 1), (TABLE, "scored", 2)]
+    assert elsewhere.new and elsewhere.others == {TABLE: 3}
