@@ -87,6 +87,7 @@ def list_alerts(
     from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
+    from judgeflow.db.sources.identity import result_source
     from judgeflow.epochs import epoch_history
     from judgeflow.settings import load_settings
 
@@ -99,10 +100,10 @@ def list_alerts(
         epochs = epoch_history(conn)
         rows, segments, history, waiting, dead = {}, [], [], [], []
         if alert_tables_exist(conn):
-            everything = current_alerts(conn)
+            everything = current_alerts(conn, source=result_source(settings))  # the configured source's
             rows = {row.rule: row for row in everything if not row.segment_key}
             segments = [row for row in everything if row.segment_key]
-            history = alert_history(conn, limit=limit, rule=rule)
+            history = alert_history(conn, limit=limit, rule=rule, source=result_source(settings))
         if outbox_exists(conn):
             waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
             if _has_dead_at(conn):

@@ -8,7 +8,8 @@ of every command that reads or writes results. It
 - records the configured source in ``judgeflow.result_sources``;
 - assigns results stored before judgeflow recorded sources (``source`` NULL,
   from before migration 0011) to the configured source: they were read from it,
-  since one results database had one source until then;
+  since one results database had one source until then; so are the alert states
+  and alert history of that time;
 - says so when the results database also holds other sources' results, and
   announces a source it has not seen before beside them (``JUDGEFLOW_SOURCE``
   or the source database switched).
@@ -25,6 +26,11 @@ _RECORD = text(
     "ON CONFLICT (source) DO UPDATE SET last_seen_at = now() RETURNING (s.first_seen_at = now()) AS new"
 )
 _ADOPT = text("UPDATE judgeflow.eval_results SET source = :source WHERE source IS NULL")
+_ADOPT_ALERTS = text(
+    "UPDATE judgeflow.alerts a SET source = :source WHERE a.source = '' AND NOT EXISTS "
+    "(SELECT 1 FROM judgeflow.alerts b WHERE b.source = :source AND b.rule = a.rule AND b.segment_key = a.segment_key)"
+)
+_ADOPT_EVENTS = text("UPDATE judgeflow.alert_events SET source = :source WHERE source IS NULL")
 _OTHERS = text(
     "SELECT source, sum(n) FROM judgeflow.result_counts WHERE source IS DISTINCT FROM :source "
     "GROUP BY source HAVING sum(n) <> 0 ORDER BY source"
@@ -59,8 +65,15 @@ def settle_source(conn: Connection, source: str) -> SourceState:
     state.new = bool(conn.execute(_RECORD, {"source": source}).scalar())
     if conn.execute(text("SELECT EXISTS (SELECT 1 FROM judgeflow.eval_results WHERE source IS NULL)")).scalar():
         state.adopted = conn.execute(_ADOPT, {"source": source}).rowcount
+    adopt_alert_state(conn, source)
     state.others = {s or "(none)": int(n) for s, n in conn.execute(_OTHERS, {"source": source}).all()}
     return state
+
+
+def adopt_alert_state(conn: Connection, source: str) -> None:
+    """Alert states and history from before sources were recorded become ``source``'s."""
+    conn.execute(_ADOPT_ALERTS, {"source": source})
+    conn.execute(_ADOPT_EVENTS, {"source": source})
 
 
 def settle_configured_source(engine, settings) -> SourceState:

@@ -104,6 +104,8 @@ def test_results_from_before_sources_were_recorded_belong_to_the_source_configur
         for i, status in enumerate(["scored", "scored", "failed"]):
             conn.execute(text("INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed) "
                               "VALUES (:t, 'toxicity', :s, 0.0, true)"), {"t": f"old-{i}", "s": status})
+        conn.execute(text("INSERT INTO judgeflow.alerts (rule, segment_key, state) VALUES ('toxicity_rate', '', "
+                          "'firing')"))
     migrate.upgrade(db)
     with db.begin() as conn:
         state = settle_source(conn, TABLE)
@@ -112,6 +114,7 @@ def test_results_from_before_sources_were_recorded_belong_to_the_source_configur
         sources = conn.execute(text("SELECT DISTINCT source FROM judgeflow.eval_results")).scalars().all()
         counts = conn.execute(text("SELECT source, status, sum(n) FROM judgeflow.result_counts "
                                    "GROUP BY 1, 2 HAVING sum(n) <> 0 ORDER BY 2")).all()
+        alert_states = conn.execute(text("SELECT source, state FROM judgeflow.alerts")).all()
         elsewhere = settle_source(conn, "phoenix:spans@results-db")
     assert state.new and state.adopted == 3 and not state.others
     assert state.notes() == [f"3 result(s) stored before judgeflow recorded sources were assigned to {TABLE}, "
@@ -119,4 +122,33 @@ def test_results_from_before_sources_were_recorded_belong_to_the_source_configur
     assert not again.new and again.adopted == 0 and again.notes() == []
     assert sources == [TABLE]
     assert counts == [(TABLE, "failed", 1), (TABLE, "scored", 2)]
+    assert alert_states == [(TABLE, "firing")]  # the alert state of that time is the same source's
     assert elsewhere.new and elsewhere.others == {TABLE: 3}
+
+
+def test_a_source_never_inherits_another_sources_alert_state(db, database_url):
+    from judgeflow.alerts.rules import all_rules
+    from judgeflow.alerts.state import current_alerts, evaluate_rule_segments
+    from judgeflow.settings import Settings
+
+    migrate.upgrade(db)
+    created = datetime.now(timezone.utc)
+    phoenix = "phoenix:spans@results-db"
+    with db.begin() as conn:
+        for i in range(20):  # the table source's replies are all toxic, Phoenix's all fine
+            for source, passed in ((TABLE, False), (phoenix, True)):
+                conn.execute(text(
+                    "INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed, threshold, "
+                    "trace_created_at, source) VALUES (:t, 'toxicity', 'scored', :s, :p, 0.5, :at, :src)"),
+                    {"t": f"{source[:5]}-{i}", "s": 0.0 if passed else 0.9, "p": passed, "at": created, "src": source})
+    settings = Settings(_env_file=None, database_url=database_url, alert_min_samples=10)
+    rule = next(r for r in all_rules(settings) if r.name == "toxicity_rate")
+    [fired] = evaluate_rule_segments(db, replace(rule, source=TABLE))
+    [other] = evaluate_rule_segments(db, replace(rule, source=phoenix))
+    assert (fired.state, fired.transition, fired.figures.sample_size) == ("firing", "fired", 20)
+    assert (other.state_before, other.state, other.transition) == ("ok", "ok", None)  # nothing inherited
+    with db.connect() as conn:
+        assert [(r.source, r.state) for r in current_alerts(conn, source=phoenix)] == [(phoenix, "ok")]
+        assert [(r.source, r.state) for r in current_alerts(conn, source=TABLE)] == [(TABLE, "firing")]
+        events = conn.execute(text("SELECT source, kind FROM judgeflow.alert_events")).all()
+    assert events == [(TABLE, "fired")]

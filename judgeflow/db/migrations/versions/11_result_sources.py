@@ -72,6 +72,11 @@ def upgrade() -> None:
         schema=S,
     )
     op.add_column("result_counts", sa.Column("source", sa.Text), schema=S)
+    # alert state per source: a source never inherits another's (existing rows: '' until assigned)
+    op.add_column("alerts", sa.Column("source", sa.Text, nullable=False, server_default=""), schema=S)
+    op.drop_constraint("alerts_pkey", "alerts", schema=S, type_="primary")
+    op.create_primary_key("alerts_pkey", "alerts", ["source", "rule", "segment_key"], schema=S)
+    op.add_column("alert_events", sa.Column("source", sa.Text), schema=S)
     # the triggers hold their lock on eval_results until this commits: no write is missed
     op.execute("LOCK TABLE judgeflow.eval_results IN SHARE MODE")
     op.execute(_COUNT_FUNCTION)
@@ -92,6 +97,12 @@ def downgrade() -> None:
         "SELECT metric, status, passed, failed_runs, count(*) FROM judgeflow.eval_results GROUP BY 1, 2, 3, 4"
     )
     op.drop_table("result_sources", schema=S)
+    op.drop_column("alert_events", "source", schema=S)
+    op.execute("DELETE FROM judgeflow.alerts a USING judgeflow.alerts b WHERE a.rule = b.rule "
+               "AND a.segment_key = b.segment_key AND a.source > b.source")  # one state per rule again
+    op.drop_constraint("alerts_pkey", "alerts", schema=S, type_="primary")
+    op.create_primary_key("alerts_pkey", "alerts", ["rule", "segment_key"], schema=S)
+    op.drop_column("alerts", "source", schema=S)
     for index in ("eval_results_skipped_idx", "eval_results_unwritten_idx", "eval_results_unsourced_idx"):
         op.drop_index(index, table_name="eval_results", schema=S)
     for column in ("write_back_next_at", "write_back_tries", "write_back_error", "written_back_at", "source"):
