@@ -62,7 +62,7 @@ _FAILED = text(
     SET write_back_error = x.error, write_back_tries = r.write_back_tries + 1,
         write_back_next_at = CASE
             WHEN x.refused AND r.write_back_tries + 1 >= :give_up THEN 'infinity'::timestamptz
-            ELSE now() + make_interval(secs => least(:max_s, :base_s * power(2, r.write_back_tries))) END
+            ELSE now() + make_interval(secs => least(:max_s, :base_s * power(2, least(r.write_back_tries, 30)))) END
     FROM jsonb_to_recordset(CAST(:rows AS jsonb))
          AS x(trace_id text, metric text, scored_at timestamptz, error text, refused boolean)
     WHERE r.trace_id = x.trace_id AND r.metric = x.metric AND r.scored_at = x.scored_at
