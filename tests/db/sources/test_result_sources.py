@@ -152,3 +152,26 @@ def test_a_source_never_inherits_another_sources_alert_state(db, database_url):
         assert [(r.source, r.state) for r in current_alerts(conn, source=TABLE)] == [(TABLE, "firing")]
         events = conn.execute(text("SELECT source, kind FROM judgeflow.alert_events")).all()
     assert events == [(TABLE, "fired")]
+
+
+def test_downgrade_keeps_the_counts_and_one_alert_state_per_rule(db):
+    from alembic import command
+
+    migrate.upgrade(db)
+    with db.begin() as conn:
+        for source in (TABLE, "phoenix:spans@results-db"):
+            conn.execute(text("INSERT INTO judgeflow.eval_results (trace_id, metric, status, source) "
+                              "VALUES (:t, 'toxicity', 'skipped', :s)"), {"t": source[:5], "s": source})
+            conn.execute(text("INSERT INTO judgeflow.alerts (source, rule, segment_key, state) "
+                              "VALUES (:s, 'toxicity_rate', '', 'ok')"), {"s": source})
+    with db.begin() as conn:
+        config = migrate._config()
+        config.attributes["connection"] = conn
+        command.downgrade(config, "0008")
+    with db.begin() as conn:
+        conn.execute(text("INSERT INTO judgeflow.eval_results (trace_id, metric, status) "
+                          "VALUES ('later', 'toxicity', 'skipped')"))  # the 0008 trigger counts again
+        counts = conn.execute(text("SELECT status, sum(n) FROM judgeflow.result_counts GROUP BY 1")).all()
+        alerts = conn.execute(text("SELECT rule FROM judgeflow.alerts")).scalars().all()
+    assert counts == [("skipped", 3)] and alerts == ["toxicity_rate"]
+    assert migrate.upgrade(db) == migrate.head_revision()
