@@ -110,7 +110,8 @@ def check_access(base_url: str, api_key: str | None, *, timeout_s: float = 10.0)
         return "MISSING", (f"Phoenix write-back: JUDGEFLOW_PHOENIX_URL {base_url} does not answer "
                            f"({type(exc).__name__}: {exc}); scores wait unwritten until it does")
     if reply.status_code in AUTH_REFUSED:
-        which = "JUDGEFLOW_PHOENIX_API_KEY was refused" if api_key else "Phoenix wants an API key: set JUDGEFLOW_PHOENIX_API_KEY"
+        which = ("JUDGEFLOW_PHOENIX_API_KEY was refused" if api_key
+                 else "Phoenix wants an API key: set JUDGEFLOW_PHOENIX_API_KEY")
         return "MISSING", f"Phoenix write-back: {base_url} answers, but {which} (HTTP {reply.status_code})"
     if reply.status_code != 200:
         return "MISSING", (f"Phoenix write-back: {base_url}/v1/projects answered HTTP {reply.status_code}, not "

@@ -27,7 +27,8 @@ def sync() -> None:
 
     settings = load_settings()
     if settings.source != "phoenix":
-        raise ConfigError("`judgeflow phoenix sync` writes the results of a Phoenix source: set JUDGEFLOW_SOURCE=phoenix")
+        raise ConfigError("`judgeflow phoenix sync` writes the results of a Phoenix source: "
+                          "set JUDGEFLOW_SOURCE=phoenix")
     engine = engine_for(settings)
     migrate.upgrade(engine)
     for note in settle_configured_source(engine, settings).notes():

@@ -166,7 +166,8 @@ def test_phoenix_llm_spans_scored_against_their_own_retrieved_documents_and_writ
         assert stored[(span["failure"], "toxicity")]["status"] == "skipped"
         assert stored[(span["tool_call"], "hallucination")]["reason"] == (
             "the reply is a tool call (get_weather) with no text to judge")
-        assert summary.scored == 8 and any("written to Phoenix" in n for n in summary.notes), summary.notes
+        assert summary.scored == 8
+        assert any("8 score(s) written as span annotations" in n for n in summary.notes), summary.notes
 
         def annotations(project, span_id):
             reply = httpx.get(f"{server.url}/v1/projects/{project}/span_annotations", params={"span_ids": [span_id]})

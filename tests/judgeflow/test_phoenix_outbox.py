@@ -123,3 +123,18 @@ def test_db_checks_access_names_what_is_wrong():
         assert level == "MISSING" and "not Phoenix's REST API" in message
     level, message = check_access(f"http://127.0.0.1:{free_port()}", None)
     assert level == "MISSING" and "does not answer" in message
+
+
+def test_db_check_checks_the_write_back_only_when_it_is_on():
+    from judgeflow.db.check import CheckReport, _check_write_back
+    from judgeflow.settings import Settings
+
+    with PhoenixReceiver(api_key="right-key") as phoenix:
+        on = Settings(_env_file=None, source="phoenix", phoenix_write_back=True, phoenix_url=phoenix.url,
+                      phoenix_api_key="wrong-key")
+        report = CheckReport()
+        _check_write_back(report, on)
+        assert not report.ok and "JUDGEFLOW_PHOENIX_API_KEY was refused" in report.lines()[0]
+        off = CheckReport()
+        _check_write_back(off, on.model_copy(update={"phoenix_write_back": False}))
+        assert off.ok and off.findings == [] and len(phoenix.requests) == 1
