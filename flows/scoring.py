@@ -40,7 +40,7 @@ from judgeflow.tasks.claims import (
     plan_source_reads,
 )
 from judgeflow.tasks import reuse
-from judgeflow.tasks.database import ensure_schema, record_result_source
+from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.epochs import record_judge_epochs
 from judgeflow.tasks.reporting import (
     Progress,
@@ -175,8 +175,7 @@ def score_traces(
         max_failed_runs=None if retry_failed else settings.max_runs_per_pair,
     )
 
-    ensure_schema(settings)
-    budget_notes.extend(record_result_source(settings))  # another source's results here are announced
+    budget_notes.extend(ensure_schema(settings))  # another source's results here are announced
     # where the run reads: from the watermark (minus the look-back), or exactly
     # its range with --since/--until or re-scoring (judgeflow/db/watermark.py)
     plan = plan_source_reads(settings, metrics, sample_rate=sample_rate,
