@@ -110,6 +110,7 @@ class _Run:
     pending: int = 0
     unusable: Any = None  # the future of the unusable rows' count
     epochs: list | None = None  # judge epochs the run started
+    notes: list[str] = field(default_factory=list)  # said at its start (another source's results here)
 
 
 def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, until, sample_rate: float,
@@ -125,7 +126,7 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     )
     run = _Run(settings, metrics, run_id, f"{run_id}:{uuid.uuid4().hex[:8]}", time.monotonic(),
                time.time() + settings.max_run_duration_s, filters["rescore_before"], filters)
-    ensure_schema(settings)
+    run.notes = ensure_schema(settings)  # another source's results in this database are announced
     filters["plan"] = plan = plan_source_reads(
         settings, metrics, sample_rate=sample_rate, ranged=since is not None or until is not None or rescore)
     # a report for the summary, not a precondition: counted while the run starts
@@ -147,7 +148,7 @@ def _summary(run: _Run, totals: SummaryBuilder, left: dict[str, int] | None, ext
         notes.append("unusable source rows (NULL id / created_at, duplicate ids) could not be counted; "
                      "see the run log and `judgeflow db check`")
     return summary.model_copy(update={
-        "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*notes, *extra_notes],
+        "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*run.notes, *notes, *extra_notes],
         "judge_epochs": run.epochs or [],
     })
 

@@ -1,4 +1,4 @@
-"""Writing a run's scores back to Phoenix (judgeflow/phoenix_annotations.py), after they are stored."""
+"""Writing scores back to Phoenix (judgeflow/phoenix_outbox.py), after a run has stored its results."""
 
 from __future__ import annotations
 
@@ -6,32 +6,31 @@ import logging
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from sqlalchemy import text
 
 from judgeflow.db.engine import engine_for
-from judgeflow.phoenix_annotations import WriteBack, write_annotations
+from judgeflow.db.sources.identity import result_source
+from judgeflow.phoenix_outbox import Sync, sync_phoenix
 from judgeflow.settings import Settings
 
 log = logging.getLogger("judgeflow.phoenix")
 
 
-@task(name="write-scores-to-phoenix", cache_policy=NO_CACHE, persist_result=False)
-def write_scores_to_phoenix(settings: Settings, flow_run_id: str | None) -> WriteBack:
-    """The scored results this run stored, as span annotations in Phoenix. Never fails the
-    run: what could not be written is counted and logged."""
-    try:
-        with engine_for(settings).connect() as conn:
-            results = conn.execute(
-                text(
-                    "SELECT trace_id, metric, score, passed, reason, threshold, judge_model, metric_version, "
-                    "flow_run_id FROM judgeflow.eval_results WHERE flow_run_id = :run AND status = 'scored'"
-                ),
-                {"run": flow_run_id},
-            ).mappings().all()
-    except Exception as error:  # a report, never a reason to fail the run
-        log.warning("could not read this run's scores for Phoenix: %s", error)
-        return WriteBack(failed=0, errors=[f"could not read the scores: {error}"])
+def write_back(settings: Settings, *, everything: bool = False) -> Sync:
+    """The configured source's unwritten scores, written to Phoenix: those due, or
+    all of them (``everything``). Never raises: a failure is the outcome's note."""
     api_key = settings.phoenix_api_key.get_secret_value() if settings.phoenix_api_key else None
-    outcome = write_annotations(settings.phoenix_url, [dict(r) for r in results], api_key=api_key)
-    (log.warning if outcome.failed else log.info)(outcome.note)
+    try:
+        outcome = sync_phoenix(engine_for(settings), result_source(settings), settings.phoenix_url, api_key,
+                               everything=everything)
+    except Exception as error:  # a report, never a reason to fail the run
+        outcome = Sync(stop=f"could not read the unwritten scores: {type(error).__name__}: {error}")
+    (log.warning if outcome.failed or outcome.stop else log.info)(outcome.note)
     return outcome
+
+
+@task(name="write-scores-to-phoenix", cache_policy=NO_CACHE, persist_result=False)
+def write_scores_to_phoenix(settings: Settings, flow_run_id: str | None = None) -> Sync:
+    """Every scored result Phoenix does not have yet and that is due (this run's, and
+    any left by an earlier run, a write-back turned on later, or Phoenix being down),
+    as span annotations. Never fails the run."""
+    return write_back(settings)

@@ -44,6 +44,16 @@ def _p(value: float | None) -> str:
     return "-" if value is None else ("<0.0001" if value < 1e-4 else f"{value:.4f}")
 
 
+def segment_keys_in_force(settings) -> str:
+    """Which metadata keys the rules segment by now, and where they come from."""
+    keys = ", ".join(settings.alert_segment_keys)
+    if settings.alert_segment_by:
+        return f"by {keys}: JUDGEFLOW_ALERT_SEGMENT_BY"
+    if keys:
+        return f"by {keys}: the {settings.source} preset's default (JUDGEFLOW_ALERT_SEGMENT_BY is not set)"
+    return "none in force now: JUDGEFLOW_ALERT_SEGMENT_BY is not set; these are from earlier evaluations"
+
+
 def _rule(rule: str, segment_key: str | None) -> str:
     return f"{rule} [{segment_key}]" if segment_key else rule
 
@@ -77,6 +87,7 @@ def list_alerts(
     from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
+    from judgeflow.db.sources.identity import result_source
     from judgeflow.epochs import epoch_history
     from judgeflow.settings import load_settings
 
@@ -89,10 +100,10 @@ def list_alerts(
         epochs = epoch_history(conn)
         rows, segments, history, waiting, dead, dead_line = {}, [], [], [], [], None
         if alert_tables_exist(conn):
-            everything = current_alerts(conn)
+            everything = current_alerts(conn, source=result_source(settings))  # the configured source's
             rows = {row.rule: row for row in everything if not row.segment_key}
             segments = [row for row in everything if row.segment_key]
-            history = alert_history(conn, limit=limit, rule=rule)
+            history = alert_history(conn, limit=limit, rule=rule, source=result_source(settings))
         if outbox_exists(conn):
             waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
             if _has_dead_at(conn):
@@ -128,8 +139,10 @@ def list_alerts(
         table,
     ))
     typer.echo("")
+    if not segments:
+        typer.echo(f"Segments ({segment_keys_in_force(settings)}): none evaluated yet")
     if segments:
-        typer.echo(f"Segments ({settings.alert_segment_by or 'JUDGEFLOW_ALERT_SEGMENT_BY is not set now'})")
+        typer.echo(f"Segments ({segment_keys_in_force(settings)})")
         typer.echo(_table(
             ["rule", "segment", "state", "last evaluation", "value", "baseline", "p (rise)", "samples/baseline",
              "since", "last notified", "delivery"],

@@ -30,6 +30,7 @@ from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.rules import Rule
 from judgeflow.alerts.stats import fisher_greater
+from judgeflow.db.sources.identity import of_source
 from judgeflow.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
 from judgeflow.tasks.work import METRIC_NAMES
 
@@ -166,7 +167,7 @@ def _counts_sql(rule: Rule, value_expr: str, extra_where: str, in_epoch: str = "
             count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at >= :start) AS other_epoch,
             count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at < :start) AS other_base
         FROM judgeflow.eval_results
-        WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :base_start{extra_where}
+        WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :base_start AND {of_source()}{extra_where}
     """
 
 
@@ -249,7 +250,7 @@ def segment_figures(
                         failed=failing, worst=[], evaluated_at=now, window_start=start, worst_loaded=True)]
     in_epoch, epoch_params = in_epoch_sql(epochs, rule_metrics(rule))
     epoch_start = latest_start(epochs, rule_metrics(rule))
-    params = dict(epoch_params, metrics=rule_metrics(rule), start=start, base_start=base_start)
+    params = dict(epoch_params, metrics=rule_metrics(rule), start=start, base_start=base_start, source=rule.source)
     if key is None:
         row = conn.execute(text(window_statement(rule, None, in_epoch)), params).one()
         return [_figures(rule, row, OVERALL, now, start, base_start, epoch_start)]
@@ -285,11 +286,12 @@ def worst_traces(
             SELECT trace_id, metric, score, {reason} AS reason, trace_created_at
             FROM judgeflow.eval_results
             WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {bad} AND {seg_where}
-              AND {in_epoch}
+              AND {in_epoch} AND {of_source()}
             ORDER BY {order} LIMIT :n
             """
         ),
-        dict(seg_params, **epoch_params, metrics=rule_metrics(rule), start=window_start, n=WORST_LIMIT),
+        dict(seg_params, **epoch_params, metrics=rule_metrics(rule), start=window_start, n=WORST_LIMIT,
+             source=rule.source),
     )
     return [WorstTrace(w.trace_id, w.metric, w.score, _cut(w.reason), w.trace_created_at) for w in rows]
 

@@ -100,6 +100,8 @@ class Rule:
     hysteresis: float = 0.0
     segment_by: tuple[str, ...] = ()
     segment_top: int = 10
+    # the results counted: those read from this source (judgeflow/db/sources/identity.py)
+    source: str | None = None
 
     @property
     def is_regression(self) -> bool:
@@ -126,6 +128,8 @@ class Rule:
 
 def all_rules(settings: Settings) -> list[Rule]:
     """Every known rule, enabled or not, in a fixed order."""
+    from judgeflow.db.sources.identity import result_source
+
     return [
         Rule(
             name=spec.name,
@@ -147,6 +151,7 @@ def all_rules(settings: Settings) -> list[Rule]:
             hysteresis=settings.alert_hysteresis,
             segment_by=() if spec.kind == "dead_deliveries" else settings.alert_segment_keys,
             segment_top=settings.alert_segment_top,
+            source=result_source(settings),
         )
         for spec in RULE_SPECS
     ]

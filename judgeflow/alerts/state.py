@@ -36,6 +36,7 @@ from judgeflow.alerts.lifecycle import Outcome, State, Transition, decide
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
 from judgeflow.db.schema import SCHEMA
+from judgeflow.db.sources.results import adopt_alert_state
 from judgeflow.epochs import current_epochs, latest_start
 
 
@@ -84,16 +85,21 @@ def evaluate_rule_segments(
     evaluator of a rule takes that lock first, so it also guards the rule's
     segment rows. A notification due is queued for ``channels`` (default: none,
     so it is recorded as 'skipped') in the same transaction. Overall first."""
+    source = rule.source or ""  # each source has its own alert state
     with engine.begin() as conn:
+        if source:
+            adopt_alert_state(conn, source)
         conn.execute(
             pg_insert(alerts)
-            .values(rule=rule.name, segment_key="", state="ok")
-            .on_conflict_do_nothing(index_elements=["rule", "segment_key"])
+            .values(source=source, rule=rule.name, segment_key="", state="ok")
+            .on_conflict_do_nothing(index_elements=["source", "rule", "segment_key"])
         )
         conn.execute(
-            select(alerts.c.rule).where(alerts.c.rule == rule.name, alerts.c.segment_key == "").with_for_update()
+            select(alerts.c.rule).where(alerts.c.source == source, alerts.c.rule == rule.name,
+                                        alerts.c.segment_key == "").with_for_update()
         ).one()
-        rows = {r.segment_key: r for r in conn.execute(select(alerts).where(alerts.c.rule == rule.name))}
+        rows = {r.segment_key: r for r in conn.execute(
+            select(alerts).where(alerts.c.source == source, alerts.c.rule == rule.name))}
         # the time after the lock was granted: evaluators serialised on the lock
         # see increasing times (now() would be each transaction's start)
         now = conn.execute(select(func.clock_timestamp())).scalar_one()
@@ -142,12 +148,13 @@ def _record(
     from judgeflow.alerts.outbox import add_deliveries
 
     segment = figures.segment
-    where = (alerts.c.rule == rule.name) & (alerts.c.segment_key == segment.label)
+    source = rule.source or ""
+    where = (alerts.c.source == source) & (alerts.c.rule == rule.name) & (alerts.c.segment_key == segment.label)
     if current is None:
         conn.execute(
             pg_insert(alerts)
-            .values(rule=rule.name, segment_key=segment.label, segment=segment.as_json(), state="ok")
-            .on_conflict_do_nothing(index_elements=["rule", "segment_key"])
+            .values(source=source, rule=rule.name, segment_key=segment.label, segment=segment.as_json(), state="ok")
+            .on_conflict_do_nothing(index_elements=["source", "rule", "segment_key"])
         )
         current = conn.execute(select(alerts).where(where)).one()
     state_before = current.state
@@ -196,6 +203,7 @@ def _record(
             .values(
                 **measured,
                 rule=rule.name,
+                source=rule.source,
                 segment_key=segment.label,
                 kind=transition,
                 occurred_at=now,
@@ -248,13 +256,19 @@ def alert_tables_exist(conn: Connection) -> bool:
     return bool(conn.execute(text("SELECT to_regclass(:t) IS NOT NULL"), {"t": f"{SCHEMA}.alerts"}).scalar())
 
 
-def current_alerts(conn: Connection) -> list:
-    """Every (rule, segment) row; a rule's overall row ('' segment) first."""
-    return list(conn.execute(select(alerts).order_by(alerts.c.rule, alerts.c.segment_key)))
+def current_alerts(conn: Connection, source: str | None = None) -> list:
+    """Every (rule, segment) row of ``source`` (None: of every source); a rule's
+    overall row ('' segment) first."""
+    query = select(alerts).order_by(alerts.c.rule, alerts.c.segment_key)
+    if source is not None:
+        query = query.where(alerts.c.source.in_([source, ""]))
+    return list(conn.execute(query))
 
 
-def alert_history(conn: Connection, *, limit: int = 20, rule: str | None = None) -> list:
+def alert_history(conn: Connection, *, limit: int = 20, rule: str | None = None, source: str | None = None) -> list:
     query = select(alert_events).order_by(alert_events.c.occurred_at.desc(), alert_events.c.id.desc()).limit(limit)
+    if source is not None:
+        query = query.where((alert_events.c.source == source) | alert_events.c.source.is_(None))
     if rule is not None:
         query = query.where(alert_events.c.rule == rule)
     return list(conn.execute(query))

@@ -27,6 +27,7 @@ from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.evaluation import Figures, segment_figures
 from judgeflow.alerts.rules import all_rules
+from judgeflow.db.sources.identity import of_source, result_source
 from judgeflow.epochs import Epoch, epoch_history, when
 from judgeflow.settings import Settings
 from judgeflow.tasks.work import METRIC_NAMES
@@ -122,12 +123,12 @@ def compute_trend(
                        count(*) FILTER (WHERE status = 'scored' AND passed IS NOT TRUE) AS bad,
                        count(*) FILTER (WHERE status = 'scored') AS scored
                 FROM judgeflow.eval_results
-                WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start
+                WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {of_source()}
                   {"AND (segment ->> :key) IS NOT NULL" if key else ""}
                 GROUP BY 1, 2, 3
                 """
             ),
-            dict(metrics=list(METRIC_NAMES), start=start, key=key),
+            dict(metrics=list(METRIC_NAMES), start=start, key=key, source=result_source(settings)),
         ).all()
         found: dict[tuple[str, str | None], list[tuple[int, int]]] = {}
         for r in rows:

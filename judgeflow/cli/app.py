@@ -8,10 +8,12 @@ from judgeflow.alerts.cli import alerts_app
 from judgeflow.cli import demo, judge_checks, reports, scoring, servers
 from judgeflow.cli.db import db_app
 from judgeflow.cli.runs import Program
+from judgeflow.phoenix_cli import phoenix_app
 
 app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(alerts_app, name="alerts", help="Alert rules: current state, history, evaluate now.")
+app.add_typer(phoenix_app, name="phoenix")
 
 
 @app.command()

@@ -43,6 +43,8 @@ def status(
 
 def render_status(report: dict) -> str:
     """``judgeflow status``'s text: a table of figures per metric, what they count, the runs holding claims."""
+    from judgeflow.db.status import status_notes
+
     columns = list(dict.fromkeys(k for row in report["metrics"].values() for k in row))  # every figure, in order
     lines = [f"{'metric':<15}" + "".join(f"{c.replace('_', ' '):>13}" for c in columns)]
     for metric, row in report["metrics"].items():
@@ -55,6 +57,7 @@ def render_status(report: dict) -> str:
            "older than that; older traces without a result are not counted (`judgeflow backfill` scores them)")
         + STATUS_LEGEND_TAIL
     )
+    lines.extend(status_notes(report))
     for run in report["runs"]:
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"

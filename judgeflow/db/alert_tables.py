@@ -73,6 +73,7 @@ alert_events = Table(
     Column("delivery_id", UUID(as_uuid=False), nullable=False, server_default=text("gen_random_uuid()"), unique=True),
     Column("payload", JSONB),
     Column("superseded_by", BigInteger, ForeignKey(f"{SCHEMA}.alert_events.id", ondelete="SET NULL")),
+    Column("source", Text),  # the source whose alert it is (migration 0011)
     *_segment_columns(),
     CheckConstraint("kind IN ('fired', 'reminder', 'resolved')", name="alert_events_kind_check"),
     CheckConstraint("state IN ('ok', 'firing')", name="alert_events_state_check"),
@@ -88,6 +89,9 @@ alert_events = Table(
 alerts = Table(
     "alerts",
     metadata,
+    # one state per source (judgeflow/db/sources/identity.py; migration 0011): a source
+    # never inherits another's; '' until the first command assigns it (judgeflow/db/sources/results.py)
+    Column("source", Text, primary_key=True, server_default=""),
     Column("rule", Text, primary_key=True),
     # one row per (rule, segment); '' is the rule over all results (migration 0007)
     Column("segment_key", Text, primary_key=True, server_default=""),

@@ -130,4 +130,16 @@ def check_database(settings: Settings, *, full: bool = False) -> CheckReport:
     else:
         report.add("MISSING", f"judgeflow schema at {current or 'none'}, expected {head}: run `judgeflow db upgrade`")
     _check_pooling(report, settings)
+    _check_write_back(report, settings)
     return report
+
+
+def _check_write_back(report: CheckReport, settings: Settings) -> None:
+    """With the Phoenix write-back on: Phoenix answers at JUDGEFLOW_PHOENIX_URL and
+    accepts the key (a harmless read of its REST API)."""
+    if not (settings.source == "phoenix" and settings.phoenix_write_back):
+        return
+    from judgeflow.phoenix_annotations import check_access
+
+    api_key = settings.phoenix_api_key.get_secret_value() if settings.phoenix_api_key else None
+    report.add(*check_access(settings.phoenix_url, api_key))

@@ -17,6 +17,7 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
+from judgeflow.db.sources.identity import result_source
 from judgeflow.db.engine import engine_for
 from judgeflow.db.storable import storable
 from judgeflow.errors import DatabaseError
@@ -40,8 +41,8 @@ _SELECTED = _NAMES.replace("segment", "COALESCE(segment, '{}'::jsonb)")
 # Many rows in one statement: the rows travel as one JSON array.
 _UPSERT = text(
     f"""
-    INSERT INTO judgeflow.eval_results AS r ({_NAMES}, failed_runs, scored_at)
-    SELECT {_SELECTED}, CASE WHEN status = 'failed' THEN 1 ELSE 0 END, now()
+    INSERT INTO judgeflow.eval_results AS r ({_NAMES}, failed_runs, scored_at, source)
+    SELECT {_SELECTED}, CASE WHEN status = 'failed' THEN 1 ELSE 0 END, now(), :source
     FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS x({_COLUMNS})
     ON CONFLICT (trace_id, metric) DO UPDATE SET
         metric_version = excluded.metric_version, status = excluded.status, score = excluded.score,
@@ -52,7 +53,7 @@ _UPSERT = text(
         judge_calls = excluded.judge_calls, error = excluded.error, error_kind = excluded.error_kind,
         attempts = r.attempts + excluded.attempts, flow_run_id = excluded.flow_run_id,
         trace_created_at = excluded.trace_created_at, segment = excluded.segment, content_hash = excluded.content_hash,
-        scored_at = now(),
+        scored_at = now(), source = excluded.source,
         failed_runs = r.failed_runs + excluded.failed_runs
     -- a done result is only replaced when re-scoring, and only by a new score:
     -- never by a late duplicate, never by a failed re-score (see _NOTE_FAILED_RESCORE)
@@ -146,7 +147,7 @@ def _write(settings: Settings, rows: list[dict], owner: str, rescore_before: dat
         kept: set[tuple[str, str]] = set()
         if mine:
             params = {"rows": json.dumps(mine, default=_json_default), "rescore_before": rescore_before}
-            written = {(t, m) for t, m in conn.execute(_UPSERT, params)}
+            written = {(t, m) for t, m in conn.execute(_UPSERT, {**params, "source": result_source(settings)})}
             if rescore_before is not None:
                 kept = {(t, m) for t, m in conn.execute(_NOTE_FAILED_RESCORE, params)}
         late = [

@@ -62,6 +62,13 @@ eval_results = Table(
     Column("segment", JSONB, nullable=False, server_default="{}"),
     # sha256 of what the result depends on (tasks/reuse.py); indexed for done rows (migration 0006)
     Column("content_hash", Text),
+    # the source the trace was read from (judgeflow/db/sources/identity.py; migration 0011)
+    Column("source", Text),
+    # the Phoenix write-back's outbox state (judgeflow/phoenix_outbox.py; migration 0011)
+    Column("written_back_at", DateTime(timezone=True)),
+    Column("write_back_error", Text),
+    Column("write_back_tries", Integer, nullable=False, server_default="0"),
+    Column("write_back_next_at", DateTime(timezone=True)),
     PrimaryKeyConstraint("trace_id", "metric", name="eval_results_pkey"),
     CheckConstraint("metric IN ('toxicity', 'hallucination')", name="eval_results_metric_check"),
     CheckConstraint("status IN ('scored', 'skipped', 'failed')", name="eval_results_status_check"),

@@ -62,8 +62,11 @@ def work_status(settings: Settings) -> dict:
     from judgeflow.db.trace_source import source_engine, trace_source
     from judgeflow.db.watermark import plan_reads
 
+    from judgeflow.db.sources.results import adopt_configured_source
+
     engine = engine_for(settings)
     migrate.upgrade(engine)
+    sourced = adopt_configured_source(engine, settings)
     metrics = list(METRIC_NAMES)
     source = trace_source(settings)
     # a given-up pair is neither pending nor in progress: no nightly run takes it
@@ -71,7 +74,9 @@ def work_status(settings: Settings) -> dict:
     cond, params = done.sql()
     try:
         with engine.connect() as conn:
-            results = result_counts(conn, given_up_after=settings.max_runs_per_pair)
+            results = result_counts(conn, given_up_after=settings.max_runs_per_pair, source=sourced.source)
+            preset_skips = _preset_skips(conn, sourced.source)
+            write_back = _write_back_counts(conn, settings, sourced.source)
             superseded = dict(
                 conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results GROUP BY metric")).all()
             )
@@ -116,6 +121,11 @@ def work_status(settings: Settings) -> dict:
     return {
         "metrics": out,
         "dead_deliveries": dead.as_json(),
+        "source": sourced.source,
+        "other_sources": sourced.others,
+        "source_notes": sourced.notes(),
+        "skipped_by_preset": preset_skips,
+        "phoenix_write_back": write_back,
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": [
@@ -123,6 +133,50 @@ def work_status(settings: Settings) -> dict:
             for run in sorted(runs.values(), key=lambda r: (not r["live"], r["flow_run_id"]))
         ],
     }
+
+
+_PRESET_SKIPS = text(
+    "SELECT metric, reason, count(*) FROM judgeflow.eval_results "
+    "WHERE source = :source AND status = 'skipped' AND (details ->> 'skipped_by_source') = 'true' "
+    "GROUP BY 1, 2 ORDER BY 3 DESC, 2"
+)
+
+
+def _preset_skips(conn, source: str) -> dict[str, dict[str, int]]:
+    """Per metric, the skipped results the source preset decided (no judge asked), by reason."""
+    out: dict[str, dict[str, int]] = {}
+    for metric, reason, n in conn.execute(_PRESET_SKIPS, {"source": source}).all():
+        out.setdefault(metric, {})[reason or "no reason given"] = int(n)
+    return out
+
+
+def _write_back_counts(conn, settings: Settings, source: str) -> dict[str, int | bool] | None:
+    """The Phoenix write-back's outbox for a Phoenix source (None for other sources)."""
+    if settings.source != "phoenix":
+        return None
+    from judgeflow.phoenix_outbox import unwritten_counts
+
+    return {"on": settings.phoenix_write_back, **unwritten_counts(conn, source)}
+
+
+def status_notes(report: dict) -> list[str]:
+    """`judgeflow status`'s lines about the source, its preset's skips and the Phoenix write-back."""
+    lines = [f"source: {report['source']} (status counts only its results)", *report["source_notes"]]
+    preset = report["source"].split(":", 1)[0]
+    for metric, reasons in report["skipped_by_preset"].items():
+        total = sum(reasons.values())
+        why = "; ".join(f"{n}: {reason}" for reason, n in list(reasons.items())[:5])
+        more = f"; and {len(reasons) - 5} other reason(s)" if len(reasons) > 5 else ""
+        lines.append(f"{metric}: {total} of the skipped were skipped by the {preset} preset (no judge asked, "
+                     f"no cost): {why}{more}")
+    wb = report.get("phoenix_write_back")
+    if wb is not None:
+        state = "on" if wb["on"] else "off (JUDGEFLOW_PHOENIX_WRITE_BACK)"
+        lines.append(f"Phoenix write-back {state}: {wb['unwritten']} scored result(s) not yet written to Phoenix"
+                     + (f" ({wb['waiting']} waiting for their next try, {wb['given_up']} given up)"
+                        if wb["waiting"] or wb["given_up"] else "")
+                     + ("; `judgeflow phoenix sync` writes them now" if wb["unwritten"] else ""))
+    return lines
 
 
 SIZE_SAMPLE = 500  # traces whose text sizes a backfill's estimate

@@ -23,7 +23,7 @@ from judgeflow.tasks.work import METRIC_NAMES
 _RESULTS = text(
     "SELECT metric, metric_version, status, score, passed, threshold, reason, details, judge_model, "
     "prompt_tokens, completion_tokens, cost_usd, judge_calls, error, error_kind, attempts, failed_runs, "
-    "flow_run_id, trace_created_at, scored_at, content_hash "
+    "flow_run_id, trace_created_at, scored_at, content_hash, source, written_back_at, write_back_error "
     "FROM judgeflow.eval_results WHERE trace_id = :id"
 )
 _CLAIMS = text(
@@ -46,6 +46,7 @@ class MetricView:
     result: dict[str, Any] | None = None
     claim: dict[str, Any] | None = None
     epoch_started_at: datetime | None = None
+    other_source: str | None = None  # the result belongs to another source than the configured one
 
 
 @dataclass
@@ -56,21 +57,26 @@ class TraceView:
 
     @property
     def known(self) -> bool:
-        return self.in_source is True or any(m.result or m.claim for m in self.metrics)
+        return self.in_source is True or any(m.result or m.claim or m.other_source for m in self.metrics)
 
 
 def find_trace(settings: Settings, trace_id: str) -> TraceView:
     """What judgeflow's tables say about ``trace_id``; the source is asked
     only when they hold nothing about it."""
     _check_id(trace_id)
+    from judgeflow.db.sources.results import adopt_configured_source
+
     view = TraceView(trace_id)
     try:
+        source = adopt_configured_source(engine_for(settings), settings).source
         with engine_for(settings).connect() as conn:
             results = {r["metric"]: dict(r) for r in conn.execute(_RESULTS, {"id": trace_id}).mappings()}
             claims = {r["metric"]: dict(r) for r in conn.execute(_CLAIMS, {"id": trace_id}).mappings()}
             has_epochs = conn.execute(text("SELECT to_regclass('judgeflow.judge_epochs') IS NOT NULL")).scalar()
             for metric in METRIC_NAMES:
                 mv = MetricView(metric, results.get(metric), claims.get(metric))
+                if mv.result and mv.result["source"] != source:  # counted for its own source only
+                    mv.other_source, mv.result = mv.result["source"], None
                 if has_epochs and mv.result and mv.result["metric_version"]:
                     mv.epoch_started_at = conn.execute(_EPOCH, {
                         "metric": metric, "version": mv.result["metric_version"], "at": mv.result["scored_at"],
@@ -78,7 +84,7 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
                 view.metrics.append(mv)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read the results of {trace_id!r}: {type(exc.orig).__name__}: {exc.orig}") from None
-    if not (results or claims):
+    if not (results or claims):  # a result of another source is known too: it is said so
         view.in_source = _in_source(settings, trace_id)
     return view
 
@@ -146,6 +152,9 @@ def _when(at: datetime | None) -> str:
 
 def _metric_lines(mv: MetricView, ui_url: str | None) -> list[str]:
     r = mv.result
+    if mv.other_source is not None:
+        return [f"  {mv.metric}: no result of the configured source; the result stored under this id was read "
+                f"from {mv.other_source}, another source (not counted here)"]
     if r is None:
         if mv.claim is None:
             return [f"  {mv.metric}: no result yet (pending)"]
@@ -157,6 +166,8 @@ def _metric_lines(mv: MetricView, ui_url: str | None) -> list[str]:
         verdict = "passed" if r["passed"] else "FAILED"
         threshold = "" if r["threshold"] is None else f" (threshold {r['threshold']:g})"
         out.append(f"  {mv.metric}: score {r['score']:.3f}, {verdict}{threshold}")
+    elif (r["details"] or {}).get("skipped_by_source"):
+        return _preset_skip_lines(mv.metric, r, ui_url)
     elif r["status"] == "skipped":
         out.append(f"  {mv.metric}: skipped (the judge abstained)")
     else:
@@ -178,6 +189,11 @@ def _metric_lines(mv: MetricView, ui_url: str | None) -> list[str]:
     out.append(f"    judge: {judge}, metric version {version}{epoch}")
     if details.get("reused_from"):
         out.append(f"    reused: copied from identical trace {details['reused_from']} (no judge call)")
+    if r["written_back_at"] is not None and r["written_back_at"] >= r["scored_at"]:
+        out.append(f"    in Phoenix: written as a span annotation at {_when(r['written_back_at'])}")
+    elif r["status"] == "scored" and (r["source"] or "").startswith("phoenix:"):
+        error = f" (last try: {_one_line(r['write_back_error'], 200)})" if r["write_back_error"] else ""
+        out.append(f"    in Phoenix: not written yet{error}")
     cost = "unknown" if r["cost_usd"] is None else f"${r['cost_usd']:.6f}"
     out.append(f"    cost: {cost}, {r['judge_calls']} judge call(s), "
                f"{r['prompt_tokens']}/{r['completion_tokens']} tokens (prompt/completion)")
@@ -185,6 +201,18 @@ def _metric_lines(mv: MetricView, ui_url: str | None) -> list[str]:
     link = f"  {ui_url}/runs/flow-run/{run}" if run and ui_url else ""
     out.append(f"    written: {_when(r['scored_at'])} by flow run {run or 'unknown'}{link}")
     return out
+
+
+def _preset_skip_lines(metric: str, r: dict, ui_url: str | None) -> list[str]:
+    """A pair the source preset decided not to judge: its reason, and that nothing was spent."""
+    preset = (r["source"] or "the source").split(":", 1)[0]
+    run = r["flow_run_id"]
+    link = f"  {ui_url}/runs/flow-run/{run}" if run and ui_url else ""
+    return [
+        f"  {metric}: skipped by the {preset} preset: {_one_line(r['reason']) or 'no reason given'}",
+        "    the preset's decision: no judge was asked, nothing was spent",
+        f"    written: {_when(r['scored_at'])} by flow run {run or 'unknown'}{link}",
+    ]
 
 
 def _one_line(value: Any, limit: int = 300) -> str:

@@ -275,10 +275,13 @@ class PhoenixSource:
             if index.leads_with("start_time", "span_id") and index.predicate and "'LLM'" in index.predicate:
                 return ("ok", f"index {index.name} on LLM spans (start_time, span_id): keys are read from it alone")
         if any(i.leads_with("start_time") and i.predicate is None for i in found):
+            # a choice, not a fault: the index needs rights on Phoenix's database, which judgeflow only reads
             return (
-                "warn",
-                f"no index on the LLM spans of {self.display}: runs read keys through Phoenix's start_time index, "
-                f"visiting every span of the window; for index-only reads: {self.key_index_sql}",
+                "note",
+                f"no index on the LLM spans of {self.display}: runs read keys through Phoenix's own start_time "
+                "index, visiting every span of the window, not only the LLM spans (see docs/tables.md for the "
+                "cost); fine to run so. Optional, with CREATE rights on Phoenix's database (judgeflow never "
+                f"creates it), for index-only reads: {self.key_index_sql}",
             )
         return ("MISSING", f"index on the LLM spans of {self.display}: {self.key_index_sql}")
 

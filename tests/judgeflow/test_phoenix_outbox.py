@@ -1,0 +1,140 @@
+"""The Phoenix write-back's outbox (judgeflow/phoenix_outbox.py) over real PostgreSQL and a
+real HTTP server speaking Phoenix's REST shape (tests/support/phoenix_receiver.py): results
+scored before the write-back was on are written later, failures are retried with backoff,
+a refused key stops at once with one note, a re-score is written again."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import text
+
+from judgeflow.db import migrate
+from judgeflow.phoenix_annotations import check_access
+from judgeflow.phoenix_outbox import GIVE_UP_AFTER, sync_phoenix, unwritten_counts
+from tests.support.phoenix import free_port
+from tests.support.phoenix_receiver import PhoenixReceiver
+
+SOURCE = "phoenix:spans@results-db"
+SPANS = ["a1a1a1a1a1a1a1a1", "b2b2b2b2b2b2b2b2", "c3c3c3c3c3c3c3c3"]
+
+
+@pytest.fixture
+def results(db):
+    """Three scored toxicity results of a Phoenix source, one preset skip, and a
+    scored result of another source, none written to Phoenix."""
+    migrate.upgrade(db)
+    rows = [(span, "toxicity", "scored", 0.9 if i == 0 else 0.0, i != 0, SOURCE) for i, span in enumerate(SPANS)]
+    rows += [("d4d4d4d4d4d4d4d4", "toxicity", "skipped", None, None, SOURCE),
+             ("row-7", "toxicity", "scored", 0.0, True, "table:llm_traces@results-db")]
+    with db.begin() as conn:
+        for trace_id, metric, status, score, passed, source in rows:
+            conn.execute(text(
+                "INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed, threshold, reason, "
+                "judge_model, metric_version, flow_run_id, source) VALUES "
+                "(:t, :m, :st, :s, :p, 0.5, 'why', 'judge', '3', 'run-1', :src)"),
+                {"t": trace_id, "m": metric, "st": status, "s": score, "p": passed, "src": source})
+    return db
+
+
+def _state(engine, trace_id):
+    with engine.connect() as conn:
+        return conn.execute(text(
+            "SELECT written_back_at, write_back_error, write_back_tries, write_back_next_at > now() AS waiting "
+            "FROM judgeflow.eval_results WHERE trace_id = :t"), {"t": trace_id}).mappings().one()
+
+
+def test_results_scored_before_the_write_back_are_written_once_and_a_rescore_again(results):
+    with results.connect() as conn:
+        assert unwritten_counts(conn, SOURCE) == {"unwritten": 3, "given_up": 0, "waiting": 0}
+    with PhoenixReceiver() as phoenix:
+        first = sync_phoenix(results, SOURCE, phoenix.url, None)
+        again = sync_phoenix(results, SOURCE, phoenix.url, None)
+        assert (first.written, first.failed, first.left) == (3, 0, 0)
+        assert (again.written, len(phoenix.posts())) == (0, 1)  # nothing left: no second POST
+        assert sorted(span for span, _, _ in phoenix.annotations) == SPANS  # not the skip, not the other source
+        toxic = phoenix.annotations[(SPANS[0], "judgeflow.toxicity", "judgeflow")]
+        assert toxic["result"] == {"label": "fail", "score": 0.9, "explanation": "why"}
+        with results.begin() as conn:  # a re-score stores a new score later
+            conn.execute(text("UPDATE judgeflow.eval_results SET score = 0.1, passed = true, "
+                              "scored_at = now() + interval '1 second' WHERE trace_id = :t"), {"t": SPANS[0]})
+        rescored = sync_phoenix(results, SOURCE, phoenix.url, None)
+        assert rescored.written == 1
+        assert phoenix.annotations[(SPANS[0], "judgeflow.toxicity", "judgeflow")]["result"]["label"] == "pass"
+    assert _state(results, SPANS[0])["written_back_at"] is not None
+
+
+def test_a_phoenix_that_is_down_is_retried_with_backoff_and_caught_up_when_it_is_back(results):
+    port = free_port()  # nothing listens there yet
+    url = f"http://127.0.0.1:{port}"
+    down = sync_phoenix(results, SOURCE, url, None)
+    assert (down.written, down.failed, down.left) == (0, 3, 3)
+    assert "did not answer" in down.note and "ConnectError" in down.note and "phoenix sync" in down.note
+    state = _state(results, SPANS[1])
+    assert state["write_back_tries"] == 1 and state["waiting"] and "ConnectError" in state["write_back_error"]
+    with PhoenixReceiver(port=port) as phoenix:
+        waiting = sync_phoenix(results, SOURCE, url, None)  # a run: nothing is due before its backoff ends
+        assert (waiting.written, waiting.failed, phoenix.posts()) == (0, 0, [])
+        caught_up = sync_phoenix(results, SOURCE, url, None, everything=True)  # `judgeflow phoenix sync`
+        assert (caught_up.written, caught_up.left) == (3, 0)
+    state = _state(results, SPANS[1])
+    assert state["written_back_at"] is not None and state["write_back_error"] is None
+
+
+def test_a_due_retry_is_made_by_the_next_run(results):
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    assert sync_phoenix(results, SOURCE, url, None, backoff_s=0).failed == 3  # due again at once
+    with PhoenixReceiver(port=port):
+        assert sync_phoenix(results, SOURCE, url, None).written == 3
+
+
+def test_a_refused_key_stops_at_once_with_one_note_and_leaves_the_results_due(results):
+    with PhoenixReceiver(api_key="right-key") as phoenix:
+        refused = sync_phoenix(results, SOURCE, phoenix.url, "wrong-key")
+        assert refused.auth_refused and phoenix.posts() == [401]  # one request, then stop
+        assert (refused.written, refused.failed, refused.left) == (0, 0, 3)
+        assert "refused the API key (HTTP 401)" in refused.note and "JUDGEFLOW_PHOENIX_API_KEY" in refused.note
+        assert _state(results, SPANS[0])["write_back_tries"] == 0  # not counted against the results
+        assert sync_phoenix(results, SOURCE, phoenix.url, "right-key").written == 3
+
+
+def test_a_span_phoenix_does_not_hold_fails_alone_and_is_given_up_after_repeated_refusals(results):
+    with PhoenixReceiver(spans=set(SPANS[1:])) as phoenix:
+        first = sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0)
+        assert (first.written, first.failed) == (2, 1) and SPANS[0] in first.errors[0]
+        for _ in range(GIVE_UP_AFTER - 1):
+            last = sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0)
+        assert last.given_up == 1
+        with results.connect() as conn:
+            assert unwritten_counts(conn, SOURCE) == {"unwritten": 1, "given_up": 1, "waiting": 0}
+        assert sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0).failed == 0  # not due any more
+        phoenix.spans = None  # Phoenix has the span after all
+        assert sync_phoenix(results, SOURCE, phoenix.url, None, everything=True).written == 1
+
+
+def test_db_checks_access_names_what_is_wrong():
+    with PhoenixReceiver(api_key="right-key") as phoenix:
+        assert check_access(phoenix.url, "right-key")[0] == "ok"
+        level, message = check_access(phoenix.url, "wrong-key")
+        assert level == "MISSING" and "JUDGEFLOW_PHOENIX_API_KEY was refused (HTTP 401)" in message
+        level, message = check_access(phoenix.url, None)
+        assert level == "MISSING" and "Phoenix wants an API key" in message
+        level, message = check_access(phoenix.url + "/not-phoenix", "right-key")
+        assert level == "MISSING" and "not Phoenix's REST API" in message
+    level, message = check_access(f"http://127.0.0.1:{free_port()}", None)
+    assert level == "MISSING" and "does not answer" in message
+
+
+def test_db_check_checks_the_write_back_only_when_it_is_on():
+    from judgeflow.db.check import CheckReport, _check_write_back
+    from judgeflow.settings import Settings
+
+    with PhoenixReceiver(api_key="right-key") as phoenix:
+        on = Settings(_env_file=None, source="phoenix", phoenix_write_back=True, phoenix_url=phoenix.url,
+                      phoenix_api_key="wrong-key")
+        report = CheckReport()
+        _check_write_back(report, on)
+        assert not report.ok and "JUDGEFLOW_PHOENIX_API_KEY was refused" in report.lines()[0]
+        off = CheckReport()
+        _check_write_back(off, on.model_copy(update={"phoenix_write_back": False}))
+        assert off.ok and off.findings == [] and len(phoenix.requests) == 1
