@@ -49,6 +49,7 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
+from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan
 from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
 from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
 from judgeflow.tasks.source_rows import count_unusable_rows
@@ -178,9 +179,14 @@ def score_traces(
     ensure_schema(settings)
     # where the run reads: from the watermark (minus the look-back), or exactly
     # its range with --since/--until or re-scoring (judgeflow/db/watermark.py)
-    plan = plan_source_reads(settings, metrics, sample_rate=sample_rate,
-                             ranged=since is not None or until is not None or rescore)
+    ranged = since is not None or until is not None or rescore
+    plan = plan_source_reads(settings, metrics, sample_rate=sample_rate, ranged=ranged)
     filters["plan"] = plan
+    # a nightly run leaves the traces a sample budget did not select to backfills;
+    # with a budget it plans tonight's sample before any judge call (judgeflow/sampling/)
+    filters["not_sampled_done"] = not ranged
+    sample = (plan_night_sample(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate,
+                                flow_run_id=run_id) if settings.sample_budget_usd is not None and not ranged else None)
     # a report for the summary, not a precondition: counted while the run starts scoring,
     # over the rows the run reads (all of them when it has no window)
     window_start = plan.lo if plan.lo is not None else since
@@ -352,6 +358,8 @@ def score_traces(
 
     summary = summarise(budget_notes)
     summary.stopped = stopped
+    if sample is not None:
+        summary.notes.extend(publish_sample_plan(settings, sample, run_id).notes())
     if summary.deferred:
         summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
                              "out, or not retried once the spend budget had no room, and were given back for the "
@@ -394,6 +402,7 @@ def score_new_traces(
     settle_delay: str | None = None,
     budget_usd: float | None = None,
     retry_failed: bool = False,
+    sample_budget_usd: float | None = None,
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules.
@@ -408,9 +417,13 @@ def score_new_traces(
     ``JUDGEFLOW_RUN_BUDGET_USD``: the run stops claiming once what it spent plus
     what it has in flight reaches it, and leaves the rest pending.
     ``retry_failed`` also retries the pairs given up after failing in
-    ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs."""
+    ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs. ``sample_budget_usd`` overrides
+    ``JUDGEFLOW_SAMPLE_BUDGET_USD``: when judging every new trace would cost
+    more, a stratified sample that fits is judged and the rest recorded as not
+    sampled (docs/running.md)."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
-                            settle_delay=settle_delay, run_budget_usd=budget_usd)
+                            settle_delay=settle_delay, run_budget_usd=budget_usd,
+                            sample_budget_usd=sample_budget_usd)
     from judgeflow.tasks.alerting import evaluate_alert_rules
 
     try:
