@@ -114,6 +114,14 @@ def score(
         False, "--retry-failed",
         help="also retry pairs given up after failing in JUDGEFLOW_MAX_RUNS_PER_PAIR runs",
     ),
+    sample_budget_usd: Optional[float] = typer.Option(
+        None, help="judge a stratified sample of the new traces that fits this many USD when judging all would "
+        "cost more; the rest is recorded as not sampled (default JUDGEFLOW_SAMPLE_BUDGET_USD)"
+    ),
+    plan: bool = typer.Option(
+        False, "--plan", help="print the sample plan per stratum (traffic, traces to judge, cost, smallest rise "
+        "detected) and exit: no judge call, nothing recorded"
+    ),
     verbose: bool = typer.Option(
         False, "--verbose", "-v", help="print every log line (each batch, each task run), not only warnings and errors"
     ),
@@ -123,6 +131,18 @@ def score(
     from judgeflow.timeparse import parse_when
 
     settings = _settings()
+    if sample_budget_usd is not None:
+        settings = settings.model_copy(update={"sample_budget_usd": sample_budget_usd})
+    if settings.sample_budget_usd is not None or plan:
+        from judgeflow.judge.pricing import require_prices
+
+        require_prices(settings, why="a sample budget is set" if settings.sample_budget_usd else "--plan prices traces")
+    if plan:
+        from judgeflow.sampling.command import plan_text_now
+
+        _announce_database(settings)
+        typer.echo(plan_text_now(settings, since=parse_when(since), until=parse_when(until), sample_rate=sample_rate))
+        return
     if budget_usd is not None or settings.run_budget_usd is not None:
         # refused here, before Prefect starts, rather than as a failed flow run
         from judgeflow.judge.pricing import require_prices
@@ -145,7 +165,7 @@ def score(
         batch_size=batch_size, limit=limit, since=parse_when(since), until=parse_when(until),
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts, fanout=fanout,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
-        retry_failed=retry_failed,
+        retry_failed=retry_failed, sample_budget_usd=sample_budget_usd,
     ))
     typer.echo(summary.markdown())
     _exit_if_stopped(summary)
@@ -401,10 +421,22 @@ def status(
         + ". in progress / stranded: claims held by a live run / by a run that is gone or stopped renewing its "
         "lease (the next run takes those over at once)"
     )
+    for metric, r in report.get("rates", {}).items():
+        typer.echo(_rate_line(metric, r))
+    if report.get("not_sampled"):
+        typer.echo(f"{report['not_sampled']:,} traces not sampled under the budget (not pending; "
+                   "`judgeflow backfill` can still judge them)")
     for run in report["runs"]:
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
         typer.echo(f"flow run {run['flow_run_id']}: {pairs} ({state})")
+
+
+def _rate_line(metric: str, r: dict) -> str:
+    if r["rate"] is None:
+        return f"{metric} not-passed rate, last {r['window']}: no judged results"
+    return (f"{metric} not-passed rate, last {r['window']}: {r['rate']:.1%} (95% CI {r['ci_low']:.1%}-"
+            f"{r['ci_high']:.1%}; {r['judged']:,} judged of ~{r['traces']:,} traces)")
 
 
 @app.command()
@@ -414,6 +446,7 @@ def report(
     segment: Optional[list[str]] = typer.Option(
         None, "--segment", help="a metadata key to break the rates down by (default JUDGEFLOW_ALERT_SEGMENT_BY)"
     ),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object: the alert window's rows and per-day rows"),
 ) -> None:
     """Per-day not-passed rates per metric, overall and for the top segments, with
     the change of the current window against its baseline (the trend artifact, in the terminal)."""
@@ -432,6 +465,13 @@ def report(
     migrate.upgrade(engine)
     with engine.connect() as conn:
         trend = compute_trend(conn, settings, days=days, segment_keys=keys)
+    if as_json:
+        import json
+
+        from judgeflow.alerts.trend import trend_json
+
+        typer.echo(json.dumps(trend_json(trend), indent=2))
+        return
     typer.echo(render_text(trend))
 
 

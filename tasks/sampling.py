@@ -28,7 +28,8 @@ def night_plan(settings: Settings, plan: ReadPlan, metrics: list[str], *, since:
                until: datetime | None, sample_rate: float, record: bool, flow_run_id: str | None) -> NightPlan:
     """The night's plan over the window ``plan`` reads (``record``: select and record it)."""
     budget = settings.sample_budget_usd
-    prices = require_prices(settings, why=f"a sample budget of ${budget:g} is set")
+    prices = require_prices(settings, why="a sample plan prices the night's traces" if budget is None
+                            else f"a sample budget of ${budget:g} is set")
     f = KeyFilter(lo=plan.lo, since=since, until=until, settle_delay_s=settings.settle_delay_s,
                   sample_rate=sample_rate)
     try:

@@ -49,13 +49,15 @@ def work_status(settings: Settings) -> dict:
     from judgeflow.db.result_counts import result_counts
     from judgeflow.db.trace_source import source_engine, trace_source
     from judgeflow.db.watermark import plan_reads
+    from judgeflow.sampling.decisions import not_sampled_waiting
 
     engine = engine_for(settings)
     migrate.upgrade(engine)
     metrics = list(METRIC_NAMES)
     source = trace_source(settings)
     # a given-up pair is neither pending nor in progress: no nightly run takes it
-    done = Done(max_failed_runs=settings.max_runs_per_pair)
+    # ... and a trace a sample budget did not select is not pending either (counted as not sampled)
+    done = Done(max_failed_runs=settings.max_runs_per_pair, not_sampled_done=True)
     cond, params = done.sql()
     try:
         with engine.connect() as conn:
@@ -76,6 +78,8 @@ def work_status(settings: Settings) -> dict:
                 params,
             ).all()
             plan = plan_reads(conn, source, metrics, lookback_s=settings.source_lookback_s)
+            not_sampled = not_sampled_waiting(conn)
+            rates = window_rates(conn, settings)
         pending = count_plan_pending(source, source_engine(settings), engine, plan, metrics, done=done)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
@@ -102,6 +106,8 @@ def work_status(settings: Settings) -> dict:
             run["lease_expires_at"] = lease_until
     return {
         "metrics": out,
+        "not_sampled": not_sampled,
+        "rates": rates,
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": [
@@ -109,6 +115,22 @@ def work_status(settings: Settings) -> dict:
             for run in sorted(runs.values(), key=lambda r: (not r["live"], r["flow_run_id"]))
         ],
     }
+
+
+def window_rates(conn, settings: Settings) -> dict[str, dict]:
+    """Per metric, its not-passed rate over the alert window: a weighted
+    estimate with its 95% interval, the results judged and the traffic they stand for."""
+    from judgeflow.alerts.evaluation import segment_figures
+    from judgeflow.alerts.rules import all_rules
+
+    out = {}
+    for rule in all_rules(settings):
+        if rule.kind != "regression" or rule.metric is None:
+            continue
+        e = segment_figures(conn, rule, now=conn.execute(text("SELECT now()")).scalar_one())[0].estimate
+        out[rule.metric] = {"window": settings.alert_window, "rate": e.rate, "ci_low": e.ci_low,
+                            "ci_high": e.ci_high, "judged": e.judged, "traces": round(e.traces)}
+    return out
 
 
 SIZE_SAMPLE = 500  # traces whose text sizes a backfill's estimate
