@@ -49,7 +49,7 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
-from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan
+from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights
 from judgeflow.tasks.scoring import score_and_store, score_batch, start_judge
 from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
 from judgeflow.tasks.source_rows import count_unusable_rows
@@ -360,6 +360,8 @@ def score_traces(
     summary.stopped = stopped
     if sample is not None:
         summary.notes.extend(publish_sample_plan(settings, sample, run_id).notes())
+    elif ranged and summary.scored:
+        reweigh_sampled_nights(settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:
         summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
                              "out, or not retried once the spend budget had no room, and were given back for the "

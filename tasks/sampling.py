@@ -17,6 +17,7 @@ from judgeflow.db.trace_source import KeyFilter, source_engine, trace_source
 from judgeflow.db.watermark import ReadPlan
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices
+from judgeflow.sampling.decisions import reweigh
 from judgeflow.sampling.planner import NightPlan, plan_night, spent_per_stratum
 from judgeflow.sampling.table import plan_markdown
 from judgeflow.settings import Settings
@@ -47,6 +48,14 @@ def plan_night_sample(settings: Settings, plan: ReadPlan, metrics: list[str], *,
     night's new traces and record which are judged and which not sampled."""
     return night_plan(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate, record=True,
                       flow_run_id=flow_run_id)
+
+
+@task(name="reweigh-sampled-nights", cache_policy=NO_CACHE, persist_result=False)
+def reweigh_sampled_nights(settings: Settings) -> int:
+    """Traces a sample left out that a run has judged since (a backfill) count
+    as judged, and their nights' weights are lowered to match; returns how many."""
+    with engine_for(settings).begin() as conn:
+        return reweigh(conn)
 
 
 @task(name="publish-sample-plan", cache_policy=NO_CACHE, persist_result=False)

@@ -107,3 +107,62 @@ def test_a_sample_budget_judges_minimums_then_neyman_and_records_the_rest(run, d
     status = work_status(load_settings())
     assert status["not_sampled"] == len(strata) - len(chosen)
     assert all(m["pending"] == 0 for m in status["metrics"].values())
+
+
+def test_plan_prints_the_allocation_without_judging(judgeflow_env, db, judge_server, monkeypatch):
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", str(IN_PER_MTOK))
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", str(OUT_PER_MTOK))
+    monkeypatch.setenv("JUDGEFLOW_ALERT_SEGMENT_BY", "app")
+    monkeypatch.setenv("JUDGEFLOW_ALERT_MIN_SAMPLES", "10")
+    _traffic(db)
+    result = CliRunner().invoke(app, ["score", "--sample-budget-usd", "0.0001", "--plan"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("stratum"))
+    assert "traffic" in lines[header] and "smallest rise detected (80% power)" in lines[header]
+    rows = {line.split()[0]: line.split() for line in lines[header + 1:header + 4]}
+    assert set(rows) == {"app=big", "app=other", "app=small"}
+    assert [rows[s][1] for s in ("app=big", "app=small", "app=other")] == ["120", "8", "5"]
+    # the budget cannot pay for the minimums: the plan says which strata got fewer and why
+    assert "fewer than the minimum" in result.output and "cannot pay for every stratum's minimum of 10" in (
+        result.output)
+    assert not judge_server.requests  # no judge call
+    assert not _decisions(db)  # nothing recorded
+
+
+def test_a_sample_budget_without_a_price_is_refused_before_any_call(judgeflow_env, db, judge_server):
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    _traffic(db, big=3, small=0, bare=0)
+    result = CliRunner().invoke(app, ["score", "--sample-budget-usd", "1"])
+    assert result.exit_code != 0
+    assert "no price for judge model 'openai/judge-test'" in result.output
+    assert not judge_server.requests
+
+
+def test_a_run_short_of_the_minimums_says_so_and_a_backfill_judges_the_rest(run, db, judgeflow_env):
+    from judgeflow.flows.backfill import backfill_traces
+
+    strata = _traffic(db, big=30, small=12, bare=0)
+    full = _full_cost(judgeflow_env)
+
+    summary = run(sample_budget_usd=full * 0.3)  # ~12 traces: the minimums need 20
+
+    short = [n for n in summary.notes if "fewer than the minimum" in n]
+    assert short and all("cannot pay for every stratum's minimum of 10" in n for n in short)
+    decided = _decisions(db)
+    not_sampled = {t for t, d in decided.items() if not d.selected}
+    assert not_sampled and not {t for t, _ in results(db)} & not_sampled
+
+    # a backfill over the range judges the traces not sampled; they then count as judged and
+    # the night's weights become 1 again (every trace judged)
+    now = datetime.now(timezone.utc)
+    backfill_traces(since=now - timedelta(days=1), until=now)
+    assert {t for t, _ in results(db)} == set(strata)
+    assert all(d.selected and d.inclusion_prob == 1.0 for d in _decisions(db).values())
