@@ -59,13 +59,14 @@ BASELINE_NIGHTS = 7
 
 
 MIN_INCREASE = 0.05  # the regression rule pages on a rise of 5 points or more
+ALPHA = 0.01  # JUDGEFLOW_REGRESSION_ALPHA (--alpha)
 
 
-def settings() -> Settings:
+def settings(alpha: float = ALPHA) -> Settings:
     return Settings(_env_file=None, database_url="postgresql://unused/bench",
                     toxicity_regression_min_increase=MIN_INCREASE,
                     alert_segment_by="app", alert_window="24h", regression_baseline="7d", alert_min_samples=50,
-                    regression_alpha=0.01)
+                    regression_alpha=alpha)
 
 
 def _flat(trace_id: str) -> bool:
@@ -90,11 +91,11 @@ def _judge(rows: list[tuple[str, bool]], chosen: set[str], weight: float) -> Wei
     return c
 
 
-def _traffic(rng: random.Random, day: int, total: int, regression: bool) -> dict[str, list[tuple[str, bool]]]:
+def _traffic(rng: random.Random, day: int, total: int, regressed_rate: float | None) -> dict[str, list[tuple[str, bool]]]:
     out = {}
     for app, (share, rate) in APPS.items():
-        if regression and app == TARGET and day >= REGRESSION_DAY:
-            rate = REGRESSED_RATE
+        if regressed_rate is not None and app == TARGET and day >= REGRESSION_DAY:
+            rate = regressed_rate
         n = round(total * share)
         out[app] = [(f"{day}-{app}-{i}-{rng.random():.6f}", rng.random() < rate) for i in range(n)]
     return out
@@ -130,9 +131,10 @@ class Outcome:
     spend: list[float] = field(default_factory=list)
 
 
-def simulate(strategy: str, seed: int, total: int, regression: bool) -> Outcome:
+def simulate(strategy: str, seed: int, total: int, regressed_rate: float | None, alpha: float = ALPHA) -> Outcome:
+    """One month; ``regressed_rate`` None: the control month."""
     rng = random.Random(seed)
-    rule = next(r for r in all_rules(settings()) if r.name == "toxicity_regression")
+    rule = next(r for r in all_rules(settings(alpha)) if r.name == "toxicity_regression")
     budget = SHARE * COST * total
     history: list[Night] = []
     state: dict[str, str] = {}
@@ -140,7 +142,7 @@ def simulate(strategy: str, seed: int, total: int, regression: bool) -> Outcome:
     now = datetime(2026, 1, 1, tzinfo=timezone.utc)
     # a week of history first, so the first night of the month has a baseline
     for day in range(-BASELINE_NIGHTS, DAYS):
-        traffic = _traffic(rng, day, total, regression)
+        traffic = _traffic(rng, day, total, regressed_rate)
         night = _night(strategy, traffic, history, day, budget)
         if day >= 0:
             out.spend.append(night.spend)
@@ -172,20 +174,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--traffic", type=int, default=6000, help="traces per night")
+    parser.add_argument("--alpha", type=float, default=ALPHA, help="JUDGEFLOW_REGRESSION_ALPHA")
+    parser.add_argument("--regressed-rate", type=float, default=REGRESSED_RATE,
+                        help=f"{TARGET}'s failing rate from day {REGRESSION_DAY} on")
     args = parser.parse_args()
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= 0.01, >= 50 judged in the night and "
+    print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= {args.alpha:g}, >= 50 judged in the night and "
           "in the 7 nights before, per app and overall")
-    print(f"{args.traffic} traces/night, apps (share, failing rate): {APPS}; {TARGET} goes to {REGRESSED_RATE:.0%} "
+    print(f"{args.traffic} traces/night, apps (share, failing rate): {APPS}; {TARGET} goes to {args.regressed_rate:.0%} "
           f"on day {REGRESSION_DAY}; budget {SHARE:.0%} of the full cost (${SHARE * COST * args.traffic:.2f}/night)")
     print(f"{'strategy':<8} {'seed':>4} {'nights to alert':>16} {'false alerts (control)':>23} "
           f"{'spend/night mean (max)':>24}")
     summary: dict[str, list] = {}
     for strategy in ("all", "flat", "budget"):
         for seed in range(args.seeds):
-            hit = simulate(strategy, seed, args.traffic, regression=True)
-            control = simulate(strategy, 10_000 + seed, args.traffic, regression=False)
+            hit = simulate(strategy, seed, args.traffic, args.regressed_rate, args.alpha)
+            control = simulate(strategy, 10_000 + seed, args.traffic, None, args.alpha)
             target = [d for d, s in hit.fired if s == f"app={TARGET}" and d >= REGRESSION_DAY]
             nights = target[0] - REGRESSION_DAY + 1 if target else None
             false = len(control.fired) + len([1 for d, s in hit.fired if d < REGRESSION_DAY])
