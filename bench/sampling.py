@@ -91,7 +91,10 @@ def _judge(rows: list[tuple[str, bool]], chosen: set[str], weight: float) -> Wei
     return c
 
 
-def _traffic(rng: random.Random, day: int, total: int, regressed_rate: float | None) -> dict[str, list[tuple[str, bool]]]:
+Traffic = dict[str, list[tuple[str, bool]]]  # app -> (trace id, fails) per trace
+
+
+def _traffic(rng: random.Random, day: int, total: int, regressed_rate: float | None) -> Traffic:
     out = {}
     for app, (share, rate) in APPS.items():
         if regressed_rate is not None and app == TARGET and day >= REGRESSION_DAY:
@@ -178,12 +181,13 @@ def main() -> None:
     parser.add_argument("--regressed-rate", type=float, default=REGRESSED_RATE,
                         help=f"{TARGET}'s failing rate from day {REGRESSION_DAY} on")
     args = parser.parse_args()
-    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= {args.alpha:g}, >= 50 judged in the night and "
-          "in the 7 nights before, per app and overall")
-    print(f"{args.traffic} traces/night, apps (share, failing rate): {APPS}; {TARGET} goes to {args.regressed_rate:.0%} "
-          f"on day {REGRESSION_DAY}; budget {SHARE:.0%} of the full cost (${SHARE * COST * args.traffic:.2f}/night)")
+    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= {args.alpha:g}, >= 50 judged in the "
+          "night and in the 7 nights before, per app and overall")
+    print(f"{args.traffic} traces/night, apps (share, failing rate): {APPS}; {TARGET} goes to "
+          f"{args.regressed_rate:.0%} on day {REGRESSION_DAY}; budget {SHARE:.0%} of the full cost "
+          f"(${SHARE * COST * args.traffic:.2f}/night)")
     print(f"{'strategy':<8} {'seed':>4} {'nights to alert':>16} {'false alerts (control)':>23} "
           f"{'spend/night mean (max)':>24}")
     summary: dict[str, list] = {}

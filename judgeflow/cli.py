@@ -446,7 +446,9 @@ def report(
     segment: Optional[list[str]] = typer.Option(
         None, "--segment", help="a metadata key to break the rates down by (default JUDGEFLOW_ALERT_SEGMENT_BY)"
     ),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object: the alert window's rows and per-day rows"),
+    as_json: bool = typer.Option(
+        False, "--json", help="print one JSON object: the alert window's rows and per-day rows"
+    ),
 ) -> None:
     """Per-day not-passed rates per metric, overall and for the top segments, with
     the change of the current window against its baseline (the trend artifact, in the terminal)."""

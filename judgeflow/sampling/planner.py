@@ -56,9 +56,10 @@ class NightPlan:
     def notes(self) -> list[str]:
         out = []
         if self.sampled:
-            out.append(f"sample budget ${self.budget_usd:.4f}: judging {sum(r.judged for r in self.rows)} of "
-                       f"{sum(r.traffic for r in self.rows)} new traces (est. ${sum(r.est_cost_usd for r in self.rows):.4f} "
-                       f"of ${self.full_cost_usd:.4f} for all); {self.not_sampled} recorded as not sampled")
+            judged, traffic = sum(r.judged for r in self.rows), sum(r.traffic for r in self.rows)
+            cost = sum(r.est_cost_usd for r in self.rows)
+            out.append(f"sample budget ${self.budget_usd:.4f}: judging {judged} of {traffic} new traces (est. "
+                       f"${cost:.4f} of ${self.full_cost_usd:.4f} for all); {self.not_sampled} recorded as not sampled")
         for r in self.rows:
             if r.short_reason:
                 out.append(f"stratum {r.stratum}: {r.judged} of {r.traffic} judged, fewer than the minimum: "

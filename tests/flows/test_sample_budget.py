@@ -107,6 +107,10 @@ def test_a_sample_budget_judges_minimums_then_neyman_and_records_the_rest(run, d
     status = work_status(load_settings())
     assert status["not_sampled"] == len(strata) - len(chosen)
     assert all(m["pending"] == 0 for m in status["metrics"].values())
+    # status's rate over the alert window is weighted: the judged results stand for every new trace
+    tox = status["rates"]["toxicity"]
+    assert tox["judged"] == len(chosen) and tox["traces"] == len(strata)
+    assert tox["ci_low"] <= tox["rate"] <= tox["ci_high"]
 
 
 def test_plan_prints_the_allocation_without_judging(judgeflow_env, db, judge_server, monkeypatch):
