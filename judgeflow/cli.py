@@ -242,7 +242,9 @@ def _nothing_pending(settings, *, since, until, sample_rate: float) -> bool:
             # what the run would read: from the watermark, or the --since/--until range
             plan = plan_reads(conn, source, metrics, lookback_s=settings.source_lookback_s, sample_rate=sample_rate,
                               ranged=since is not None or until is not None)
-        counts = count_plan_pending(source, source_engine(settings), engine, plan, metrics, done=Done(),
+        # a nightly run leaves traces a sample budget did not select to backfills
+        done = Done(not_sampled_done=since is None and until is None)
+        counts = count_plan_pending(source, source_engine(settings), engine, plan, metrics, done=done,
                                     since=since, until=until, sample_rate=sample_rate, limit_pairs=1)
     except (SQLAlchemyError, JudgeflowError):
         return False

@@ -90,6 +90,11 @@ def test_a_sample_budget_judges_minimums_then_neyman_and_records_the_rest(run, d
     assert sum(r["cost_usd"] for r in stored.values()) <= budget * 1.1
     assert summary.scored == 2 * len(chosen)
     assert any("recorded as not sampled" in n for n in summary.notes)
+    # traces not sampled do not hold the watermark back: it moved to the newest trace
+    with db.connect() as conn:
+        marks = conn.execute(sa.text("SELECT scored_through FROM judgeflow.watermarks")).scalars().all()
+        newest = conn.execute(sa.text("SELECT max(created_at) FROM public.llm_traces")).scalar_one()
+    assert marks and all(m == newest for m in marks)
     # deterministic: the same night picks the same traces
     night = next(iter(decided.values())).night
     assert select([t for t, s in strata.items() if s == "app=big"], per["app=big"], night) == {
