@@ -116,6 +116,13 @@ def test_a_sample_budget_judges_minimums_then_neyman_and_records_the_rest(run, d
     tox = status["rates"]["toxicity"]
     assert tox["judged"] == len(chosen) and tox["traces"] == len(strata)
     assert tox["ci_low"] <= tox["rate"] <= tox["ci_high"]
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    printed = CliRunner().invoke(app, ["status"]).stdout
+    assert f"{len(strata) - len(chosen):,} traces not sampled under the budget" in printed
+    assert f"{len(chosen):,} judged of ~{len(strata):,} traces" in printed
 
 
 def test_plan_prints_the_allocation_without_judging(judgeflow_env, db, judge_server, monkeypatch):
