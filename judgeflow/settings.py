@@ -75,8 +75,8 @@ class Settings(BaseSettings):
     )
     sample_budget_usd: float | None = Field(
         None, gt=0,
-        description="a nightly run judging everything new would cost more than this: it judges a stratified sample "
-        "that fits (per-stratum minimums, then Neyman allocation) and records the rest as not sampled",
+        description="when judging a night's new traces would cost more than this, a nightly run judges a stratified "
+        "sample that fits (per-stratum minimums, then Neyman allocation) and records the rest as not sampled",
     )
     stratify_by: str | None = Field(
         None,
