@@ -17,7 +17,7 @@ import functools
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -53,6 +53,7 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
+from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.tasks.work import METRIC_NAMES, ClaimedBatch, Cursor
@@ -111,6 +112,8 @@ class _Run:
     unusable: Any = None  # the future of the unusable rows' count
     epochs: list | None = None  # judge epochs the run started
     notes: list[str] = field(default_factory=list)  # said at its start (another source's results here)
+    ranged: bool = False  # --since/--until or re-scoring: exactly that range, no watermark, no sample
+    sample: Any = None  # tonight's sample plan under a sample budget (judgeflow/sampling/), or None
 
 
 def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, until, sample_rate: float,
@@ -127,8 +130,14 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     run = _Run(settings, metrics, run_id, f"{run_id}:{uuid.uuid4().hex[:8]}", time.monotonic(),
                time.time() + settings.max_run_duration_s, filters["rescore_before"], filters)
     run.notes = ensure_schema(settings)  # another source's results in this database are announced
-    filters["plan"] = plan = plan_source_reads(
-        settings, metrics, sample_rate=sample_rate, ranged=since is not None or until is not None or rescore)
+    run.ranged = since is not None or until is not None or rescore
+    filters["plan"] = plan = plan_source_reads(settings, metrics, sample_rate=sample_rate, ranged=run.ranged)
+    # a nightly run leaves the traces a sample budget did not select to backfills;
+    # with a budget it plans tonight's sample before any judge call (judgeflow/sampling/)
+    filters["not_sampled_done"] = not run.ranged
+    if settings.sample_budget_usd is not None and not run.ranged:
+        run.sample = plan_night_sample(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate,
+                                       flow_run_id=run_id)
     # a report for the summary, not a precondition: counted while the run starts
     # scoring, over the rows the run reads (all of them when it has no window)
     window_start = plan.lo if plan.lo is not None else since
@@ -264,6 +273,10 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
             ) -> RunSummary:
     """The run's last words: its summary completed, published and announced."""
     summary.stopped = ended == STOPPED
+    if run.sample is not None:
+        summary.notes.extend(publish_sample_plan(run.settings, run.sample, run.run_id).notes())
+    elif run.ranged and summary.scored:
+        reweigh_sampled_nights(run.settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:
         summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
                              "out, or not retried once the spend budget had no room, and were given back for the "
@@ -299,6 +312,7 @@ def score_new_traces(
     settle_delay: str | None = None,
     budget_usd: float | None = None,
     retry_failed: bool = False,
+    sample_budget_usd: float | None = None,
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules.
@@ -313,9 +327,13 @@ def score_new_traces(
     ``JUDGEFLOW_RUN_BUDGET_USD``: the run stops claiming once what it spent plus
     what it has in flight reaches it, and leaves the rest pending.
     ``retry_failed`` also retries the pairs given up after failing in
-    ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs."""
+    ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs. ``sample_budget_usd`` overrides
+    ``JUDGEFLOW_SAMPLE_BUDGET_USD``: when judging every new trace would cost
+    more, a stratified sample that fits is judged and the rest recorded as not
+    sampled (docs/running.md)."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
-                             settle_delay=settle_delay, run_budget_usd=budget_usd)
+                             settle_delay=settle_delay, run_budget_usd=budget_usd,
+                             sample_budget_usd=sample_budget_usd)
     from judgeflow.tasks.alerting import evaluate_alert_rules
 
     try:

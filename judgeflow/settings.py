@@ -88,6 +88,16 @@ class Settings(BaseSettings):
     run_budget_usd: float | None = Field(
         None, gt=0, description="a scoring run stops claiming once spent + in-flight (estimated) reaches this"
     )
+    sample_budget_usd: float | None = Field(
+        None, gt=0,
+        description="when judging a night's new traces would cost more than this, a nightly run judges a stratified "
+        "sample that fits (per-stratum minimums, then Neyman allocation) and records the rest as not sampled",
+    )
+    stratify_by: str | None = Field(
+        None,
+        description="comma-separated metadata keys whose values form the sample budget's strata; unset: the alert "
+        "segment keys (none: one stratum)",
+    )
     settle_delay: str = Field(
         "0s", description="only traces older than this are scored (e.g. '10m'): a trace still being written waits"
     )
@@ -266,14 +276,15 @@ class Settings(BaseSettings):
             raise ConfigError(f"JUDGEFLOW_SOURCE_SCHEMA must be a plain schema name; refusing {value!r}")
         return value
 
-    @field_validator("alert_segment_by")
+    @field_validator("alert_segment_by", "stratify_by")
     @classmethod
     def _check_segment_by(cls, value):
         if value is None:
             return None
         keys = [k.strip() for k in value.split(",") if k.strip()]
         if len(keys) > 8 or any(len(k) > 100 for k in keys):
-            raise ConfigError("JUDGEFLOW_ALERT_SEGMENT_BY takes at most 8 metadata keys of up to 100 characters")
+            raise ConfigError("JUDGEFLOW_ALERT_SEGMENT_BY and JUDGEFLOW_STRATIFY_BY take at most 8 metadata keys of up "
+                              "to 100 characters")
         return ",".join(dict.fromkeys(keys)) or None
 
     @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "source_lookback")
@@ -309,6 +320,13 @@ class Settings(BaseSettings):
         if self.alert_segment_by:
             return tuple(self.alert_segment_by.split(","))
         return PRESET_SEGMENT_KEYS.get(self.source, ())
+
+    @property
+    def stratify_keys(self) -> tuple[str, ...]:
+        """JUDGEFLOW_STRATIFY_BY's keys; unset, the alert segment keys."""
+        if self.stratify_by:
+            return tuple(self.stratify_by.split(","))
+        return self.alert_segment_keys
 
     @property
     def regression_baseline_s(self) -> float:

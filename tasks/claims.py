@@ -207,6 +207,7 @@ def claim_traces(
     run_started: datetime | None = None,
     max_failed_runs: int | None = None,
     plan: ReadPlan | None = None,
+    not_sampled_done: bool = False,
 ) -> ClaimedBatch:
     """Claim up to ``batch_size`` pending (trace, metric) pairs after ``cursor``,
     oldest first, and return them with their trace content. ``owner_key`` is
@@ -226,7 +227,8 @@ def claim_traces(
         phase=cursor.phase if cursor is not None else ("retry" if lo is not None else "window"),
         after=(cursor.created_at, cursor.trace_id) if cursor is not None else None,
         key_filter=dict(since=since, until=until, settle_delay_s=settle_delay_s, sample_rate=sample_rate),
-        done=Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before),
+        done=Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before,
+                  not_sampled_done=not_sampled_done),
         lo=lo, page=max(4 * n_keys, KEY_PAGE_MIN),
     )
     try:
@@ -258,6 +260,7 @@ def count_pending_work(
     run_started: datetime | None = None,
     max_failed_runs: int | None = None,
     plan: ReadPlan | None = None,
+    not_sampled_done: bool = False,
 ) -> int:
     """How many (trace, metric) pairs a run would score now, in what it reads
     (``plan``); drives the progress artifact."""
@@ -268,7 +271,8 @@ def count_pending_work(
     try:
         counts = count_plan_pending(
             trace_source(settings), source_engine(settings), engine_for(settings), plan, metrics,
-            done=Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before),
+            done=Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before,
+                      not_sampled_done=not_sampled_done),
             limit_pairs=None if limit is None else limit * len(metrics),
             **_count_kwargs(since, until, sample_rate, settle_delay_s),
         )
@@ -290,6 +294,7 @@ def count_left_to_other_runs(
     run_started: datetime | None = None,
     max_failed_runs: int | None = None,
     plan: ReadPlan | None = None,
+    not_sampled_done: bool = False,
 ) -> dict[str, int] | None:
     """Pairs of these metrics (in the sample), still without a done result,
     that other live runs hold: {flow run id: pairs}; read from the claims

@@ -29,9 +29,11 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.rules import Rule
+from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
 from judgeflow.alerts.stats import fisher_greater
 from judgeflow.db.sources.identity import of_source
 from judgeflow.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
+from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL, any_in_range
 from judgeflow.tasks.work import METRIC_NAMES
 
 WORST_LIMIT = 5
@@ -118,6 +120,17 @@ class Figures:
     epoch_started_at: datetime | None = None
     other_epoch: int = 0
     other_epoch_baseline: int = 0
+    # the rates as weighted estimates with their 95% intervals (judgeflow/alerts/estimates.py)
+    estimate: Estimate | None = None
+    baseline_estimate: Estimate | None = None
+
+    @property
+    def ci_low(self) -> float | None:
+        return self.estimate.ci_low if self.estimate else None
+
+    @property
+    def ci_high(self) -> float | None:
+        return self.estimate.ci_high if self.estimate else None
 
     @property
     def increase(self) -> float | None:
@@ -154,7 +167,24 @@ def rule_metrics(rule: Rule) -> list[str]:
     return [rule.metric] if rule.metric is not None else list(METRIC_NAMES)
 
 
-def _counts_sql(rule: Rule, value_expr: str, extra_where: str, in_epoch: str = "TRUE") -> str:
+# the weight sums of a period (see judgeflow/alerts/estimates.py); without sampled traces every weight is 1
+_WEIGHT_SUMS = ("w_samples", "w_bad", "w2_samples", "base_w_samples", "base_w_bad", "base_w2_samples")
+
+
+def _weight_sums_sql(counted: str, bad: str, weighted: bool) -> str:
+    if not weighted:
+        return ",\n".join(f"            NULL::float8 AS {name}" for name in _WEIGHT_SUMS)
+    w = WEIGHT_SQL
+    return f"""
+            sum({w}) FILTER (WHERE {counted} AND trace_created_at >= :start) AS w_samples,
+            sum({w}) FILTER (WHERE {bad} AND trace_created_at >= :start) AS w_bad,
+            sum({w} * {w}) FILTER (WHERE {counted} AND trace_created_at >= :start) AS w2_samples,
+            sum({w}) FILTER (WHERE {counted} AND trace_created_at < :start) AS base_w_samples,
+            sum({w}) FILTER (WHERE {bad} AND trace_created_at < :start) AS base_w_bad,
+            sum({w} * {w}) FILTER (WHERE {counted} AND trace_created_at < :start) AS base_w2_samples"""
+
+
+def _counts_sql(rule: Rule, value_expr: str, extra_where: str, in_epoch: str = "TRUE", weighted: bool = False) -> str:
     counted, bad = _conditions(rule)
     counted, bad = f"{counted} AND {in_epoch}", f"{bad} AND {in_epoch}"
     return f"""
@@ -165,19 +195,22 @@ def _counts_sql(rule: Rule, value_expr: str, extra_where: str, in_epoch: str = "
             count(*) FILTER (WHERE {counted} AND trace_created_at < :start) AS base_samples,
             count(*) FILTER (WHERE {bad} AND trace_created_at < :start) AS base_bad,
             count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at >= :start) AS other_epoch,
-            count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at < :start) AS other_base
-        FROM judgeflow.eval_results
+            count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at < :start) AS other_base,
+{_weight_sums_sql(counted, bad, weighted)}
+        FROM judgeflow.eval_results{WEIGHT_JOIN if weighted else ""}
         WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :base_start AND {of_source()}{extra_where}
     """
 
 
-def window_statement(rule: Rule, key: str | None, in_epoch: str = "TRUE") -> str:
+def window_statement(rule: Rule, key: str | None, in_epoch: str = "TRUE", weighted: bool = False) -> str:
     """The counting statement for a rule overall (``key`` None) or per value of
-    ``key``, counting results for which ``in_epoch`` holds (see :func:`judgeflow.epochs.in_epoch_sql`)."""
+    ``key``, counting results for which ``in_epoch`` holds (see :func:`judgeflow.epochs.in_epoch_sql`);
+    ``weighted``: also the sums of the results' sample weights (some trace of the periods was sampled)."""
     if key is None:
-        return _counts_sql(rule, "NULL::text", "", in_epoch)
+        return _counts_sql(rule, "NULL::text", "", in_epoch, weighted)
     per_value = (
-        _counts_sql(rule, "segment ->> :key", " AND (segment ->> :key) IS NOT NULL", in_epoch) + " GROUP BY 1"
+        _counts_sql(rule, "segment ->> :key", " AND (segment ->> :key) IS NOT NULL", in_epoch, weighted)
+        + " GROUP BY 1"
     )
     # ranked by every result, of any epoch: a change of judge does not reshuffle the segments
     return f"""
@@ -191,7 +224,8 @@ def window_statement(rule: Rule, key: str | None, in_epoch: str = "TRUE") -> str
                bool_and(rank > :top AND NOT value = ANY(CAST(:keep AS text[]))) AS grouped,
                sum(samples)::bigint AS samples, sum(bad)::bigint AS bad, sum(failed)::bigint AS failed,
                sum(base_samples)::bigint AS base_samples, sum(base_bad)::bigint AS base_bad,
-               sum(other_epoch)::bigint AS other_epoch, sum(other_base)::bigint AS other_base
+               sum(other_epoch)::bigint AS other_epoch, sum(other_base)::bigint AS other_base,
+               {", ".join(f"sum({name}) AS {name}" for name in _WEIGHT_SUMS)}
         FROM ranked GROUP BY 1 ORDER BY sum(samples + base_samples + other_epoch + other_base) DESC, 1
     """
 
@@ -201,29 +235,58 @@ def _periods(rule: Rule, now: datetime) -> tuple[datetime, datetime]:
     return start, start - timedelta(seconds=rule.baseline_s)
 
 
+def _period_counts(row, prefix: str) -> WeightedCounts:
+    """A period's counts from a row of the counting statement (``prefix`` '' or 'base_')."""
+    samples = int(getattr(row, f"{prefix}samples") or 0)
+    bad = int(getattr(row, f"{prefix}bad") or 0)
+    sum_w = getattr(row, f"{prefix}w_samples", None)
+    if sum_w is None:
+        return WeightedCounts.unweighted(samples, bad)
+    return WeightedCounts(samples, bad, float(sum_w), float(getattr(row, f"{prefix}w_bad") or 0.0),
+                          float(getattr(row, f"{prefix}w2_samples") or 0.0))
+
+
+def figures_from_counts(
+    window: WeightedCounts, baseline: WeightedCounts, *, failed: int, evaluated_at: datetime,
+    window_start: datetime, segment: Segment = OVERALL, baseline_start: datetime | None = None,
+    epoch_started_at: datetime | None = None, other_epoch: int = 0, other_epoch_baseline: int = 0,
+) -> Figures:
+    """A rule's figures from the two periods' (weighted) counts: the rates are
+    weighted estimates with 95% intervals, the regression's p-value is Fisher's
+    test on their effective counts, the sample sizes are judged results
+    (judgeflow/alerts/estimates.py). With every weight 1: the plain shares and counts."""
+    now_est, base_est = estimate(window), estimate(baseline)
+    return Figures(
+        value=now_est.rate,
+        violations=window.bad,
+        sample_size=window.n,
+        failed=failed,
+        worst=[],
+        evaluated_at=evaluated_at,
+        window_start=window_start,
+        segment=segment,
+        baseline_value=base_est.rate,
+        baseline_violations=baseline.bad,
+        baseline_sample_size=baseline.n,
+        baseline_start=baseline_start,
+        p_value=(fisher_greater(now_est.eff_bad, now_est.eff_n, base_est.eff_bad, base_est.eff_n)
+                 if window.n and baseline.n else None),
+        epoch_started_at=epoch_started_at,
+        other_epoch=other_epoch,
+        other_epoch_baseline=other_epoch_baseline,
+        estimate=now_est,
+        baseline_estimate=base_est,
+    )
+
+
 def _figures(
     rule: Rule, row, segment: Segment, now: datetime, start: datetime, base_start: datetime,
     epoch_started_at: datetime | None = None,
 ) -> Figures:
-    samples, bad = int(row.samples or 0), int(row.bad or 0)
-    base_samples, base_bad = int(row.base_samples or 0), int(row.base_bad or 0)
-    return Figures(
-        value=(bad / samples) if samples else None,
-        violations=bad,
-        sample_size=samples,
-        failed=int(row.failed or 0),
-        worst=[],
-        evaluated_at=now,
-        window_start=start,
-        segment=segment,
-        baseline_value=(base_bad / base_samples) if base_samples else None,
-        baseline_violations=base_bad,
-        baseline_sample_size=base_samples,
-        baseline_start=base_start,
-        p_value=fisher_greater(bad, samples, base_bad, base_samples) if samples and base_samples else None,
-        epoch_started_at=epoch_started_at,
-        other_epoch=int(row.other_epoch or 0),
-        other_epoch_baseline=int(row.other_base or 0),
+    return figures_from_counts(
+        _period_counts(row, ""), _period_counts(row, "base_"), failed=int(row.failed or 0), evaluated_at=now,
+        window_start=start, segment=segment, baseline_start=base_start, epoch_started_at=epoch_started_at,
+        other_epoch=int(row.other_epoch or 0), other_epoch_baseline=int(row.other_base or 0),
     )
 
 
@@ -251,11 +314,12 @@ def segment_figures(
     in_epoch, epoch_params = in_epoch_sql(epochs, rule_metrics(rule))
     epoch_start = latest_start(epochs, rule_metrics(rule))
     params = dict(epoch_params, metrics=rule_metrics(rule), start=start, base_start=base_start, source=rule.source)
+    weighted = any_in_range(conn, base_start)
     if key is None:
-        row = conn.execute(text(window_statement(rule, None, in_epoch)), params).one()
+        row = conn.execute(text(window_statement(rule, None, in_epoch, weighted)), params).one()
         return [_figures(rule, row, OVERALL, now, start, base_start, epoch_start)]
     params.update(key=key, top=rule.segment_top, keep=list(keep), other=OTHER)
-    rows = conn.execute(text(window_statement(rule, key, in_epoch)), params).all()
+    rows = conn.execute(text(window_statement(rule, key, in_epoch, weighted)), params).all()
     named = tuple(r.value for r in rows if not r.grouped)
     return [
         _figures(

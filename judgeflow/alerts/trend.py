@@ -25,10 +25,12 @@ from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import Connection, func, select, text
 
+from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
 from judgeflow.alerts.evaluation import Figures, segment_figures
 from judgeflow.alerts.rules import all_rules
 from judgeflow.db.sources.identity import of_source, result_source
 from judgeflow.epochs import Epoch, epoch_history, when
+from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL, any_in_range
 from judgeflow.settings import Settings
 from judgeflow.tasks.work import METRIC_NAMES
 
@@ -44,16 +46,24 @@ class Series:
 
     metric: str
     segment: dict[str, str]
-    days: list[tuple[int, int]]  # (not passed, scored) per day, oldest first
+    days: list[tuple[int, int]]  # (not passed, scored) per day, oldest first: judged results
     change: Figures | None = None  # window vs baseline
+    # per day, the judged results with their sample weights (None: every weight 1)
+    weights: list[WeightedCounts] | None = None
 
     @property
     def label(self) -> str:
         return "overall" if not self.segment else ", ".join(f"{k}={v}" for k, v in self.segment.items())
 
     @property
+    def estimates(self) -> list[Estimate]:
+        """Per day, the weighted not-passed rate with its 95% interval."""
+        counts = self.weights or [WeightedCounts.unweighted(n, bad) for bad, n in self.days]
+        return [estimate(c) for c in counts]
+
+    @property
     def rates(self) -> list[float | None]:
-        return [(bad / n) if n else None for bad, n in self.days]
+        return [e.rate for e in self.estimates]
 
     @property
     def total(self) -> int:
@@ -114,46 +124,61 @@ def compute_trend(
     index = {d: i for i, d in enumerate(trend.dates)}
     rules = {r.metric: r for r in all_rules(settings) if r.kind == "regression"}
 
-    def per_day(key: str | None) -> dict[tuple[str, str | None], list[tuple[int, int]]]:
-        value = "segment ->> :key" if key else "NULL::text"
-        rows = conn.execute(
-            text(
-                f"""
-                SELECT metric, {value} AS value, (trace_created_at AT TIME ZONE 'UTC')::date AS day,
-                       count(*) FILTER (WHERE status = 'scored' AND passed IS NOT TRUE) AS bad,
-                       count(*) FILTER (WHERE status = 'scored') AS scored
-                FROM judgeflow.eval_results
-                WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {of_source()}
-                  {"AND (segment ->> :key) IS NOT NULL" if key else ""}
-                GROUP BY 1, 2, 3
-                """
-            ),
-            dict(metrics=list(METRIC_NAMES), start=start, key=key, source=result_source(settings)),
-        ).all()
-        found: dict[tuple[str, str | None], list[tuple[int, int]]] = {}
-        for r in rows:
-            if r.day not in index:  # traces dated in the future
-                continue
-            line = found.setdefault((r.metric, r.value), [(0, 0)] * len(index))
-            line[index[r.day]] = (int(r.bad), int(r.scored))
-        return found
-
-    overall = per_day(None)
-    by_key = {key: per_day(key) for key in keys}
+    weighted = any_in_range(conn, start)
+    source = result_source(settings)  # the configured source's results only
+    overall = _per_day(conn, None, start, index, weighted, source)
+    by_key = {key: _per_day(conn, key, start, index, weighted, source) for key in keys}
+    empty = [WeightedCounts()] * len(index)
     for metric in METRIC_NAMES:
-        days_ = overall.get((metric, None), [(0, 0)] * len(index))
+        days_ = overall.get((metric, None), empty)
         change = segment_figures(conn, rules[metric], now=now)[0]
-        trend.series.append(Series(metric, {}, days_, change))
+        trend.series.append(_series(metric, {}, days_, change))
         for key in keys:
             lines = {v: d for (m, v), d in by_key[key].items() if m == metric}
-            chosen = sorted(lines, key=lambda v: (-sum(n for _, n in lines[v]), v))[:top]
+            chosen = sorted(lines, key=lambda v: (-sum(c.n for c in lines[v]), v))[:top]
             changes = {
                 f.segment.value: f
                 for f in segment_figures(conn, rules[metric], now=now, key=key, keep=tuple(chosen))
             }
             for value in chosen:
-                trend.series.append(Series(metric, {key: value}, lines[value], changes.get(value)))
+                trend.series.append(_series(metric, {key: value}, lines[value], changes.get(value)))
     return trend
+
+
+def _series(metric: str, segment: dict[str, str], days: list[WeightedCounts], change: Figures | None) -> Series:
+    return Series(metric, segment, [(c.bad, c.n) for c in days], change, days)
+
+
+def _per_day(conn: Connection, key: str | None, start: datetime, index: dict[date, int],
+             weighted: bool, source: str) -> dict[tuple[str, str | None], list[WeightedCounts]]:
+    """Per (metric, segment value) and UTC day: judged results, bad ones and their weight sums."""
+    value = "segment ->> :key" if key else "NULL::text"
+    bad, scored = "status = 'scored' AND passed IS NOT TRUE", "status = 'scored'"
+    sums = (f"sum({WEIGHT_SQL}) FILTER (WHERE {scored}) AS w, sum({WEIGHT_SQL}) FILTER (WHERE {bad}) AS w_bad, "
+            f"sum({WEIGHT_SQL} * {WEIGHT_SQL}) FILTER (WHERE {scored}) AS w2"
+            if weighted else "NULL::float8 AS w, NULL::float8 AS w_bad, NULL::float8 AS w2")
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT metric, {value} AS value, (trace_created_at AT TIME ZONE 'UTC')::date AS day,
+                   count(*) FILTER (WHERE {bad}) AS bad, count(*) FILTER (WHERE {scored}) AS scored, {sums}
+            FROM judgeflow.eval_results{WEIGHT_JOIN if weighted else ""}
+            WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {of_source()}
+              {"AND (segment ->> :key) IS NOT NULL" if key else ""}
+            GROUP BY 1, 2, 3
+            """
+        ),
+        dict(metrics=list(METRIC_NAMES), start=start, key=key, source=source),
+    ).all()
+    found: dict[tuple[str, str | None], list[WeightedCounts]] = {}
+    for r in rows:
+        if r.day not in index:  # traces dated in the future
+            continue
+        line = found.setdefault((r.metric, r.value), [WeightedCounts()] * len(index))
+        n, b = int(r.scored), int(r.bad)
+        line[index[r.day]] = (WeightedCounts.unweighted(n, b) if r.w is None else
+                              WeightedCounts(n, b, float(r.w), float(r.w_bad or 0.0), float(r.w2 or 0.0)))
+    return found
 
 
 # --- rendering -------------------------------------------------------------------
@@ -200,11 +225,12 @@ def _rows(trend: Trend, metric: str) -> list[list[str]]:
             s.label,
             sparkline(s.rates, top),
             _pct(next((r for r in reversed(s.rates) if r is not None), None)),
-            _pct(c.value if c else None),
+            _with_interval(c),
             _pct(c.baseline_value if c else None),
             _signed_pts(c.increase if c else None),
             _p(c.p_value if c else None),
             f"{c.sample_size if c else 0} / {c.baseline_sample_size if c else 0}",
+            _traffic(c),
         ])
     return rows
 
@@ -225,7 +251,23 @@ def epoch_lines(trend: Trend, metric: str) -> list[str]:
     ]
 
 
-HEADERS = ["segment", "per day", "last day", "window", "baseline", "change", "p (rise)", "n (window / baseline)"]
+HEADERS = ["segment", "per day", "last day", "window [95% CI]", "baseline", "change", "p (rise)",
+           "n (window / baseline)", "judged / traffic (window)"]
+
+
+def _with_interval(c: Figures | None) -> str:
+    if c is None or c.value is None:
+        return "–"
+    if c.ci_low is None:
+        return _pct(c.value)
+    return f"{_pct(c.value)} [{_pct(c.ci_low)}–{_pct(c.ci_high)}]"
+
+
+def _traffic(c: Figures | None) -> str:
+    """Judged results and the traffic they stand for (the sum of their weights) in the window."""
+    if c is None or c.estimate is None:
+        return "–"
+    return f"{c.estimate.judged} / {round(c.estimate.traces)}"
 
 
 def svg_chart(trend: Trend, metric: str, *, width: int = 640, height: int = 220) -> str:
@@ -314,7 +356,9 @@ def render_markdown(trend: Trend) -> str:
         "",
         f"Per-day not-passed rate by trace day (UTC), {trend.since} to {trend.until}. "
         f"Change: the last {trend.window} against the {trend.baseline} before it; "
-        "p: one-sided Fisher's exact test of a rise.",
+        "p: one-sided Fisher's exact test of a rise. Rates are weighted by each result's sample weight "
+        "(1 unless a sample budget sampled its night) with a 95% interval; judged / traffic: the results "
+        "judged in the window and the traffic they stand for.",
     ]
     for metric in METRIC_NAMES:
         lines += ["", f"## {metric}", "", f"![{metric} trend]({svg_data_uri(svg_chart(trend, metric))})", ""]
@@ -334,7 +378,9 @@ def render_markdown(trend: Trend) -> str:
 def render_text(trend: Trend) -> str:
     out = [
         f"Per-day not-passed rate, {trend.since} to {trend.until} (UTC days, {NO_DATA} = no results); "
-        f"change: last {trend.window} vs the {trend.baseline} before it; p: Fisher's exact test of a rise",
+        f"change: last {trend.window} vs the {trend.baseline} before it; p: Fisher's exact test of a rise; "
+        "rates are weighted by sample weights, with 95% intervals; judged / traffic: results judged in the "
+        "window and the traffic they stand for",
     ]
     for metric in METRIC_NAMES:
         rows = _rows(trend, metric)
@@ -350,3 +396,28 @@ def render_text(trend: Trend) -> str:
             out.append(("judge changed".ljust(widths[0]) + "  " + epoch_marks(trend, metric)).rstrip())
         out += epoch_lines(trend, metric)
     return "\n".join(out)
+
+
+def _json_row(metric: str, segment: dict[str, str], e: Estimate | None) -> dict:
+    return {
+        "metric": metric,
+        "segment": dict(segment) or None,
+        "traces": round(e.traces) if e else 0,
+        "judged": e.judged if e else 0,
+        "rate": e.rate if e else None,
+        "ci_low": e.ci_low if e else None,
+        "ci_high": e.ci_high if e else None,
+    }
+
+
+def trend_json(trend: Trend) -> dict:
+    """`judgeflow report --json`: the alert window's rows (one per metric and
+    segment, overall with ``segment`` null) and the same fields per day."""
+    window = [_json_row(s.metric, s.segment, s.change.estimate if s.change else None) for s in trend.series]
+    days = [
+        {"day": d.isoformat(), **_json_row(s.metric, s.segment, e)}
+        for s in trend.series
+        for d, e in zip(trend.dates, s.estimates)
+    ]
+    return {"since": trend.since.isoformat(), "until": trend.until.isoformat(), "alert_window": trend.window,
+            "window": window, "days": days}

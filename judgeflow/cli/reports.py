@@ -58,6 +58,10 @@ def render_status(report: dict) -> str:
         + STATUS_LEGEND_TAIL
     )
     lines.extend(status_notes(report))
+    lines.extend(_rate_line(metric, r) for metric, r in report.get("rates", {}).items())
+    if report.get("not_sampled"):
+        lines.append(f"{report['not_sampled']:,} traces not sampled under the budget (not pending; "
+                     "`judgeflow backfill` can still judge them)")
     for run in report["runs"]:
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
@@ -65,11 +69,21 @@ def render_status(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _rate_line(metric: str, r: dict) -> str:
+    if r["rate"] is None:
+        return f"{metric} not-passed rate, last {r['window']}: no judged results"
+    return (f"{metric} not-passed rate, last {r['window']}: {r['rate']:.1%} (95% CI {r['ci_low']:.1%}-"
+            f"{r['ci_high']:.1%}; {r['judged']:,} judged of ~{r['traces']:,} traces)")
+
+
 @clear_errors
 def report(
     since: str = typer.Option("14d", help="how far back the per-day rates go, e.g. 14d or 4w"),
     segment: Optional[list[str]] = typer.Option(
         None, "--segment", help="a metadata key to break the rates down by (default JUDGEFLOW_ALERT_SEGMENT_BY)"
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="print one JSON object: the alert window's rows and per-day rows"
     ),
 ) -> None:
     """Per-day not-passed rates per metric, overall and for the top segments, with
@@ -89,6 +103,13 @@ def report(
     migrate.upgrade(engine)
     with engine.connect() as conn:
         trend = compute_trend(conn, settings, days=days, segment_keys=keys)
+    if as_json:
+        import json
+
+        from judgeflow.alerts.trend import trend_json
+
+        typer.echo(json.dumps(trend_json(trend), indent=2))
+        return
     typer.echo(render_text(trend))
 
 

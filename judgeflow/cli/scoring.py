@@ -15,6 +15,14 @@ JUDGE_PROCESSES_HELP = (
     "worker processes making judge calls (default JUDGEFLOW_JUDGE_PROCESSES, else one per core, at most 4; "
     "1: in this process)"
 )
+SAMPLE_BUDGET_HELP = (
+    "judge a stratified sample of the new traces that fits this many USD when judging all would cost more; "
+    "the rest is recorded as not sampled (default JUDGEFLOW_SAMPLE_BUDGET_USD)"
+)
+PLAN_HELP = (
+    "print the sample plan per stratum (traffic, traces to judge, cost, smallest rise detected) and exit: "
+    "no judge call, nothing recorded"
+)
 BUDGET_HELP = (
     "stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
     "(default JUDGEFLOW_RUN_BUDGET_USD)"
@@ -42,6 +50,8 @@ def score(
         False, "--retry-failed",
         help="also retry pairs given up after failing in JUDGEFLOW_MAX_RUNS_PER_PAIR runs",
     ),
+    sample_budget_usd: Optional[float] = typer.Option(None, help=SAMPLE_BUDGET_HELP),
+    plan: bool = typer.Option(False, "--plan", help=PLAN_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
     """Score every trace without a result, once, now. Ctrl-C stops it: calls in flight finish, exit code 130."""
@@ -49,14 +59,16 @@ def score(
     from judgeflow.timeparse import parse_when
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
-                                settle_delay=settle_delay, run_budget_usd=budget_usd)
-    if settings.run_budget_usd is not None:
-        # refused here, before Prefect starts, rather than as a failed flow run
-        from judgeflow.judge.pricing import require_prices
-
-        require_prices(settings, why="a run budget is set")
+                                settle_delay=settle_delay, run_budget_usd=budget_usd,
+                                sample_budget_usd=sample_budget_usd)
+    _refuse_budgets_without_prices(settings, plan=plan)
     announce_database(settings)
     start, end = parse_when(since), parse_when(until)
+    if plan:
+        from judgeflow.sampling.command import plan_text_now
+
+        typer.echo(plan_text_now(settings, since=start, until=end, sample_rate=sample_rate))
+        return
     from judgeflow.cli.pending import anything_pending
 
     if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate):
@@ -70,10 +82,21 @@ def score(
         batch_size=batch_size, limit=limit, since=start, until=end,
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
-        retry_failed=retry_failed,
+        retry_failed=retry_failed, sample_budget_usd=sample_budget_usd,
     ), judge=judge)
     typer.echo(summary.markdown())
     exit_if_stopped(summary)
+
+
+def _refuse_budgets_without_prices(settings, *, plan: bool) -> None:
+    """A run or sample budget (or --plan) needs the judge's prices: refused here,
+    before Prefect starts, rather than as a failed flow run."""
+    from judgeflow.judge.pricing import require_prices
+
+    if settings.run_budget_usd is not None:
+        require_prices(settings, why="a run budget is set")
+    if settings.sample_budget_usd is not None or plan:
+        require_prices(settings, why="a sample budget is set" if settings.sample_budget_usd else "--plan prices traces")
 
 
 def _nothing_to_score(settings, *, alerts: bool) -> None:

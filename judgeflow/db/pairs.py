@@ -31,6 +31,8 @@ class Done:
     run_started: datetime | None = None
     max_failed_runs: int | None = None
     rescore_before: datetime | None = None
+    # a nightly run: traces a sample budget did not select count as done (judgeflow/sampling/)
+    not_sampled_done: bool = False
 
     def sql(self, r: str = "r") -> tuple[str, dict[str, Any]]:
         """A condition on the eval_results row ``r``."""
@@ -71,6 +73,9 @@ def _pending_pairs(done: Done, *, exclude_held: bool = True) -> tuple[str, dict[
         -- the whole table
         WHERE NOT COALESCE((SELECT {cond} FROM judgeflow.eval_results r
                             WHERE r.trace_id = k.id AND r.metric = m.metric), false)"""
+    if done.not_sampled_done:
+        sql += """
+          AND NOT EXISTS (SELECT 1 FROM judgeflow.sample_decisions d WHERE d.trace_id = k.id AND NOT d.selected)"""
     if exclude_held:
         sql += f"""
           AND NOT EXISTS (SELECT 1 FROM judgeflow.claims c
@@ -154,6 +159,8 @@ def first_without_result(conn: Connection, keys: Sequence[TraceKey], metrics: li
             FROM keys k CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
             -- one probe of eval_results' primary key per pair (a scalar subquery, never a join)
             WHERE (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = k.id AND r.metric = m.metric) IS NULL
+              -- a trace the sample budget did not select is settled for the night
+              AND NOT EXISTS (SELECT 1 FROM judgeflow.sample_decisions d WHERE d.trace_id = k.id AND NOT d.selected)
             GROUP BY m.metric
             """
         ),

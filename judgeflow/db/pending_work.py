@@ -88,10 +88,11 @@ def anything_pending(
     from judgeflow.db.trace_source import source_engine, trace_source
 
     engine = engine_for(settings)
+    ranged = since is not None or until is not None or rescore
     with engine.connect() as conn:
-        plan = run_read_plan(conn, settings, metrics, sample_rate=sample_rate,
-                             ranged=since is not None or until is not None or rescore)
-    done = Done(max_failed_runs=None if retry_failed else settings.max_runs_per_pair)
+        plan = run_read_plan(conn, settings, metrics, sample_rate=sample_rate, ranged=ranged)
+    # a nightly run leaves the traces a sample budget did not select to backfills
+    done = Done(max_failed_runs=None if retry_failed else settings.max_runs_per_pair, not_sampled_done=not ranged)
     counts = count_plan_pending(
         trace_source(settings), source_engine(settings), engine, plan, metrics, done=done, since=since,
         until=until, sample_rate=sample_rate, settle_delay_s=settings.settle_delay_s, limit_pairs=1,

@@ -61,6 +61,7 @@ def work_status(settings: Settings) -> dict:
     from judgeflow.db.result_counts import result_counts
     from judgeflow.db.trace_source import source_engine, trace_source
     from judgeflow.db.watermark import plan_reads
+    from judgeflow.sampling.decisions import not_sampled_waiting
 
     from judgeflow.db.sources.results import adopt_configured_source
 
@@ -70,7 +71,8 @@ def work_status(settings: Settings) -> dict:
     metrics = list(METRIC_NAMES)
     source = trace_source(settings)
     # a given-up pair is neither pending nor in progress: no nightly run takes it
-    done = Done(max_failed_runs=settings.max_runs_per_pair)
+    # ... and a trace a sample budget did not select is not pending either (counted as not sampled)
+    done = Done(max_failed_runs=settings.max_runs_per_pair, not_sampled_done=True)
     cond, params = done.sql()
     try:
         with engine.connect() as conn:
@@ -94,6 +96,8 @@ def work_status(settings: Settings) -> dict:
             ).all()
             plan = plan_reads(conn, source, metrics, lookback_s=settings.source_lookback_s)
             dead = dead_summary(conn)
+            not_sampled = not_sampled_waiting(conn)
+            rates = window_rates(conn, settings)
         pending = count_plan_pending(source, source_engine(settings), engine, plan, metrics, done=done)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
@@ -126,6 +130,8 @@ def work_status(settings: Settings) -> dict:
         "source_notes": sourced.notes(),
         "skipped_by_preset": preset_skips,
         "phoenix_write_back": write_back,
+        "not_sampled": not_sampled,
+        "rates": rates,
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": [
@@ -177,6 +183,22 @@ def status_notes(report: dict) -> list[str]:
                         if wb["waiting"] or wb["given_up"] else "")
                      + ("; `judgeflow phoenix sync` writes them now" if wb["unwritten"] else ""))
     return lines
+
+
+def window_rates(conn, settings: Settings) -> dict[str, dict]:
+    """Per metric, its not-passed rate over the alert window: a weighted
+    estimate with its 95% interval, the results judged and the traffic they stand for."""
+    from judgeflow.alerts.evaluation import segment_figures
+    from judgeflow.alerts.rules import all_rules
+
+    out = {}
+    for rule in all_rules(settings):
+        if rule.kind != "regression" or rule.metric is None:
+            continue
+        e = segment_figures(conn, rule, now=conn.execute(text("SELECT now()")).scalar_one())[0].estimate
+        out[rule.metric] = {"window": settings.alert_window, "rate": e.rate, "ci_low": e.ci_low,
+                            "ci_high": e.ci_high, "judged": e.judged, "traces": round(e.traces)}
+    return out
 
 
 SIZE_SAMPLE = 500  # traces whose text sizes a backfill's estimate

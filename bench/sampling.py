@@ -1,0 +1,214 @@
+"""Does the sample budget spend where it detects? A month of simulated nightly
+traffic, judged three ways at 10% of the full cost or in full:
+
+- ``all``: every trace judged (no budget);
+- ``flat``: a flat 10% sample (``--sample-rate 0.1``: a hash of the id below 0.1);
+- ``budget``: ``JUDGEFLOW_SAMPLE_BUDGET_USD`` at 10% of the full cost: judgeflow's
+  own planner (judgeflow.sampling.allocation.allocate, with each stratum's
+  failing rate estimated from the last 7 nights' judged results, and
+  judgeflow.sampling.selection.select).
+
+Each night the toxicity regression rule is evaluated overall and per app with
+judgeflow's own code: the weighted counts of the window (the night) and the
+baseline (the 7 nights before) become figures through
+judgeflow.alerts.evaluation.figures_from_counts, and
+judgeflow.alerts.lifecycle.decide runs the rule's state machine.
+
+Two months: a control month with no change (false alerts), and a month whose
+2%-traffic app regresses on day 20 (nights until the alert fires).
+
+    .venv/bin/python -m bench.sampling [--seeds 5] [--traffic 6000]
+
+What it simplifies: traces are independent Bernoulli draws at a fixed rate per
+app (no daily cycle, no correlated bursts, no drift outside the regression);
+every trace costs the same to judge (the real planner prices strata by their
+text length and by recent results' costs); one metric; the judge is always
+right and never fails; a night's traffic all arrives before the run, which
+judges everything it planned (no run budget, no time budget, no retries).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import random
+import statistics
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta, timezone
+
+from judgeflow.alerts.estimates import WeightedCounts, estimate
+from judgeflow.alerts.evaluation import OVERALL, Segment, figures_from_counts
+from judgeflow.alerts.lifecycle import decide
+from judgeflow.alerts.rules import all_rules
+from judgeflow.sampling.allocation import StratumInput, allocate
+from judgeflow.sampling.selection import select
+from judgeflow.settings import Settings
+
+# apps by share of traffic and failing rate; "pay" is the 2% app that regresses
+APPS = {"chat": (0.55, 0.010), "search": (0.20, 0.020), "support": (0.10, 0.030), "docs": (0.08, 0.015),
+        "mail": (0.05, 0.040), "pay": (0.02, 0.020)}
+TARGET = "pay"
+REGRESSED_RATE = 0.12
+REGRESSION_DAY = 20
+DAYS = 30
+COST = 0.01  # USD per trace (both metrics)
+SHARE = 0.10  # the budget: this share of the full cost
+BASELINE_NIGHTS = 7
+
+
+MIN_INCREASE = 0.05  # the regression rule pages on a rise of 5 points or more
+ALPHA = 0.01  # JUDGEFLOW_REGRESSION_ALPHA (--alpha)
+
+
+def settings(alpha: float = ALPHA) -> Settings:
+    return Settings(_env_file=None, database_url="postgresql://unused/bench",
+                    toxicity_regression_min_increase=MIN_INCREASE,
+                    alert_segment_by="app", alert_window="24h", regression_baseline="7d", alert_min_samples=50,
+                    regression_alpha=alpha)
+
+
+def _flat(trace_id: str) -> bool:
+    return int(hashlib.md5(trace_id.encode()).hexdigest()[:8], 16) / 2**32 < SHARE
+
+
+@dataclass
+class Night:
+    counts: dict[str, WeightedCounts]  # per app
+    spend: float
+
+
+def _add(a: WeightedCounts, b: WeightedCounts) -> WeightedCounts:
+    return WeightedCounts(a.n + b.n, a.bad + b.bad, a.sum_w + b.sum_w, a.sum_w_bad + b.sum_w_bad, a.sum_w2 + b.sum_w2)
+
+
+def _judge(rows: list[tuple[str, bool]], chosen: set[str], weight: float) -> WeightedCounts:
+    c = WeightedCounts()
+    for trace_id, bad in rows:
+        if trace_id in chosen:
+            c = _add(c, WeightedCounts(1, int(bad), weight, weight * bad, weight * weight))
+    return c
+
+
+Traffic = dict[str, list[tuple[str, bool]]]  # app -> (trace id, fails) per trace
+
+
+def _traffic(rng: random.Random, day: int, total: int, regressed_rate: float | None) -> Traffic:
+    out = {}
+    for app, (share, rate) in APPS.items():
+        if regressed_rate is not None and app == TARGET and day >= REGRESSION_DAY:
+            rate = regressed_rate
+        n = round(total * share)
+        out[app] = [(f"{day}-{app}-{i}-{rng.random():.6f}", rng.random() < rate) for i in range(n)]
+    return out
+
+
+def _night(strategy: str, traffic, history: list[Night], day: int, budget: float) -> Night:
+    if strategy == "all":
+        return Night({a: _judge(rows, {t for t, _ in rows}, 1.0) for a, rows in traffic.items()},
+                     COST * sum(len(r) for r in traffic.values()))
+    if strategy == "flat":
+        counts = {a: _judge(rows, {t for t, _ in rows if _flat(t)}, 1 / SHARE) for a, rows in traffic.items()}
+        return Night(counts, COST * sum(c.n for c in counts.values()))
+    recent = history[-BASELINE_NIGHTS:]
+    rates = {}
+    for app in traffic:
+        past = WeightedCounts()
+        for h in recent:
+            past = _add(past, h.counts.get(app, WeightedCounts()))
+        rates[app] = estimate(past).rate
+    plan = allocate([StratumInput(a, len(rows), COST, rates[a]) for a, rows in traffic.items()],
+                    budget_usd=budget, min_samples=settings().alert_min_samples)
+    night = date(2026, 1, 1) + timedelta(days=day)
+    counts = {}
+    for a in plan.strata:
+        chosen = select([t for t, _ in traffic[a.name]], a.judged, night)
+        counts[a.name] = _judge(traffic[a.name], chosen, 1 / a.inclusion_prob)
+    return Night(counts, plan.cost_usd)
+
+
+@dataclass
+class Outcome:
+    fired: list[tuple[int, str]] = field(default_factory=list)  # (day, segment label)
+    spend: list[float] = field(default_factory=list)
+
+
+def simulate(strategy: str, seed: int, total: int, regressed_rate: float | None, alpha: float = ALPHA) -> Outcome:
+    """One month; ``regressed_rate`` None: the control month."""
+    rng = random.Random(seed)
+    rule = next(r for r in all_rules(settings(alpha)) if r.name == "toxicity_regression")
+    budget = SHARE * COST * total
+    history: list[Night] = []
+    state: dict[str, str] = {}
+    out = Outcome()
+    now = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    # a week of history first, so the first night of the month has a baseline
+    for day in range(-BASELINE_NIGHTS, DAYS):
+        traffic = _traffic(rng, day, total, regressed_rate)
+        night = _night(strategy, traffic, history, day, budget)
+        if day >= 0:
+            out.spend.append(night.spend)
+        base = history[-BASELINE_NIGHTS:]
+        history.append(night)
+        if len(base) < BASELINE_NIGHTS or day < 0:
+            continue
+        segments = [(OVERALL, None)] + [(Segment("app", a), a) for a in APPS]
+        for segment, app in segments:
+            def total_of(nights):
+                c = WeightedCounts()
+                for h in nights:
+                    for a, counts in h.counts.items():
+                        if app is None or a == app:
+                            c = _add(c, counts)
+                return c
+
+            figures = figures_from_counts(total_of([night]), total_of(base), failed=0, evaluated_at=now,
+                                          window_start=now, segment=segment)
+            _, new_state, transition = decide(rule, figures, state=state.get(segment.label, "ok"),
+                                              last_notified_at=None, now=now)
+            state[segment.label] = new_state
+            if transition == "fired":
+                out.fired.append((day, segment.label or "overall"))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--traffic", type=int, default=6000, help="traces per night")
+    parser.add_argument("--alpha", type=float, default=ALPHA, help="JUDGEFLOW_REGRESSION_ALPHA")
+    parser.add_argument("--regressed-rate", type=float, default=REGRESSED_RATE,
+                        help=f"{TARGET}'s failing rate from day {REGRESSION_DAY} on")
+    args = parser.parse_args()
+    print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+          f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= {args.alpha:g}, >= 50 judged in the "
+          "night and in the 7 nights before, per app and overall")
+    print(f"{args.traffic} traces/night, apps (share, failing rate): {APPS}; {TARGET} goes to "
+          f"{args.regressed_rate:.0%} on day {REGRESSION_DAY}; budget {SHARE:.0%} of the full cost "
+          f"(${SHARE * COST * args.traffic:.2f}/night)")
+    print(f"{'strategy':<8} {'seed':>4} {'nights to alert':>16} {'false alerts (control)':>23} "
+          f"{'spend/night mean (max)':>24}")
+    summary: dict[str, list] = {}
+    for strategy in ("all", "flat", "budget"):
+        for seed in range(args.seeds):
+            hit = simulate(strategy, seed, args.traffic, args.regressed_rate, args.alpha)
+            control = simulate(strategy, 10_000 + seed, args.traffic, None, args.alpha)
+            target = [d for d, s in hit.fired if s == f"app={TARGET}" and d >= REGRESSION_DAY]
+            nights = target[0] - REGRESSION_DAY + 1 if target else None
+            false = len(control.fired) + len([1 for d, s in hit.fired if d < REGRESSION_DAY])
+            spend = hit.spend + control.spend
+            summary.setdefault(strategy, []).append((nights, false, max(spend)))
+            print(f"{strategy:<8} {seed:>4} {('never' if nights is None else str(nights)):>16} {false:>23} "
+                  f"{f'${statistics.mean(spend):.2f} (${max(spend):.2f})':>24}")
+    print()
+    for strategy, rows in summary.items():
+        found = [n for n, _, _ in rows if n is not None]
+        print(f"{strategy}: alert after {found or 'never'} night(s) "
+              f"({len(rows) - len(found)} of {len(rows)} never); false alerts {sum(f for _, f, _ in rows)}; "
+              f"max spend/night ${max(s for _, _, s in rows):.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""A night's traffic per stratum, and what history says of each stratum: the
+cost of judging a trace and its failing rate.
+
+A trace's stratum is the values of the ``JUDGEFLOW_STRATIFY_BY`` keys of its
+metadata (default: the alert segment keys), ``app=checkout,model=m1``; a key
+the metadata does not hold (or holds no scalar for) is ``other`` for it, so
+no trace is ever dropped. With no keys there is one stratum, ``all``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Sequence
+
+from sqlalchemy import Connection, text
+
+from judgeflow.alerts.segments import segment_values
+from judgeflow.db.trace_types import TraceBody, TraceKey
+
+ALL = "all"
+MISSING = "other"
+# a metric's cost per trace is read from recent results once this many have a cost
+MIN_COSTED_RESULTS = 20
+
+
+def stratum_of(metadata: Any, keys: Sequence[str]) -> str:
+    if not keys:
+        return ALL
+    values = segment_values(metadata, list(keys))
+    return ",".join(f"{k}={values.get(k, MISSING)}" for k in keys)
+
+
+@dataclass
+class Traffic:
+    """The night's candidates: per stratum, their keys and estimated costs by token count."""
+
+    keys: dict[str, list[TraceKey]] = field(default_factory=dict)
+    token_cost: dict[str, float] = field(default_factory=dict)  # summed over the stratum's traces
+
+    def add(self, stratum: str, key: TraceKey, cost: float) -> None:
+        self.keys.setdefault(stratum, []).append(key)
+        self.token_cost[stratum] = self.token_cost.get(stratum, 0.0) + cost
+
+    @property
+    def total(self) -> int:
+        return sum(len(v) for v in self.keys.values())
+
+
+def undecided_new_keys(conn: Connection, keys: Sequence[TraceKey], metrics: list[str]) -> list[TraceKey]:
+    """Of ``keys``, those no sample decision covers yet that lack a result row
+    for some metric (new traces; pairs being retried were decided before)."""
+    if not keys:
+        return []
+    rows = conn.execute(
+        text(
+            """
+            SELECT DISTINCT k.id FROM unnest(CAST(:ids AS text[])) AS k(id)
+            WHERE NOT EXISTS (SELECT 1 FROM judgeflow.sample_decisions d WHERE d.trace_id = k.id)
+              AND EXISTS (SELECT 1 FROM unnest(CAST(:metrics AS text[])) AS m(metric)
+                          WHERE NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r
+                                            WHERE r.trace_id = k.id AND r.metric = m.metric))
+            """
+        ),
+        {"ids": [k.id for k in keys], "metrics": list(metrics)},
+    ).scalars().all()
+    wanted = set(rows)
+    return [k for k in dict.fromkeys(keys) if k.id in wanted]
+
+
+def stratify(bodies: dict[str, TraceBody], keys: Sequence[TraceKey], stratify_keys: Sequence[str],
+             cost_of) -> Traffic:
+    """Group ``keys`` by stratum; a key whose body could not be read is in the
+    stratum of missing values (it is still judged or sampled, never dropped)."""
+    traffic = Traffic()
+    for key in keys:
+        body = bodies.get(key.id)
+        stratum = stratum_of(body.metadata if body else None, stratify_keys)
+        traffic.add(stratum, key, cost_of(body) if body else 0.0)
+    return traffic
+
+
+def recent_cost_per_trace(conn: Connection, metrics: list[str], *, since: datetime) -> dict[str, float]:
+    """Per metric with enough recent judged results: their mean ``cost_usd``
+    (copies of identical traces, which cost nothing, left out)."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT metric, avg(cost_usd), count(*) FROM judgeflow.eval_results
+            WHERE metric = ANY(CAST(:metrics AS text[])) AND scored_at >= :since AND status = 'scored'
+              AND cost_usd IS NOT NULL AND judge_calls > 0
+            GROUP BY metric
+            """
+        ),
+        {"metrics": list(metrics), "since": since},
+    ).all()
+    return {m: float(avg) for m, avg, n in rows if n >= MIN_COSTED_RESULTS}
+
+
+def recent_fail_rates(conn: Connection, metrics: list[str], stratify_keys: Sequence[str], *,
+                      since: datetime) -> dict[str, float]:
+    """Per stratum, the mean over ``metrics`` of the share of scored results
+    that did not pass since ``since``, from ``eval_results.segment`` (which
+    holds the alert segment keys: a stratify key that is not one of them reads
+    as ``other``)."""
+    params: dict[str, Any] = {"metrics": list(metrics), "since": since, "other": MISSING, "all": ALL}
+    parts = []
+    for i, key in enumerate(stratify_keys):
+        params[f"k{i}"], params[f"p{i}"] = key, f"{key}="
+        parts.append(f"CAST(:p{i} AS text) || coalesce(segment ->> CAST(:k{i} AS text), CAST(:other AS text))")
+    label = " || ',' || ".join(parts) if parts else "CAST(:all AS text)"
+    rows = conn.execute(
+        text(
+            f"""
+            SELECT {label} AS stratum, metric, avg(CASE WHEN passed IS NOT TRUE THEN 1.0 ELSE 0.0 END) AS rate
+            FROM judgeflow.eval_results
+            WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :since AND status = 'scored'
+            GROUP BY 1, 2
+            """
+        ),
+        params,
+    ).all()
+    per: dict[str, list[float]] = {}
+    for stratum, _metric, rate in rows:
+        per.setdefault(stratum, []).append(float(rate))
+    return {s: sum(r) / len(r) for s, r in per.items()}
+

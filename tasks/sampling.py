@@ -1,0 +1,68 @@
+"""The sample budget's task: plan the night's sample before any judge call,
+record which traces are judged (judgeflow/sampling/), and publish the plan
+with what was spent."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from sqlalchemy.exc import DBAPIError
+
+from judgeflow.db.engine import engine_for
+from judgeflow.db.trace_source import KeyFilter, source_engine, trace_source
+from judgeflow.db.watermark import ReadPlan
+from judgeflow.errors import DatabaseError
+from judgeflow.judge.pricing import require_prices
+from judgeflow.sampling.decisions import reweigh
+from judgeflow.sampling.planner import NightPlan, plan_night, spent_per_stratum
+from judgeflow.sampling.table import plan_markdown
+from judgeflow.settings import Settings
+
+ARTIFACT_KEY = "judgeflow-sample-plan"
+
+
+def night_plan(settings: Settings, plan: ReadPlan, metrics: list[str], *, since: datetime | None,
+               until: datetime | None, sample_rate: float, record: bool, flow_run_id: str | None) -> NightPlan:
+    """The night's plan over the window ``plan`` reads (``record``: select and record it)."""
+    budget = settings.sample_budget_usd
+    prices = require_prices(settings, why="a sample plan prices the night's traces" if budget is None
+                            else f"a sample budget of ${budget:g} is set")
+    f = KeyFilter(lo=plan.lo, since=since, until=until, settle_delay_s=settings.settle_delay_s,
+                  sample_rate=sample_rate)
+    try:
+        return plan_night(settings, trace_source(settings), source_engine(settings), engine_for(settings), f,
+                          metrics, prices, budget_usd=budget, record=record, flow_run_id=flow_run_id)
+    except DBAPIError as exc:
+        raise DatabaseError(f"could not plan the night's sample: {exc.orig}") from None
+
+
+@task(name="plan-night-sample", cache_policy=NO_CACHE, persist_result=False)
+def plan_night_sample(settings: Settings, plan: ReadPlan, metrics: list[str], *, since: datetime | None = None,
+                      until: datetime | None = None, sample_rate: float = 1.0,
+                      flow_run_id: str | None = None) -> NightPlan:
+    """Before any judge call: allocate ``JUDGEFLOW_SAMPLE_BUDGET_USD`` over the
+    night's new traces and record which are judged and which not sampled."""
+    return night_plan(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate, record=True,
+                      flow_run_id=flow_run_id)
+
+
+@task(name="reweigh-sampled-nights", cache_policy=NO_CACHE, persist_result=False)
+def reweigh_sampled_nights(settings: Settings) -> int:
+    """Traces a sample left out that a run has judged since (a backfill) count
+    as judged, and their nights' weights are lowered to match; returns how many."""
+    with engine_for(settings).begin() as conn:
+        return reweigh(conn)
+
+
+@task(name="publish-sample-plan", cache_policy=NO_CACHE, persist_result=False)
+def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str) -> NightPlan:
+    """The plan's table with what the run spent per stratum, as the ``judgeflow-sample-plan`` artifact."""
+    spent = spent_per_stratum(engine_for(settings), night.night, flow_run_id)
+    night.rows = [replace(r, spent_usd=spent.get(r.stratum, 0.0)) for r in night.rows]
+    create_markdown_artifact(markdown=plan_markdown(night), key=ARTIFACT_KEY,
+                             description="the night's sample: traffic, traces judged, estimated and actual spend")
+    return night
