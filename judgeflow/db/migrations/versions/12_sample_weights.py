@@ -1,7 +1,7 @@
 """the sample budget's decisions: per trace, its night, stratum, inclusion probability and whether it was selected
 
 Revision ID: 0012
-Revises: 0008
+Revises: 0011
 Create Date: 2026-11-26
 """
 
