@@ -471,7 +471,6 @@ def test_every_docs_page_is_linked_from_the_readme():
 def _run_path_files(text: str) -> list[str]:
     """The files and folders named (in backticks) by DEVELOPING.md's "How a run executes"."""
     section = text.split("## How a run executes", 1)[1].split("\n## ", 1)[0]
-    section = section.split("**At merge", 1)[0]  # names of modules still on other branches
     return sorted({name for name in re.findall(r"`([\w./-]+)`", section) if "/" in name})
 
 
