@@ -73,6 +73,7 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "judge_input_cost_per_mtok", "judge_output_cost_per_mtok", "run_budget_usd", "settle_delay", "reuse_identical",
     "toxicity_threshold", "hallucination_threshold",
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
+    "pool_mode",  # how claims are held between judgeflow and PostgreSQL
     # which source and where: what a preset maps a row to (input, output, context) is hashed as content
     "source", "source_schema", "phoenix_write_back", "phoenix_url", "phoenix_api_key",
     "task_retries", "task_retry_delay_s", "max_runs_per_pair", "max_run_duration", "schedule_timezone",

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
 
 
 def anything_pending(settings: "Settings", *, since: datetime | None, until: datetime | None,
-                     sample_rate: float) -> bool:
+                     sample_rate: float, retry_failed: bool = False) -> bool:
     """The run's own answer (:func:`judgeflow.db.pending_work.anything_pending`:
     its read plan and its definition of done). Any doubt (no schema yet, an
     error) means yes: run the flow, which records what went wrong."""
@@ -23,6 +23,7 @@ def anything_pending(settings: "Settings", *, since: datetime | None, until: dat
     from judgeflow.tasks.work import METRIC_NAMES
 
     try:
-        return run_has_pending(settings, list(METRIC_NAMES), since=since, until=until, sample_rate=sample_rate)
+        return run_has_pending(settings, list(METRIC_NAMES), since=since, until=until, sample_rate=sample_rate,
+                               retry_failed=retry_failed)
     except (SQLAlchemyError, JudgeflowError):
         return True

@@ -71,7 +71,7 @@ def score(
         return
     from judgeflow.cli.pending import anything_pending
 
-    if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate):
+    if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed):
         _nothing_to_score(settings, alerts=alerts)
         return
     judge = start_judge_early(settings)
