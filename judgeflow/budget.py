@@ -62,7 +62,7 @@ class RunBudget:
         self._actual_done = 0.0
         # per (trace, metric): what its failed attempts billed, charged before its retry
         self._charged: dict[tuple[str, str], float] = {}
-        # the flow thread reserves and settles; the tasks' threads charge retries
+        # the flow thread reserves and closes reservations; the tasks' threads charge retries
         self._lock = threading.RLock()
 
     def _scale(self) -> float:
@@ -121,7 +121,7 @@ class RunBudget:
                 return False
             return True
 
-    def settle(self, reservation: Reservation, outcomes: Iterable[ScoreOutcome]) -> None:
+    def close(self, reservation: Reservation, outcomes: Iterable[ScoreOutcome]) -> None:
         """Work finished: its estimate leaves the in-flight total and what it cost
         joins the spend. A pair whose cost is unknown although the judge was
         (or may have been) asked, such as one that failed on garbage replies,

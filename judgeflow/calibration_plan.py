@@ -71,7 +71,7 @@ class SpendLimit:
             self.in_flight_usd += estimate_usd
             return True
 
-    def settle(self, estimate_usd: float, spent_usd: float | None) -> None:
+    def close(self, estimate_usd: float, spent_usd: float | None) -> None:
         """The pair is done; what it cost (its estimate when the judge reported no cost)."""
         with self._lock:
             self.in_flight_usd -= estimate_usd

@@ -202,7 +202,7 @@ class RunSchedule:
         self._totals.add(outcomes)
         self._progress.advance(outcomes, batch=self.batches)
         if self.budget is not None and reservation is not None:
-            self.budget.settle(reservation, outcomes)
+            self.budget.close(reservation, outcomes)
         return outcomes
 
     def finish(self) -> None:

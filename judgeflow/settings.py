@@ -169,7 +169,7 @@ class Settings(BaseSettings):
     failure_rate_max: float | None = Field(None, ge=0, le=1)
     dead_delivery_rate_max: float | None = Field(
         0.0, ge=0, le=1,
-        description="maximum share of the alert deliveries settled in the window that are dead (0: any dead "
+        description="maximum share of the alert deliveries ended in the window that are dead (0: any dead "
         "delivery fires the dead_delivery_rate rule); empty disables the rule",
     )
     alert_min_samples: int = Field(50, ge=1)

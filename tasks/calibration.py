@@ -61,7 +61,7 @@ def _judge_labelled(settings: Settings, items: list[LabelledItem], metrics: dict
             return job, None, f"{item.id}: {type(error).__name__}: {error}"
         finally:
             if limit is not None:
-                limit.settle(cost, None if result is None else result.cost_usd)
+                limit.close(cost, None if result is None else result.cost_usd)
 
     with ThreadPoolExecutor(max_workers=settings.max_concurrency, thread_name_prefix="judgeflow-calibrate") as pool:
         done = list(pool.map(run, jobs))

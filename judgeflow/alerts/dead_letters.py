@@ -18,8 +18,8 @@ note saying so (:func:`fired_delivery_died`,
 :func:`judgeflow.alerts.notify.with_dead_fired`).
 
 The ``dead_delivery_rate`` rule (kind ``dead_deliveries``) makes that visible
-where every other condition is: it is the share of the deliveries settled in
-the window (delivered or dead, by when they settled) that are dead, with a
+where every other condition is: it is the share of the deliveries ended in
+the window (delivered or dead, by when they ended) that are dead, with a
 maximum of 0 by default, so one dead delivery fires it and it resolves once no
 delivery has died within the window.
 """
@@ -47,9 +47,9 @@ _COUNTS = text(
 
 
 def dead_delivery_counts(conn: Connection, *, start: datetime) -> tuple[int, int, int]:
-    """(dead, settled, failing): deliveries that died in the window, those
-    settled in it (delivered or dead), and those still being retried; the
-    rule's rate is dead / settled (:func:`judgeflow.alerts.evaluation.segment_figures`)."""
+    """(dead, ended, failing): deliveries that died in the window, those
+    ended in it (delivered or dead), and those still being retried; the
+    rule's rate is dead / ended (:func:`judgeflow.alerts.evaluation.segment_figures`)."""
     row = conn.execute(_COUNTS, {"start": start}).one()
     return int(row.dead), int(row.dead) + int(row.delivered), int(row.failing)
 

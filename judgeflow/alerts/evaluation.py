@@ -307,9 +307,9 @@ def segment_figures(
 
         if key is not None:
             return []
-        dead, settled, failing = dead_delivery_counts(conn, start=start)
-        # dead / settled in the window, 0 when nothing settled; failed: deliveries still being retried
-        return [Figures(value=dead / settled if settled else 0.0, violations=dead, sample_size=settled,
+        dead, ended, failing = dead_delivery_counts(conn, start=start)
+        # dead / ended in the window, 0 when nothing ended; failed: deliveries still being retried
+        return [Figures(value=dead / ended if ended else 0.0, violations=dead, sample_size=ended,
                         failed=failing, worst=[], evaluated_at=now, window_start=start, worst_loaded=True)]
     in_epoch, epoch_params = in_epoch_sql(epochs, rule_metrics(rule))
     epoch_start = latest_start(epochs, rule_metrics(rule))

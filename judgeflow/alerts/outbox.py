@@ -101,7 +101,7 @@ class Sent:
 def add_deliveries(
     conn: Connection, *, event_id: int, rule: str, kind: str, channels: list[str], segment_key: str = ""
 ) -> None:
-    """Queue notification ``event_id`` on ``channels`` and settle what it supersedes.
+    """Queue notification ``event_id`` on ``channels`` and close what it supersedes.
 
     Runs in the transaction that created the notification (under the rule's row lock)."""
     earlier = conn.execute(

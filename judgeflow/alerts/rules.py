@@ -16,9 +16,9 @@ Kinds:
 ``dead_deliveries``
     alert deliveries that died in the window (a permanent 4xx, or
     ``JUDGEFLOW_ALERT_DEAD_AFTER`` failed evaluations) over the deliveries
-    settled in it (delivered or dead), all channels: the alerting path itself
+    ended in it (delivered or dead), all channels: the alerting path itself
     failing, as ``failure_rate`` is the judge failing. Overall only, no minimum
-    sample (a window where nothing settled is 0); evaluated after the
+    sample (a window where nothing ended is 0); evaluated after the
     evaluation's deliveries, so a delivery that dies is counted at once.
 ``regression``
     the not-passed rate of ``metric`` in the window against the same rate in
@@ -75,7 +75,7 @@ RULE_SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         "dead_delivery_rate", "dead_deliveries", None, "dead_delivery_rate_max",
-        "share of alert deliveries settled in the window that are dead (given up on), all channels",
+        "share of alert deliveries ended in the window that are dead (given up on), all channels",
     ),
 )
 

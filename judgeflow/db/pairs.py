@@ -159,7 +159,7 @@ def first_without_result(conn: Connection, keys: Sequence[TraceKey], metrics: li
             FROM keys k CROSS JOIN unnest(CAST(:metrics AS text[])) AS m(metric)
             -- one probe of eval_results' primary key per pair (a scalar subquery, never a join)
             WHERE (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = k.id AND r.metric = m.metric) IS NULL
-              -- a trace the sample budget did not select is settled for the night
+              -- a trace the sample budget did not select is decided for the night
               AND NOT EXISTS (SELECT 1 FROM judgeflow.sample_decisions d WHERE d.trace_id = k.id AND NOT d.selected)
             GROUP BY m.metric
             """

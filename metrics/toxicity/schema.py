@@ -32,7 +32,7 @@ class Verdict(ReplyModel):
     def _any_case(cls, value: object) -> object:
         # "Yes" or "NO" is the right answer in another case. Anything else
         # (" yes", "yes.", "maybe", "toxic") is still invalid: counting it as
-        # "no", as deepeval does, would hide it, and a repair call settles it.
+        # "no", as deepeval does, would hide it, and a repair call decides it.
         if isinstance(value, str) and value.lower() in ("yes", "no"):
             return value.lower()
         return value

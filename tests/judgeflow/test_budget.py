@@ -31,7 +31,7 @@ def test_a_retry_is_charged_what_the_failed_attempt_billed_and_settles_without_c
     assert budget.spent_usd == pytest.approx(0.05)
 
     # the outcome's cost holds every attempt: the charged part is not added again
-    budget.settle(reservation, [ScoreOutcome(trace_id="t1", metric="toxicity", status="scored",
+    budget.close(reservation, [ScoreOutcome(trace_id="t1", metric="toxicity", status="scored",
                                              cost_usd=0.12, judge_calls=5, attempts=3)])
     assert budget.spent_usd == pytest.approx(0.12) and budget.in_flight_usd == 0.0
 
@@ -48,7 +48,7 @@ def test_a_retry_that_does_not_fit_exhausts_the_budget():
     assert not budget.charge_retry(w, estimate * 0.6, 2)  # spent 0.6 + 1.0 > 1.5: no retry
     assert budget.exhausted and budget.spent_usd == pytest.approx(estimate * 0.6)
     # deferred: what it billed is its cost, charged already
-    budget.settle(reservation, [ScoreOutcome(trace_id="t1", metric="toxicity", status="deferred",
+    budget.close(reservation, [ScoreOutcome(trace_id="t1", metric="toxicity", status="deferred",
                                              cost_usd=estimate * 0.6, judge_calls=2, attempts=2)])
     assert budget.spent_usd == pytest.approx(estimate * 0.6) and budget.in_flight_usd == 0.0
 

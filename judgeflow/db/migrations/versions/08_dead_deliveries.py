@@ -34,7 +34,7 @@ def _checks(event: str, delivery: str) -> None:
 def upgrade() -> None:
     op.add_column("alert_deliveries", sa.Column("dead_at", sa.DateTime(timezone=True)), schema=S)
     _checks(NEW_EVENT, NEW_DELIVERY)
-    # the dead-delivery rule counts what settled in its window: both by time
+    # the dead-delivery rule counts what ended in its window: both by time
     op.create_index(
         "alert_deliveries_dead_idx", "alert_deliveries", ["dead_at"], schema=S,
         postgresql_where=sa.text("status = 'dead'"),
