@@ -55,56 +55,85 @@ def work_status(settings: Settings) -> dict:
     ``runs`` lists the runs holding claims: flow run, live or not, pairs per
     metric, and when their lease ends. ``dead_deliveries``: alert deliveries
     given up on (count, the latest, channels); :func:`dead_delivery_line` words it."""
-    from judgeflow.alerts.dead_letters import dead_summary
     from judgeflow.db.pairs import Done
     from judgeflow.db.pending_work import count_plan_pending
-    from judgeflow.db.result_counts import result_counts
-    from judgeflow.db.trace_source import source_engine, trace_source
-    from judgeflow.db.watermark import plan_reads
-    from judgeflow.sampling.decisions import not_sampled_waiting
-
     from judgeflow.db.sources.results import adopt_configured_source
+    from judgeflow.db.trace_source import source_engine, trace_source
 
     engine = engine_for(settings)
     migrate.upgrade(engine)
     sourced = adopt_configured_source(engine, settings)
-    metrics = list(METRIC_NAMES)
     source = trace_source(settings)
     # a given-up pair is neither pending nor in progress: no nightly run takes it
     # ... and a trace a sample budget did not select is not pending either (counted as not sampled)
     done = Done(max_failed_runs=settings.max_runs_per_pair, not_sampled_done=True)
-    cond, params = done.sql()
     try:
         with engine.connect() as conn:
-            results = result_counts(conn, given_up_after=settings.max_runs_per_pair, source=sourced.source)
-            preset_skips = _preset_skips(conn, sourced.source)
-            write_back = _write_back_counts(conn, settings, sourced.source)
-            superseded = dict(
-                conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results GROUP BY metric")).all()
-            )
-            claims = conn.execute(
-                text(
-                    f"""
-                    SELECT c.metric, c.owner, {held("c")} AS held, count(*), max(c.lease_expires_at)
-                    FROM judgeflow.claims c
-                    WHERE NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r
-                                      WHERE r.trace_id = c.trace_id AND r.metric = c.metric AND {cond})
-                    GROUP BY 1, 2, 3
-                    """
-                ),
-                params,
-            ).all()
-            plan = plan_reads(conn, source, metrics, lookback_s=settings.source_lookback_s)
-            dead = dead_summary(conn)
-            not_sampled = not_sampled_waiting(conn)
-            rates = window_rates(conn, settings)
-        pending = count_plan_pending(source, source_engine(settings), engine, plan, metrics, done=done)
+            read = _read_figures(conn, settings, sourced.source, done)
+        pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], list(METRIC_NAMES),
+                                     done=done)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
+    plan = read["plan"]
+    out, runs = _per_metric(read["results"], read["claims"], read["superseded"], pending)
+    return {
+        "metrics": out,
+        "dead_deliveries": read["dead"].as_json(),
+        "source": sourced.source,
+        "other_sources": sourced.others,
+        "source_notes": sourced.notes(),
+        "skipped_by_preset": read["preset_skips"],
+        "phoenix_write_back": read["write_back"],
+        "not_sampled": read["not_sampled"],
+        "rates": read["rates"],
+        "window_start": None if plan.lo is None else plan.lo.isoformat(),
+        "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
+        "runs": runs,
+    }
+
+
+def _read_figures(conn, settings: Settings, source: str, done) -> dict:
+    """Everything `status` reads in one connection (the pending count aside)."""
+    from judgeflow.alerts.dead_letters import dead_summary
+    from judgeflow.db.result_counts import result_counts
+    from judgeflow.db.trace_source import trace_source
+    from judgeflow.db.watermark import plan_reads
+    from judgeflow.sampling.decisions import not_sampled_waiting
+
+    cond, params = done.sql()
+    claims = conn.execute(
+        text(
+            f"""
+            SELECT c.metric, c.owner, {held("c")} AS held, count(*), max(c.lease_expires_at)
+            FROM judgeflow.claims c
+            WHERE NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r
+                              WHERE r.trace_id = c.trace_id AND r.metric = c.metric AND {cond})
+            GROUP BY 1, 2, 3
+            """
+        ),
+        params,
+    ).all()
+    return {
+        "results": result_counts(conn, given_up_after=settings.max_runs_per_pair, source=source),
+        "preset_skips": _preset_skips(conn, source),
+        "write_back": _write_back_counts(conn, settings, source),
+        "superseded": dict(
+            conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results GROUP BY metric")).all()
+        ),
+        "claims": claims,
+        "plan": plan_reads(conn, trace_source(settings), list(METRIC_NAMES), lookback_s=settings.source_lookback_s),
+        "dead": dead_summary(conn),
+        "not_sampled": not_sampled_waiting(conn),
+        "rates": window_rates(conn, settings),
+    }
+
+
+def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict, list[dict]]:
+    """The per-metric figures and the runs holding claims, from what was read."""
     out = {
         m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "given_up": 0, "pending": pending.get(m, 0),
             "in_progress": 0, "stranded": 0, "superseded": superseded.get(m, 0)}
-        for m in metrics
+        for m in METRIC_NAMES
     }
     for metric, status, n, passed, given_up in results:
         out[metric][status] = n
@@ -122,23 +151,11 @@ def work_status(settings: Settings) -> dict:
         run["pairs"][metric] = run["pairs"].get(metric, 0) + n
         if run["lease_expires_at"] is None or lease_until > run["lease_expires_at"]:
             run["lease_expires_at"] = lease_until
-    return {
-        "metrics": out,
-        "dead_deliveries": dead.as_json(),
-        "source": sourced.source,
-        "other_sources": sourced.others,
-        "source_notes": sourced.notes(),
-        "skipped_by_preset": preset_skips,
-        "phoenix_write_back": write_back,
-        "not_sampled": not_sampled,
-        "rates": rates,
-        "window_start": None if plan.lo is None else plan.lo.isoformat(),
-        "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
-        "runs": [
-            {**run, "lease_expires_at": run["lease_expires_at"].isoformat()}
-            for run in sorted(runs.values(), key=lambda r: (not r["live"], r["flow_run_id"]))
-        ],
-    }
+    ordered = [
+        {**run, "lease_expires_at": run["lease_expires_at"].isoformat()}
+        for run in sorted(runs.values(), key=lambda r: (not r["live"], r["flow_run_id"]))
+    ]
+    return out, ordered
 
 
 _PRESET_SKIPS = text(
@@ -218,11 +235,41 @@ class BackfillEstimate:
         return f"{self.traces} traces to score ({per}); estimated cost {cost} ({self.basis})"
 
 
+def _mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else 0.0
+
+
+def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int) -> tuple[dict[str, int], float, float]:
+    """Per metric, the pairs to score; and the prompt and completion tokens they
+    are expected to take, from the mean size of the sampled ``bodies``."""
+    from judgeflow.judge.pricing import estimate_tokens
+
+    chars = {
+        "input": _mean(min(len(b.input or ""), cap) for b in bodies),
+        "output": _mean(min(len(b.output or ""), cap) for b in bodies),
+        "context": _mean(min(len("" if b.context is None else json.dumps(b.context)), cap) for b in bodies),
+    }
+    per_metric = {m: 0 for m in METRIC_NAMES}
+    prompt_tokens = completion_tokens = 0.0
+    for metric in METRIC_NAMES:
+        n = counts.get(metric, 0)
+        if not n:
+            continue
+        per_metric[metric] = n
+        # the estimate is linear in the characters, so the per-pair mean times n gives the total
+        prompt, completion = estimate_tokens(metric, input_chars=chars["input"], output_chars=chars["output"],
+                                             context_chars=chars["context"])
+        prompt_tokens += prompt * n
+        completion_tokens += completion * n
+    return per_metric, prompt_tokens, completion_tokens
+
+
 def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, rescore: bool) -> BackfillEstimate:
     """Pairs a backfill would score and what they would cost under the run
     budget's cost model (judgeflow.judge.pricing): the judge's prices times
     the tokens the pairs' text is expected to take."""
-    from judgeflow.judge.pricing import estimate_tokens, prices_for
+    from judgeflow.judge.pricing import prices_for
 
     from judgeflow.db.pairs import Done, key_pages
     from judgeflow.db.pending_work import count_plan_pending
@@ -250,26 +297,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
         bodies = list(read_bodies(source, reader, sample).bodies.values())
     except DBAPIError as exc:
         raise DatabaseError(f"could not estimate the backfill: {exc.orig}") from None
-    def mean(values) -> float:
-        values = list(values)
-        return sum(values) / len(values) if values else 0.0
-
-    chars = {
-        "input": mean(min(len(b.input or ""), cap) for b in bodies),
-        "output": mean(min(len(b.output or ""), cap) for b in bodies),
-        "context": mean(min(len("" if b.context is None else json.dumps(b.context)), cap) for b in bodies),
-    }
-    sizes = [(m, counts[m], chars["input"] * counts[m], chars["output"] * counts[m], chars["context"] * counts[m])
-             for m in metrics if counts[m]]
-    per_metric = {m: 0 for m in METRIC_NAMES}
-    prompt_tokens = completion_tokens = 0.0
-    for metric, n, input_chars, output_chars, context_chars in sizes:
-        per_metric[metric] = n
-        # the estimate is linear in the characters, so the sums give the total
-        prompt, completion = estimate_tokens(metric, input_chars=input_chars / n, output_chars=output_chars / n,
-                                             context_chars=context_chars / n)
-        prompt_tokens += prompt * n
-        completion_tokens += completion * n
+    per_metric, prompt_tokens, completion_tokens = _estimated_tokens(counts, bodies, cap)
     pairs = sum(per_metric.values())
     prices = prices_for(settings)
     if prices is None:
