@@ -65,7 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--canned", type=int, default=20, help="distinct canned exchanges")
     parser.add_argument("--latency", type=float, default=0.2, help="judge latency mean, s (+-25%%)")
     parser.add_argument("--concurrency", type=int, default=32)
-    parser.add_argument("--fanout", choices=["batch", "pair"], default="batch")
     args = parser.parse_args(argv)
 
     out = Path(tempfile.mkdtemp(prefix="judgeflow-bench-repeats-"))
@@ -79,8 +78,7 @@ def main(argv: list[str] | None = None) -> int:
                 env = stack.score_env(url, judge.url, JUDGEFLOW_JUDGE_MODEL="openai/gpt-4o-mini",
                                       JUDGEFLOW_REUSE_IDENTICAL=str(reuse).lower())
                 stack.prefect.wait_idle()
-                fanout = ["--fanout", args.fanout] if args.fanout == "pair" else []  # batches: the command's own
-                run = run_score(env, [*fanout, "--max-concurrency", str(args.concurrency)],
+                run = run_score(env, ["--max-concurrency", str(args.concurrency)],
                                 log=out / f"reuse-{reuse}.log")
                 time.sleep(0.3)
                 calls = int(judge.stats().get("requests", 0))

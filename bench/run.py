@@ -14,9 +14,7 @@ Cases (``--case``, repeatable; default: all):
 * ``instant-jp`` the same, one run with ``--judge-processes 2`` (judge calls in two workers)
 * ``instant2``  the same with two scoring processes at once (one per core)
 * ``latency``   200 ms +- 50 ms judge, 32 calls in flight
-* ``instant-pair``, ``latency-pair``  the same with ``--fanout pair`` (a Prefect
-                task per (trace, metric), the default shape), 1,000 traces
-* ``custom``    your own: ``--traces --latency --jitter --fault 429=0.05 --concurrency --fanout
+* ``custom``    your own: ``--traces --latency --jitter --fault 429=0.05 --concurrency
                 --judge-processes``
 * ``peer``      side by side with deepeval evaluate() (ToxicityMetric + HallucinationMetric) on
                 the same traces, 200 ms judge and 64 calls in flight; judgeflow with its defaults
@@ -52,7 +50,7 @@ from pathlib import Path
 
 from bench.harness import Stack
 
-ALL = ("instant", "instant-jp", "instant2", "latency", "instant-pair", "latency-pair", "backlog", "scaleout")
+ALL = ("instant", "instant-jp", "instant2", "latency", "backlog", "scaleout")
 
 
 def markdown_table(rows: list[dict[str, str]]) -> str:
@@ -138,7 +136,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=1, help="custom: scoring processes at once")
     parser.add_argument("--judge-processes", type=int, default=1,
                         help="custom: judgeflow score --judge-processes")
-    parser.add_argument("--fanout", choices=["batch", "pair"], default="batch", help="custom: judgeflow score --fanout")
     parser.add_argument("--judge-model", default="openai/gpt-4o-mini",
                         help="model name the local judge answers as; a priced name makes litellm price "
                              "the calls as it would in production (default: %(default)s)")
@@ -179,27 +176,18 @@ def main(argv: list[str] | None = None) -> int:
         if "latency" in cases:
             throughput.append(Case("200 ms judge, 32 in flight", n, latency_s=0.2, jitter_s=0.05,
                                    concurrency=32, judge_model=model))
-        n_pair = min(n, 1000)  # a task run per pair: ~8x slower, and the Prefect server lags behind
-        if "instant-pair" in cases:
-            throughput.append(Case("instant judge, 1 process", n_pair, concurrency=8, judge_model=model,
-                                   fanout="pair"))
-        if "latency-pair" in cases:
-            throughput.append(Case("200 ms judge, 32 in flight", n_pair, latency_s=0.2, jitter_s=0.05,
-                                   concurrency=32, judge_model=model, fanout="pair"))
         if "custom" in cases:
             faults = dict((k, float(v)) for k, _, v in (f.partition("=") for f in args.fault))
             throughput.append(Case(f"custom {args.latency * 1000:.0f} ms, {args.concurrency} in flight"
                                    + (f", faults {faults}" if faults else ""), n,
                                    latency_s=args.latency, jitter_s=args.jitter, concurrency=args.concurrency,
                                    processes=args.processes, faults=faults, judge_model=model,
-                                   fanout=args.fanout, judge_processes=args.judge_processes))
+                                   judge_processes=args.judge_processes))
         results = []
         for repetition in range(args.repeat):
             for case in throughput:
                 if args.repeat > 1:
                     case = dataclasses.replace(case, name=f"{case.name} #{repetition + 1}")
-                if case.fanout == "pair" and repetition:
-                    continue  # once is enough to show the shape's cost
                 results.append(run_case(stack, case, out=out))
         if results:
             say("## Throughput\n")

@@ -47,7 +47,7 @@ class Case:
     processes: int = 1
     judge_model: str = "openai/gpt-4o-mini"
     faults: dict[str, float] = field(default_factory=dict)
-    fanout: str = "batch"  # judgeflow score --fanout: "batch" (a task per batch), "pair" (per pair), "default" (none)
+    fanout: str = "batch"  # the report's label: "batch" (judgeflow's task per batch), "default" (a peer's own)
     # judgeflow score --judge-processes: worker processes making the judge calls (None: its default)
     judge_processes: int | None = 1
 
@@ -139,8 +139,6 @@ def run_case(stack: Stack, case: Case, *, out: Path, profile: bool = False, quie
         args = ["--batch-size", str(case.batch_size), "--max-concurrency", str(case.concurrency)]
         if case.judge_processes is not None:
             args += ["--judge-processes", str(case.judge_processes)]
-        if case.fanout == "pair":  # batches are what `judgeflow score` runs
-            args += ["--fanout", case.fanout]
         stack.prefect.wait_idle()  # a previous case's events must not be processed during this one
         calibration = calibrate_ms()
         before = {"judge": judge.cpu_s(), "postgres": stack.pg_cpu_s(), "prefect": stack.prefect.cpu_s(),
