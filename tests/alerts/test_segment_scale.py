@@ -68,7 +68,7 @@ def _plan(engine: sa.Engine, rule, key: str | None, *, analyze: bool = False, ep
         params = dict(
             metrics=[rule.metric] if rule.metric else ["toxicity", "hallucination"],
             start=start, base_start=start - timedelta(seconds=rule.baseline_s),
-            key=key, top=rule.segment_top, keep=[], other="other", **epoch_params,
+            key=key, top=rule.segment_top, keep=[], other="other", source=rule.source, **epoch_params,
         )
         explain = "EXPLAIN (ANALYZE, BUFFERS) " if analyze else "EXPLAIN "
         rows = conn.execute(sa.text(explain + window_statement(rule, key, in_epoch)), params)
