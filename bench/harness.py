@@ -341,6 +341,9 @@ class Stack:
     def __enter__(self) -> "Stack":
         t0 = time.perf_counter()
         self.pg.start()
+        # the cluster asks for its generated password: libpq (here, and in every
+        # process the benchmark starts) reads it from the cluster's password file
+        os.environ["PGPASSFILE"] = str(self.pg.password_file)
         self.prefect.start()
         self.startup_s = time.perf_counter() - t0
         return self
