@@ -7,8 +7,8 @@ import typer
 from judgeflow.alerts.cli import alerts_app
 from judgeflow.cli import demo, judge_checks, reports, scoring, servers
 from judgeflow.cli.db import db_app
+from judgeflow.cli.phoenix import phoenix_app
 from judgeflow.cli.runs import Program
-from judgeflow.phoenix_cli import phoenix_app
 
 app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
 app.add_typer(db_app, name="db")

@@ -105,7 +105,7 @@ def _nothing_to_score(settings, *, alerts: bool) -> None:
 
     typer.echo(f"nothing to score: no (trace, metric) pair is pending in {trace_source(settings).display}; "
                "no flow run was started")
-    from judgeflow.phoenix_cli import write_back_if_on
+    from judgeflow.cli.phoenix import write_back_if_on
 
     write_back_if_on(settings)  # scores Phoenix does not have yet are written all the same
     if not alerts:

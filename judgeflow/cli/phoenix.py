@@ -1,12 +1,10 @@
-"""`judgeflow phoenix sync`: the Phoenix write-back's outbox (judgeflow/phoenix_outbox.py), now.
-
-Mounted by judgeflow's CLI with ``app.add_typer(phoenix_app, name="phoenix")``.
-"""
+"""`judgeflow phoenix sync`: the Phoenix write-back's outbox (judgeflow/phoenix_outbox.py), now."""
 
 from __future__ import annotations
 
 import typer
 
+from judgeflow.cli.command import command_settings
 from judgeflow.cli_errors import clear_errors
 
 phoenix_app = typer.Typer(help="Arize Phoenix: write the scores Phoenix does not have yet.", no_args_is_help=True)
@@ -22,10 +20,9 @@ def sync() -> None:
     from judgeflow.db.engine import engine_for
     from judgeflow.db.sources.results import adopt_configured_source
     from judgeflow.errors import ConfigError
-    from judgeflow.settings import load_settings
     from judgeflow.tasks.phoenix_write_back import write_back
 
-    settings = load_settings()
+    settings = command_settings()
     if settings.source != "phoenix":
         raise ConfigError("`judgeflow phoenix sync` writes the results of a Phoenix source: "
                           "set JUDGEFLOW_SOURCE=phoenix")
