@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, text
+from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db.engine import engine_for

@@ -63,8 +63,6 @@ Behaviour, decided here once for every metric:
 
 from __future__ import annotations
 
-import os
-
 from judgeflow.judge.litellm_env import ENVIRONMENT_DEFAULTS, apply_environment_defaults
 
 apply_environment_defaults()  # before litellm is imported
