@@ -68,15 +68,44 @@ def pg_server():
     server.destroy()
 
 
-@pytest.fixture
-def database_url(pg_server):
-    """A fresh, empty database for one test."""
-    from judgeflow.db.engine import dispose_engines
+@pytest.fixture(scope="session")
+def migrated_template(pg_server):
+    """A database with judgeflow's schema at head and nothing else, made once:
+    each test's database is a copy of it, so the migrations' own cost is paid
+    once per session instead of once per test (the tests on
+    ``empty_database_url`` still run them from an empty database)."""
+    from judgeflow.db import migrate
 
     name, url = create_database(pg_server)
+    engine = sa.create_engine(url)
+    try:
+        migrate.upgrade(engine)
+    finally:
+        engine.dispose()  # a template must have no connection when it is copied
+    yield name
+    drop_database(pg_server, name)
+
+
+def _fresh_database(pg_server, template: str | None):
+    from judgeflow.db.engine import dispose_engines
+
+    name, url = create_database(pg_server, template)
     yield url
     dispose_engines()
     drop_database(pg_server, name)
+
+
+@pytest.fixture
+def database_url(pg_server, migrated_template):
+    """A fresh database for one test, with judgeflow's schema at head (as
+    every judgeflow command leaves it) and no rows."""
+    yield from _fresh_database(pg_server, migrated_template)
+
+
+@pytest.fixture
+def empty_database_url(pg_server):
+    """A fresh, empty database: no judgeflow schema (migration tests)."""
+    yield from _fresh_database(pg_server, None)
 
 
 def _pgbouncer(pg_server, pool_mode: str, **options):
@@ -113,6 +142,13 @@ def pgbouncer_session(pg_server):
 @pytest.fixture
 def db(database_url):
     engine = sa.create_engine(database_url)
+    yield engine
+    engine.dispose()
+
+
+@pytest.fixture
+def empty_db(empty_database_url):
+    engine = sa.create_engine(empty_database_url)
     yield engine
     engine.dispose()
 

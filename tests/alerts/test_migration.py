@@ -11,7 +11,8 @@ def tables(engine) -> set[str]:
     return set(sa.inspect(engine).get_table_names(schema="judgeflow"))
 
 
-def test_upgrade_downgrade_upgrade(db):
+def test_upgrade_downgrade_upgrade(empty_db):
+    db = empty_db
     from alembic import command
 
     assert migrate.upgrade(db) == migrate.head_revision()

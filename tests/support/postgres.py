@@ -30,10 +30,12 @@ def admin_conninfo(server: EmbeddedPostgres) -> str:
     return f"host=127.0.0.1 port={server.port} user=judgeflow dbname=postgres"
 
 
-def create_database(server: EmbeddedPostgres) -> tuple[str, str]:
+def create_database(server: EmbeddedPostgres, template: str | None = None) -> tuple[str, str]:
+    """A new database, empty or a copy of ``template`` (a database nobody is connected to)."""
     name = f"t_{os.getpid()}_{next(_counter)}"
+    copy_of = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(admin_conninfo(server), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"{copy_of}')
     return name, f"postgresql+psycopg://judgeflow@127.0.0.1:{server.port}/{name}"
 
 

@@ -98,7 +98,8 @@ def test_show_and_status_name_a_presets_skip_as_its_decision(two_sources, db, sp
     assert f"read from {TABLE}, another source (not counted here)" in other.stdout
 
 
-def test_results_from_before_sources_were_recorded_belong_to_the_source_configured_then(db):
+def test_results_from_before_sources_were_recorded_belong_to_the_source_configured_then(empty_db):
+    db = empty_db
     migrate.upgrade(db, "0008")
     with db.begin() as conn:
         for i, status in enumerate(["scored", "scored", "failed"]):
