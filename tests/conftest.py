@@ -49,13 +49,19 @@ class _LitellmAbandonedLoggingWorker(logging.Filter):
     logs "Task was destroyed but it is pending!", often after the suite's
     summary. A judgeflow process calls litellm from one loop only (the run's
     judge loop, a judge worker's loop), so this is the test process's alone.
-    This filter on asyncio's logger drops that one message for that one task
-    (standard logging, nothing of litellm's touched); any other task destroyed
-    pending is still logged."""
+    litellm's aiohttp transport leaves its connector's closing tasks on the old
+    loop the same way. This filter on asyncio's logger drops that one message
+    for those tasks (standard logging, nothing of litellm's touched); any other
+    task destroyed pending is still logged."""
+
+    # the tasks litellm leaves on a loop the test process no longer runs: its
+    # logging worker's loop and log tasks, and its aiohttp connector's closers
+    ABANDONED = ("LoggingWorker._worker_loop", "LoggingWorker._process_log_task", "aiohttp/connector.py")
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        return not ("Task was destroyed but it is pending" in message and "LoggingWorker._worker_loop" in message)
+        return not ("Task was destroyed but it is pending" in message
+                    and any(task in message for task in self.ABANDONED))
 
 
 logging.getLogger("asyncio").addFilter(_LitellmAbandonedLoggingWorker())
