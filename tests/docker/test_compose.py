@@ -406,7 +406,7 @@ def _psql(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(psql), "--no-psqlrc", *args], capture_output=True, text=True, timeout=120)
 
 
-def test_judgeflows_role_owns_its_schema_and_only_reads_the_source(pg_server, database_url):
+def test_judgeflows_role_owns_its_schema_and_only_reads_the_source(pg_server, empty_database_url):
     """roles.sql run by psql (as 10-judgeflow.sh runs it) in a fresh database of the
     suite's PostgreSQL, with role names of its own; then judgeflow's role is tried."""
     import psycopg
@@ -414,6 +414,7 @@ def test_judgeflows_role_owns_its_schema_and_only_reads_the_source(pg_server, da
 
     from judgeflow.db import migrate
 
+    database_url = empty_database_url
     tag = database_url.rsplit("/", 1)[1]
     app, prefect_role, prefect_db = f"{tag}_app", f"{tag}_prefect", f"{tag}_prefectdb"
     password = "app p@ss:w/rd'\"; DROP"  # psql quotes it as a literal

@@ -25,6 +25,7 @@ def test_a_refused_table_name_is_one_clear_line_and_exit_code_2(judgeflow_env, m
 
 def test_db_check_reports_a_missing_index_and_schema(judgeflow_env, db):
     with db.begin() as conn:
+        conn.execute(sa.text("DROP SCHEMA judgeflow CASCADE"))  # a database judgeflow never migrated
         conn.execute(sa.text("CREATE TABLE llm_traces (id text, created_at timestamptz, output text)"))
     result = runner.invoke(app, ["db", "check"])
     assert result.exit_code == 1
