@@ -146,7 +146,7 @@ class RuleEvaluation(BaseModel):
     def adjusted_note(self) -> str:
         if self.p_adjusted is None or not self.tests or self.tests < 2:
             return ""
-        return f" (adjusted {_p(self.p_adjusted)} over {self.tests} segments)"
+        return f" (Holm-adjusted {_p(self.p_adjusted)} over {self.tests} segments)"
 
 
 def _pct(value: float | None) -> str:
