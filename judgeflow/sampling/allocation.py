@@ -13,9 +13,9 @@ When judging every new trace costs more than the budget ``B``:
    rate does (:func:`judgeflow.sampling.power.required_n`, at the alpha a
    segment's Holm-adjusted test needs). The money left after the minimums
    raises strata to that number, cheapest first (the order that gives the
-   most segments that power), while it fits; a stratum it does not reach is
-   named, with how many it needed. A stratum with no recent failing rate has
-   no such number.
+   most segments that power), while it fits; a stratum it does not reach, or
+   whose whole traffic is fewer, is named, with how many it needed. A stratum
+   with no recent failing rate has no such number.
 3. **Neyman allocation** of the rest: stratum ``h`` is judged
    ``n_h = clamp(k * N_h * S_h, floor_h, N_h)`` traces, ``N_h`` its
    traffic and ``S_h = sqrt(p_h (1 - p_h))`` the standard deviation of its
@@ -80,7 +80,7 @@ class Allocation:
     minimum: int  # min(traffic, min_samples)
     short_reason: str | None = None  # why fewer than the minimum
     # judged results the stratum needs for its regression rule to see the minimum
-    # rise with 80% power (None: not sized), and why it got fewer
+    # rise with 80% power (None: not sized; it may exceed the traffic), and why it got fewer
     power_needed: int | None = None
     power_short: str | None = None
 
@@ -177,16 +177,19 @@ def allocate(strata: list[StratumInput], *, budget_usd: float | None, min_sample
         counts = _fill(strata, [s.traffic for s in strata], floors, budget_usd,
                        [s.traffic * s.sd for s in strata])
         reason = None
+    needs = [None if detect is None or t is None else detect.needed(s) for s, t in zip(strata, targets)]
     allocations = [
-        Allocation(s.name, s.traffic, n, n * s.cost_usd, m, reason if n < m else None, t,
-                   _power_short(detect, n, t))
-        for s, n, m, t in zip(strata, counts, minimums, targets)
+        Allocation(s.name, s.traffic, n, n * s.cost_usd, m, reason if n < m else None, need,
+                   _power_short(detect, s, n, need))
+        for s, n, m, need in zip(strata, counts, minimums, needs)
     ]
     return SamplePlan(budget_usd, full, allocations, sampled=True)
 
 
-def _power_short(detect: Detect | None, judged: int, target: int | None) -> str | None:
-    if detect is None or target is None or judged >= target:
+def _power_short(detect: Detect | None, stratum: StratumInput, judged: int, needed: int | None) -> str | None:
+    if detect is None or needed is None or judged >= needed:
         return None
-    return (f"{target} judged results are needed to see a rise of {detect.min_increase * 100:.1f} pts with "
-            f"{POWER:.0%} power; the sample budget left after the cheaper strata could not pay for them")
+    wanted = f"{needed} judged results are needed to see a rise of {detect.min_increase * 100:.1f} pts with {POWER:.0%} power"
+    if judged >= stratum.traffic:
+        return f"{wanted}; the stratum has only {stratum.traffic} new traces, all judged"
+    return f"{wanted}; the sample budget left after the cheaper strata could not pay for them"
