@@ -148,7 +148,7 @@ def test_cli_and_artifact_show_the_firing_segment(engine, database_url, monkeypa
     assert "app=a" not in md and "Segments evaluated and OK (not listed): toxicity_rate: 1" in md
 
 
-def test_a_regression_is_judged_over_every_segment_tested_holm(engine, database_url, hook):
+def test_a_regression_is_judged_over_every_segment_tested_holm(engine, database_url, hook, monkeypatch, tmp_path):
     """Six apps and overall are tested in one evaluation: a rise significant on its own (p 0.004 <=
     alpha 0.01) does not page, a strong one does, and the notification says how p was adjusted."""
     settings = make_settings(
@@ -171,3 +171,17 @@ def test_a_regression_is_judged_over_every_segment_tested_holm(engine, database_
     assert [(p["segment"], p["notification"]) for p in fired] == [({"app": "c"}, "fired")]
     assert fired[0]["tests"] == 7 and fired[0]["p_value_adjusted"] >= fired[0]["p_value"]
     assert "Holm-adjusted over 7 segments" in slack_message(fired[0])["text"]
+
+    # `judgeflow alerts check` shows both p-values of the segment that did not fire
+    from typer.testing import CliRunner
+
+    from judgeflow.alerts.cli import alerts_app
+
+    monkeypatch.chdir(tmp_path)
+    for name, value in (("DATABASE_URL", database_url), ("ALERT_SEGMENT_BY", "app"), ("ALERT_MIN_SAMPLES", "40"),
+                        ("TOXICITY_REGRESSION_MIN_INCREASE", "0.05"), ("ALERT_PREFECT_EVENTS", "false")):
+        monkeypatch.setenv(f"JUDGEFLOW_{name}", value)
+    result = CliRunner().invoke(alerts_app, ["check"])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("toxicity_regression [app=b]"))
+    assert f"{b.p_value:.4f} (Holm {b.p_adjusted:.4f})" in line and "OK" in line
