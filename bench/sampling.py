@@ -5,19 +5,22 @@ traffic, judged three ways at 10% of the full cost or in full:
 - ``flat``: a flat 10% sample (``--sample-rate 0.1``: a hash of the id below 0.1);
 - ``budget``: ``JUDGEFLOW_SAMPLE_BUDGET_USD`` at 10% of the full cost: judgeflow's
   own planner (judgeflow.sampling.allocation.allocate, with each stratum's
-  failing rate estimated from the last 7 nights' judged results, and
-  judgeflow.sampling.selection.select).
+  failing rate estimated from the last 7 nights' judged results and its power
+  step sized for the rule below, and judgeflow.sampling.selection.select).
 
 Each night the toxicity regression rule is evaluated overall and per app with
 judgeflow's own code: the weighted counts of the window (the night) and the
 baseline (the 7 nights before) become figures through
-judgeflow.alerts.evaluation.figures_from_counts, and
-judgeflow.alerts.lifecycle.decide runs the rule's state machine.
+judgeflow.alerts.evaluation.figures_from_counts, their p-values are
+Holm-adjusted over the evaluation's tests by
+judgeflow.alerts.lifecycle.correct_for_family, and
+judgeflow.alerts.lifecycle.decide runs the rule's state machine. ``--ablate
+holm`` or ``--ablate power`` leaves one of those two out, to measure what each does.
 
 Two months: a control month with no change (false alerts), and a month whose
 2%-traffic app regresses on day 20 (nights until the alert fires).
 
-    .venv/bin/python -m bench.sampling [--seeds 5] [--traffic 6000]
+    .venv/bin/python -m bench.sampling [--seeds 5] [--traffic 6000] [--alpha A] [--regressed-rate R]
 
 What it simplifies: traces are independent Bernoulli draws at a fixed rate per
 app (no daily cycle, no correlated bursts, no drift outside the regression);

@@ -64,7 +64,7 @@ class Detect:
     ratio: float
 
     def needed(self, stratum: StratumInput) -> int | None:
-        """Judged results the stratum needs a window (None: no recent failing rate to size it)."""
+        """Judged results the stratum needs a window (None: no recent failing rate to size it, or no rise to see)."""
         if stratum.fail_rate is None:
             return None
         return required_n(max(stratum.fail_rate, MIN_RATE), self.min_increase,

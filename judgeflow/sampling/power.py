@@ -54,10 +54,12 @@ def _root_n(rate: float, rise: float, *, alpha: float, ratio: float, power: floa
     return spread / d
 
 
-def required_n(rate: float, rise: float, *, alpha: float, ratio: float, power: float = POWER) -> int:
+def required_n(rate: float, rise: float, *, alpha: float, ratio: float, power: float = POWER) -> int | None:
     """Judged results a window needs (with ``ratio`` times as many in the
-    baseline) to find a rise of ``rise`` from ``rate`` with ``power``."""
-    return math.ceil(_root_n(rate, rise, alpha=alpha, ratio=ratio, power=power) ** 2)
+    baseline) to find a rise of ``rise`` from ``rate`` with ``power``; None
+    when there is no such rise to find (``rise`` 0, or a rate already at the top)."""
+    root = _root_n(rate, rise, alpha=alpha, ratio=ratio, power=power)
+    return None if math.isinf(root) else math.ceil(root**2)
 
 
 def min_detectable_rise(n: int, m: int, rate: float, *, alpha: float, power: float = POWER,

@@ -104,3 +104,11 @@ def test_the_power_step_never_goes_over_budget(budget):
     plan = allocate(strata, budget_usd=budget, min_samples=50, detect=DETECT)
     assert plan.cost_usd <= budget + 1e-9
     assert all(0 <= a.judged <= a.traffic for a in plan.strata)
+
+
+def test_a_zero_minimum_increase_sizes_no_stratum():
+    detect = Detect(min_increase=0.0, alpha=0.01, tests=3, ratio=7)
+    plan = allocate([StratumInput("a", 5000, 0.01, 0.02), StratumInput("b", 100, 0.01, 0.02)], budget_usd=5.0,
+                    min_samples=50, detect=detect)
+    assert all(a.power_needed is None and a.power_short is None for a in plan.strata)
+    assert plan.cost_usd <= 5.0 + 1e-9

@@ -48,3 +48,9 @@ def test_the_sized_sample_finds_the_rise_with_about_80_percent_power_by_fishers_
         found += fisher_greater(x, n, y, n * r) <= alpha
     # Fisher's exact test is a little conservative against the normal approximation
     assert 0.65 <= found / trials <= 0.95
+
+
+def test_no_size_when_there_is_no_rise_to_find():
+    assert required_n(0.02, 0.0, alpha=0.01, ratio=7) is None
+    assert required_n(0.9995, 0.05, alpha=0.01, ratio=7) is None  # already at the top
+
