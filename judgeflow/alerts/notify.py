@@ -159,7 +159,7 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
 
 
 def _adjusted(payload: dict[str, Any]) -> str:
-    """", 0.021 Holm-adjusted over 7 segments" when the rule tested more than one segment."""
+    """What the Slack text adds when the rule tested more than one segment: the Holm-adjusted p."""
     adjusted, tests = payload.get("p_value_adjusted"), payload.get("tests")
     if adjusted is None or not tests or tests < 2:
         return ""

@@ -141,9 +141,9 @@ class RuleEvaluation(BaseModel):
             )
         return f"{self.state.upper()} ({_pct(self.value)} vs max {_pct(self.threshold)}, {self.sample_size} samples)"
 
-
     @property
     def adjusted_note(self) -> str:
+        """What the summary adds when the regression was one of several tests: the Holm-adjusted p."""
         if self.p_adjusted is None or not self.tests or self.tests < 2:
             return ""
         return f" (Holm-adjusted {_p(self.p_adjusted)} over {self.tests} segments)"

@@ -189,7 +189,8 @@ def allocate(strata: list[StratumInput], *, budget_usd: float | None, min_sample
 def _power_short(detect: Detect | None, stratum: StratumInput, judged: int, needed: int | None) -> str | None:
     if detect is None or needed is None or judged >= needed:
         return None
-    wanted = f"{needed} judged results are needed to see a rise of {detect.min_increase * 100:.1f} pts with {POWER:.0%} power"
+    wanted = (f"{needed} judged results are needed to see a rise of {detect.min_increase * 100:.1f} pts "
+              f"with {POWER:.0%} power")
     if judged >= stratum.traffic:
         return f"{wanted}; the stratum has only {stratum.traffic} new traces, all judged"
     return f"{wanted}; the sample budget left after the cheaper strata could not pay for them"
