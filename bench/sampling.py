@@ -5,19 +5,22 @@ traffic, judged three ways at 10% of the full cost or in full:
 - ``flat``: a flat 10% sample (``--sample-rate 0.1``: a hash of the id below 0.1);
 - ``budget``: ``JUDGEFLOW_SAMPLE_BUDGET_USD`` at 10% of the full cost: judgeflow's
   own planner (judgeflow.sampling.allocation.allocate, with each stratum's
-  failing rate estimated from the last 7 nights' judged results, and
-  judgeflow.sampling.selection.select).
+  failing rate estimated from the last 7 nights' judged results and its power
+  step sized for the rule below, and judgeflow.sampling.selection.select).
 
 Each night the toxicity regression rule is evaluated overall and per app with
 judgeflow's own code: the weighted counts of the window (the night) and the
 baseline (the 7 nights before) become figures through
-judgeflow.alerts.evaluation.figures_from_counts, and
-judgeflow.alerts.lifecycle.decide runs the rule's state machine.
+judgeflow.alerts.evaluation.figures_from_counts, their p-values are
+Holm-adjusted over the evaluation's tests by
+judgeflow.alerts.lifecycle.correct_for_family, and
+judgeflow.alerts.lifecycle.decide runs the rule's state machine. ``--ablate
+holm`` or ``--ablate power`` leaves one of those two out, to measure what each does.
 
 Two months: a control month with no change (false alerts), and a month whose
 2%-traffic app regresses on day 20 (nights until the alert fires).
 
-    .venv/bin/python -m bench.sampling [--seeds 5] [--traffic 6000]
+    .venv/bin/python -m bench.sampling [--seeds 5] [--traffic 6000] [--alpha A] [--regressed-rate R]
 
 What it simplifies: traces are independent Bernoulli draws at a fixed rate per
 app (no daily cycle, no correlated bursts, no drift outside the regression);
@@ -40,9 +43,9 @@ from datetime import date, datetime, timedelta, timezone
 
 from judgeflow.alerts.estimates import WeightedCounts, estimate
 from judgeflow.alerts.evaluation import OVERALL, Segment, figures_from_counts
-from judgeflow.alerts.lifecycle import decide
+from judgeflow.alerts.lifecycle import correct_for_family, decide
 from judgeflow.alerts.rules import all_rules
-from judgeflow.sampling.allocation import StratumInput, allocate
+from judgeflow.sampling.allocation import Detect, StratumInput, allocate
 from judgeflow.sampling.selection import select
 from judgeflow.settings import Settings
 
@@ -104,7 +107,8 @@ def _traffic(rng: random.Random, day: int, total: int, regressed_rate: float | N
     return out
 
 
-def _night(strategy: str, traffic, history: list[Night], day: int, budget: float) -> Night:
+def _night(strategy: str, traffic, history: list[Night], day: int, budget: float, alpha: float,
+           ablate: str = "") -> Night:
     if strategy == "all":
         return Night({a: _judge(rows, {t for t, _ in rows}, 1.0) for a, rows in traffic.items()},
                      COST * sum(len(r) for r in traffic.values()))
@@ -118,8 +122,10 @@ def _night(strategy: str, traffic, history: list[Night], day: int, budget: float
         for h in recent:
             past = _add(past, h.counts.get(app, WeightedCounts()))
         rates[app] = estimate(past).rate
+    # as the planner sizes strata (judgeflow/sampling/planner.py): the rule's family is overall + each app
+    detect = None if ablate == "power" else Detect(MIN_INCREASE, alpha, tests=1 + len(traffic), ratio=BASELINE_NIGHTS)
     plan = allocate([StratumInput(a, len(rows), COST, rates[a]) for a, rows in traffic.items()],
-                    budget_usd=budget, min_samples=settings().alert_min_samples)
+                    budget_usd=budget, min_samples=settings().alert_min_samples, detect=detect)
     night = date(2026, 1, 1) + timedelta(days=day)
     counts = {}
     for a in plan.strata:
@@ -128,14 +134,26 @@ def _night(strategy: str, traffic, history: list[Night], day: int, budget: float
     return Night(counts, plan.cost_usd)
 
 
+def _total(nights: list[Night], app: str | None) -> WeightedCounts:
+    """One app's counts (None: every app's) over ``nights``."""
+    c = WeightedCounts()
+    for h in nights:
+        for a, counts in h.counts.items():
+            if app is None or a == app:
+                c = _add(c, counts)
+    return c
+
+
 @dataclass
 class Outcome:
     fired: list[tuple[int, str]] = field(default_factory=list)  # (day, segment label)
     spend: list[float] = field(default_factory=list)
 
 
-def simulate(strategy: str, seed: int, total: int, regressed_rate: float | None, alpha: float = ALPHA) -> Outcome:
-    """One month; ``regressed_rate`` None: the control month."""
+def simulate(strategy: str, seed: int, total: int, regressed_rate: float | None, alpha: float = ALPHA,
+             ablate: str = "") -> Outcome:
+    """One month; ``regressed_rate`` None: the control month. ``ablate``: "holm" decides each segment
+    on its own p-value, "power" plans without the power step (to measure what each contributes)."""
     rng = random.Random(seed)
     rule = next(r for r in all_rules(settings(alpha)) if r.name == "toxicity_regression")
     budget = SHARE * COST * total
@@ -146,7 +164,7 @@ def simulate(strategy: str, seed: int, total: int, regressed_rate: float | None,
     # a week of history first, so the first night of the month has a baseline
     for day in range(-BASELINE_NIGHTS, DAYS):
         traffic = _traffic(rng, day, total, regressed_rate)
-        night = _night(strategy, traffic, history, day, budget)
+        night = _night(strategy, traffic, history, day, budget, alpha, ablate)
         if day >= 0:
             out.spend.append(night.spend)
         base = history[-BASELINE_NIGHTS:]
@@ -154,17 +172,12 @@ def simulate(strategy: str, seed: int, total: int, regressed_rate: float | None,
         if len(base) < BASELINE_NIGHTS or day < 0:
             continue
         segments = [(OVERALL, None)] + [(Segment("app", a), a) for a in APPS]
-        for segment, app in segments:
-            def total_of(nights):
-                c = WeightedCounts()
-                for h in nights:
-                    for a, counts in h.counts.items():
-                        if app is None or a == app:
-                            c = _add(c, counts)
-                return c
-
-            figures = figures_from_counts(total_of([night]), total_of(base), failed=0, evaluated_at=now,
-                                          window_start=now, segment=segment)
+        family = [figures_from_counts(_total([night], app), _total(base, app), failed=0, evaluated_at=now,
+                                      window_start=now, segment=segment)
+                  for segment, app in segments]
+        # one evaluation of the rule: p-values Holm-adjusted over the segments tested, as the real evaluation does
+        for figures in (family if ablate == "holm" else correct_for_family(rule, family)):
+            segment = figures.segment
             _, new_state, transition = decide(rule, figures, state=state.get(segment.label, "ok"),
                                               last_notified_at=None, now=now)
             state[segment.label] = new_state
@@ -178,23 +191,28 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--traffic", type=int, default=6000, help="traces per night")
     parser.add_argument("--alpha", type=float, default=ALPHA, help="JUDGEFLOW_REGRESSION_ALPHA")
+    parser.add_argument("--strategies", default="all,flat,budget", help="comma-separated, of all, flat, budget")
+    parser.add_argument("--ablate", choices=("holm", "power"), default="",
+                        help="leave out the Holm correction or the planner's power step, to measure each")
     parser.add_argument("--regressed-rate", type=float, default=REGRESSED_RATE,
                         help=f"{TARGET}'s failing rate from day {REGRESSION_DAY} on")
     args = parser.parse_args()
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
-    print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= {args.alpha:g}, >= 50 judged in the "
-          "night and in the 7 nights before, per app and overall")
+    print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= {args.alpha:g} "
+          f"{'per segment, uncorrected' if args.ablate == 'holm' else 'Holm-adjusted over the segments tested'}, "
+          ">= 50 judged in the night and in the 7 nights before, per app and overall"
+          + ("; planner without its power step" if args.ablate == "power" else ""))
     print(f"{args.traffic} traces/night, apps (share, failing rate): {APPS}; {TARGET} goes to "
           f"{args.regressed_rate:.0%} on day {REGRESSION_DAY}; budget {SHARE:.0%} of the full cost "
           f"(${SHARE * COST * args.traffic:.2f}/night)")
     print(f"{'strategy':<8} {'seed':>4} {'nights to alert':>16} {'false alerts (control)':>23} "
           f"{'spend/night mean (max)':>24}")
     summary: dict[str, list] = {}
-    for strategy in ("all", "flat", "budget"):
+    for strategy in args.strategies.split(","):
         for seed in range(args.seeds):
-            hit = simulate(strategy, seed, args.traffic, args.regressed_rate, args.alpha)
-            control = simulate(strategy, 10_000 + seed, args.traffic, None, args.alpha)
+            hit = simulate(strategy, seed, args.traffic, args.regressed_rate, args.alpha, args.ablate)
+            control = simulate(strategy, 10_000 + seed, args.traffic, None, args.alpha, args.ablate)
             target = [d for d, s in hit.fired if s == f"app={TARGET}" and d >= REGRESSION_DAY]
             nights = target[0] - REGRESSION_DAY + 1 if target else None
             false = len(control.fired) + len([1 for d, s in hit.fired if d < REGRESSION_DAY])

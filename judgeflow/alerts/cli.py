@@ -231,7 +231,9 @@ def check(
                 _rule(r.rule, "" if not r.segment else r.segment_label), (r.state or "").upper(),
                 _outcome(r.outcome, r.epoch_started_at),
                 _pct(r.value), ("+" if r.is_regression else "") + _pct(r.threshold),
-                f"{r.sample_size}/{r.min_samples}", str(r.failed_count), _pct(r.baseline_value), _p(r.p_value),
+                f"{r.sample_size}/{r.min_samples}", str(r.failed_count), _pct(r.baseline_value),
+                _p(r.p_value) + (f" (Holm {_p(r.p_adjusted)})" if r.p_adjusted is not None and (r.tests or 0) > 1
+                                 else ""),
                 f"{r.transition} ({_delivery(r.delivery_status, r.delivery_error)})" if r.transition else "-",
             ]
             for r in results

@@ -114,6 +114,11 @@ class Figures:
     # one-sided Fisher's exact p-value of "the window's rate is above the
     # baseline's"; None when either period is empty
     p_value: float | None = None
+    # the p-value Holm-adjusted over the rule's segments tested in the same
+    # evaluation (judgeflow/alerts/lifecycle.py: correct_for_family), which the
+    # decision compares with the alphas; None: not adjusted (a family of one)
+    p_adjusted: float | None = None
+    family_size: int = 1
     worst_loaded: bool = field(default=False, compare=False)
     # when the judge epoch counted here started (None: no epoch recorded), and
     # the results of earlier epochs left out of the window and of the baseline
@@ -131,6 +136,11 @@ class Figures:
     @property
     def ci_high(self) -> float | None:
         return self.estimate.ci_high if self.estimate else None
+
+    @property
+    def decision_p(self) -> float | None:
+        """The p-value the regression decision reads: adjusted for the family when it was."""
+        return self.p_adjusted if self.p_adjusted is not None else self.p_value
 
     @property
     def increase(self) -> float | None:

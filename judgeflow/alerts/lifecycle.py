@@ -5,11 +5,17 @@ Hysteresis keeps a rate that hovers at the line from paging on every run:
 - a maximum rule fires above ``maximum`` and, once firing, resolves only at or
   below ``maximum * (1 - JUDGEFLOW_ALERT_HYSTERESIS)``;
 - a regression rule fires when the increase over the baseline is at least
-  ``min_increase`` *and* Fisher's one-sided p-value is at most
-  ``JUDGEFLOW_REGRESSION_ALPHA``; once firing it stays firing while the
-  increase is at least ``min_increase * (1 - hysteresis)`` and the p-value at
-  most the looser ``JUDGEFLOW_REGRESSION_RESOLVE_ALPHA``, and resolves
-  otherwise.
+  ``min_increase`` *and* Fisher's one-sided p-value, Holm-adjusted over the
+  rule's family, is at most ``JUDGEFLOW_REGRESSION_ALPHA``; once firing it
+  stays firing while the increase is at least ``min_increase * (1 -
+  hysteresis)`` and the adjusted p-value at most the looser
+  ``JUDGEFLOW_REGRESSION_RESOLVE_ALPHA``, and resolves otherwise.
+
+The family of a regression rule is every segment it tests in one evaluation:
+overall and each segment with enough data (:func:`correct_for_family`). Holm's
+correction over it makes ``JUDGEFLOW_REGRESSION_ALPHA`` the chance that the
+evaluation raises *any* false regression alert for the rule, however many
+segments it tests; a rule with no segments is one test, unchanged.
 
 Too few samples (in the window, or for a regression in either period) neither
 fires nor resolves: the state stays what it was. Only results of the judge
@@ -20,11 +26,13 @@ results of an earlier judge that were left out, the outcome is
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import Literal
 
 from judgeflow.alerts.evaluation import Figures
 from judgeflow.alerts.rules import Rule
+from judgeflow.alerts.stats import holm_adjusted
 
 State = Literal["ok", "firing"]
 Outcome = Literal["ok", "firing", "not_enough_data", "insufficient_data"]
@@ -44,13 +52,26 @@ def judge_changed(rule: Rule, figures: Figures) -> bool:
     return figures.other_epoch > 0 or (rule.is_regression and figures.other_epoch_baseline > 0)
 
 
+def correct_for_family(rule: Rule, figures: list[Figures]) -> list[Figures]:
+    """``figures`` (one evaluation of ``rule``: overall and its segments) with
+    each tested segment's p-value Holm-adjusted over the family of the segments
+    tested: those with enough data and a p-value. Other rules' figures are
+    returned unchanged."""
+    if not rule.is_regression:
+        return figures
+    tested = [enough_data(rule, f) and f.p_value is not None for f in figures]
+    adjusted = holm_adjusted([f.p_value if t else None for f, t in zip(figures, tested)])
+    size = sum(tested)
+    return [replace(f, p_adjusted=a, family_size=size) if t else f for f, a, t in zip(figures, adjusted, tested)]
+
+
 def breaching(rule: Rule, figures: Figures, *, firing: bool) -> bool:
     """Whether the figures hold the rule's condition; ``firing`` applies the
     looser, staying-firing condition (hysteresis)."""
     assert rule.limit is not None, "disabled rules are never evaluated"
     keep = 1.0 - rule.hysteresis if firing else 1.0
     if rule.is_regression:
-        increase, p = figures.increase, figures.p_value
+        increase, p = figures.increase, figures.decision_p
         if increase is None or p is None:
             return False
         alpha = max(rule.resolve_alpha, rule.alpha) if firing else rule.alpha

@@ -132,6 +132,10 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
         "increase": rounded(figures.increase),
         # one-sided Fisher's exact test of "the window's rate is above the baseline's"
         "p_value": figures.p_value,
+        # regression rules: the p-value Holm-adjusted over the segments the rule
+        # tested in this evaluation (``tests`` of them), which is what met ``alpha``
+        "p_value_adjusted": figures.decision_p if rule.is_regression else None,
+        "tests": figures.family_size if rule.is_regression else None,
         "threshold": rule.maximum,  # maximum rules: the maximum rate
         "min_increase": rule.min_increase,  # regression rules: the smallest rise that pages
         "alpha": rule.alpha if rule.is_regression else None,
@@ -152,6 +156,14 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
         "run_url": run_url,
         "worst_traces": [w.as_json() for w in figures.worst],
     }
+
+
+def _adjusted(payload: dict[str, Any]) -> str:
+    """What the Slack text adds when the rule tested more than one segment: the Holm-adjusted p."""
+    adjusted, tests = payload.get("p_value_adjusted"), payload.get("tests")
+    if adjusted is None or not tests or tests < 2:
+        return ""
+    return f", {adjusted:.2g} Holm-adjusted over {tests} segments"
 
 
 def with_dead_fired(payload: dict[str, Any], fired: Any) -> dict[str, Any]:
@@ -242,7 +254,7 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
             f"({payload['violations']}/{payload['sample_size']}) against {_pct(payload.get('baseline_rate'))} "
             f"in the {payload.get('baseline')} before "
             f"({payload.get('baseline_violations')}/{payload.get('baseline_sample_size')}); "
-            f"p = {'n/a' if p is None else f'{p:.2g}'} (one-sided Fisher's exact test), "
+            f"p = {'n/a' if p is None else f'{p:.2g}'} (one-sided Fisher's exact test){_adjusted(payload)}, "
             f"paging from a rise of {_pct(payload.get('min_increase'))}."
         )
         lines = [head, rise]

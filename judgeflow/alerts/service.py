@@ -43,6 +43,10 @@ class RuleEvaluation(BaseModel):
     baseline_sample_size: int = 0
     baseline_violations: int = 0
     p_value: float | None = None
+    # regression rules: the p-value Holm-adjusted over the segments tested in
+    # this evaluation (``tests``), which the decision compared with the alphas
+    p_adjusted: float | None = None
+    tests: int | None = None
     evaluated_at: datetime | None = None
     # when the judge epoch counted started (None: no epoch recorded yet)
     epoch_started_at: datetime | None = None
@@ -82,6 +86,8 @@ class RuleEvaluation(BaseModel):
             baseline_sample_size=f.baseline_sample_size,
             baseline_violations=f.baseline_violations,
             p_value=f.p_value,
+            p_adjusted=f.decision_p if d.rule.is_regression else None,
+            tests=f.family_size if d.rule.is_regression else None,
             evaluated_at=f.evaluated_at,
             epoch_started_at=f.epoch_started_at,
             alert_event_id=d.alert_event_id,
@@ -130,10 +136,17 @@ class RuleEvaluation(BaseModel):
         if self.is_regression:
             return (
                 f"{self.state.upper()} ({_pct(self.value)} vs baseline {_pct(self.baseline_value)}, "
-                f"min increase {_pct(self.threshold)}, p {_p(self.p_value)}, "
+                f"min increase {_pct(self.threshold)}, p {_p(self.p_value)}{self.adjusted_note}, "
                 f"{self.sample_size}/{self.baseline_sample_size} samples)"
             )
         return f"{self.state.upper()} ({_pct(self.value)} vs max {_pct(self.threshold)}, {self.sample_size} samples)"
+
+    @property
+    def adjusted_note(self) -> str:
+        """What the summary adds when the regression was one of several tests: the Holm-adjusted p."""
+        if self.p_adjusted is None or not self.tests or self.tests < 2:
+            return ""
+        return f" (Holm-adjusted {_p(self.p_adjusted)} over {self.tests} segments)"
 
 
 def _pct(value: float | None) -> str:

@@ -8,7 +8,8 @@ transaction per rule:
 2. lock it (``SELECT ... FOR UPDATE``): concurrent evaluators of the same rule
    queue here, so exactly one of them sees any given state of the rule or any
    of its segments,
-3. compute the figures overall and per segment, and decide each
+3. compute the figures overall and per segment, adjust a regression's
+   p-values over the segments tested (Holm), and decide each
    (:func:`judgeflow.alerts.lifecycle.decide`, with hysteresis),
 4. when a notification is due, write its ``alert_events`` row with the payload
    to send, its outbox rows (one per channel, :mod:`judgeflow.alerts.outbox`)
@@ -32,7 +33,7 @@ from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from judgeflow.alerts.evaluation import Figures, Segment, all_segment_figures, rule_metrics, with_worst
-from judgeflow.alerts.lifecycle import Outcome, State, Transition, decide
+from judgeflow.alerts.lifecycle import Outcome, State, Transition, correct_for_family, decide
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
 from judgeflow.db.schema import SCHEMA
@@ -110,7 +111,7 @@ def evaluate_rule_segments(
                 if r.state == "firing" and key in rule.segment_by:
                     keep[key] = keep.get(key, ()) + (value,)
         epochs = current_epochs(conn)
-        figures = all_segment_figures(conn, rule, now=now, keep=keep, epochs=epochs)
+        figures = correct_for_family(rule, all_segment_figures(conn, rule, now=now, keep=keep, epochs=epochs))
         seen = {f.segment.label for f in figures}
         for r in rows.values():  # a firing segment with no results at all: not enough data, state kept
             if r.segment_key and r.state == "firing" and r.segment_key not in seen and set(r.segment) <= set(rule.segment_by):

@@ -55,3 +55,22 @@ def fisher_greater(x: int, n: int, y: int, m: int) -> float:
         top = max(top, v)
     p = math.exp(top) * math.fsum(math.exp(v - top) for v in logs)
     return min(1.0, max(0.0, p))
+
+
+def holm_adjusted(p_values: list[float | None]) -> list[float | None]:
+    """Holm's step-down adjusted p-values of one family of tests (``None``: a
+    test not made, outside the family).
+
+    With the ``k`` p-values sorted ascending, the ``i``-th (from 0) is adjusted
+    to ``max over j <= i of min(1, (k - j) * p_j)``. A test whose adjusted p is
+    at most ``alpha`` is exactly a rejection by the Holm-Bonferroni procedure at
+    ``alpha``, which keeps the chance of *any* false rejection in the family at
+    most ``alpha`` whatever the tests' dependence. A single test is unchanged."""
+    ranked = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    k = len(ranked)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for j, (p, i) in enumerate(ranked):
+        running = max(running, min(1.0, (k - j) * p))
+        out[i] = running
+    return out

@@ -7,11 +7,21 @@ When judging every new trace costs more than the budget ``B``:
    When ``B`` cannot pay for all of them, the budget is spread evenly (every
    stratum is raised to the same count until the money runs out) and the
    strata left below the minimum are named, with why.
-2. **Neyman allocation** of the rest: stratum ``h`` is judged
-   ``n_h = clamp(k * N_h * S_h, minimum_h, N_h)`` traces, ``N_h`` its
+2. **Power** (with a :class:`Detect`: the regression rule's minimum rise and
+   alpha). A stratum's regression test sees its rule's minimum rise with 80%
+   power only from a number of judged results that grows as its failing
+   rate does (:func:`judgeflow.sampling.power.required_n`, at the alpha a
+   segment's Holm-adjusted test needs). The money left after the minimums
+   raises strata to that number, cheapest first (the order that gives the
+   most segments that power), while it fits; a stratum it does not reach, or
+   whose whole traffic is fewer, is named, with how many it needed. A stratum
+   with no recent failing rate has no such number.
+3. **Neyman allocation** of the rest: stratum ``h`` is judged
+   ``n_h = clamp(k * N_h * S_h, floor_h, N_h)`` traces, ``N_h`` its
    traffic and ``S_h = sqrt(p_h (1 - p_h))`` the standard deviation of its
    failing rate from recent history, with ``k`` the largest that fits ``B``
-   (the variance-minimising split for a fixed total, kept above the minimums).
+   (the variance-minimising split for a fixed total, kept above the floors
+   the first two steps set).
 
 Integer counts: each ``n_h`` is floored, then single traces are added in the
 order of the largest remainder while they fit, so the plan never exceeds ``B``.
@@ -21,6 +31,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from judgeflow.sampling.power import POWER, required_n, segment_alpha
 
 # a stratum with no history, or one that never failed, still gets a share:
 # its failing rate is taken to be at least this
@@ -41,6 +53,25 @@ class StratumInput:
 
 
 @dataclass(frozen=True)
+class Detect:
+    """What a stratum's regression rule must see: a rise of ``min_increase``,
+    significant at ``alpha`` Holm-adjusted over ``tests`` segments, against a
+    baseline ``ratio`` times the window."""
+
+    min_increase: float
+    alpha: float
+    tests: int
+    ratio: float
+
+    def needed(self, stratum: StratumInput) -> int | None:
+        """Judged results the stratum needs a window (None: no recent failing rate to size it, or no rise to see)."""
+        if stratum.fail_rate is None:
+            return None
+        return required_n(max(stratum.fail_rate, MIN_RATE), self.min_increase,
+                          alpha=segment_alpha(self.alpha, self.tests), ratio=self.ratio)
+
+
+@dataclass(frozen=True)
 class Allocation:
     name: str
     traffic: int
@@ -48,6 +79,10 @@ class Allocation:
     cost_usd: float  # estimated cost of the judged traces
     minimum: int  # min(traffic, min_samples)
     short_reason: str | None = None  # why fewer than the minimum
+    # judged results the stratum needs for its regression rule to see the minimum
+    # rise with 80% power (None: not sized; it may exceed the traffic), and why it got fewer
+    power_needed: int | None = None
+    power_short: str | None = None
 
     @property
     def inclusion_prob(self) -> float:
@@ -103,8 +138,24 @@ def _fill(strata: list[StratumInput], caps: list[int], floors: list[int], budget
     return counts
 
 
-def allocate(strata: list[StratumInput], *, budget_usd: float | None, min_samples: int) -> SamplePlan:
-    """The plan for one night (see the module doc)."""
+def _power_floors(strata: list[StratumInput], minimums: list[int], money: float,
+                  detect: Detect) -> tuple[list[int], list[int | None]]:
+    """The floors after step 2: each stratum's power target where ``money``
+    (what is left after the minimums) reaches it, cheapest first; and the targets."""
+    targets = [None if (n := detect.needed(s)) is None else min(s.traffic, max(n, m))
+               for s, m in zip(strata, minimums)]
+    floors = list(minimums)
+    extra = {i: (t - minimums[i]) * strata[i].cost_usd for i, t in enumerate(targets) if t is not None}
+    for i in sorted(extra, key=lambda i: (extra[i], strata[i].name)):
+        if extra[i] > money + 1e-12:
+            break
+        floors[i], money = targets[i], money - extra[i]
+    return floors, targets
+
+
+def allocate(strata: list[StratumInput], *, budget_usd: float | None, min_samples: int,
+             detect: Detect | None = None) -> SamplePlan:
+    """The plan for one night (see the module doc); without ``detect`` no power step."""
     strata = sorted(strata, key=lambda s: s.name)
     full = sum(s.traffic * s.cost_usd for s in strata)
     minimums = [min(s.traffic, min_samples) for s in strata]
@@ -118,12 +169,28 @@ def allocate(strata: list[StratumInput], *, budget_usd: float | None, min_sample
         counts = _fill(strata, minimums, [0] * len(strata), budget_usd, [1.0] * len(strata))
         reason = (f"the sample budget ${budget_usd:.4f} cannot pay for every stratum's minimum of {min_samples} "
                   f"(${min_cost:.4f}); it was spread evenly over the strata")
+        targets: list[int | None] = [None] * len(strata)
     else:
-        counts = _fill(strata, [s.traffic for s in strata], minimums, budget_usd,
+        floors, targets = minimums, [None] * len(strata)
+        if detect is not None:
+            floors, targets = _power_floors(strata, minimums, budget_usd - min_cost, detect)
+        counts = _fill(strata, [s.traffic for s in strata], floors, budget_usd,
                        [s.traffic * s.sd for s in strata])
         reason = None
+    needs = [None if detect is None or t is None else detect.needed(s) for s, t in zip(strata, targets)]
     allocations = [
-        Allocation(s.name, s.traffic, n, n * s.cost_usd, m, reason if n < m else None)
-        for s, n, m in zip(strata, counts, minimums)
+        Allocation(s.name, s.traffic, n, n * s.cost_usd, m, reason if n < m else None, need,
+                   _power_short(detect, s, n, need))
+        for s, n, m, need in zip(strata, counts, minimums, needs)
     ]
     return SamplePlan(budget_usd, full, allocations, sampled=True)
+
+
+def _power_short(detect: Detect | None, stratum: StratumInput, judged: int, needed: int | None) -> str | None:
+    if detect is None or needed is None or judged >= needed:
+        return None
+    wanted = (f"{needed} judged results are needed to see a rise of {detect.min_increase * 100:.1f} pts "
+              f"with {POWER:.0%} power")
+    if judged >= stratum.traffic:
+        return f"{wanted}; the stratum has only {stratum.traffic} new traces, all judged"
+    return f"{wanted}; the sample budget left after the cheaper strata could not pay for them"

@@ -14,8 +14,8 @@ from judgeflow.db.pairs import key_pages
 from judgeflow.db.trace_source import KeyFilter, TraceSource, read_bodies
 from judgeflow.judge.pricing import Prices, estimate_pair_cost
 from judgeflow.sampling import decisions
-from judgeflow.sampling.allocation import SamplePlan, StratumInput, allocate
-from judgeflow.sampling.power import min_detectable_rise
+from judgeflow.sampling.allocation import Detect, SamplePlan, StratumInput, allocate
+from judgeflow.sampling.power import min_detectable_rise, segment_alpha
 from judgeflow.sampling.selection import select
 from judgeflow.sampling.strata import Traffic, recent_cost_per_trace, recent_fail_rates, stratify, undecided_new_keys
 from judgeflow.settings import Settings
@@ -36,6 +36,7 @@ class StratumRow:
     inclusion_prob: float
     min_detectable_rise: float | None
     short_reason: str | None = None
+    power_short: str | None = None  # why fewer than the regression rule needs to see its minimum rise
     spent_usd: float | None = None  # filled in after the run
 
 
@@ -64,6 +65,8 @@ class NightPlan:
             if r.short_reason:
                 out.append(f"stratum {r.stratum}: {r.judged} of {r.traffic} judged, fewer than the minimum: "
                            f"{r.short_reason}")
+            elif r.power_short:
+                out.append(f"stratum {r.stratum}: {r.judged} of {r.traffic} judged: {r.power_short}")
         return out
 
 
@@ -71,6 +74,29 @@ def _min_increase(settings: Settings) -> float | None:
     found = [v for v in (settings.toxicity_regression_min_increase, settings.hallucination_regression_min_increase)
              if v is not None]
     return min(found) if found else None
+
+
+def family_size(settings: Settings, strata: list[str]) -> int:
+    """How many tests a regression rule's evaluation makes over these strata:
+    overall, and per alert segment key each value the strata hold (at most the
+    top ``JUDGEFLOW_ALERT_SEGMENT_TOP`` and ``other``; a key the strata do not
+    split by counts as many)."""
+    tests = 1
+    for key in settings.alert_segment_keys:
+        values = {part.split("=", 1)[1] for name in strata for part in name.split(",")
+                  if part.startswith(f"{key}=")}
+        tests += min(len(values), settings.alert_segment_top + 1) if values else settings.alert_segment_top + 1
+    return tests
+
+
+def detect_for(settings: Settings, strata: list[str]) -> Detect | None:
+    """What the strata are sized for: the smallest minimum rise of the enabled
+    regression rules at the alpha of a segment's Holm-adjusted test (None: no regression rule)."""
+    rise = _min_increase(settings)
+    if rise is None:
+        return None
+    return Detect(rise, settings.regression_alpha, family_size(settings, strata),
+                  settings.regression_baseline_s / settings.alert_window_s)
 
 
 def count_traffic(settings: Settings, source: TraceSource, source_engine: Engine, engine: Engine,
@@ -112,7 +138,8 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
     left = None if budget_usd is None else max(budget_usd - committed, 0.0)
     inputs = [StratumInput(s, len(ks), traffic.token_cost[s] / len(ks), rates.get(s))
               for s, ks in traffic.keys.items()]
-    plan = allocate(inputs, budget_usd=left, min_samples=settings.alert_min_samples)
+    detect = detect_for(settings, list(traffic.keys))
+    plan = allocate(inputs, budget_usd=left, min_samples=settings.alert_min_samples, detect=detect)
     night_plan = _rows(settings, night, budget_usd, committed, plan, rates)
     if record and plan.sampled:
         with engine.begin() as conn:
@@ -129,13 +156,15 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
 def _rows(settings: Settings, night: date, budget_usd: float | None, committed: float, plan: SamplePlan,
           rates: dict[str, float]) -> NightPlan:
     ratio = settings.regression_baseline_s / settings.alert_window_s
+    # a segment's test meets the rule's alpha Holm-adjusted over the family: at worst alpha / tests
+    alpha = segment_alpha(settings.regression_alpha, family_size(settings, [a.name for a in plan.strata]))
     rows = [
         StratumRow(
             a.name, a.traffic, a.judged, a.cost_usd, a.inclusion_prob,
             min_detectable_rise(a.judged, int(a.judged * ratio), rates.get(a.name, 0.05),
-                                alpha=settings.regression_alpha, min_increase=_min_increase(settings),
+                                alpha=alpha, min_increase=_min_increase(settings),
                                 min_samples=settings.alert_min_samples),
-            a.short_reason,
+            a.short_reason, a.power_short,
         )
         for a in plan.strata
     ]

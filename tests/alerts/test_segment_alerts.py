@@ -146,3 +146,42 @@ def test_cli_and_artifact_show_the_firing_segment(engine, database_url, monkeypa
     md = render_markdown(results)
     assert "| toxicity_rate | app=b | **FIRING** |" in md
     assert "app=a" not in md and "Segments evaluated and OK (not listed): toxicity_rate: 1" in md
+
+
+def test_a_regression_is_judged_over_every_segment_tested_holm(engine, database_url, hook, monkeypatch, tmp_path):
+    """Six apps and overall are tested in one evaluation: a rise significant on its own (p 0.004 <=
+    alpha 0.01) does not page, a strong one does, and the notification says how p was adjusted."""
+    settings = make_settings(
+        database_url, alert_webhook_url=hook.url, toxicity_rate_max=None, toxicity_regression_min_increase=0.05,
+        alert_segment_by="app", alert_min_samples=40,
+    )
+    for app in ("a", "b", "c", "d", "e", "f"):
+        add_results(engine, passed=198, not_passed=2, segment={"app": app}, age=timedelta(days=3))
+    add_results(engine, passed=45, not_passed=5, segment={"app": "b"})  # 1% -> 10%: p 0.004 on its own
+    add_results(engine, passed=40, not_passed=20, segment={"app": "c"})  # 1% -> 33%: p ~ 1e-12
+    for app in ("a", "d", "e", "f"):  # overall 25/510 against 1%: a rise under the 5 points
+        add_results(engine, passed=100, segment={"app": app})
+    results = {r.segment_label: r for r in evaluate_rules(settings, engine=engine) if r.rule == "toxicity_regression"}
+    b, c = results["app=b"], results["app=c"]
+    assert b.p_value <= 0.01 < b.p_adjusted and b.tests == 7  # uncorrected it would fire
+    assert (b.state, b.transition) == ("ok", None)
+    assert (c.state, c.transition) == ("firing", "fired") and c.p_adjusted <= 0.01
+    assert "over 7 segments" in b.summary
+    fired = [r.json() for r in hook.requests]
+    assert [(p["segment"], p["notification"]) for p in fired] == [({"app": "c"}, "fired")]
+    assert fired[0]["tests"] == 7 and fired[0]["p_value_adjusted"] >= fired[0]["p_value"]
+    assert "Holm-adjusted over 7 segments" in slack_message(fired[0])["text"]
+
+    # `judgeflow alerts check` shows both p-values of the segment that did not fire
+    from typer.testing import CliRunner
+
+    from judgeflow.alerts.cli import alerts_app
+
+    monkeypatch.chdir(tmp_path)
+    for name, value in (("DATABASE_URL", database_url), ("ALERT_SEGMENT_BY", "app"), ("ALERT_MIN_SAMPLES", "40"),
+                        ("TOXICITY_REGRESSION_MIN_INCREASE", "0.05"), ("ALERT_PREFECT_EVENTS", "false")):
+        monkeypatch.setenv(f"JUDGEFLOW_{name}", value)
+    result = CliRunner().invoke(alerts_app, ["check"])
+    assert result.exit_code == 0, result.output
+    line = next(x for x in result.output.splitlines() if x.startswith("toxicity_regression [app=b]"))
+    assert f"{b.p_value:.4f} (Holm {b.p_adjusted:.4f})" in line and "OK" in line

@@ -70,3 +70,18 @@ def test_rejects_impossible_counts():
         fisher_greater(5, 4, 0, 10)
     with pytest.raises(ValueError):
         fisher_greater(-1, 4, 0, 10)
+
+
+def test_holm_adjusted_p_values():
+    from judgeflow.alerts.stats import holm_adjusted
+
+    # sorted 0.01, 0.02, 0.04 of 3 tests: 3 x 0.01, max(0.03, 2 x 0.02), max(0.04, 1 x 0.04)
+    assert holm_adjusted([0.04, 0.01, None, 0.02]) == [
+        pytest.approx(0.04), pytest.approx(0.03), None, pytest.approx(0.04)]
+    assert holm_adjusted([0.003]) == [0.003]  # a family of one is unchanged
+    assert holm_adjusted([0.5, 0.6, 0.7]) == [1.0, 1.0, 1.0]  # capped at 1
+    assert holm_adjusted([None, None]) == [None, None]
+    # step-down: stops at the first p above alpha / (tests left), later ones never rejected
+    adjusted = holm_adjusted([0.001, 0.011, 0.012, 0.5])
+    assert [p <= 0.05 for p in adjusted] == [True, True, True, False]
+    assert [p <= 0.01 for p in adjusted] == [True, False, False, False]

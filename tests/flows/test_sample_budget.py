@@ -182,3 +182,36 @@ def test_a_run_short_of_the_minimums_says_so_and_a_backfill_judges_the_rest(run,
     backfill_traces(since=now - timedelta(days=1), until=now)
     assert {t for t, _ in results(db)} == set(strata)
     assert all(d.selected and d.inclusion_prob == 1.0 for d in _decisions(db).values())
+
+
+def test_the_plan_gives_a_small_stratum_what_its_regression_rule_needs_and_names_the_one_it_could_not(
+        judgeflow_env, db, judge_server, monkeypatch):
+    """With a regression rule enabled and a week of history, the minimums come first, then the power each
+    stratum needs to see the rule's minimum rise (cheapest first), then Neyman."""
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+    from tests.alerts.helpers import add_results
+
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", str(IN_PER_MTOK))
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", str(OUT_PER_MTOK))
+    monkeypatch.setenv("JUDGEFLOW_ALERT_SEGMENT_BY", "app")
+    monkeypatch.setenv("JUDGEFLOW_ALERT_MIN_SAMPLES", "10")
+    monkeypatch.setenv("JUDGEFLOW_TOXICITY_REGRESSION_MIN_INCREASE", "0.05")
+    _traffic(db, big=200, small=40, bare=0)
+    full = _full_cost(judgeflow_env)
+    for app_ in ("big", "small"):  # a week's history: 2% failing in both apps
+        add_results(db, passed=98, not_passed=2, segment={"app": app_}, age=timedelta(days=2))
+    # ~70 of the 240 traces: both minimums (20) and all of small (30 more) fit, big's ~190 do not
+    result = CliRunner().invoke(app, ["score", "--sample-budget-usd", f"{full * 70 / 240:.6f}", "--plan"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("stratum"))
+    rows = {line.split()[0]: line.split() for line in lines[header + 1:header + 3]}
+    assert rows["app=small"][1:3] == ["40", "40"]  # all of it: Neyman alone would give it about 12
+    assert 10 <= int(rows["app=big"][2]) < 190
+    assert "stratum app=big: " in result.output and "the sample budget left after the cheaper strata could not " \
+        "pay for them" in result.output
+    assert "stratum app=small: 40 of 40 judged: " in result.output and "the stratum has only 40 new traces, all " \
+        "judged" in result.output
+    assert not judge_server.requests and not _decisions(db)

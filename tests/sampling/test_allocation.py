@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from judgeflow.sampling.allocation import StratumInput, allocate
+from judgeflow.sampling.allocation import Detect, StratumInput, allocate
+from judgeflow.sampling.power import required_n
 
 
 def _by_name(plan):
@@ -53,3 +54,61 @@ def test_never_over_budget_and_within_traffic(budget):
     plan = allocate(strata, budget_usd=budget, min_samples=50)
     assert plan.cost_usd <= budget + 1e-9
     assert all(0 <= a.judged <= a.traffic for a in plan.strata)
+
+
+def _skewed():
+    # a big quiet app, a middle one and a small one: 10,000 / 1,200 / 120 traces
+    return [StratumInput("big", 10_000, 0.01, fail_rate=0.01), StratumInput("mid", 1_200, 0.01, fail_rate=0.02),
+            StratumInput("small", 120, 0.01, fail_rate=0.02)]
+
+
+DETECT = Detect(min_increase=0.05, alpha=0.01, tests=4, ratio=7)
+
+
+def test_the_power_step_raises_a_small_stratum_that_neyman_leaves_at_its_minimum():
+    without = _by_name(allocate(_skewed(), budget_usd=6.0, min_samples=50))
+    assert without["small"].judged == 50  # Neyman gives a small low-variance stratum no more
+    plan = allocate(_skewed(), budget_usd=6.0, min_samples=50, detect=DETECT)
+    got = _by_name(plan)
+    needed = required_n(0.02, 0.05, alpha=0.01 / 4, ratio=7)
+    assert needed > 120 and got["small"].power_needed == needed and got["small"].judged == 120  # all of it
+    # the plan says the whole stratum is still fewer than its test needs
+    assert got["small"].power_short.endswith("the stratum has only 120 new traces, all judged")
+    assert got["mid"].judged >= got["mid"].power_needed == needed and got["mid"].power_short is None
+    assert plan.cost_usd <= 6.0 + 1e-9
+
+
+def test_strata_the_budget_cannot_power_are_funded_cheapest_first_and_named():
+    # after the minimums (150 traces) 130 are left: small's 70 more fit, mid's ~150 more do not
+    plan = allocate(_skewed(), budget_usd=2.8, min_samples=50, detect=DETECT)
+    got = _by_name(plan)
+    assert got["small"].judged == 120
+    assert got["mid"].judged < got["mid"].power_needed
+    assert "needed to see a rise of 5.0 pts with 80% power; the sample budget left after the cheaper strata" \
+        in got["mid"].power_short
+    assert plan.cost_usd <= 2.8 + 1e-9
+
+
+def test_a_stratum_without_a_recent_rate_has_no_power_target():
+    plan = allocate([StratumInput("new", 5_000, 0.01), StratumInput("old", 5_000, 0.01, fail_rate=0.02)],
+                    budget_usd=5.0, min_samples=50, detect=DETECT)
+    got = _by_name(plan)
+    assert got["new"].power_needed is None and got["new"].power_short is None
+    assert got["old"].power_needed == required_n(0.02, 0.05, alpha=0.01 / 4, ratio=7)
+
+
+@pytest.mark.parametrize("budget", [0.013, 0.5, 3.3, 17.0, 44.4])
+def test_the_power_step_never_goes_over_budget(budget):
+    strata = [StratumInput(f"s{i}", n, c, fail_rate=p) for i, (n, c, p) in enumerate(
+        [(5000, 0.003, 0.01), (700, 0.004, 0.2), (90, 0.002, None), (3, 0.01, 0.9), (1, 0.001, 0.0)])]
+    plan = allocate(strata, budget_usd=budget, min_samples=50, detect=DETECT)
+    assert plan.cost_usd <= budget + 1e-9
+    assert all(0 <= a.judged <= a.traffic for a in plan.strata)
+
+
+def test_a_zero_minimum_increase_sizes_no_stratum():
+    detect = Detect(min_increase=0.0, alpha=0.01, tests=3, ratio=7)
+    plan = allocate([StratumInput("a", 5000, 0.01, 0.02), StratumInput("b", 100, 0.01, 0.02)], budget_usd=5.0,
+                    min_samples=50, detect=detect)
+    assert all(a.power_needed is None and a.power_short is None for a in plan.strata)
+    assert plan.cost_usd <= 5.0 + 1e-9

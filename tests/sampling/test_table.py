@@ -28,3 +28,12 @@ def test_the_artifact_shows_what_was_spent():
     assert "| app=small | 120 | 50 | $0.5000 | +9.0 pts | $0.4700 |" in md
     assert "| app=big | 5000 | 500 | $5.0000 | +1.2 pts | - |" in md
     assert "- sample budget $6.0000: judging 580 of 5200 new traces" in md
+
+
+def test_the_plan_names_the_strata_that_could_not_get_the_power_they_need():
+    plan = _plan()
+    plan.rows.append(StratumRow("app=mid", 1200, 90, 0.9, 0.075, 0.08,
+                                power_short="213 judged results are needed to see a rise of 5.0 pts with 80% power"))
+    text = plan_text(plan)
+    assert "stratum app=mid: 90 of 1200 judged: 213 judged results are needed to see a rise of 5.0 pts" in text
+    assert "- stratum app=mid: 90 of 1200 judged: 213 judged results are needed" in plan_markdown(plan)
