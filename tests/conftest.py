@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
+import warnings
 
 # before anything imports litellm or prefect
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -65,6 +67,22 @@ class _LitellmAbandonedLoggingWorker(logging.Filter):
 
 
 logging.getLogger("asyncio").addFilter(_LitellmAbandonedLoggingWorker())
+
+# The same tasks, when the interpreter exits with them still on a closed loop
+# (a test worker process of pytest-xdist): their coroutines are collected
+# unawaited, which Python reports as a RuntimeWarning or an unraisable
+# exception. Dropped for those coroutines only.
+warnings.filterwarnings("ignore", message=r"coroutine '(_wait_for_close|LoggingWorker\.\w+)' was never awaited",
+                        category=RuntimeWarning)
+_unraisable_hook = sys.unraisablehook
+
+
+def _drop_abandoned_litellm_tasks(unraisable) -> None:
+    if not any(task in repr(unraisable.object) for task in ("LoggingWorker.", "_wait_for_close")):
+        _unraisable_hook(unraisable)
+
+
+sys.unraisablehook = _drop_abandoned_litellm_tasks
 
 
 @pytest.fixture(scope="session")
