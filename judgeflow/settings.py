@@ -219,7 +219,9 @@ class Settings(BaseSettings):
         "JUDGEFLOW_REGRESSION_RESOLVE_ALPHA",
     )
     regression_baseline: str = Field("7d", description="the period just before the window a regression compares with")
-    regression_alpha: float = Field(0.01, gt=0, lt=1, description="one-sided significance a regression must reach to fire")
+    regression_alpha: float = Field(0.01, gt=0, lt=1, description=(
+        "one-sided significance a regression must reach to fire; over segments, Holm-adjusted: the chance of any"
+        " false regression alert of a rule in one evaluation"))
     regression_resolve_alpha: float = Field(
         0.05, gt=0, lt=1, description="a firing regression stays firing while significant at this looser level"
     )
