@@ -143,7 +143,12 @@ def fresh_until(owner: str, claimed_at: float | None) -> float:
 class PairGate:
     """The send gate (judgeflow/judge/send_gate.py) of one claimed pair: its
     calls go out unchecked while the run's claims are fresh, else only while
-    the database shows the pair is still the run's (:func:`confirm_claim`)."""
+    the database shows the pair is still the run's (:func:`confirm_claim`).
+
+    A confirmation counts as claiming the pair anew: from then on its calls go
+    out unchecked again for as long as the run's lease keeps being renewed
+    (:meth:`fresh_until` moves on), which is what lets a call that left the
+    run's process (a judge worker) be sent at all once the run had lapsed."""
 
     def __init__(self, settings: Settings, owner: str, work: TraceWork, claimed_at: float | None) -> None:
         self._settings, self._owner, self._work, self._claimed_at = settings, owner, work, claimed_at
@@ -152,7 +157,23 @@ class PairGate:
         return fresh_until(self._owner, self._claimed_at)
 
     async def confirm(self) -> bool:
-        return await confirm_claim(self._settings, self._owner, self._work, self._claimed_at)
+        if not claims_at_risk(self._owner, self._claimed_at):
+            return True
+        owned, checked_at = await asyncio.to_thread(self._check)
+        if owned:
+            self._claimed_at = checked_at
+        return owned
+
+    def _check(self) -> tuple[bool, float]:
+        """(whether the run holds the pair, the ``time.time()`` just before
+        the database was asked), the lease renewed first if it may have run
+        out: a lapse the renewal itself ends is then behind the check."""
+        keeper = _keepers.get(self._owner)
+        if keeper is not None:
+            keeper.renew_if_stale()
+        checked_at = time.time()
+        owned = still_owned(self._settings, self._owner, [self._work])
+        return (self._work.trace_id, self._work.metric) in owned, checked_at
 
 
 def release_claims(settings: Settings, owner: str) -> int:

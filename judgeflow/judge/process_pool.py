@@ -378,15 +378,24 @@ class JudgeProcessPool(JudgeBase):
         """The call, sent to a worker only once the caller's send gate lets it
         leave the run's process (:mod:`judgeflow.judge.send_gate`). It goes
         with the time its claims are fresh until; a worker that would send an
-        attempt past it hands the call back, and the gate here decides again."""
+        attempt past it hands the call back, and the gate here decides again.
+        A gate that confirms the call without its freshness moving past now
+        (the run's lease could not be renewed) leaves a worker no time to send
+        it in: the call fails as transient, and its pair is tried again later."""
         billed = Usage()  # what attempts handed back unfinished have cost
         while True:
             if not await may_send():
                 withheld = CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair")
                 withheld.billed = billed
                 raise withheld
+            fresh = fresh_until()
+            if fresh <= time.monotonic():
+                unsent = TransientJudgeError(f"judge {self._model}: not sent, the run's claims could not be "
+                                             "renewed to hand the call to a judge worker")
+                unsent.billed = billed
+                raise unsent
             try:
-                reply = await self._dispatch(request, fresh_until())
+                reply = await self._dispatch(request, fresh)
             except CallWithheld as handed_back:
                 billed.add_billed(handed_back)
                 continue

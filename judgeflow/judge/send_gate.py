@@ -31,7 +31,9 @@ class SendGate(Protocol):
         """The ``time.monotonic()`` until which a call may be sent unchecked."""
 
     async def confirm(self) -> bool:
-        """Whether the call may be sent now (asked past :meth:`fresh_until`)."""
+        """Whether the call may be sent now (asked past :meth:`fresh_until`).
+        A confirmation should move :meth:`fresh_until` on for as long as it
+        holds: a call handed to a judge worker goes with that time alone."""
 
 
 send_gate: contextvars.ContextVar[SendGate | None] = contextvars.ContextVar("send_gate", default=None)
