@@ -42,6 +42,12 @@ class PermanentJudgeError(JudgeError):
     """Retrying the same request cannot help: 400, 401, context window exceeded."""
 
 
+class CallWithheld(JudgeError):
+    """A judge call was not sent: the run no longer owns the pair it was for
+    (judgeflow/judge/send_gate.py). ``billed``: what the call's earlier
+    attempts cost."""
+
+
 class InvalidJudgeReplyError(JudgeError):
     """The judge answered, but not with JSON valid against the step's schema.
 

@@ -139,9 +139,16 @@ def deferred(work: TraceWork, attempts: int, billed: Usage | None = None, *, why
     )
 
 
-def taken_over(work: TraceWork) -> tuple[None, ScoreOutcome]:
-    """The pair's claim moved to another run before its judge was called."""
-    return None, ScoreOutcome(trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=0)
+def taken_over(work: TraceWork, billed: Usage | None = None, attempts: int = 0) -> tuple[None, ScoreOutcome]:
+    """The pair's claim moved to another run before its judge was called, or
+    between two of its judge calls: what the calls already sent billed still
+    counts (the summary, the budget)."""
+    billed = billed or Usage()
+    return None, ScoreOutcome(
+        trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=attempts,
+        judge_calls=billed.calls, prompt_tokens=billed.prompt_tokens, completion_tokens=billed.completion_tokens,
+        cost_usd=billed.cost_usd,
+    )
 
 
 def copied(work: TraceWork, source: dict, threshold: float, flow_run_id: str | None, digest: str

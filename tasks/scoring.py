@@ -35,16 +35,17 @@ from prefect.runtime import task_run
 
 from judgeflow.budget import RunBudget
 from judgeflow.db.results_store import release_pairs, store_outcomes
-from judgeflow.errors import InvalidTraceError, JudgeflowError, TransientJudgeError
+from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import Judge, Usage
 from judgeflow.entry import current_entry
 from judgeflow.judge.factory import build_judge, judge_config
+from judgeflow.judge.send_gate import send_gate
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.run_progress import stop_requested
 from judgeflow.settings import Settings
-from judgeflow.db.leases import claims_at_risk, confirm_claim, still_owned
+from judgeflow.db.leases import PairGate, claims_at_risk, confirm_claim, still_owned
 from judgeflow.tasks import outcomes, reuse
 from judgeflow.tasks.judge_loop import judge_loop
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
@@ -164,6 +165,11 @@ async def judge_pair(
             return outcomes.deferred(work, attempt - 1, billed)
         try:
             result = await _metric_call(work, metrics)
+        except CallWithheld as error:  # the send gate: another run took the pair over meanwhile
+            billed.add_billed(error)
+            log.warning("%s for trace %s: the run's claim moved to another run; its next judge call was not sent",
+                        work.metric, work.trace_id)
+            return outcomes.taken_over(work, billed, attempt)
         except TransientJudgeError as error:
             billed.add_billed(error)
             if attempt > len(retry_delays):
@@ -231,9 +237,14 @@ class PairRun:
             return outcomes.taken_over(work)
         if self.budget is not None and not self.budget.has_room():
             return outcomes.deferred(work, 0, why="the run's spend budget is spent")
-        return await judge_pair(work, self.settings, self.metrics, flow_run_id=self.flow_run_id,
-                                retry_delays=self.retry_delays, deadline=self.deadline, digest=digest,
-                                budget=self.budget)
+        # every attempt of the pair's calls asks again before it is sent (judgeflow/judge/send_gate.py)
+        gate = send_gate.set(PairGate(self.settings, self.owner, work, self.claimed_at))
+        try:
+            return await judge_pair(work, self.settings, self.metrics, flow_run_id=self.flow_run_id,
+                                    retry_delays=self.retry_delays, deadline=self.deadline, digest=digest,
+                                    budget=self.budget)
+        finally:
+            send_gate.reset(gate)
 
     def threshold(self, work: TraceWork) -> float:
         return self.metrics[work.metric].effective_threshold

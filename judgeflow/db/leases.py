@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import threading
 import time
@@ -131,6 +132,50 @@ async def confirm_claim(settings: Settings, owner: str, work: TraceWork, claimed
     return (work.trace_id, work.metric) in owned
 
 
+def fresh_until(owner: str, claimed_at: float | None) -> float:
+    """The ``time.monotonic()`` until which claims ``owner`` took at
+    ``claimed_at`` are not at risk (:func:`claims_at_risk`): -inf once they
+    are, inf for a run without a lease keeper. A clock read."""
+    keeper = _keepers.get(owner)
+    return math.inf if keeper is None else keeper.fresh_until(claimed_at)
+
+
+class PairGate:
+    """The send gate (judgeflow/judge/send_gate.py) of one claimed pair: its
+    calls go out unchecked while the run's claims are fresh, else only while
+    the database shows the pair is still the run's (:func:`confirm_claim`).
+
+    A confirmation counts as claiming the pair anew: from then on its calls go
+    out unchecked again for as long as the run's lease keeps being renewed
+    (:meth:`fresh_until` moves on), which is what lets a call that left the
+    run's process (a judge worker) be sent at all once the run had lapsed."""
+
+    def __init__(self, settings: Settings, owner: str, work: TraceWork, claimed_at: float | None) -> None:
+        self._settings, self._owner, self._work, self._claimed_at = settings, owner, work, claimed_at
+
+    def fresh_until(self) -> float:
+        return fresh_until(self._owner, self._claimed_at)
+
+    async def confirm(self) -> bool:
+        if not claims_at_risk(self._owner, self._claimed_at):
+            return True
+        owned, checked_at = await asyncio.to_thread(self._check)
+        if owned:
+            self._claimed_at = checked_at
+        return owned
+
+    def _check(self) -> tuple[bool, float]:
+        """(whether the run holds the pair, the ``time.time()`` just before
+        the database was asked), the lease renewed first if it may have run
+        out: a lapse the renewal itself ends is then behind the check."""
+        keeper = _keepers.get(self._owner)
+        if keeper is not None:
+            keeper.renew_if_stale()
+        checked_at = time.time()
+        owned = still_owned(self._settings, self._owner, [self._work])
+        return (self._work.trace_id, self._work.metric) in owned, checked_at
+
+
 def release_claims(settings: Settings, owner: str) -> int:
     """Give back every claim ``owner`` still holds (end of run, or after a failure)."""
     with engine_for(settings).begin() as conn:
@@ -199,6 +244,13 @@ class LeaseKeeper:
         since = self._at_risk_since
         lapsed = since is not None and (claimed_at is None or claimed_at < since)
         return lapsed or self.lease_stale()
+
+    def fresh_until(self, claimed_at: float | None) -> float:
+        """See :func:`fresh_until`: ``at_risk(claimed_at)`` is ``time.monotonic() >= fresh_until(claimed_at)``."""
+        since = self._at_risk_since
+        if since is not None and (claimed_at is None or claimed_at < since):
+            return -math.inf
+        return self._renewed_at + STALE_SHARE * self._lease_s
 
     def renew_if_stale(self) -> None:
         """Renew now (from the caller's thread) if the leases may have run out:

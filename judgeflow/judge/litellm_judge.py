@@ -51,6 +51,11 @@ Behaviour, decided here once for every metric:
   the whole litellm call, as litellm builds those clients itself.
   :attr:`LiteLLMJudge.queue_ahead` tells the run how many calls it may hand
   over beyond the bound, so one is ready whenever a slot frees.
+* **The send gate.** Once an attempt holds its slot, and before it is sent,
+  the caller's gate is asked (:func:`judgeflow.judge.send_gate.may_send`):
+  a call whose pair the run no longer owns is not sent and not billed
+  (:class:`~judgeflow.errors.CallWithheld`). This covers calls prepared ahead
+  of a free slot and every retry.
 * **Latency** (``JudgeReply.latency_s``) is the duration of the successful HTTP
   attempt only: not the wait for a concurrency slot, not earlier failed
   attempts, not backoff sleeps (with the wire bound, from the request's send
@@ -87,8 +92,9 @@ from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler, get_ssl_con
 from litellm.secret_managers.main import get_secret_bool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
-from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
+from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
 from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, queue_ahead_for  # noqa: E402
+from judgeflow.judge.send_gate import may_send, watched_attempt  # noqa: E402
 from judgeflow.judge.spend import CallSpend  # noqa: E402
 from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started  # noqa: E402
 from judgeflow.retry_after import parse_retry_after  # noqa: E402
@@ -612,7 +618,7 @@ class LiteLLMJudge(JudgeBase):
             err, cause, sent = outcome
             if sent:
                 spend.unanswered()
-            plan = self._plan_retry(attempt, err)
+            plan = err if isinstance(err, CallWithheld) else self._plan_retry(attempt, err)
             if isinstance(plan, JudgeError):
                 plan.billed = spend.billed
                 self._raise(plan, cause)
@@ -621,23 +627,32 @@ class LiteLLMJudge(JudgeBase):
 
     async def _attempt(self, kwargs: dict, *, wired: bool) -> JudgeReply | tuple[JudgeError, Exception, bool]:
         """One attempt holding a slot: the reply, or (error, cause, whether the
-        request reached the provider)."""
+        request reached the provider). The send gate is asked once the slot is
+        held: by the wire-bound transport, else here."""
         if not wired:
             await self._slots.acquire_async()
         sent: list[float] = []  # the transport notes when the request went on the wire
         token = wire_started.set(sent)
         try:
-            started = time.perf_counter()
-            try:
-                response = await litellm.acompletion(**kwargs)
-            except Exception as exc:
-                err = self._error(exc)
-                return err, exc, _reached_provider(err, exc, sent if wired else None)
+            with watched_attempt() as refused:
+                started = time.perf_counter()
+                try:
+                    if not wired and not await may_send():
+                        raise self._withheld()
+                    response = await litellm.acompletion(**kwargs)
+                except Exception as exc:
+                    if refused:
+                        return self._withheld(), exc, False
+                    err = self._error(exc)
+                    return err, exc, _reached_provider(err, exc, sent if wired else None)
             return self._reply(response, time.perf_counter() - (sent[-1] if sent else started))
         finally:
             wire_started.reset(token)
             if not wired:
                 self._slots.release()
+
+    def _withheld(self) -> CallWithheld:
+        return CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair")
 
     def _estimate_prices(self) -> tuple[float, float] | None:
         """USD per million (prompt, completion) tokens for attempts without
@@ -700,6 +715,8 @@ class LiteLLMJudge(JudgeBase):
 
     @staticmethod
     def _raise(err: JudgeError, cause: Exception) -> None:
+        if isinstance(err, CallWithheld):
+            raise err from None  # nothing was sent: no cause worth chaining
         if _is_http_error(cause):
             # The server's raw text may echo credentials; it is already in the
             # (scrubbed) message, so the litellm exception is not chained.

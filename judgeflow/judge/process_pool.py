@@ -51,8 +51,10 @@ import time
 from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any, Callable
 
-from judgeflow.errors import PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, queue_ahead_for
+from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, Usage, queue_ahead_for
+from judgeflow.judge.send_gate import fresh_until, may_send
+from judgeflow.judge.spend import with_earlier_attempts, with_earlier_usage
 from judgeflow.judge.worker import HELLO, decode_error, encode_error, serve
 
 if TYPE_CHECKING:
@@ -369,10 +371,40 @@ class JudgeProcessPool(JudgeBase):
         with self._dispatch_lock:
             worker = self._least_busy()
             call_id = next(self._ids)
-        worker.send([(call_id, request, (None, future))])
+        worker.send([(call_id, (request, fresh_until()), (None, future))])
         return future.result()
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply:
+        """The call, sent to a worker only once the caller's send gate lets it
+        leave the run's process (:mod:`judgeflow.judge.send_gate`). It goes
+        with the time its claims are fresh until; a worker that would send an
+        attempt past it hands the call back, and the gate here decides again.
+        A gate that confirms the call without its freshness moving past now
+        (the run's lease could not be renewed) leaves a worker no time to send
+        it in: the call fails as transient, and its pair is tried again later."""
+        billed = Usage()  # what attempts handed back unfinished have cost
+        while True:
+            if not await may_send():
+                withheld = CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair")
+                withheld.billed = billed
+                raise withheld
+            fresh = fresh_until()
+            if fresh <= time.monotonic():
+                unsent = TransientJudgeError(f"judge {self._model}: not sent, the run's claims could not be "
+                                             "renewed to hand the call to a judge worker")
+                unsent.billed = billed
+                raise unsent
+            try:
+                reply = await self._dispatch(request, fresh)
+            except CallWithheld as handed_back:
+                billed.add_billed(handed_back)
+                continue
+            except JudgeError as error:
+                error.billed = with_earlier_usage(getattr(error, "billed", None), billed)
+                raise
+            return with_earlier_attempts(reply, billed)
+
+    async def _dispatch(self, request: JudgeRequest, fresh: float) -> JudgeReply:
         """The calls a loop makes in one turn go to the workers together: one
         message per worker, sent once the turn's other callbacks have run."""
         self._check_open()
@@ -385,7 +417,7 @@ class JudgeProcessPool(JudgeBase):
             first = outbox is None
             if first:
                 outbox = self._outboxes[loop] = []
-            outbox.append((worker, next(self._ids), request, future))
+            outbox.append((worker, next(self._ids), (request, fresh), future))
         if first:
             loop.call_soon(self._flush, loop)
         return await future

@@ -14,6 +14,10 @@ slot sits idle through both (docs/benchmark.md), and calls the run has ready
 cannot use it. Around the wire alone, the judge sees ``size`` calls in
 flight while the next ones are prepared beside them.
 
+Before a request goes on the wire, once it holds its slot, the caller's send
+gate is asked (:func:`judgeflow.judge.send_gate.may_send`); a refused request
+is not sent (:class:`SendRefused`) and gives its slot to the next.
+
 Imports httpx only (litellm's own dependency), never litellm.
 """
 
@@ -28,7 +32,13 @@ from typing import Any, AsyncIterator
 
 import httpx
 
-__all__ = ["CallSlots", "WireSlotTransport", "wire_started"]
+from judgeflow.judge.send_gate import may_send
+
+__all__ = ["CallSlots", "SendRefused", "WireSlotTransport", "wire_started"]
+
+
+class SendRefused(httpx.TransportError):
+    """The send gate refused a request: it never left the process."""
 
 
 class CallSlots:
@@ -158,6 +168,9 @@ class WireSlotTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         await self._slots.acquire_async()
+        if not await may_send():  # the caller's send gate, asked once the slot is held
+            self._slots.release()
+            raise SendRefused("the caller's send gate refused this request; it was not sent")
         released = False
 
         def release() -> bool:

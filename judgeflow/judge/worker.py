@@ -28,6 +28,7 @@ from typing import Any
 from judgeflow import errors
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import Usage
+from judgeflow.judge.send_gate import FreshUntil, send_gate
 from judgeflow.heap import freeze_heap
 
 HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
@@ -103,7 +104,10 @@ class _Answering:
         except OSError:  # the run is gone: EOF on the request pipe ends this worker
             pass
 
-    async def _answer(self, call_id: int, request) -> None:
+    async def _answer(self, call_id: int, request, fresh: float) -> None:
+        # the run's claims are fresh until ``fresh``: past it, an attempt is
+        # not sent here but the call handed back to the run (judge/send_gate.py)
+        send_gate.set(FreshUntil(fresh))
         try:
             reply = await self.judge.acomplete(request)
         except BaseException as exc:  # everything goes back to the caller
@@ -133,6 +137,6 @@ class _Answering:
         # first batch) goes out as each is prepared, instead of each waiting
         # for litellm to prepare every other one first
         while True:
-            call_id, request = await self.arrived.get()
-            self.loop.create_task(self._answer(call_id, request))
+            call_id, (request, fresh) = await self.arrived.get()
+            self.loop.create_task(self._answer(call_id, request, fresh))
             await asyncio.sleep(0)

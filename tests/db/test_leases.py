@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from judgeflow.db import migrate
-from judgeflow.db.leases import LeaseKeeper, claims_at_risk, confirm_claim
+from judgeflow.db.leases import LeaseKeeper, PairGate, claims_at_risk, confirm_claim
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from judgeflow.db.pooling import TRANSACTION
 from judgeflow.settings import load_settings
@@ -78,6 +78,28 @@ def test_a_keeper_held_still_past_its_lease_has_each_pair_checked_and_renews_wha
 
 async def _confirmed(settings, owner, items, claimed_at) -> dict[str, bool]:
     return {w.trace_id: await confirm_claim(settings, owner, w, claimed_at) for w in items}
+
+
+def test_a_pair_gate_confirmed_after_a_lapse_is_fresh_again_while_the_lease_is_renewed(traces, db, monkeypatch):
+    """The send gate of a pair (judgeflow/judge/send_gate.py): after the run
+    lapsed, a pair the database shows is still the run's counts as claimed
+    anew, so its next calls (and a call handed to a judge worker) go out
+    unchecked again; a pair another run took stays refused."""
+    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "1.5")
+    settings = load_settings()
+    owner = "run-a:1"
+    with LeaseKeeper(settings, owner) as keeper:
+        batch = claim_traces.fn(settings, owner, ["toxicity"], 10, owner_key=keeper.owner_key)
+        claimed_at = time.time()
+        kept, taken = (PairGate(settings, owner, w, claimed_at) for w in batch.items[1:2] + batch.items[:1])
+        assert kept.fresh_until() > time.monotonic()
+        with keeper._conn_lock:  # held still past its lease while another run takes tr-0000 over
+            _eventually(lambda: not _lease_runs(db, "tr-0000"), "the lease to run out")
+            assert [w.trace_id for w in claim_traces.fn(settings, "run-b:1", ["toxicity"], 1).items] == ["tr-0000"]
+        assert kept.fresh_until() <= time.monotonic() and taken.fresh_until() <= time.monotonic()
+        assert asyncio.run(kept.confirm()) and not asyncio.run(taken.confirm())
+        assert kept.fresh_until() > time.monotonic()  # the lease renewed by the check: no round trip until stale
+        assert taken.fresh_until() <= time.monotonic()
 
 
 def test_the_pool_mode_setting_is_obeyed_without_a_probe(traces, db, monkeypatch):

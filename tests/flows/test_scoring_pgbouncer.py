@@ -101,17 +101,24 @@ FROZEN_TRACES = 12
 # Two `judgeflow score` processes and a lease wait (1-3 minutes on a busy 2-core VM): kept for
 # ./scripts/test --slow; tests/db/test_leases.py checks the same rule on a keeper held still, by default.
 @pytest.mark.slow
+@pytest.mark.parametrize("judge_processes", ["1", "2"], ids=["in-process", "worker"])
 def test_a_run_frozen_past_its_lease_behind_a_transaction_pool_judges_none_of_the_pairs_it_had_queued(
-    prefect_server, judgeflow_env, database_url, db, judge_server, pgbouncer_transaction
+    judge_processes, prefect_server, judgeflow_env, database_url, db, judge_server, pgbouncer_transaction
 ):
     """Run A claims every pair in one batch and queues them all for the judge
-    (one call in flight, held by the judge server); it is frozen (SIGSTOP) past
-    its lease while run B takes every pair over and scores it; then it goes on.
-    On resume A's lease has not been renewed within its lifetime, so it checks
-    each queued pair before sending it and sends none. What A had already
-    handed to its judge adapter (the call held on the wire, and the one call
-    the adapter prepares ahead of a free slot: max_concurrency + queue_ahead)
-    may still reach the judge; nothing else may."""
+    (one call in flight, held by the judge server; the call its adapter
+    prepares ahead of a free slot waiting behind it); it is frozen (SIGSTOP)
+    past its lease while run B takes every pair over and scores it; then it
+    goes on. On resume A's lease has not been renewed within its lifetime, so
+    each call it would send asks the database first (the send gate,
+    judgeflow/judge/send_gate.py): the call prepared ahead, every pair's
+    next step, every pair still queued. So after the freeze no request of A
+    reaches the judge at all, and the only pair judged twice is the one whose
+    request was already on the wire when A was frozen (the server received it
+    before the SIGSTOP and answers it only after B is done). With judge worker
+    processes (which SIGSTOP does not freeze) the call prepared ahead waits in
+    a worker: past the freshness it went with, the worker hands it back
+    unsent instead of sending it while A is frozen."""
     import os
     import signal
     import threading
@@ -135,13 +142,14 @@ def test_a_run_frozen_past_its_lease_behind_a_transaction_pool_judges_none_of_th
 
     judge_server.responder = holds_run_a
     env = _env(judgeflow_env, prefect_server, JUDGEFLOW_DATABASE_URL=pooled, JUDGEFLOW_LEASE_TIMEOUT_S="3",
-               JUDGEFLOW_JUDGE_TIMEOUT_S="300", JUDGEFLOW_POOL_MODE="auto")
+               JUDGEFLOW_JUDGE_TIMEOUT_S="300", JUDGEFLOW_POOL_MODE="auto", JUDGEFLOW_JUDGE_PROCESSES=judge_processes)
     run_a = _start_score({**env, "JUDGEFLOW_JUDGE_API_KEY": "key-a"}, "--batch-size", str(2 * FROZEN_TRACES),
                          "--max-concurrency", "1")
     try:
         _wait_for(lambda: judge_server.in_flight > 0 or run_a.poll() is not None, "run A's first judge call")
         assert run_a.poll() is None, run_a.communicate()[0]
         time.sleep(1.0)  # its batch's other pairs queue behind that call
+        frozen_at = time.monotonic()
         os.kill(run_a.pid, signal.SIGSTOP)
         with db.connect() as conn:
             owner_a = conn.execute(sa.text("SELECT min(owner) FROM judgeflow.claims")).scalar_one()
@@ -151,7 +159,6 @@ def test_a_run_frozen_past_its_lease_behind_a_transaction_pool_judges_none_of_th
         out_b = run_b.communicate(timeout=300)[0]
         assert run_b.returncode == 0, out_b
         release_a.set()
-        resumed = time.monotonic()
     finally:
         release_a.set()
         os.kill(run_a.pid, signal.SIGCONT)
@@ -160,13 +167,17 @@ def test_a_run_frozen_past_its_lease_behind_a_transaction_pool_judges_none_of_th
 
     stored = results(db)
     assert len(stored) == 2 * FROZEN_TRACES and all(r["status"] == "scored" for r in stored.values())
-    # pairs A started judging after it resumed (a pair's later steps follow its first)
-    started_by_a_after = [r.data["output"] for r in judge_server.requests if from_run_a(r) and r.received_at >= resumed
-                          and r.step in ("Opinions", "HallucinationJudgement") and r.data]
-    assert len(started_by_a_after) <= 1, started_by_a_after  # the call prepared before the freeze
+    from_a = [r for r in judge_server.requests if from_run_a(r)]
+    on_the_wire = [r for r in from_a if r.received_at < frozen_at]
+    # max_concurrency 1: one request of A's was on the wire at the freeze; none reached the judge after it
+    assert len(on_the_wire) == 1, [(r.step, r.received_at - frozen_at) for r in from_a]
+    assert [r for r in from_a if r.received_at >= frozen_at] == [], [
+        (r.step, round(r.received_at - frozen_at, 2)) for r in from_a]
     calls, keys = first_step_calls(judge_server), _judge_key(FROZEN_TRACES)
     judged_twice = {pair for pair, key in keys.items() if calls[key] > 1}
-    assert len(judged_twice) <= 2, judged_twice  # the call held on the wire, the one prepared behind it
+    wire = {pair for pair, key in keys.items() if key == (on_the_wire[0].data["output"], on_the_wire[0].step)}
+    assert judged_twice <= wire, (judged_twice, wire)  # by A before the freeze, and by B
+    assert sum(calls[key] for key in keys.values()) == 2 * FROZEN_TRACES + len(judged_twice)
     assert "taken over by another run |" in out_a, out_a
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar_one() == 0
