@@ -41,14 +41,13 @@ from judgeflow.budget_gate import SpendGate, refused_for_budget
 from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import Judge, Usage
-from judgeflow.entry import current_entry
+from judgeflow.entry import current_entry, stop_requested
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.send_gate import send_gate
 from judgeflow.judge.wire_slots import call_priority
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
-from judgeflow.run_progress import stop_requested
 from judgeflow.settings import Settings
 from judgeflow.db.leases import PairGate, claims_at_risk, confirm_claim, still_owned
 from judgeflow.tasks import outcomes, reuse
