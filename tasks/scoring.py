@@ -20,7 +20,8 @@ A bad judge reply, a bad trace or a judge that keeps failing becomes a
 failed flow. Every attempt a pair's calls sent is counted in its row's
 ``cost_usd`` and ``judge_calls`` and charged to the run's budget as the pair
 ends (judgeflow/judge/spend.py, judgeflow/budget.py); a pair's first attempt
-is sent only while the budget has room (judgeflow/budget_gate.py).
+is sent only while the budget has room, the time budget lasts and no stop
+was asked (tasks/start_gate.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ from prefect.exceptions import MissingContextError
 from prefect.runtime import task_run
 
 from judgeflow.budget import RunBudget
-from judgeflow.budget_gate import SpendGate, refused_for_budget
 from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import Judge, Usage
@@ -52,6 +52,7 @@ from judgeflow.settings import Settings
 from judgeflow.db.leases import PairGate, claims_at_risk, confirm_claim, still_owned
 from judgeflow.tasks import outcomes, reuse
 from judgeflow.tasks.judge_loop import judge_loop
+from judgeflow.tasks.start_gate import StartGate, why_not_started
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
 
 log = logging.getLogger("judgeflow.scoring")
@@ -169,10 +170,11 @@ async def judge_pair(
             return outcomes.deferred(work, attempt - 1, billed)
         try:
             result = await _metric_call(work, metrics)
-        except CallWithheld as error:  # the send gate: the budget is spent, or another run took the pair over
+        except CallWithheld as error:  # the send gate: the pair may not start, or another run took it over
             billed.add_billed(error)
-            if refused_for_budget():
-                return outcomes.deferred(work, attempt - 1, billed, why="the run's spend budget is spent")
+            why = why_not_started()
+            if why is not None:
+                return outcomes.deferred(work, attempt - 1, billed, why=why)
             log.warning("%s for trace %s: the run's claim moved to another run; its next judge call was not sent",
                         work.metric, work.trace_id)
             return outcomes.taken_over(work, billed, attempt)
@@ -248,20 +250,30 @@ class PairRun:
         """The pair is judged only while the run still owns its claim (its
         lock lapsed, or its lease was not renewed in time, since ``claimed_at``:
         judgeflow/db/leases.py); its first attempt is sent only while the
-        budget has room (judgeflow/budget_gate.py)."""
+        pair may start (:meth:`why_not_start`, tasks/start_gate.py)."""
         if not await confirm_claim(self.settings, self.owner, work, self.claimed_at):
             log.warning("%s for trace %s: the run's claim lapsed and moved to another run; not judged here",
                         work.metric, work.trace_id)
             return outcomes.taken_over(work)
         # every attempt of the pair's calls asks again before it is sent (judgeflow/judge/send_gate.py)
         claims = PairGate(self.settings, self.owner, work, self.claimed_at)
-        gate = send_gate.set(claims if self.budget is None else SpendGate(claims, self.budget))
+        gate = send_gate.set(StartGate(claims, self.why_not_start))
         try:
             return await judge_pair(work, self.settings, self.metrics, flow_run_id=self.flow_run_id,
                                     retry_delays=self.retry_delays, deadline=self.deadline, digest=digest,
                                     budget=self.budget)
         finally:
             send_gate.reset(gate)
+
+    def why_not_start(self) -> str | None:
+        """Why a pair whose first call holds its slot may not be sent now, or None."""
+        if stop_requested():
+            return "the run was stopped"
+        if self.deadline is not None and time.time() >= self.deadline:
+            return "the run's time budget is spent"
+        if self.budget is not None and not self.budget.has_room():
+            return "the run's spend budget is spent"
+        return None
 
     def threshold(self, work: TraceWork) -> float:
         return self.metrics[work.metric].effective_threshold
