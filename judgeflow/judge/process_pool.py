@@ -368,13 +368,19 @@ class JudgeProcessPool(JudgeBase):
             self.start()
 
     def complete(self, request: JudgeRequest) -> JudgeReply:
+        """:meth:`acomplete` for a thread without an event loop: it waits for
+        one of the same slots."""
         self._check_open()
-        future: Future = Future()
-        with self._dispatch_lock:
-            worker = self._least_busy()
-            call_id = next(self._ids)
-        worker.send([(call_id, (request, fresh_until(), call_priority.get()), (None, future))])
-        return future.result()
+        self._slots.acquire()
+        try:
+            future: Future = Future()
+            with self._dispatch_lock:
+                worker = self._least_busy()
+                call_id = next(self._ids)
+            worker.send([(call_id, (request, fresh_until(), call_priority.get()), (None, future))])
+            return future.result()
+        finally:
+            self._slots.release()
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply:
         """The call, handed to a worker once it holds one of the pool's slots

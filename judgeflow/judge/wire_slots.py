@@ -13,11 +13,15 @@ wherever it waits. Which slots a call takes:
 * a judge in the run's process: one :class:`CallSlots` of ``max_concurrency``,
   held by each attempt while it is on the wire (:class:`WireSlotTransport`);
 * judge worker processes (judgeflow/judge/process_pool.py): each worker's judge
-  holds its share of ``max_concurrency`` the same way, and the run holds one
-  :class:`CallSlots` per pool for the calls it has handed to the workers
-  (:meth:`judgeflow.judge.config.JudgeConfig.dispatch_bound`), so calls wait
-  for a worker in the run, in priority order, where the run's send gate and
-  budget are asked.
+  holds its share of ``max_concurrency`` (:meth:`judgeflow.judge.config.JudgeConfig.shares`,
+  the one split) the same way, and the run holds one :class:`CallSlots` per
+  pool for the calls it has handed to the workers: their shares plus the
+  few each holds prepared (:meth:`~judgeflow.judge.config.JudgeConfig.dispatch_bound`,
+  derived from the shares). It is the same bound seen from the run: a
+  worker's slots are in another process, and the run must decide before a
+  call leaves it whether it may still go (its send gate) and which waiting
+  call goes first; without it, every call of the run's batches would be
+  handed to the workers at once, past the gate, out of order.
 
 Nothing else bounds the run's judge calls: a pair is not admitted by a limit
 of its own; its calls wait here.
