@@ -109,9 +109,9 @@ def test_a_run_frozen_past_its_lease_behind_a_transaction_pool_judges_none_of_th
     its lease while run B takes every pair over and scores it; then it goes on.
     On resume A's lease has not been renewed within its lifetime, so it checks
     each queued pair before sending it and sends none. What A had already
-    handed to its judge adapter (the call held on the wire, and the one call
-    the adapter prepares ahead of a free slot: max_concurrency + queue_ahead)
-    may still reach the judge; nothing else may."""
+    handed to its judge (the call held on the wire, and the one call prepared
+    behind it: JudgeConfig.dispatch_bound) may still reach the judge; nothing
+    else may."""
     import os
     import signal
     import threading
