@@ -9,6 +9,9 @@ started by a deployment finds nothing and is itself the entry point.
 
 A flow gets its settings from :func:`run_settings`, with its parameters on top.
 
+The entry also holds its :class:`StopRequest`: Ctrl-C on a command asks the
+runs it started to stop claiming (:func:`stop_requested`), and only those.
+
 This is a context variable, not a process-wide global: it is set around one
 call and reset after it, and Prefect runs tasks in a copy of the caller's
 context, so a run's tasks see what its entry point entered.
@@ -16,19 +19,37 @@ context, so a run's tasks see what its entry point entered.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterator
 
 if TYPE_CHECKING:  # no import of settings or the judge at import time
     from judgeflow.settings import Settings
 
 
+class StopRequest:
+    """A stop asked of the runs an entry point started (Ctrl-C on a command):
+    they stop claiming, pairs not yet started are given back (deferred) and
+    judge calls in flight finish. Set from a signal handler, read by the
+    run's threads and its judge loop."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def request(self) -> None:
+        self._event.set()
+
+    def requested(self) -> bool:
+        return self._event.is_set()
+
+
 @dataclass(frozen=True)
 class Entry:
     settings: "Settings"
     judge: Any = None  # a started judge (judgeflow.judge.base.Judge), or None: the run builds its own
+    stop: StopRequest = field(default_factory=StopRequest)
 
 
 _entered: ContextVar[Entry | None] = ContextVar("judgeflow_entry", default=None)
@@ -48,6 +69,13 @@ def entered(settings: "Settings", *, judge: Any = None) -> Iterator[Entry]:
 def current_entry() -> Entry | None:
     """What the entry point of this call entered, or None (a deployment's flow run)."""
     return _entered.get()
+
+
+def stop_requested() -> bool:
+    """Whether the entry point that started this run asked it to stop (a
+    deployment's flow run has no entry here: nothing asks it to)."""
+    entry = _entered.get()
+    return entry is not None and entry.stop.requested()
 
 
 def run_settings(**parameters: Any) -> "Settings":

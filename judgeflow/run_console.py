@@ -11,7 +11,7 @@ score``, ``backfill``): a quiet log, a progress display, and Ctrl-C.
   failed, judge calls and spend (and the budget). Elsewhere (cron, CI, a
   pipe) a short line every ``LINE_EVERY_S`` seconds or ``LINE_EVERY_PCT``
   per cent. Both on stderr: stdout keeps the summary.
-- **Ctrl-C**: the first asks the run to stop (judgeflow/run_progress.py): no
+- **Ctrl-C**: the first asks the run to stop (its entry's stop request, judgeflow/entry.py): no
   more claims, judge calls in flight finish and are stored, pairs not started
   are given back; the run then prints its summary and the command exits 130.
   A second Ctrl-C quits at once: the claims of a quit run are taken over by
@@ -28,7 +28,8 @@ import time
 from contextlib import contextmanager
 from typing import Callable, Iterator, TextIO
 
-from judgeflow.run_progress import RunProgress, clear_stop, observing, request_stop
+from judgeflow.entry import StopRequest
+from judgeflow.run_progress import RunProgress, observing
 
 CONSOLE_LEVEL = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
 QUIET_LEVEL = "WARNING"
@@ -205,12 +206,12 @@ def display_for(stream: TextIO, title: str, ui_url: str | None = None) -> LiveDi
 
 
 @contextmanager
-def watched_run(title: str, *, ui_url: str | None = None,
+def watched_run(title: str, stop: StopRequest, *, ui_url: str | None = None,
                 stream: TextIO | None = None) -> Iterator[LiveDisplay | LineDisplay]:
     """The run started in this block is displayed on ``stream`` (stderr) and
-    Ctrl-C stops it as the module doc says."""
+    Ctrl-C asks it to ``stop`` (its entry's, judgeflow/entry.py) as the module doc says."""
     display = display_for(stream or sys.stderr, title, ui_url)
-    with _ctrl_c_stops_the_run(lambda: display.note(
+    with _ctrl_c_stops_the_run(stop, lambda: display.note(
         "stopping: no more claims; judge calls in flight finish and are stored, the rest is given back "
         "(Ctrl-C again quits at once; the next run takes a quit run's claims over)")):
         with observing(display):
@@ -221,7 +222,7 @@ def watched_run(title: str, *, ui_url: str | None = None,
 
 
 @contextmanager
-def _ctrl_c_stops_the_run(on_stop: Callable[[], None]) -> Iterator[None]:
+def _ctrl_c_stops_the_run(stop: StopRequest, on_stop: Callable[[], None]) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
         yield
         return
@@ -232,7 +233,7 @@ def _ctrl_c_stops_the_run(on_stop: Callable[[], None]) -> Iterator[None]:
         raise KeyboardInterrupt
 
     def first(signum, frame):
-        request_stop()
+        stop.request()
         signal.signal(signal.SIGINT, again)
         on_stop()
 
@@ -241,4 +242,3 @@ def _ctrl_c_stops_the_run(on_stop: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        clear_stop()

@@ -1,5 +1,4 @@
-"""A scoring run's figures as it goes, for whoever watches it in this process,
-and a stop request (Ctrl-C) the run honours.
+"""A scoring run's figures as it goes, for whoever watches it in this process.
 
 The flow runs in the process of the command that started it (``judgeflow
 score``, ``backfill``): that command watches it by setting an observer for the
@@ -9,13 +8,10 @@ batches finish. A run with no observer (a deployment on a worker, ``judgeflow
 serve``) reports to no one. The figures are folded from the same outcomes as
 the run summary, so the last report equals the summary's.
 
-:func:`request_stop` asks every run of this process to stop claiming: pairs
-not yet started are given back (deferred) and judge calls in flight finish.
 Nothing here imports Prefect."""
 
 from __future__ import annotations
 
-import threading
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -112,19 +108,3 @@ class RunReporter:
 
             logging.getLogger("judgeflow.progress").warning("the run's progress display failed: %s", error)
             self._observer = None
-
-
-_stop = threading.Event()
-
-
-def request_stop() -> None:
-    """Every run of this process stops claiming; work not started is given back."""
-    _stop.set()
-
-
-def stop_requested() -> bool:
-    return _stop.is_set()
-
-
-def clear_stop() -> None:
-    _stop.clear()

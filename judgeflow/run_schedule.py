@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 from judgeflow.budget import Reservation, RunBudget
-from judgeflow.run_progress import stop_requested
+from judgeflow.entry import stop_requested
 from judgeflow.tasks.work import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
 
 # why a run stopped claiming

@@ -18,7 +18,7 @@ from judgeflow.db.storable import storable_count, storable_float, storable_row
 from judgeflow.errors import InvalidJudgeReplyError, InvalidTraceError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import Usage
 from judgeflow.metrics.result import MetricResult
-from judgeflow.run_progress import stop_requested
+from judgeflow.entry import stop_requested
 from judgeflow.tasks import reuse
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
 

@@ -3,8 +3,10 @@
 One task per claimed batch, named for its trace ids (``score-batch: tr-1 tr-2
 ...``: the Prefect UI's search of a run's task runs finds a trace's batch),
 with a table artifact of one row per pair. Its pairs run as coroutines on the
-process's judge event loop (tasks/judge_loop.py; at most ``max_concurrency``
-plus the judge's ``queue_ahead`` at once across every batch in flight). A
+process's judge event loop (tasks/judge_loop.py), all at once: their judge
+calls wait for the judge's slots (judgeflow/judge/wire_slots.py), the
+pair with the longest chain of judge calls first, then the oldest batch's,
+then the pair started first, so the run ends on single calls. A
 pair whose metric failed on a transient judge error (after the judge's own
 retries) is run again after the batch's ``retry_delays``. Outcomes are
 written a few at a time within ``FLUSH_INTERVAL_S`` through the results store
@@ -17,7 +19,9 @@ A bad judge reply, a bad trace or a judge that keeps failing becomes a
 'failed' row with its error (picked up again by the next run), never a
 failed flow. Every attempt a pair's calls sent is counted in its row's
 ``cost_usd`` and ``judge_calls`` and charged to the run's budget as the pair
-ends (judgeflow/judge/spend.py, judgeflow/budget.py).
+ends (judgeflow/judge/spend.py, judgeflow/budget.py); a pair's first attempt
+is sent only while the budget has room, the time budget lasts and no stop
+was asked (tasks/start_gate.py).
 """
 
 from __future__ import annotations
@@ -37,17 +41,18 @@ from judgeflow.budget import RunBudget
 from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import Judge, Usage
-from judgeflow.entry import current_entry
+from judgeflow.entry import current_entry, stop_requested
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.send_gate import send_gate
+from judgeflow.judge.wire_slots import call_priority
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
-from judgeflow.run_progress import stop_requested
 from judgeflow.settings import Settings
 from judgeflow.db.leases import PairGate, claims_at_risk, confirm_claim, still_owned
 from judgeflow.tasks import outcomes, reuse
 from judgeflow.tasks.judge_loop import judge_loop
+from judgeflow.tasks.start_gate import StartGate, why_not_started
 from judgeflow.tasks.work import ScoreOutcome, TraceWork
 
 log = logging.getLogger("judgeflow.scoring")
@@ -165,8 +170,11 @@ async def judge_pair(
             return outcomes.deferred(work, attempt - 1, billed)
         try:
             result = await _metric_call(work, metrics)
-        except CallWithheld as error:  # the send gate: another run took the pair over meanwhile
+        except CallWithheld as error:  # the send gate: the pair may not start, or another run took it over
             billed.add_billed(error)
+            why = why_not_started()
+            if why is not None:
+                return outcomes.deferred(work, attempt - 1, billed, why=why)
             log.warning("%s for trace %s: the run's claim moved to another run; its next judge call was not sent",
                         work.metric, work.trace_id)
             return outcomes.taken_over(work, billed, attempt)
@@ -195,12 +203,20 @@ class PairRun:
 
     def __init__(self, settings: Settings, metrics: Metrics, *, owner: str, flow_run_id: str | None,
                  retry_delays: list[float], deadline: float | None, budget: RunBudget | None,
-                 claimed_at: float | None, slots: int) -> None:
+                 claimed_at: float | None) -> None:
         self.settings, self.metrics, self.owner, self.flow_run_id = settings, metrics, owner, flow_run_id
         self.retry_delays, self.deadline, self.budget = retry_delays, deadline, budget
-        self.claimed_at, self.slots = claimed_at, slots
+        self.claimed_at = claimed_at
 
-    async def score(self, work: TraceWork, digest: str | None, priority: tuple[int, ...]) -> Scored:
+    def priority(self, work: TraceWork, index: int) -> tuple:
+        """The place of the batch's ``index``-th pair's judge calls among the
+        run's waiting for a slot (:data:`~judgeflow.judge.wire_slots.call_priority`):
+        the longest chain of judge calls first (a pair's calls wait as long
+        as its chain), then the batch claimed first, then the pair started
+        first, so a pair's next call goes before a pair that has not started."""
+        return (-self.rounds(work), self.claimed_at or 0.0, index)
+
+    async def score(self, work: TraceWork, digest: str | None, priority: tuple) -> Scored:
         """:meth:`judge` once per content ``digest`` in this run: an identical
         pair already being judged is waited for and copied (tasks/reuse.py);
         waiting for a twin takes no slot."""
@@ -219,10 +235,13 @@ class PairRun:
         finally:
             reuse.in_flight.finish(self.owner, digest, future, None if row is None else reuse.reusable(row))
 
-    async def judge(self, work: TraceWork, digest: str | None, priority: tuple[int, ...]) -> Scored:
-        """:func:`judge_pair` holding one of the judge loop's slots (lower
-        ``priority`` first); its spend charged to the budget as it ends."""
-        row, outcome = await judge_loop().bounded(self.slots, self._judge_owned, work, digest, priority=priority)
+    async def judge(self, work: TraceWork, digest: str | None, priority: tuple) -> Scored:
+        """:func:`judge_pair`, its calls waiting for the judge's slots in the
+        order of ``priority`` (:data:`~judgeflow.judge.wire_slots.call_priority`:
+        set here, it holds for this pair's coroutine alone); its spend charged
+        to the budget as it ends."""
+        call_priority.set(priority)
+        row, outcome = await self._judge_owned(work, digest)
         if self.budget is not None:
             self.budget.charge(work, outcome.cost_usd, outcome.judge_calls)
         return row, outcome
@@ -230,21 +249,31 @@ class PairRun:
     async def _judge_owned(self, work: TraceWork, digest: str | None) -> Scored:
         """The pair is judged only while the run still owns its claim (its
         lock lapsed, or its lease was not renewed in time, since ``claimed_at``:
-        judgeflow/db/leases.py) and the budget has room for it."""
+        judgeflow/db/leases.py); its first attempt is sent only while the
+        pair may start (:meth:`why_not_start`, tasks/start_gate.py)."""
         if not await confirm_claim(self.settings, self.owner, work, self.claimed_at):
             log.warning("%s for trace %s: the run's claim lapsed and moved to another run; not judged here",
                         work.metric, work.trace_id)
             return outcomes.taken_over(work)
-        if self.budget is not None and not self.budget.has_room():
-            return outcomes.deferred(work, 0, why="the run's spend budget is spent")
         # every attempt of the pair's calls asks again before it is sent (judgeflow/judge/send_gate.py)
-        gate = send_gate.set(PairGate(self.settings, self.owner, work, self.claimed_at))
+        claims = PairGate(self.settings, self.owner, work, self.claimed_at)
+        gate = send_gate.set(StartGate(claims, self.why_not_start))
         try:
             return await judge_pair(work, self.settings, self.metrics, flow_run_id=self.flow_run_id,
                                     retry_delays=self.retry_delays, deadline=self.deadline, digest=digest,
                                     budget=self.budget)
         finally:
             send_gate.reset(gate)
+
+    def why_not_start(self) -> str | None:
+        """Why a pair whose first call holds its slot may not be sent now, or None."""
+        if stop_requested():
+            return "the run was stopped"
+        if self.deadline is not None and time.time() >= self.deadline:
+            return "the run's time budget is spent"
+        if self.budget is not None and not self.budget.has_room():
+            return "the run's spend budget is spent"
+        return None
 
     def threshold(self, work: TraceWork) -> float:
         return self.metrics[work.metric].effective_threshold
@@ -329,20 +358,18 @@ def _still_owned_items(settings: Settings, items: list[TraceWork], owner: str,
 
 def _submit_pairs(pairs: PairRun, items: list[TraceWork], writer: BatchWriter, rescore_before: datetime | None
                   ) -> set[Future]:
-    """Put the batch's pairs on the judge loop, the longest chains of judge
-    calls first, then older batches first (tasks/judge_loop.py): the run ends
-    on single calls. A pair judged before is copied, without a judge call."""
+    """Put the batch's pairs on the judge loop, each with its priority
+    (:meth:`PairRun.priority`). A pair judged before is copied, without a judge call."""
     loop = judge_loop()
-    order = loop.next_batch()
     digests = _digests(items, pairs.settings, pairs.metrics)
     stored = reuse.find_done(pairs.settings, list(digests.values()), rescore_before=rescore_before)
     pending: set[Future] = set()
-    for work in sorted(items, key=lambda w: -pairs.rounds(w)):
+    for index, work in enumerate(sorted(items, key=lambda w: -pairs.rounds(w))):
         digest = digests.get((work.trace_id, work.metric))
         if digest in stored:
             writer.add([outcomes.copied(work, stored[digest], pairs.threshold(work), pairs.flow_run_id, digest)])
             continue
-        pending.add(loop.submit(pairs.score, work, digest, (-pairs.rounds(work), order)))
+        pending.add(loop.submit(pairs.score, work, digest, pairs.priority(work, index)))
     return pending
 
 
@@ -387,7 +414,7 @@ def _score_batch(items: list[TraceWork], settings: Settings, owner: str, judge: 
     batch_log.info("scoring %d pair(s) of %d trace(s)", len(items), len({w.trace_id for w in items}))
     pairs = PairRun(settings, build_metrics(settings, judge), owner=owner, flow_run_id=flow_run_id,
                     retry_delays=list(retry_delays or []), deadline=deadline, budget=budget,
-                    claimed_at=claimed_at, slots=settings.max_concurrency + judge.queue_ahead)
+                    claimed_at=claimed_at)
     writer = BatchWriter(settings, owner, rescore_before)
     writer.written.extend(outcomes.taken_over(w)[1] for w in lost)
     pending = _submit_pairs(pairs, items, writer, rescore_before)

@@ -114,9 +114,8 @@ def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: s
                   judge) -> dict[str, int]:
     metrics = build_metrics(candidate, judge)
     loop = judge_loop()
-    admitted = candidate.max_concurrency + judge.queue_ahead
-    futures = {
-        loop.submit(loop.bounded, admitted, judge_pair, p.work, candidate, metrics, flow_run_id=shadow_run_id,
+    futures = {  # every pair at once: their calls wait for the judge's bound
+        loop.submit(judge_pair, p.work, candidate, metrics, flow_run_id=shadow_run_id,
                     retry_delays=list(retry_delays)): p
         for p in pairs
     }

@@ -63,7 +63,8 @@ def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callabl
 
         freeze_heap()
     try:
-        with entered(settings, judge=judge), watched_run(title, ui_url=ui_url_without_import(settings)):
+        with entered(settings, judge=judge) as entry, \
+                watched_run(title, entry.stop, ui_url=ui_url_without_import(settings)):
             return call()
     except KeyboardInterrupt:  # a second Ctrl-C: quit now
         typer.echo("quit: judge calls in flight are lost; the next run takes this run's claims over", err=True)

@@ -103,17 +103,13 @@ class Judge(Protocol):
 
     Optional capabilities, declared by every judge (:class:`JudgeBase` gives
     the defaults): ``start()`` starts what the judge needs before its first
-    call (worker processes) without waiting for it; ``close()`` releases it;
-    ``queue_ahead`` is how many calls a caller may hand over beyond the
-    judge's bound on calls in flight (the judge holds them prepared and starts
-    one the moment a call in flight ends; it never has more than its bound in
-    flight either way)."""
+    call (worker processes) without waiting for it; ``close()`` releases it.
+    A caller may hand over as many calls as it likes: they wait for the
+    judge's bound in the order of their
+    :data:`~judgeflow.judge.wire_slots.call_priority`."""
 
     @property
     def model(self) -> str: ...
-
-    @property
-    def queue_ahead(self) -> int: ...
 
     def start(self) -> None: ...
 
@@ -125,9 +121,7 @@ class Judge(Protocol):
 
 
 class JudgeBase:
-    """The capabilities' defaults: nothing to start or close, no calls queued ahead."""
-
-    queue_ahead: int = 0
+    """The capabilities' defaults: nothing to start or close."""
 
     def start(self) -> None:
         """Nothing to start."""
@@ -137,6 +131,7 @@ class JudgeBase:
 
 
 def queue_ahead_for(max_concurrency: int) -> int:
-    """The ``queue_ahead`` of a judge that holds calls prepared behind a bound of
-    ``max_concurrency``: a quarter as many again, at least one."""
+    """Calls a judge worker holds prepared behind its bound of
+    ``max_concurrency`` (:meth:`judgeflow.judge.config.JudgeConfig.dispatch_bound`):
+    a quarter as many again, at least one."""
     return max(1, max_concurrency // 4)

@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from judgeflow.judge.base import queue_ahead_for
+
 if TYPE_CHECKING:
     from judgeflow.settings import Settings
 
@@ -106,3 +108,10 @@ class JudgeConfig:
         total = self.max_concurrency
         return [replace(self, max_concurrency=total // n + (1 if i < total % n else 0), processes=1)
                 for i in range(n)]
+
+    def dispatch_bound(self) -> int:
+        """Calls the run hands to its judge workers at once: each worker's
+        share (:meth:`shares`) plus :func:`~judgeflow.judge.base.queue_ahead_for`
+        that share, which the worker holds prepared so it starts a call the
+        moment one of its own ends. The others wait in the run."""
+        return sum(share.max_concurrency + queue_ahead_for(share.max_concurrency) for share in self.shares())

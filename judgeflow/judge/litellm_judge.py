@@ -40,17 +40,18 @@ Behaviour, decided here once for every metric:
 * **Concurrency.** One :class:`~judgeflow.judge.wire_slots.CallSlots` of
   ``max_concurrency`` owned by the instance bounds HTTP attempts in flight;
   it is held only during an attempt, never during backoff sleeps, and a freed
-  slot goes to the longest waiter at once. On an OpenAI-compatible model
+  slot goes at once to the waiting call of the lowest priority
+  (:data:`~judgeflow.judge.wire_slots.call_priority`, set by the caller), then
+  the longest waiter. On an OpenAI-compatible model
   through litellm's own HTTP handler and aiohttp transport (the defaults,
   :func:`_wire_bound`), the slot is held **on the wire only**: from the
   request's send to its reply's last byte (a
   :class:`~judgeflow.judge.wire_slots.WireSlotTransport` under a client passed
   to litellm), so litellm's own CPU per call (building the request and
-  parsing the reply) overlaps other calls' wire time instead of idling a slot.
+  parsing the reply) overlaps other calls' wire time instead of idling a slot,
+  and calls waiting for a slot wait prepared.
   Elsewhere (the OpenAI SDK path, other providers) the slot is held around
   the whole litellm call, as litellm builds those clients itself.
-  :attr:`LiteLLMJudge.queue_ahead` tells the run how many calls it may hand
-  over beyond the bound, so one is ready whenever a slot frees.
 * **The send gate.** Once an attempt holds its slot, and before it is sent,
   the caller's gate is asked (:func:`judgeflow.judge.send_gate.may_send`):
   a call whose pair the run no longer owns is not sent and not billed
@@ -93,7 +94,7 @@ from litellm.secret_managers.main import get_secret_bool  # noqa: E402
 from pydantic import BaseModel  # noqa: E402
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
-from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, queue_ahead_for  # noqa: E402
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest  # noqa: E402
 from judgeflow.judge.send_gate import may_send, watched_attempt  # noqa: E402
 from judgeflow.judge.spend import CallSpend  # noqa: E402
 from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started  # noqa: E402
@@ -473,13 +474,6 @@ class LiteLLMJudge(JudgeBase):
     @property
     def api_base(self) -> str | None:
         return self._api_base
-
-    @property
-    def queue_ahead(self) -> int:
-        """Calls a caller may hand over beyond ``max_concurrency`` (see
-        :func:`judgeflow.judge.base.queue_ahead`): they wait for a slot here,
-        prepared, and the judge never sees more than ``max_concurrency``."""
-        return queue_ahead_for(self.max_concurrency)
 
     def __repr__(self) -> str:  # never shows the key, nor credentials inside the base URL
         base = scrub_url(self._api_base) if self._api_base else None

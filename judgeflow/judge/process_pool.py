@@ -18,9 +18,16 @@ import once, not once per worker.
 Behaviour:
 
 * **One bound.** ``max_concurrency`` is split between the workers
-  (:meth:`~judgeflow.judge.config.JudgeConfig.shares`), each enforcing its share, so the run never has more
-  calls in flight than with one process; a call goes to the worker with the
-  fewest outstanding.
+  (:meth:`~judgeflow.judge.config.JudgeConfig.shares`, the one split), each
+  worker's judge holding its share on the wire, so the run never has more
+  calls in flight than with one process. The run hands a worker its share
+  plus a few calls it holds prepared
+  (:meth:`~judgeflow.judge.config.JudgeConfig.dispatch_bound`), with slots of
+  the same :class:`~judgeflow.judge.wire_slots.CallSlots` the judges hold: the
+  other calls wait in the run, in the run's priority order, and the run's
+  send gate (its claims, its spend budget) is asked as a call takes its slot,
+  not when the pair starts. A call goes to the worker with the fewest
+  outstanding, with its priority.
 * **Same errors, same retries.** Each worker's adapter retries transient
   errors as in-process; what it finally raises crosses back as the same
   :mod:`judgeflow.errors` class with its attributes.
@@ -52,9 +59,10 @@ from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any, Callable
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, Usage, queue_ahead_for
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, Usage
 from judgeflow.judge.send_gate import fresh_until, may_send
 from judgeflow.judge.spend import with_earlier_attempts, with_earlier_usage
+from judgeflow.judge.wire_slots import CallSlots, call_priority
 from judgeflow.judge.worker import HELLO, decode_error, encode_error, serve
 
 if TYPE_CHECKING:
@@ -288,6 +296,8 @@ class JudgeProcessPool(JudgeBase):
         self._model = config.model
         self.max_concurrency = config.max_concurrency
         self._workers = [_Worker(i, share, target) for i, share in enumerate(config.shares())]
+        # the calls handed to the workers (the module doc); each worker's judge bounds its share on the wire
+        self._slots = CallSlots(config.dispatch_bound())
         self._ids = itertools.count()
         self._dispatch_lock = threading.Lock()
         # per event loop: the calls made in its current turn, sent by _flush
@@ -303,14 +313,6 @@ class JudgeProcessPool(JudgeBase):
     @property
     def processes(self) -> int:
         return len(self._workers)
-
-    @property
-    def queue_ahead(self) -> int:
-        """Calls beyond ``max_concurrency`` a run may hand over
-        (:func:`judgeflow.judge.base.queue_ahead`): they go to the workers with
-        the fewest outstanding, whose judges hold them until a slot of their
-        share frees."""
-        return queue_ahead_for(self.max_concurrency)
 
     def worker_pids(self) -> list[int | None]:
         return [w.pid for w in self._workers]
@@ -366,45 +368,57 @@ class JudgeProcessPool(JudgeBase):
             self.start()
 
     def complete(self, request: JudgeRequest) -> JudgeReply:
+        """:meth:`acomplete` for a thread without an event loop: it waits for
+        one of the same slots."""
         self._check_open()
-        future: Future = Future()
-        with self._dispatch_lock:
-            worker = self._least_busy()
-            call_id = next(self._ids)
-        worker.send([(call_id, (request, fresh_until()), (None, future))])
-        return future.result()
+        self._slots.acquire()
+        try:
+            future: Future = Future()
+            with self._dispatch_lock:
+                worker = self._least_busy()
+                call_id = next(self._ids)
+            worker.send([(call_id, (request, fresh_until(), call_priority.get()), (None, future))])
+            return future.result()
+        finally:
+            self._slots.release()
 
     async def acomplete(self, request: JudgeRequest) -> JudgeReply:
-        """The call, sent to a worker only once the caller's send gate lets it
-        leave the run's process (:mod:`judgeflow.judge.send_gate`). It goes
-        with the time its claims are fresh until; a worker that would send an
-        attempt past it hands the call back, and the gate here decides again.
-        A gate that confirms the call without its freshness moving past now
-        (the run's lease could not be renewed) leaves a worker no time to send
-        it in: the call fails as transient, and its pair is tried again later."""
+        """The call, handed to a worker once it holds one of the pool's slots
+        (the module doc) and the caller's send gate lets it leave the run's
+        process (:mod:`judgeflow.judge.send_gate`). It goes with the time its
+        claims are fresh until; a worker that would send an attempt past it
+        hands the call back, and it waits for a slot and the gate again. A gate
+        that confirms the call without its freshness moving past now (the run's
+        lease could not be renewed) leaves a worker no time to send it in: the
+        call fails as transient, and its pair is tried again later."""
         billed = Usage()  # what attempts handed back unfinished have cost
+        priority = call_priority.get()
         while True:
-            if not await may_send():
-                withheld = CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair")
-                withheld.billed = billed
-                raise withheld
-            fresh = fresh_until()
-            if fresh <= time.monotonic():
-                unsent = TransientJudgeError(f"judge {self._model}: not sent, the run's claims could not be "
-                                             "renewed to hand the call to a judge worker")
-                unsent.billed = billed
-                raise unsent
+            await self._slots.acquire_async(priority)
             try:
-                reply = await self._dispatch(request, fresh)
-            except CallWithheld as handed_back:
-                billed.add_billed(handed_back)
-                continue
-            except JudgeError as error:
-                error.billed = with_earlier_usage(getattr(error, "billed", None), billed)
-                raise
+                if not await may_send():
+                    withheld = CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair")
+                    withheld.billed = billed
+                    raise withheld
+                fresh = fresh_until()
+                if fresh <= time.monotonic():
+                    unsent = TransientJudgeError(f"judge {self._model}: not sent, the run's claims could not be "
+                                                 "renewed to hand the call to a judge worker")
+                    unsent.billed = billed
+                    raise unsent
+                try:
+                    reply = await self._dispatch(request, fresh, priority)
+                except CallWithheld as handed_back:
+                    billed.add_billed(handed_back)
+                    continue
+                except JudgeError as error:
+                    error.billed = with_earlier_usage(getattr(error, "billed", None), billed)
+                    raise
+            finally:
+                self._slots.release()
             return with_earlier_attempts(reply, billed)
 
-    async def _dispatch(self, request: JudgeRequest, fresh: float) -> JudgeReply:
+    async def _dispatch(self, request: JudgeRequest, fresh: float, priority: tuple) -> JudgeReply:
         """The calls a loop makes in one turn go to the workers together: one
         message per worker, sent once the turn's other callbacks have run."""
         self._check_open()
@@ -417,7 +431,7 @@ class JudgeProcessPool(JudgeBase):
             first = outbox is None
             if first:
                 outbox = self._outboxes[loop] = []
-            outbox.append((worker, next(self._ids), (request, fresh), future))
+            outbox.append((worker, next(self._ids), (request, fresh, priority), future))
         if first:
             loop.call_soon(self._flush, loop)
         return await future

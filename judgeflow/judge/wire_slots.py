@@ -1,10 +1,30 @@
-"""The bound on judge calls in flight, and an HTTP transport that holds it only on the wire.
+"""The one bound on judge calls in flight, and an HTTP transport that holds it only on the wire.
 
 :class:`CallSlots` is a counting semaphore shared by event loops
 (:meth:`CallSlots.acquire_async`; :meth:`CallSlots.acquire` for a thread).
-A freed slot is handed to the longest waiter at once, whichever thread or
-loop it waits on: no polling, so a call waiting for a slot starts the moment
-another ends.
+A freed slot is handed at once, whichever thread or loop it waits on (no
+polling), to the waiter with the lowest **priority**, then the longest
+waiter. A caller's priority is :data:`call_priority`, a context variable: the
+run sets it around each pair (tasks/scoring.py: the pair with the longest
+chain of judge calls first, then the oldest batch, then the pair started
+first), so every call the pair makes, and every retry, waits in that order
+wherever it waits. Which slots a call takes:
+
+* a judge in the run's process: one :class:`CallSlots` of ``max_concurrency``,
+  held by each attempt while it is on the wire (:class:`WireSlotTransport`);
+* judge worker processes (judgeflow/judge/process_pool.py): each worker's judge
+  holds its share of ``max_concurrency`` (:meth:`judgeflow.judge.config.JudgeConfig.shares`,
+  the one split) the same way, and the run holds one :class:`CallSlots` per
+  pool for the calls it has handed to the workers: their shares plus the
+  few each holds prepared (:meth:`~judgeflow.judge.config.JudgeConfig.dispatch_bound`,
+  derived from the shares). It is the same bound seen from the run: a
+  worker's slots are in another process, and the run must decide before a
+  call leaves it whether it may still go (its send gate) and which waiting
+  call goes first; without it, every call of the run's batches would be
+  handed to the workers at once, past the gate, out of order.
+
+Nothing else bounds the run's judge calls: a pair is not admitted by a limit
+of its own; its calls wait here.
 
 :class:`WireSlotTransport` wraps an ``httpx`` async transport so a request
 holds a slot from the moment it is sent until its response body is read or
@@ -25,24 +45,43 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import heapq
+import itertools
 import threading
 import time
-from collections import deque
 from typing import Any, AsyncIterator
 
 import httpx
 
 from judgeflow.judge.send_gate import may_send
 
-__all__ = ["CallSlots", "SendRefused", "WireSlotTransport", "wire_started"]
+__all__ = ["CallSlots", "SendRefused", "WireSlotTransport", "call_priority", "wire_started"]
 
 
 class SendRefused(httpx.TransportError):
     """The send gate refused a request: it never left the process."""
 
 
+# The priority of the calls made in this context: lower goes first; any
+# tuple (the empty tuple, for callers that set none, goes before every other).
+call_priority: contextvars.ContextVar[tuple] = contextvars.ContextVar("call_priority", default=())
+
+
+class _Waiter:
+    """One waiter: a thread's event, or a coroutine's (loop, future)."""
+
+    __slots__ = ("key", "wake", "gone")
+
+    def __init__(self, key: tuple, wake: Any) -> None:
+        self.key, self.wake, self.gone = key, wake, False
+
+    def __lt__(self, other: "_Waiter") -> bool:
+        return self.key < other.key
+
+
 class CallSlots:
-    """``size`` slots, first come first served across threads and event loops."""
+    """``size`` slots across threads and event loops, handed out by priority
+    (:data:`call_priority`), then first come first served."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -50,17 +89,26 @@ class CallSlots:
         self.size = size
         self._lock = threading.Lock()
         self._free = size
-        # each waiter: a threading.Event (a thread) or (loop, future) (a coroutine)
-        self._waiters: deque[Any] = deque()
+        self._waiters: list[_Waiter] = []  # a heap; a cancelled waiter stays in it, marked gone
+        self._waiting = 0  # waiters not gone
+        self._arrivals = itertools.count()
 
     def _take(self) -> bool:
         """A free slot, if one is free and nobody waits for it (the caller holds the lock)."""
-        if self._free and not self._waiters:
+        if self._free and not self._waiting:
             self._free -= 1
             return True
         return False
 
-    def acquire(self, blocking: bool = True) -> bool:
+    def _queue(self, priority: tuple | None, wake: Any) -> _Waiter:
+        """Queue a waiter (the caller holds the lock)."""
+        key = (call_priority.get() if priority is None else priority, next(self._arrivals))
+        waiter = _Waiter(key, wake)
+        heapq.heappush(self._waiters, waiter)
+        self._waiting += 1
+        return waiter
+
+    def acquire(self, blocking: bool = True, priority: tuple | None = None) -> bool:
         """A slot for this thread: waits for one, or with ``blocking=False``
         returns False at once when none is free."""
         with self._lock:
@@ -69,29 +117,40 @@ class CallSlots:
             if not blocking:
                 return False
             event = threading.Event()
-            self._waiters.append(event)
+            self._queue(priority, event)
         event.wait()
         return True
 
-    async def acquire_async(self) -> None:
+    async def acquire_async(self, priority: tuple | None = None) -> None:
+        """A slot for this coroutine, in the order of ``priority`` (default:
+        the context's :data:`call_priority`)."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._take():
                 return
-            waiter = (loop, loop.create_future())
-            self._waiters.append(waiter)
+            future = loop.create_future()
+            waiter = self._queue(priority, (loop, future))
         try:
-            await waiter[1]
+            await future
         except asyncio.CancelledError:
             with self._lock:
-                try:
-                    self._waiters.remove(waiter)
-                    handed = False
-                except ValueError:  # release() had already handed it the slot
-                    handed = True
+                handed = waiter.gone  # release() took it off the queue: the slot is this waiter's
+                if not handed:
+                    waiter.gone = True
+                    self._waiting -= 1
             if handed:
                 self.release()
             raise
+
+    def _next_waiter(self) -> _Waiter | None:
+        """The first waiter not gone, taken off the queue (the caller holds the lock)."""
+        while self._waiters:
+            waiter = heapq.heappop(self._waiters)
+            if not waiter.gone:
+                waiter.gone = True
+                self._waiting -= 1
+                return waiter
+        return None
 
     def release(self) -> bool:
         """Give the slot back; True when it went to a coroutine waiting on the
@@ -99,16 +158,16 @@ class CallSlots:
         goes on the wire at once)."""
         while True:
             with self._lock:
-                if not self._waiters:
+                waiter = self._next_waiter()
+                if waiter is None:
                     if self._free >= self.size:
                         raise ValueError("CallSlots released more often than acquired")
                     self._free += 1
                     return False
-                waiter = self._waiters.popleft()
-            if isinstance(waiter, threading.Event):
-                waiter.set()
+            if isinstance(waiter.wake, threading.Event):
+                waiter.wake.set()
                 return False
-            loop, future = waiter
+            loop, future = waiter.wake
             if loop is _running_loop():
                 _hand_over(future)  # its task is scheduled now, not after another turn of the loop
                 return True

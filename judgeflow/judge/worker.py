@@ -3,8 +3,9 @@ on one event loop, answering the calls its run sends over
 :mod:`multiprocessing` pipes.
 
 The run (:class:`~judgeflow.judge.process_pool.JudgeProcessPool`) sends lists
-of ``(call id, JudgeRequest)``: the calls it prepared in one turn of its own
-loop. The worker answers with lists of ``(call id, True, JudgeReply)`` or
+of ``(call id, (JudgeRequest, fresh until, priority))``: the calls it prepared
+in one turn of its own loop, each with the time its send gate is fresh until
+and its place in the queue for a slot (:data:`~judgeflow.judge.wire_slots.call_priority`). The worker answers with lists of ``(call id, True, JudgeReply)`` or
 ``(call id, False, encoded error)``, after a first ``[(HELLO, True, pid)]``:
 the replies finished in one turn of its event loop go back as one message
 (one pipe write and one wake-up of the reader on the other side instead of one
@@ -29,6 +30,7 @@ from judgeflow import errors
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import Usage
 from judgeflow.judge.send_gate import FreshUntil, send_gate
+from judgeflow.judge.wire_slots import call_priority
 from judgeflow.heap import freeze_heap
 
 HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
@@ -104,10 +106,11 @@ class _Answering:
         except OSError:  # the run is gone: EOF on the request pipe ends this worker
             pass
 
-    async def _answer(self, call_id: int, request, fresh: float) -> None:
+    async def _answer(self, call_id: int, request, fresh: float, priority: tuple) -> None:
         # the run's claims are fresh until ``fresh``: past it, an attempt is
         # not sent here but the call handed back to the run (judge/send_gate.py)
         send_gate.set(FreshUntil(fresh))
+        call_priority.set(priority)  # its place among this worker's calls waiting for a slot
         try:
             reply = await self.judge.acomplete(request)
         except BaseException as exc:  # everything goes back to the caller
@@ -137,6 +140,6 @@ class _Answering:
         # first batch) goes out as each is prepared, instead of each waiting
         # for litellm to prepare every other one first
         while True:
-            call_id, (request, fresh) = await self.arrived.get()
-            self.loop.create_task(self._answer(call_id, request, fresh))
+            call_id, (request, fresh, priority) = await self.arrived.get()
+            self.loop.create_task(self._answer(call_id, request, fresh, priority))
             await asyncio.sleep(0)

@@ -40,14 +40,13 @@ def run_shadow(
     from judgeflow.entry import entered
     from judgeflow.prefect_server import ui_url_without_import
     from judgeflow.run_console import EXIT_STOPPED, watched_run
-    from judgeflow.run_progress import stop_requested
 
     use_prefect(settings)
     # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)
-    with entered(settings), watched_run("shadow", ui_url=ui_url_without_import(settings)):
+    with entered(settings) as entry, watched_run("shadow", entry.stop, ui_url=ui_url_without_import(settings)):
         report = shadow_score(since=start, judge_model=judge_model, metrics=chosen,
                               segment_by=segment_by, per_segment=size, seed=seed)
-        stopped = stop_requested()
+        stopped = entry.stop.requested()
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else report.render_text())
     if stopped:
         raise typer.Exit(EXIT_STOPPED)

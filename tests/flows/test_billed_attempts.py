@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from judgeflow.flows.scoring import score_new_traces
-from judgeflow.judge.base import queue_ahead_for
+from judgeflow.judge.config import JudgeConfig
 from tests.support.traces import insert_traces, results
 
 PRICES = (100.0, 200.0)  # USD per million prompt / completion tokens: the server's and judgeflow's
@@ -53,14 +53,15 @@ def test_recorded_spend_matches_what_a_stalling_judge_billed(prefect_server, jud
 def test_a_budget_overruns_by_at_most_its_documented_bound_at_64_in_flight(
     prefect_server, judgeflow_env, db, stalling_judge, monkeypatch
 ):
-    """docs/running.md: spend <= budget + (max_concurrency + queue_ahead) x
-    (judge_max_retries + 1) x one attempt of the costliest pair."""
+    """docs/running.md: spend <= budget + (pairs started) x (judge_max_retries
+    + 1) x one attempt of the costliest pair, where with judge processes the
+    pairs started are at most the calls the run hands its workers."""
     monkeypatch.setenv("JUDGEFLOW_TASK_RETRIES", "0")
     insert_traces(db, _traces(300))
     budget = 0.6  # a fraction of what the 300 pairs cost
 
     summary = score_new_traces(evaluate_alerts=False, budget_usd=budget, max_concurrency=64,
-                               metrics=["hallucination"], batch_size=50)
+                               metrics=["hallucination"], batch_size=50, judge_processes=2)
 
     assert summary.budget_exhausted
     stored = results(db)
@@ -68,7 +69,8 @@ def test_a_budget_overruns_by_at_most_its_documented_bound_at_64_in_flight(
     # one attempt of the costliest pair: hallucination makes one call per pair
     per_request = [stalling_judge.bill_of(req) for req in stalling_judge.requests]
     one_attempt = max(per_request)
-    bound = budget + (64 + queue_ahead_for(64)) * (2 + 1) * one_attempt
+    started = JudgeConfig("any", max_concurrency=64, processes=2).dispatch_bound()
+    bound = budget + started * (2 + 1) * one_attempt
     assert stalling_judge.billed_usd <= bound, (stalling_judge.billed_usd, bound)
     assert summary.budget_spent_usd <= bound
     # and what was recorded is what was billed, within the estimates' error

@@ -73,7 +73,7 @@ def test_a_batch_judges_its_longest_chains_of_calls_first(run, db, judge_server)
 
 @pytest.mark.parametrize("judge_processes", [1, 2], ids=["in-process", "2procs"])
 def test_calls_queued_ahead_never_exceed_max_concurrency_at_the_judge(run, db, judge_server, judge_processes):
-    # the run admits max_concurrency pairs plus the judge's queue_ahead; the judge
+    # every pair starts and its calls wait for the judge's slots; the judge
     # holds the extra calls until a slot frees (on the wire only, by default)
     judge_server.latency_mean_s = 0.05
     rows, expected = zip(*(scripted_trace(i) for i in range(60)))

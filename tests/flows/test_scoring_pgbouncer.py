@@ -106,8 +106,8 @@ def test_a_run_frozen_past_its_lease_behind_a_transaction_pool_judges_none_of_th
     judge_processes, prefect_server, judgeflow_env, database_url, db, judge_server, pgbouncer_transaction
 ):
     """Run A claims every pair in one batch and queues them all for the judge
-    (one call in flight, held by the judge server; the call its adapter
-    prepares ahead of a free slot waiting behind it); it is frozen (SIGSTOP)
+    (one call in flight, held by the judge server; the others waiting for
+    the judge's slot behind it); it is frozen (SIGSTOP)
     past its lease while run B takes every pair over and scores it; then it
     goes on. On resume A's lease has not been renewed within its lifetime, so
     each call it would send asks the database first (the send gate,

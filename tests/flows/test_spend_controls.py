@@ -305,7 +305,7 @@ def test_a_budget_holds_with_retries_to_the_documented_bound(run, db, judge_serv
         + max(usd for t, step, usd, *_ in billed.billed if t == trace and step == "Opinions")
         for trace in {t for t, *_ in billed.billed}
     )
-    slots = 1 + 1  # max_concurrency + the judge's queue_ahead
+    slots = 1 + 1  # pairs started: the call on the wire, and the one prepared behind it (docs/running.md)
     assert billed.counted() <= budget + slots * one_attempt
     with db.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims")).scalar_one() == 0

@@ -15,6 +15,7 @@ import pytest
 
 from judgeflow.errors import JudgeflowError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import Judge, JudgeReply, JudgeRequest
+from judgeflow.judge.wire_slots import call_priority
 from judgeflow.judge.litellm_judge import (
     RETRY_AFTER_MAX_S,
     LiteLLMJudge,
@@ -358,18 +359,38 @@ async def test_acomplete_retries_and_respects_the_bound(server):
 
 
 async def test_the_bound_holds_only_on_the_wire_on_the_default_path(server, monkeypatch):
-    """Calls handed over beyond the bound (queue_ahead) wait prepared: the judge
-    sees exactly max_concurrency at once, and a call's latency is its own wire
+    """Calls handed over beyond the bound wait prepared: the judge sees
+    exactly max_concurrency at once, and a call's latency is its own wire
     time, not its wait for a slot."""
     server.latency_mean_s = 0.25
     judge = make_judge(server, max_concurrency=2)
-    assert judge.queue_ahead >= 1
     replies = await asyncio.gather(*(judge.acomplete(opinions_request()) for _ in range(6)))
     assert server.calls() == 6 and server.max_in_flight == 2
     assert len(judge._wire_clients) == 1  # litellm was given the slot-holding client
     # the last two calls waited ~0.5 s for a slot; their latency is still one call's
     assert all(0.2 <= reply.latency_s < 0.45 for reply in replies), [r.latency_s for r in replies]
     assert judge._slots.acquire(blocking=False) and judge._slots.acquire(blocking=False)
+
+
+@both_http_paths
+async def test_calls_waiting_for_a_slot_go_in_their_priority_order(server):
+    """The caller's call_priority decides which waiting call a freed slot goes
+    to (tasks/scoring.py sets it per pair), on either HTTP path."""
+    server.latency_mean_s = 0.05
+    judge = make_judge(server, max_concurrency=1)
+
+    async def call(name: str, priority: tuple) -> None:
+        call_priority.set(priority)
+        await judge.acomplete(opinions_request(f"I think {name} is best."))
+
+    first = asyncio.create_task(call("first", ()))
+    while not server.calls():  # it holds the only slot
+        await asyncio.sleep(0.005)
+    waiting = [asyncio.create_task(call(f"p{rank}", (rank,))) for rank in (4, 2, 5, 1, 3)]
+    await asyncio.gather(first, *waiting)
+
+    sent = [req.data["output"] for req in server.requests]
+    assert sent == [f"I think {name} is best." for name in ("first", "p1", "p2", "p3", "p4", "p5")], sent
 
 
 async def test_the_sdk_path_holds_the_slot_around_the_whole_call(server, monkeypatch):
@@ -458,7 +479,6 @@ def test_the_factory_builds_the_configured_judge(server):
     try:
         assert isinstance(judge, LiteLLMJudge)
         assert judge.model == MODEL and judge.max_concurrency == 3 and judge.max_retries == 1
-        assert judge.queue_ahead == 1  # a quarter of the bound, at least one
         assert Opinions.model_validate_json(judge.complete(opinions_request()).content)
         assert {k.lower(): v for k, v in server.requests[0].headers.items()}["authorization"] == f"Bearer {API_KEY}"
     finally:

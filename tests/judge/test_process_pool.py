@@ -18,6 +18,7 @@ from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError, Transi
 from judgeflow.judge.config import JudgeConfig
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.process_pool import JudgeProcessPool, decode_error, encode_error
+from judgeflow.judge.wire_slots import call_priority
 from judgeflow.settings import Settings
 from tests.judge.test_litellm_judge import API_KEY, MODEL, opinions_request
 from tests.support.judge_server import JudgeServer, error_reply, json_reply
@@ -66,6 +67,11 @@ def _wait_gone(pid: int, timeout: float = 15.0) -> bool:
 def test_max_concurrency_is_shared_between_workers_never_exceeded(total, processes, shares):
     assert [c.max_concurrency for c in JudgeConfig(MODEL, max_concurrency=total, processes=processes).shares()] == shares
     assert sum(shares) == total
+
+
+@pytest.mark.parametrize("total, processes, handed", [(64, 2, 80), (6, 4, 10), (4, 2, 6), (5, 1, 6)])
+def test_the_run_hands_each_worker_its_share_and_a_quarter_more(total, processes, handed):
+    assert JudgeConfig(MODEL, max_concurrency=total, processes=processes).dispatch_bound() == handed
 
 
 def test_judge_errors_cross_the_process_boundary_with_their_attributes():
@@ -127,6 +133,38 @@ def test_calls_are_answered_by_two_workers_within_the_shared_bound(pooled):
     assert all(n >= 10 for n in per_worker), per_worker
     assert server.calls("Opinions") == 40
     assert server.max_in_flight == 4  # the bound is the run's, not each worker's
+
+
+def test_the_run_holds_back_what_the_workers_cannot_start_and_hands_it_over_by_priority(pooled):
+    """4 in flight over 2 workers: the run hands them 6 calls (each worker's
+    share and one prepared); the others wait in the run, and go out in the
+    order of their call_priority."""
+    server, pool = pooled
+    server.latency_mean_s = 0.5
+    before = sum(pool.calls_per_worker())
+    handed: list[int] = []
+
+    async def call(name: str, priority: tuple) -> None:
+        call_priority.set(priority)
+        await pool.acomplete(opinions_request(f"I think {name} is best."))
+
+    async def all_calls():
+        calls = [asyncio.create_task(call(f"filler{i}", ())) for i in range(6)]
+        calls += [asyncio.create_task(call(f"p{rank}", (rank,))) for rank in (7, 3, 8, 1, 5, 2, 6, 4)]
+        while server.calls() < 4:  # the first calls are on the wire, none answered yet
+            await asyncio.sleep(0.01)
+        handed.append(sum(pool.calls_per_worker()) - before)
+        await asyncio.gather(*calls)
+
+    asyncio.run(all_calls())
+
+    assert handed == [6]
+    assert server.max_in_flight == 4 and server.calls() == 14
+    sent = [req.data["output"] for req in server.requests]
+    rank = {f"I think p{r} is best.": r for r in range(1, 9)}
+    ranks = [rank[output] for output in sent if output in rank]
+    # the two workers take turns: neighbours may swap, the order holds
+    assert set(ranks[:3]) <= {1, 2, 3, 4} and set(ranks[-3:]) <= {5, 6, 7, 8}, ranks
 
 
 def test_sync_calls_from_many_threads(pooled):
@@ -265,7 +303,6 @@ def test_the_process_count_selects_the_pool_and_closing_it_stops_it(server):
     judge = build_judge(config)
     try:
         assert isinstance(judge, JudgeProcessPool) and judge.processes == 3
-        assert judge.queue_ahead == 1
         in_process = build_judge(pool_settings(server, judge_processes=1))
         assert not isinstance(in_process, JudgeProcessPool)
         in_process.close()

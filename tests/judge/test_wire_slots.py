@@ -9,7 +9,7 @@ import time
 import httpx
 import pytest
 
-from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started
+from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, call_priority, wire_started
 
 
 def test_non_blocking_acquire_and_over_release():
@@ -52,6 +52,60 @@ async def test_a_freed_slot_goes_to_the_longest_waiter_thread_or_coroutine():
     thread.join(5)
     assert order == ["thread", "coroutine"]
     assert slots.acquire(blocking=False)  # every slot came back
+
+
+async def test_a_freed_slot_goes_to_the_lowest_priority_then_the_earliest():
+    slots = CallSlots(1)
+    await slots.acquire_async()
+    order: list[str] = []
+
+    async def wait(name: str, priority: tuple) -> None:
+        call_priority.set(priority)  # this task's context only
+        await slots.acquire_async()
+        order.append(name)
+        slots.release()
+
+    waiters = []
+    for name, priority in [("single-1", (-1,)), ("chain-1", (-3,)), ("single-2", (-1,)), ("chain-2", (-3,)),
+                           ("middle", (-2,))]:
+        waiters.append(asyncio.create_task(wait(name, priority)))
+        await asyncio.sleep(0)  # queued in this order
+    thread = threading.Thread(target=slots.acquire, kwargs={"priority": (-4,)})
+    thread.start()
+    while slots._waiting < 6:  # the thread is queued too
+        await asyncio.sleep(0.001)
+    slots.release()
+    thread.join(5)
+    assert order == [] and not thread.is_alive()  # the thread's priority was lowest: it holds the slot
+    slots.release()
+    await asyncio.gather(*waiters)
+
+    assert order == ["chain-1", "chain-2", "middle", "single-1", "single-2"]
+
+
+async def test_a_cancelled_waiter_neither_takes_nor_loses_a_slot_whatever_its_priority():
+    slots = CallSlots(1)
+    await slots.acquire_async()
+    cancelled = asyncio.create_task(slots.acquire_async((-5,)))
+    later = asyncio.create_task(slots.acquire_async((0,)))
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    slots.release()  # skips the cancelled waiter
+    await asyncio.wait_for(later, 1)
+
+    # handed the slot in the same step it was cancelled: it passes the slot on
+    handed = asyncio.create_task(slots.acquire_async((-1,)))
+    after = asyncio.create_task(slots.acquire_async((0,)))
+    await asyncio.sleep(0)
+    slots.release()
+    handed.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await handed
+    await asyncio.wait_for(after, 1)
+    assert not slots.acquire(blocking=False)  # ``after`` holds the only slot
+    slots.release()
+    assert slots.acquire(blocking=False)
 
 
 async def test_a_waiter_is_woken_without_polling():

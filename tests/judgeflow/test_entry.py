@@ -4,12 +4,13 @@ the environment again; without an entry point it builds them once."""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 
 import pytest
 
-from judgeflow.entry import current_entry, entered, run_settings
+from judgeflow.entry import current_entry, entered, run_settings, stop_requested
 from judgeflow.errors import ConfigError
 from judgeflow.settings import load_settings, with_parameters
 
@@ -73,3 +74,18 @@ def test_a_flow_run_and_its_tasks_see_the_entry_points_settings(clean_env, prefe
 
     with entered(load_settings(max_concurrency=7)):
         assert a_flow() == (7, 7)
+
+
+def test_a_stop_is_asked_of_one_entrys_runs_only():
+    settings = load_settings()
+    assert not stop_requested()  # no entry (a deployment's flow run): nothing asks it to stop
+    with entered(settings) as first:
+        first.stop.request()
+        assert stop_requested()
+        with entered(settings):  # another entry point's runs
+            assert not stop_requested()
+        seen_by_a_task = contextvars.copy_context().run(stop_requested)  # Prefect runs tasks in a copy
+        assert seen_by_a_task
+    assert not stop_requested()
+    with entered(settings):  # the next command starts with no stop asked
+        assert not stop_requested()

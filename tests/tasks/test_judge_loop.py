@@ -1,96 +1,44 @@
-"""The judge loop's slots: the bound, and who gets a freed slot."""
+"""The judge loop: pairs run on it at once, their calls bounded by the judge's slots."""
 
 from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
-from judgeflow.tasks.judge_loop import PrioritySlots, judge_loop
+from judgeflow.judge.wire_slots import CallSlots, call_priority
+from judgeflow.tasks.judge_loop import judge_loop
 from tests.metrics.fakes import ScriptedJudge
 
 
-async def test_a_freed_slot_goes_to_the_lowest_priority_then_the_earliest():
-    slots = PrioritySlots(1)
-    await slots.acquire()
-    order: list[str] = []
-
-    async def wait(name: str, priority: int) -> None:
-        await slots.acquire(priority)
-        order.append(name)
-        slots.release()
-
-    waiters = []
-    for name, priority in [("single-1", -1), ("chain-1", -3), ("single-2", -1), ("chain-2", -3), ("middle", -2)]:
-        waiters.append(asyncio.create_task(wait(name, priority)))
-        await asyncio.sleep(0)  # queued in this order
-    slots.release()
-    await asyncio.gather(*waiters)
-
-    assert order == ["chain-1", "chain-2", "middle", "single-1", "single-2"]
-
-
-async def test_never_more_holders_than_slots_and_every_waiter_served():
-    slots = PrioritySlots(3)
-    holding = peak = 0
-
-    async def hold(priority: int) -> None:
-        nonlocal holding, peak
-        await slots.acquire(priority)
-        holding += 1
-        peak = max(peak, holding)
-        await asyncio.sleep(0.001 * (priority % 3))
-        holding -= 1
-        slots.release()
-
-    await asyncio.gather(*(hold(-(i % 4)) for i in range(40)))
-
-    assert peak == 3
-    await asyncio.wait_for(slots.acquire(), 1)  # all three free again
-    await asyncio.wait_for(slots.acquire(), 1)
-    await asyncio.wait_for(slots.acquire(), 1)
-
-
-async def test_a_cancelled_waiter_neither_takes_nor_loses_a_slot():
-    slots = PrioritySlots(1)
-    await slots.acquire()
-    cancelled = asyncio.create_task(slots.acquire(-5))
-    later = asyncio.create_task(slots.acquire(0))
-    await asyncio.sleep(0)
-    cancelled.cancel()
-    await asyncio.sleep(0)
-    slots.release()  # skips the cancelled waiter
-    await asyncio.wait_for(later, 1)
-
-    # handed the slot in the same step it was cancelled: it passes the slot on
-    handed = asyncio.create_task(slots.acquire())
-    after = asyncio.create_task(slots.acquire())
-    await asyncio.sleep(0)
-    slots.release()
-    handed.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await handed
-    await asyncio.wait_for(after, 1)
-
-
-def test_the_loop_runs_submitted_pairs_within_the_bound():
+def test_pairs_on_the_loop_share_the_judges_slots_in_their_priority_order():
+    """Every pair submitted at once: what bounds them is the slots their calls take."""
     loop = judge_loop()
     assert judge_loop() is loop
+    slots = CallSlots(4)
     running = peak = 0
+    order: list[int] = []
 
-    async def pair() -> int:
+    async def pair(i: int) -> int:
         nonlocal running, peak
-        running += 1
-        peak = max(peak, running)
-        await asyncio.sleep(0.005)
-        running -= 1
+        call_priority.set((-(i % 2), i))  # as PairRun.judge sets it: odd pairs chain more calls
+        await slots.acquire_async()
+        try:
+            running += 1
+            peak = max(peak, running)
+            order.append(i)
+            await asyncio.sleep(0.005)
+            running -= 1
+        finally:
+            slots.release()
         return 1
 
-    futures = [loop.submit(loop.bounded, 4, pair, priority=-(i % 2)) for i in range(30)]
+    futures = [loop.submit(pair, i) for i in range(30)]
     assert sum(f.result(timeout=10) for f in futures) == 30
     assert peak == 4
+    waited = order[4:]  # the first four found a free slot; the others waited for one
+    assert [i for i in waited if i % 2] == sorted(i for i in waited if i % 2)
+    assert max(waited.index(i) for i in waited if i % 2) < min(waited.index(i) for i in waited if i % 2 == 0)
 
 
 def test_toxicity_chains_more_judge_calls_than_hallucination():
