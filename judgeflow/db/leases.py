@@ -397,11 +397,13 @@ class LeaseKeeper:
         holds its claims by lease from now on; the lock is left where it is
         (unlocking works only from the backend that holds it, which belongs to
         another client now) and goes when the pooler closes that connection."""
+        # the key goes before the mode is published: a reader that sees the
+        # transaction pool sees no run key with it
+        self.owner_key, self._locked = None, False
         self.pooling = Pooling(TRANSACTION, f"the run lock taken on backend {holder} was not on this "
                                             f"connection's backend {mine} at its next transaction")
         log.warning("run %s: database connection is a %s (%s); %s", self._owner, self.pooling.mode,
                     self.pooling.evidence, self.pooling.consequence)
-        self.owner_key, self._locked = None, False
         self._renew()  # stamps the claims with no key: held by lease alone
 
     def _check_lock(self) -> None:
