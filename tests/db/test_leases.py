@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -48,23 +49,34 @@ def _lease_runs(db, trace_id: str) -> bool:
                             {"t": trace_id}).scalar_one()
 
 
+@contextmanager
+def _run_a(monkeypatch, owner: str):
+    """Run ``owner`` on a 1.5 s lease with its keeper, holding every traces' pair:
+    (settings, keeper, its batch, when it claimed it)."""
+    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "1.5")
+    settings = load_settings()
+    with LeaseKeeper(settings, owner) as keeper:
+        batch = claim_traces.fn(settings, owner, ["toxicity"], 10, owner_key=keeper.owner_key)
+        yield settings, keeper, batch, time.time()
+
+
+def _lapse_while_run_b_takes_tr0000(settings, db) -> None:
+    """With run A's keeper held still (as by SIGSTOP: its lock taken by the
+    caller), its leases run out and run B takes tr-0000 over."""
+    _eventually(lambda: not _lease_runs(db, "tr-0000"), "the lease to run out")
+    taken = claim_traces.fn(settings, "run-b:1", ["toxicity"], 1, owner_key=None)
+    assert [w.trace_id for w in taken.items] == ["tr-0000"]
+
+
 def test_a_keeper_held_still_past_its_lease_has_each_pair_checked_and_renews_what_is_still_its_own(
     traces, db, monkeypatch
 ):
-    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "1.5")
-    settings = load_settings()
     owner = "run-a:1"
-    with LeaseKeeper(settings, owner) as keeper:
-        batch = claim_traces.fn(settings, owner, ["toxicity"], 10, owner_key=keeper.owner_key)
-        claimed_at = time.time()
+    with _run_a(monkeypatch, owner) as (settings, keeper, batch, claimed_at):
         assert len(batch.items) == 3
         assert not claims_at_risk(owner, claimed_at)  # renewed in time: no check, no round trip
-        # the process is held still (as by SIGSTOP): its keeper cannot renew, the leases run out
         with keeper._conn_lock:
-            _eventually(lambda: not _lease_runs(db, "tr-0000"), "the lease to run out")
-            # another run takes one pair over
-            taken = claim_traces.fn(settings, "run-b:1", ["toxicity"], 1, owner_key=None)
-            assert [w.trace_id for w in taken.items] == ["tr-0000"]
+            _lapse_while_run_b_takes_tr0000(settings, db)
             assert claims_at_risk(owner, claimed_at)  # not renewed within its lifetime
         # on resume, before anything is judged: the pair another run took is not the run's, the others are
         mine = asyncio.run(_confirmed(settings, owner, batch.items, claimed_at))
@@ -85,17 +97,12 @@ def test_a_pair_gate_confirmed_after_a_lapse_is_fresh_again_while_the_lease_is_r
     lapsed, a pair the database shows is still the run's counts as claimed
     anew, so its next calls (and a call handed to a judge worker) go out
     unchecked again; a pair another run took stays refused."""
-    monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "1.5")
-    settings = load_settings()
     owner = "run-a:1"
-    with LeaseKeeper(settings, owner) as keeper:
-        batch = claim_traces.fn(settings, owner, ["toxicity"], 10, owner_key=keeper.owner_key)
-        claimed_at = time.time()
+    with _run_a(monkeypatch, owner) as (settings, keeper, batch, claimed_at):
         kept, taken = (PairGate(settings, owner, w, claimed_at) for w in batch.items[1:2] + batch.items[:1])
         assert kept.fresh_until() > time.monotonic()
-        with keeper._conn_lock:  # held still past its lease while another run takes tr-0000 over
-            _eventually(lambda: not _lease_runs(db, "tr-0000"), "the lease to run out")
-            assert [w.trace_id for w in claim_traces.fn(settings, "run-b:1", ["toxicity"], 1).items] == ["tr-0000"]
+        with keeper._conn_lock:
+            _lapse_while_run_b_takes_tr0000(settings, db)
         assert kept.fresh_until() <= time.monotonic() and taken.fresh_until() <= time.monotonic()
         assert asyncio.run(kept.confirm()) and not asyncio.run(taken.confirm())
         assert kept.fresh_until() > time.monotonic()  # the lease renewed by the check: no round trip until stale
