@@ -30,7 +30,7 @@ def main() -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from judgeflow.alerts.notify import _prefect_confirm, _prefect_emit
-    from judgeflow.prefect_server import LocalPrefectServer
+    from judgeflow.infra.prefect_server import LocalPrefectServer
 
     server = LocalPrefectServer(Path(tempfile.mkdtemp(prefix="judgeflow-bench-events-")))
     try:

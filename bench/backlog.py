@@ -58,13 +58,13 @@ class BacklogResult:
 
 
 def _settings(url: str):
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
     return Settings(database_url=url, _env_file=None)
 
 
 def _cursor_at(conninfo: str, position: int):
-    from judgeflow.tasks.work import Cursor
+    from judgeflow.model import Cursor
 
     if position <= 0:
         return None

@@ -53,8 +53,8 @@ def _requests(n: int):
 
 def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency_s: float = 0.2) -> Ceiling:
     from judgeflow.judge.factory import build_judge
-    from judgeflow.judge.process_pool import JudgeProcessPool
-    from judgeflow.settings import Settings
+    from judgeflow.judge.pool.process_pool import JudgeProcessPool
+    from judgeflow.config.settings import Settings
 
     with JudgeProcess(latency_mean=latency_s, latency_jitter=0.05) as judge_server:
         settings = Settings(_env_file=None, judge_model="openai/gpt-4o-mini", judge_api_base=judge_server.url,

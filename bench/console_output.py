@@ -22,7 +22,7 @@ from datetime import timedelta
 import psycopg
 
 from bench.harness import BASE_TIME, PY, JudgeProcess, Stack, load_traces
-from judgeflow.db.source import CREATE_DEFAULT_TABLE
+from judgeflow.sources.table import CREATE_DEFAULT_TABLE
 
 
 def load_repeating(conninfo: str, n: int, distinct: int) -> None:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import psycopg
 
-from judgeflow.db.source import CREATE_DEFAULT_TABLE
+from judgeflow.sources.table import CREATE_DEFAULT_TABLE
 from judgeflow.db.embedded import EmbeddedPostgres
 
 REPO = Path(__file__).resolve().parents[1]

@@ -38,7 +38,7 @@ PAIRS = 50
 
 
 def _settings(url: str, home: Path):
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
     return Settings(database_url=url, home=home, judge_model="offline")
 

@@ -25,9 +25,9 @@ from pathlib import Path
 import psycopg
 from sqlalchemy import create_engine, text
 
-from judgeflow.db.sources.litellm import LiteLLMSource
-from judgeflow.db.sources.phoenix import PhoenixSource
-from judgeflow.db.trace_source import KeyFilter, TraceKey
+from judgeflow.sources.litellm import LiteLLMSource
+from judgeflow.phoenix.source import PhoenixSource
+from judgeflow.sources.trace_source import KeyFilter, TraceKey
 
 NEW = 1000
 BATCH = 500

@@ -35,7 +35,7 @@ from pathlib import Path
 import psycopg
 
 from bench.harness import PY, Stack, parse_summary
-from judgeflow.db.source import CREATE_DEFAULT_TABLE
+from judgeflow.sources.table import CREATE_DEFAULT_TABLE
 
 NEW = 1000
 TABLES = ("llm_traces", "eval_results", "claims", "watermarks", "result_counts")
@@ -126,7 +126,7 @@ def make_data(conninfo: str, n: int) -> float:
 def seed_epochs(url: str) -> None:
     import sqlalchemy as sa
 
-    from judgeflow.epochs import configured, record_epochs
+    from judgeflow.db.epochs import configured, record_epochs
 
     engine = sa.create_engine(url)
     with engine.begin() as conn:
@@ -140,8 +140,8 @@ def before_reads(url: str, conninfo: str) -> tuple[float, dict]:
     import sqlalchemy as sa
 
     from judgeflow.db.pending import count_pending, pending_where
-    from judgeflow.db.source import SourceTable
-    from judgeflow.db.unusable import count_unusable
+    from judgeflow.sources.table import SourceTable
+    from judgeflow.sources.unusable import count_unusable
 
     engine = sa.create_engine(url)
     source = SourceTable.parse("llm_traces")
@@ -214,7 +214,7 @@ def measure(stack: Stack, n: int, *, show_plans: bool) -> dict:
     os.environ.update(JUDGEFLOW_DATABASE_URL=url)
     from judgeflow.db.engine import dispose_engines
     from judgeflow.db.status import work_status
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
 
     work_status(load_settings())  # warm: the engine, the migration check
     t0 = time.perf_counter()

@@ -23,7 +23,7 @@ from pathlib import Path
 import psycopg
 
 from bench.harness import BASE_TIME, JudgeProcess, Stack, run_score, synthetic_output
-from judgeflow.db.source import CREATE_DEFAULT_TABLE
+from judgeflow.sources.table import CREATE_DEFAULT_TABLE
 
 CANNED = [
     ("hi", "Hello! How can I help you today?"),

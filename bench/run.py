@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         if "ceiling" in cases:
             from bench.ceiling import measure
             from judgeflow.judge.factory import judge_process_count
-            from judgeflow.settings import Settings
+            from judgeflow.config.settings import Settings
 
             default = judge_process_count(Settings(_env_file=None))
             ceilings = [measure(n, concurrency=args.peer_concurrency, calls=round(args.peer_traces * 3.5))

@@ -29,7 +29,7 @@ import psycopg
 from bench.harness import (
     PY, JudgeProcess, Stack, calibrate_ms, finish_score, http_json, load_traces, proc_cpu_s, results_check, start_score,
 )
-from judgeflow.run_schedule import default_batch_size
+from judgeflow.run.schedule import default_batch_size
 
 
 def _child_pids(pid: int) -> list[int]:

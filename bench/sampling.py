@@ -47,7 +47,7 @@ from judgeflow.alerts.lifecycle import correct_for_family, decide
 from judgeflow.alerts.rules import all_rules
 from judgeflow.sampling.allocation import Detect, StratumInput, allocate
 from judgeflow.sampling.selection import select
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 # apps by share of traffic and failing rate; "pay" is the 2% app that regresses
 APPS = {"chat": (0.55, 0.010), "search": (0.20, 0.020), "support": (0.10, 0.030), "docs": (0.08, 0.015),

@@ -7,9 +7,9 @@ from datetime import datetime
 from prefect import flow
 
 from judgeflow.flows.scoring import MAX_THREADS, score_traces
-from judgeflow.entry import run_settings
+from judgeflow.run.entry import run_settings
 from judgeflow.tasks.reporting import RunSummary
-from judgeflow.tasks.work import METRIC_NAMES
+from judgeflow.model import METRIC_NAMES
 
 from prefect.task_runners import ThreadPoolTaskRunner
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from judgeflow.calibration import load_labelled, render, table
-from judgeflow.entry import run_settings
+from judgeflow.calibration.labelled import load_labelled, render, table
+from judgeflow.run.entry import run_settings
 from judgeflow.tasks.calibration import judge_labelled_items
 
 REPORT_KEY = "judgeflow-calibration-report"
@@ -16,7 +16,7 @@ TABLE_KEY = "judgeflow-calibration"
 @flow(name="calibrate-judge")
 def calibrate_judge(path: str, budget_usd: float | None = None) -> str:
     """Run the configured judge over the labelled set at ``path`` (JSON Lines,
-    see :mod:`judgeflow.calibration`) and publish its agreement with the labels;
+    see :mod:`judgeflow.calibration.labelled`) and publish its agreement with the labels;
     with ``budget_usd``, pairs that do not fit it are not judged."""
     settings = run_settings()
     items = load_labelled(path)

@@ -5,9 +5,9 @@ continues while earlier batches are scored, so the judge never waits for the
 database.
 
 Flows only wire: every database read/write and judge call happens in a task,
-and which batch goes when is :class:`judgeflow.run_schedule.RunSchedule`'s
+and which batch goes when is :class:`judgeflow.run.schedule.RunSchedule`'s
 decision. The settings come from the entry point that started the run
-(:mod:`judgeflow.entry`), or are built here when the flow run is its own entry
+(:mod:`judgeflow.run.entry`), or are built here when the flow run is its own entry
 point (a deployment); flow parameters carry only non-secret run configuration.
 """
 
@@ -26,16 +26,16 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from judgeflow.budget import RunBudget
+from judgeflow.run.budget import RunBudget
 from judgeflow.db.leases import LeaseKeeper
-from judgeflow.db.trace_source import trace_source
-from judgeflow.db.unusable import describe as describe_unusable
-from judgeflow.entry import run_settings
+from judgeflow.sources.trace_source import trace_source
+from judgeflow.sources.unusable import describe as describe_unusable
+from judgeflow.run.entry import run_settings
 from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
-from judgeflow.run_schedule import BUDGET, DEADLINE, STOPPED, Bounds, RunSchedule, default_batch_size, window_for
-from judgeflow.settings import Settings
-from judgeflow.tasks import reuse
+from judgeflow.run.schedule import BUDGET, DEADLINE, STOPPED, Bounds, RunSchedule, default_batch_size, window_for
+from judgeflow.config.settings import Settings
+from judgeflow.run import reuse
 from judgeflow.tasks.claims import (
     advance_watermark,
     claim_traces,
@@ -56,7 +56,7 @@ from judgeflow.tasks.reporting import (
 from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
-from judgeflow.tasks.work import METRIC_NAMES, ClaimedBatch, Cursor
+from judgeflow.model import METRIC_NAMES, ClaimedBatch, Cursor
 
 # Hard ceiling on max_concurrency (pairs scored at once per process); only
 # guards against a misconfigured parameter.

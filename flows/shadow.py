@@ -9,7 +9,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from judgeflow.entry import run_settings
+from judgeflow.run.entry import run_settings
 from judgeflow.shadow.plan import candidate_settings
 from judgeflow.shadow.report import ShadowReport
 from judgeflow.tasks.database import ensure_schema
@@ -19,7 +19,7 @@ from judgeflow.tasks.shadow import (
     score_shadow_sample,
     select_shadow_sample,
 )
-from judgeflow.tasks.work import METRIC_NAMES
+from judgeflow.model import METRIC_NAMES
 
 
 def _run_name() -> str:

@@ -9,8 +9,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
 from judgeflow.alerts.service import RuleEvaluation, evaluate_rules, render_markdown
-from judgeflow.scrub import scrub
-from judgeflow.settings import Settings
+from judgeflow.config.scrub import scrub
+from judgeflow.config.settings import Settings
 
 log = logging.getLogger("judgeflow.alerts")
 

@@ -8,13 +8,13 @@ from concurrent.futures import ThreadPoolExecutor
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from judgeflow.calibration import METRICS, LabelledItem, MetricReport, build_report
-from judgeflow.calibration_plan import SpendLimit, pair_estimator
+from judgeflow.calibration.labelled import METRICS, LabelledItem, MetricReport, build_report
+from judgeflow.calibration.plan import SpendLimit, pair_estimator
 from judgeflow.errors import JudgeflowError
 from judgeflow.judge.pricing import require_prices
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
-log = logging.getLogger("judgeflow.calibration")
+log = logging.getLogger("judgeflow.calibration.labelled")
 OVER_BUDGET = "not judged: the budget"  # a pair's outcome when it did not fit the budget
 
 

@@ -28,12 +28,12 @@ from judgeflow.db.pairs import Done, claim_keys, failed_keys
 from judgeflow.db.pending import held
 from judgeflow.db.pending_work import count_plan_pending, run_read_plan
 from judgeflow.db.result_counts import compact_result_counts
-from judgeflow.db.source import SAMPLE_SQL
-from judgeflow.db.trace_source import KeyFilter, TraceKey, read_bodies, source_engine, trace_source
+from judgeflow.sources.table import SAMPLE_SQL
+from judgeflow.sources.trace_source import KeyFilter, TraceKey, read_bodies, source_engine, trace_source
 from judgeflow.db.watermark import ReadPlan, advance, plan_reads
 from judgeflow.errors import DatabaseError
-from judgeflow.settings import Settings
-from judgeflow.tasks.work import ClaimedBatch, Cursor, TraceWork
+from judgeflow.config.settings import Settings
+from judgeflow.model import ClaimedBatch, Cursor, TraceWork
 
 log = logging.getLogger("judgeflow.claims")
 
@@ -217,7 +217,7 @@ def claim_traces(
 
     Keys (id and time) are read from the source a page at a time and their
     pairs claimed on judgeflow's database by primary key; then the claimed
-    traces are read by key (judgeflow/db/trace_source.py: a row that cannot be
+    traces are read by key (judgeflow/sources/trace_source.py: a row that cannot be
     read becomes a failed ``invalid_trace`` result, the others are scored).
     With a plan that has a window, failed pairs older than it come first
     (phase "retry", from eval_results), then the window's keys."""

@@ -1,4 +1,4 @@
-"""Recording the judge epoch a scoring run starts (see judgeflow.epochs)."""
+"""Recording the judge epoch a scoring run starts (see judgeflow.db.epochs)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from judgeflow.db.engine import engine_for
-from judgeflow.epochs import configured, record_epochs
-from judgeflow.settings import Settings
+from judgeflow.db.epochs import configured, record_epochs
+from judgeflow.config.settings import Settings
 
-log = logging.getLogger("judgeflow.epochs")
+log = logging.getLogger("judgeflow.db.epochs")
 
 
 @task(name="record-judge-epochs", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)

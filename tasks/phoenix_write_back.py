@@ -1,4 +1,4 @@
-"""Writing scores back to Phoenix (judgeflow/phoenix_outbox.py), after a run has stored its results."""
+"""Writing scores back to Phoenix (judgeflow/phoenix/outbox.py), after a run has stored its results."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from judgeflow.db.engine import engine_for
-from judgeflow.db.sources.identity import result_source
-from judgeflow.phoenix_outbox import Sync, sync_phoenix
-from judgeflow.settings import Settings
+from judgeflow.sources.identity import result_source
+from judgeflow.phoenix.outbox import Sync, sync_phoenix
+from judgeflow.config.settings import Settings
 
 log = logging.getLogger("judgeflow.phoenix")
 

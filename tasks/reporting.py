@@ -18,8 +18,8 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
-from judgeflow.run_progress import RunReporter
-from judgeflow.tasks.work import ScoreOutcome
+from judgeflow.run.progress import RunReporter
+from judgeflow.model import ScoreOutcome
 
 log = logging.getLogger("judgeflow.reporting")
 
@@ -262,7 +262,7 @@ class Progress:
     created by :meth:`show` (or the first :meth:`advance`): the flow shows it
     once its first batch is judging, so that API call does not delay the
     run's first judge call. Whoever watches the run in this process (the
-    CLI's display, judgeflow/run_progress.py) gets the figures at every batch."""
+    CLI's display, judgeflow/run/progress.py) gets the figures at every batch."""
 
     def __init__(self, total: int, *, every: int = 100, flow_run_id: str | None = None,
                  budget_usd: float | None = None):

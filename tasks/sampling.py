@@ -13,14 +13,14 @@ from prefect.cache_policies import NO_CACHE
 from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db.engine import engine_for
-from judgeflow.db.trace_source import KeyFilter, source_engine, trace_source
+from judgeflow.sources.trace_source import KeyFilter, source_engine, trace_source
 from judgeflow.db.watermark import ReadPlan
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.sampling.decisions import reweigh
 from judgeflow.sampling.planner import NightPlan, plan_night, spent_per_stratum
 from judgeflow.sampling.table import plan_markdown
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 ARTIFACT_KEY = "judgeflow-sample-plan"
 

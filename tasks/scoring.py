@@ -3,7 +3,7 @@
 One task per claimed batch, named for its trace ids (``score-batch: tr-1 tr-2
 ...``: the Prefect UI's search of a run's task runs finds a trace's batch),
 with a table artifact of one row per pair. Its pairs run as coroutines on the
-process's judge event loop (tasks/judge_loop.py), all at once: their judge
+process's judge event loop (judgeflow/run/judge_loop.py), all at once: their judge
 calls wait for the judge's slots (judgeflow/judge/wire_slots.py), the
 pair with the longest chain of judge calls first, then the oldest batch's,
 then the pair started first, so the run ends on single calls. A
@@ -19,9 +19,9 @@ A bad judge reply, a bad trace or a judge that keeps failing becomes a
 'failed' row with its error (picked up again by the next run), never a
 failed flow. Every attempt a pair's calls sent is counted in its row's
 ``cost_usd`` and ``judge_calls`` and charged to the run's budget as the pair
-ends (judgeflow/judge/spend.py, judgeflow/budget.py); a pair's first attempt
+ends (judgeflow/judge/spend.py, judgeflow/run/budget.py); a pair's first attempt
 is sent only while the budget has room, the time budget lasts and no stop
-was asked (tasks/start_gate.py).
+was asked (judgeflow/run/start_gate.py).
 """
 
 from __future__ import annotations
@@ -37,23 +37,23 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
 from prefect.runtime import task_run
 
-from judgeflow.budget import RunBudget
+from judgeflow.run.budget import RunBudget
 from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import Judge, Usage
-from judgeflow.entry import current_entry, stop_requested
+from judgeflow.run.entry import current_entry, stop_requested
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.send_gate import send_gate
 from judgeflow.judge.wire_slots import call_priority
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 from judgeflow.db.leases import PairGate, claims_at_risk, confirm_claim, still_owned
-from judgeflow.tasks import outcomes, reuse
-from judgeflow.tasks.judge_loop import judge_loop
-from judgeflow.tasks.start_gate import StartGate, why_not_started
-from judgeflow.tasks.work import ScoreOutcome, TraceWork
+from judgeflow.run import outcomes, reuse
+from judgeflow.run.judge_loop import judge_loop
+from judgeflow.run.start_gate import StartGate, why_not_started
+from judgeflow.model import ScoreOutcome, TraceWork
 
 log = logging.getLogger("judgeflow.scoring")
 
@@ -92,7 +92,7 @@ def build_metrics(settings: Settings, judge: Judge) -> Metrics:
 @task(name="start-judge", cache_policy=NO_CACHE, persist_result=False)
 def start_judge(settings: Settings) -> Judge | None:
     """The run's judge: the one its entry point started early
-    (:func:`judgeflow.entry.current_entry`), else one built and started now,
+    (:func:`judgeflow.run.entry.current_entry`), else one built and started now,
     while the run checks the schema and claims its first batch (importing
     litellm takes seconds, in the run's process or in each judge worker).
     Never fails the run: None when the judge cannot be built; then each
@@ -218,7 +218,7 @@ class PairRun:
 
     async def score(self, work: TraceWork, digest: str | None, priority: tuple) -> Scored:
         """:meth:`judge` once per content ``digest`` in this run: an identical
-        pair already being judged is waited for and copied (tasks/reuse.py);
+        pair already being judged is waited for and copied (judgeflow/run/reuse.py);
         waiting for a twin takes no slot."""
         if digest is None:
             return await self.judge(work, digest, priority)
@@ -250,7 +250,7 @@ class PairRun:
         """The pair is judged only while the run still owns its claim (its
         lock lapsed, or its lease was not renewed in time, since ``claimed_at``:
         judgeflow/db/leases.py); its first attempt is sent only while the
-        pair may start (:meth:`why_not_start`, tasks/start_gate.py)."""
+        pair may start (:meth:`why_not_start`, judgeflow/run/start_gate.py)."""
         if not await confirm_claim(self.settings, self.owner, work, self.claimed_at):
             log.warning("%s for trace %s: the run's claim lapsed and moved to another run; not judged here",
                         work.metric, work.trace_id)

@@ -15,15 +15,15 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db.engine import engine_for
-from judgeflow.db.source import SourceTable
+from judgeflow.sources.table import SourceTable
 from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.judge.factory import build_judge
-from judgeflow.run_progress import RunReporter
-from judgeflow.scrub import scrub
-from judgeflow.settings import Settings
+from judgeflow.run.progress import RunReporter
+from judgeflow.config.scrub import scrub
+from judgeflow.config.settings import Settings
 from judgeflow.shadow.report import ShadowReport, build_report
 from judgeflow.shadow.sample import ShadowPair, select_sample
-from judgeflow.tasks.judge_loop import judge_loop
+from judgeflow.run.judge_loop import judge_loop
 from judgeflow.tasks.scoring import build_metrics, judge_pair
 
 log = logging.getLogger("judgeflow.shadow")

@@ -9,9 +9,9 @@ from prefect.cache_policies import NO_CACHE
 
 from datetime import datetime
 
-from judgeflow.db.trace_source import source_engine, trace_source
-from judgeflow.db.unusable import UnusableRows, describe
-from judgeflow.settings import Settings
+from judgeflow.sources.trace_source import source_engine, trace_source
+from judgeflow.sources.unusable import UnusableRows, describe
+from judgeflow.config.settings import Settings
 
 log = logging.getLogger("judgeflow.source")
 

@@ -10,7 +10,7 @@ from prefect.cache_policies import NO_CACHE
 
 from judgeflow.alerts.trend import compute_trend, render_markdown
 from judgeflow.db.engine import engine_for
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 log = logging.getLogger("judgeflow.reporting")
 

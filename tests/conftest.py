@@ -1,5 +1,5 @@
 """Suite-wide fixtures: a real PostgreSQL server, a real Prefect server
-(judgeflow's local one, judgeflow/prefect_server.py), and the local
+(judgeflow's local one, judgeflow/infra/prefect_server.py), and the local
 OpenAI-compatible judge server."""
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def prefect_server():
 
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from judgeflow.prefect_server import LocalPrefectServer
+    from judgeflow.infra.prefect_server import LocalPrefectServer
 
     base = Path(tempfile.mkdtemp(prefix="judgeflow-test-prefect-"))
     server = LocalPrefectServer(base)

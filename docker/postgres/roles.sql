@@ -36,7 +36,7 @@ GRANT USAGE ON SCHEMA public TO :"app_role";
 CREATE SCHEMA judgeflow AUTHORIZATION :"app_role";
 
 -- judgeflow's default trace source, so the nightly run works before your app
--- logs anything (the same DDL as judgeflow.db.source.CREATE_DEFAULT_TABLE;
+-- logs anything (the same DDL as judgeflow.sources.table.CREATE_DEFAULT_TABLE;
 -- a test keeps them equal). Owned by the superuser: your app writes it;
 -- judgeflow only reads it. (Unqualified, as in judgeflow's DDL; in public.)
 SET search_path TO public;

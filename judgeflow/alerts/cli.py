@@ -10,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from judgeflow.cli_errors import clear_errors
+from judgeflow.cli.errors import clear_errors
 
 alerts_app = typer.Typer(
     help="Alert rules: current state and past alerts; `check` evaluates them now.",
@@ -87,9 +87,9 @@ def list_alerts(
     from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.db.sources.identity import result_source
-    from judgeflow.epochs import epoch_history
-    from judgeflow.settings import load_settings
+    from judgeflow.sources.identity import result_source
+    from judgeflow.db.epochs import epoch_history
+    from judgeflow.config.settings import load_settings
 
     settings = load_settings()
     rules = all_rules(settings)
@@ -216,7 +216,7 @@ def check(
     from judgeflow.alerts.service import evaluate_rules
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
 
     settings = load_settings()
     engine = engine_for(settings)

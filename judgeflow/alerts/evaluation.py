@@ -13,7 +13,7 @@ single range scan of the ``(metric, trace_created_at) INCLUDE (status, passed,
 segment, metric_version, scored_at)`` index, ranks the values by volume and
 folds all but the top ``JUDGEFLOW_ALERT_SEGMENT_TOP`` into ``other``.
 
-Only results of the judge epoch in force count (:mod:`judgeflow.epochs`): a
+Only results of the judge epoch in force count (:mod:`judgeflow.db.epochs`): a
 new judge model or metric version never mixes with the old one in a window or
 a baseline. Results of earlier epochs in the periods are counted apart
 (``other_epoch``): a rule short of samples because of them reports
@@ -31,10 +31,10 @@ from sqlalchemy import Connection, func, select, text
 from judgeflow.alerts.rules import Rule
 from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
 from judgeflow.alerts.stats import fisher_greater
-from judgeflow.db.sources.identity import of_source
-from judgeflow.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
+from judgeflow.sources.identity import of_source
+from judgeflow.db.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
 from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL, any_in_range
-from judgeflow.tasks.work import METRIC_NAMES
+from judgeflow.model import METRIC_NAMES
 
 WORST_LIMIT = 5
 # reasons are the judge's short explanations; cut them so a notification never
@@ -214,7 +214,7 @@ def _counts_sql(rule: Rule, value_expr: str, extra_where: str, in_epoch: str = "
 
 def window_statement(rule: Rule, key: str | None, in_epoch: str = "TRUE", weighted: bool = False) -> str:
     """The counting statement for a rule overall (``key`` None) or per value of
-    ``key``, counting results for which ``in_epoch`` holds (see :func:`judgeflow.epochs.in_epoch_sql`);
+    ``key``, counting results for which ``in_epoch`` holds (see :func:`judgeflow.db.epochs.in_epoch_sql`);
     ``weighted``: also the sums of the results' sample weights (some trace of the periods was sampled)."""
     if key is None:
         return _counts_sql(rule, "NULL::text", "", in_epoch, weighted)

@@ -19,7 +19,7 @@ segments it tests; a rule with no segments is one test, unchanged.
 
 Too few samples (in the window, or for a regression in either period) neither
 fires nor resolves: the state stays what it was. Only results of the judge
-epoch in force are samples (:mod:`judgeflow.epochs`); when the periods hold
+epoch in force are samples (:mod:`judgeflow.db.epochs`); when the periods hold
 results of an earlier judge that were left out, the outcome is
 ``insufficient_data`` ("judge changed at ..."), else ``not_enough_data``.
 """

@@ -44,9 +44,9 @@ import httpx
 
 from judgeflow import __version__
 from judgeflow.alerts.evaluation import iso_utc
-from judgeflow.retry_after import parse_retry_after
-from judgeflow.scrub import scrub
-from judgeflow.settings import Settings
+from judgeflow.judge.retry_after import parse_retry_after
+from judgeflow.config.scrub import scrub
+from judgeflow.config.settings import Settings
 
 if TYPE_CHECKING:
     from judgeflow.alerts.state import Decision

@@ -74,7 +74,7 @@ from judgeflow.alerts.notify import BUDGET_SPENT, CHANNELS, ChannelResult, Notif
 from judgeflow.db.alert_tables import alert_deliveries as d
 from judgeflow.db.alert_tables import alert_events as e
 from judgeflow.db.alert_tables import alerts
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 log = logging.getLogger("judgeflow.alerts")
 

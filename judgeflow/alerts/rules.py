@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 RuleKind = Literal["not_passed_rate", "failure_rate", "regression", "dead_deliveries"]
 
@@ -100,7 +100,7 @@ class Rule:
     hysteresis: float = 0.0
     segment_by: tuple[str, ...] = ()
     segment_top: int = 10
-    # the results counted: those read from this source (judgeflow/db/sources/identity.py)
+    # the results counted: those read from this source (judgeflow/sources/identity.py)
     source: str | None = None
 
     @property
@@ -128,7 +128,7 @@ class Rule:
 
 def all_rules(settings: Settings) -> list[Rule]:
     """Every known rule, enabled or not, in a fixed order."""
-    from judgeflow.db.sources.identity import result_source
+    from judgeflow.sources.identity import result_source
 
     return [
         Rule(

@@ -15,7 +15,7 @@ from judgeflow.alerts.notify import Notifier, configured_channels
 from judgeflow.alerts.outbox import Sent, deliver_pending
 from judgeflow.alerts.rules import Rule, all_rules
 from judgeflow.alerts.state import Decision, evaluate_rule_segments
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 log = logging.getLogger("judgeflow.alerts")
 
@@ -115,7 +115,7 @@ class RuleEvaluation(BaseModel):
         """Why the rule could not decide, when the judge changed: "judge changed at <time>"."""
         if self.outcome != "insufficient_data":
             return None
-        from judgeflow.epochs import when
+        from judgeflow.db.epochs import when
 
         return f"judge changed at {when(self.epoch_started_at)}"
 

@@ -37,8 +37,8 @@ from judgeflow.alerts.lifecycle import Outcome, State, Transition, correct_for_f
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
 from judgeflow.db.schema import SCHEMA
-from judgeflow.db.sources.results import adopt_alert_state
-from judgeflow.epochs import current_epochs, latest_start
+from judgeflow.sources.results import adopt_alert_state
+from judgeflow.db.epochs import current_epochs, latest_start
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ tests/alerts/test_trend.py and the README) and it needs no file server. The
 table beside it carries the same figures with unicode sparklines, for readers
 whose client does not show images.
 
-Where a judge epoch started (:mod:`judgeflow.epochs`: a new judge model or
+Where a judge epoch started (:mod:`judgeflow.db.epochs`: a new judge model or
 metric version) is marked in both: a dashed line in the chart, a ``^`` under
 that day in the table, and the epochs listed below it. The per-day rates show
 every result (each day's judge); the change against the baseline counts only
@@ -28,11 +28,11 @@ from sqlalchemy import Connection, func, select, text
 from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
 from judgeflow.alerts.evaluation import Figures, segment_figures
 from judgeflow.alerts.rules import all_rules
-from judgeflow.db.sources.identity import of_source, result_source
-from judgeflow.epochs import Epoch, epoch_history, when
+from judgeflow.sources.identity import of_source, result_source
+from judgeflow.db.epochs import Epoch, epoch_history, when
 from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL, any_in_range
-from judgeflow.settings import Settings
-from judgeflow.tasks.work import METRIC_NAMES
+from judgeflow.config.settings import Settings
+from judgeflow.model import METRIC_NAMES
 
 SPARKS = "▁▂▃▄▅▆▇█"
 NO_DATA = "·"

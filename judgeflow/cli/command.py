@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 import typer
 
 if TYPE_CHECKING:
-    from judgeflow.prefect_server import LocalPrefectServer
-    from judgeflow.settings import Settings
+    from judgeflow.infra.prefect_server import LocalPrefectServer
+    from judgeflow.config.settings import Settings
 
 
 def command_settings(**overrides) -> "Settings":
     """The command's settings, built once: the environment's and ``.env``'s,
     with the command's options (those given, not None) on top."""
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
 
     return load_settings(**{name: value for name, value in overrides.items() if value is not None})
 
@@ -23,7 +23,7 @@ def command_settings(**overrides) -> "Settings":
 def use_prefect(settings: "Settings") -> tuple[str, "LocalPrefectServer | None"]:
     """Before a command's first Prefect call: the configured Prefect server
     (PREFECT_API_URL), else judgeflow's local one, started on first use."""
-    from judgeflow.prefect_server import use_prefect as point_at_prefect
+    from judgeflow.infra.prefect_server import use_prefect as point_at_prefect
 
     url, local, started = point_at_prefect(settings)
     if local is not None:
@@ -41,7 +41,7 @@ def announce_database(settings: "Settings") -> None:
 
 def quiet_unless(verbose: bool) -> None:
     """Warnings and errors only on the terminal unless -v; before Prefect is imported."""
-    from judgeflow.run_console import set_log_level
+    from judgeflow.cli.console import set_log_level
 
     set_log_level(verbose)
 

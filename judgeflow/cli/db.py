@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from judgeflow.cli.command import announce_database, command_settings
-from judgeflow.cli_errors import clear_errors
+from judgeflow.cli.errors import clear_errors
 
 db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True)
 

@@ -6,7 +6,7 @@ import typer
 
 from judgeflow.cli.command import VERBOSE_HELP, command_settings, quiet_unless, use_prefect
 from judgeflow.cli.runs import exit_if_stopped, run_flow
-from judgeflow.cli_errors import clear_errors
+from judgeflow.cli.errors import clear_errors
 
 
 @clear_errors
@@ -37,7 +37,7 @@ def demo(
     _, local = use_prefect(settings)
 
     from judgeflow.flows.scoring import score_new_traces
-    from judgeflow.prefect_server import configured_ui_url
+    from judgeflow.infra.prefect_server import configured_ui_url
 
     summary = run_flow(ctx, "demo", settings, lambda: score_new_traces(evaluate_alerts=True))
     ui_url = local.ui_url if local is not None else configured_ui_url()

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from judgeflow.cli.command import command_settings, quiet_unless, use_prefect
-from judgeflow.cli_errors import clear_errors
+from judgeflow.cli.errors import clear_errors
 
 
 @clear_errors
@@ -68,8 +68,8 @@ def calibrate(
     """Run the configured judge over human-labelled traces and report how well it agrees:
     Cohen's kappa, precision/recall/F1 at the configured thresholds, and the threshold
     that would agree best. Shows the estimated cost and asks first (--yes skips the question)."""
-    from judgeflow.calibration import SAMPLE_PATH
-    from judgeflow.calibration_command import run_calibrate
+    from judgeflow.calibration.labelled import SAMPLE_PATH
+    from judgeflow.calibration.command import run_calibrate
 
     if (path is None) == (not sample):
         raise typer.BadParameter("give FILE.jsonl or --sample (not both)")

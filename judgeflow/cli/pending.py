@@ -8,7 +8,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
 
 def anything_pending(settings: "Settings", *, since: datetime | None, until: datetime | None,
@@ -20,7 +20,7 @@ def anything_pending(settings: "Settings", *, since: datetime | None, until: dat
 
     from judgeflow.db.pending_work import anything_pending as run_has_pending
     from judgeflow.errors import JudgeflowError
-    from judgeflow.tasks.work import METRIC_NAMES
+    from judgeflow.model import METRIC_NAMES
 
     try:
         return run_has_pending(settings, list(METRIC_NAMES), since=since, until=until, sample_rate=sample_rate,

@@ -1,11 +1,11 @@
-"""`judgeflow phoenix sync`: the Phoenix write-back's outbox (judgeflow/phoenix_outbox.py), now."""
+"""`judgeflow phoenix sync`: the Phoenix write-back's outbox (judgeflow/phoenix/outbox.py), now."""
 
 from __future__ import annotations
 
 import typer
 
 from judgeflow.cli.command import command_settings
-from judgeflow.cli_errors import clear_errors
+from judgeflow.cli.errors import clear_errors
 
 phoenix_app = typer.Typer(help="Arize Phoenix: write the scores Phoenix does not have yet.", no_args_is_help=True)
 
@@ -18,7 +18,7 @@ def sync() -> None:
     backoff. Nothing is judged again. Exit code 1 when some are still unwritten."""
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.db.sources.results import adopt_configured_source
+    from judgeflow.sources.results import adopt_configured_source
     from judgeflow.errors import ConfigError
     from judgeflow.tasks.phoenix_write_back import write_back
 

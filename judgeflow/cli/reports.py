@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 
 from judgeflow.cli.command import announce_database, command_settings
-from judgeflow.cli_errors import clear_errors
+from judgeflow.cli.errors import clear_errors
 
 STATUS_LEGEND_HEAD = (
     "scored/passed/skipped/failed/given up: exact (counts kept by triggers on judgeflow.eval_results). "
@@ -93,7 +93,7 @@ def report(
     from judgeflow.alerts.trend import compute_trend, render_text
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.settings import parse_duration
+    from judgeflow.config.settings import parse_duration
 
     settings = command_settings()
     announce_database(settings)
@@ -121,8 +121,8 @@ def show(trace_id: str = typer.Argument(..., help="the trace's id, as in the tra
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
     from judgeflow.db.trace_results import find_trace, render
-    from judgeflow.db.trace_source import trace_source
-    from judgeflow.prefect_server import ui_url_without_import
+    from judgeflow.sources.trace_source import trace_source
+    from judgeflow.infra.prefect_server import ui_url_without_import
 
     settings = command_settings()
     migrate.upgrade(engine_for(settings))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Callable, TypeVar
 import typer
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
 T = TypeVar("T")
 
@@ -19,7 +19,7 @@ T = TypeVar("T")
 class Program:
     """What ``main()`` hands every command (click's context object): the
     ``judgeflow`` command is the program, so the process's garbage collector
-    is judgeflow's to tune (judgeflow/heap.py). A command that another
+    is judgeflow's to tune (judgeflow/infra/heap.py). A command that another
     program calls in its own process (a test's CliRunner) gets no Program:
     that heap is not judgeflow's."""
 
@@ -53,13 +53,13 @@ def start_judge_early(settings: "Settings") -> Any:
 
 def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callable[[], T], *, judge: Any = None) -> T:
     """``call()`` (a flow call) in the command's entry, its run shown on the
-    terminal and stopped by Ctrl-C (judgeflow/run_console.py)."""
-    from judgeflow.entry import entered
-    from judgeflow.prefect_server import ui_url_without_import
-    from judgeflow.run_console import EXIT_STOPPED, watched_run
+    terminal and stopped by Ctrl-C (judgeflow/cli/console.py)."""
+    from judgeflow.run.entry import entered
+    from judgeflow.infra.prefect_server import ui_url_without_import
+    from judgeflow.cli.console import EXIT_STOPPED, watched_run
 
     if owns_process(ctx):  # the flow and its libraries are imported: the run's collections skip them
-        from judgeflow.heap import freeze_heap
+        from judgeflow.infra.heap import freeze_heap
 
         freeze_heap()
     try:
@@ -76,7 +76,7 @@ def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callabl
 
 def exit_if_stopped(summary) -> None:
     """Exit code 130 when Ctrl-C stopped the run (after its summary is printed)."""
-    from judgeflow.run_console import EXIT_STOPPED
+    from judgeflow.cli.console import EXIT_STOPPED
 
     if summary.stopped:
         raise typer.Exit(EXIT_STOPPED)

@@ -8,7 +8,7 @@ import typer
 
 from judgeflow.cli.command import VERBOSE_HELP, announce_database, command_settings, quiet_unless, use_prefect
 from judgeflow.cli.runs import exit_if_stopped, run_flow, start_judge_early
-from judgeflow.cli_errors import clear_errors
+from judgeflow.cli.errors import clear_errors
 
 BATCH_SIZE_HELP = "(trace, metric) pairs claimed per batch (default: 8 per judge call in flight, at least 100)"
 JUDGE_PROCESSES_HELP = (
@@ -56,7 +56,7 @@ def score(
 ) -> None:
     """Score every trace without a result, once, now. Ctrl-C stops it: calls in flight finish, exit code 130."""
     quiet_unless(verbose)
-    from judgeflow.timeparse import parse_when
+    from judgeflow.cli.timeparse import parse_when
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 settle_delay=settle_delay, run_budget_usd=budget_usd,
@@ -101,7 +101,7 @@ def _refuse_budgets_without_prices(settings, *, plan: bool) -> None:
 
 def _nothing_to_score(settings, *, alerts: bool) -> None:
     """No flow run: say so, and evaluate the alert rules as a run would at its end."""
-    from judgeflow.db.trace_source import trace_source
+    from judgeflow.sources.trace_source import trace_source
 
     typer.echo(f"nothing to score: no (trace, metric) pair is pending in {trace_source(settings).display}; "
                "no flow run was started")
@@ -139,7 +139,7 @@ def backfill(
     """Score (or with --rescore, re-score) every trace in a time range."""
     quiet_unless(verbose)
     from judgeflow.db.status import estimate_backfill
-    from judgeflow.timeparse import parse_when
+    from judgeflow.cli.timeparse import parse_when
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 run_budget_usd=budget_usd)

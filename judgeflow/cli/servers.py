@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from judgeflow.cli.command import announce_database, command_settings, use_prefect
-from judgeflow.cli_errors import clear_errors
+from judgeflow.cli.errors import clear_errors
 
 
 @clear_errors
@@ -19,7 +19,7 @@ def serve(
     limit: Optional[int] = typer.Option(None, help="at most this many flow runs at once in this process"),
 ) -> None:
     """Run the nightly schedule (02:00) and the on-demand backfill in this process, without a work pool."""
-    from judgeflow.serve import serve as serve_deployments
+    from judgeflow.cli.serve import serve as serve_deployments
 
     settings = command_settings()
     announce_database(settings)
@@ -37,7 +37,7 @@ def ui(
     if local is not None:
         url = local.ui_url
     else:
-        from judgeflow.prefect_server import configured_ui_url
+        from judgeflow.infra.prefect_server import configured_ui_url
 
         url = configured_ui_url() or ""
         if not url:
@@ -57,7 +57,7 @@ def stop() -> None:
     """Stop what judgeflow keeps running under JUDGEFLOW_HOME between commands: the local Prefect
     server and the embedded PostgreSQL."""
     from judgeflow.db.embedded import EmbeddedPostgres
-    from judgeflow.prefect_server import LocalPrefectServer
+    from judgeflow.infra.prefect_server import LocalPrefectServer
 
     settings = command_settings()
     if LocalPrefectServer.for_settings(settings).stop():

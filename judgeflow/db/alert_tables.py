@@ -89,8 +89,8 @@ alert_events = Table(
 alerts = Table(
     "alerts",
     metadata,
-    # one state per source (judgeflow/db/sources/identity.py; migration 0011): a source
-    # never inherits another's; '' until the first command assigns it (judgeflow/db/sources/results.py)
+    # one state per source (judgeflow/sources/identity.py; migration 0011): a source
+    # never inherits another's; '' until the first command assigns it (judgeflow/sources/results.py)
     Column("source", Text, primary_key=True, server_default=""),
     Column("rule", Text, primary_key=True),
     # one row per (rule, segment); '' is the rule over all results (migration 0007)

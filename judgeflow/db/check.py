@@ -10,10 +10,10 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.db import migrate
 from judgeflow.db.engine import database_url, engine_for
 from judgeflow.db.pooling import detect_pooling_at
-from judgeflow.db.trace_source import source_engine, trace_source
-from judgeflow.db.unusable import describe
+from judgeflow.sources.trace_source import source_engine, trace_source
+from judgeflow.sources.unusable import describe
 from judgeflow.errors import ConfigError, DatabaseError
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 
 @dataclass
@@ -65,7 +65,7 @@ def _check_readable(report: CheckReport, settings: Settings, source, lo, engine)
     from sqlalchemy import text
 
     from judgeflow.db.pairs import key_pages
-    from judgeflow.db.trace_source import KeyFilter, read_bodies, row_error
+    from judgeflow.sources.trace_source import KeyFilter, read_bodies, row_error
 
     found: dict[str, str] = {}
     try:
@@ -104,7 +104,7 @@ def check_database(settings: Settings, *, full: bool = False) -> CheckReport:
     lo = None  # the next nightly run's window: from its watermark, else the whole source
     try:
         from judgeflow.db.watermark import plan_reads
-        from judgeflow.tasks.work import METRIC_NAMES
+        from judgeflow.model import METRIC_NAMES
 
         with engine.connect() as conn:
             lo = plan_reads(conn, source, list(METRIC_NAMES), lookback_s=settings.source_lookback_s).lo
@@ -139,7 +139,7 @@ def _check_write_back(report: CheckReport, settings: Settings) -> None:
     accepts the key (a harmless read of its REST API)."""
     if not (settings.source == "phoenix" and settings.phoenix_write_back):
         return
-    from judgeflow.phoenix_annotations import check_access
+    from judgeflow.phoenix.annotations import check_access
 
     api_key = settings.phoenix_api_key.get_secret_value() if settings.phoenix_api_key else None
     report.add(*check_access(settings.phoenix_url, api_key))

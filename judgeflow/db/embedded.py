@@ -33,9 +33,9 @@ import tempfile
 from pathlib import Path
 from urllib.parse import quote
 
-from judgeflow.dir_lock import locked
+from judgeflow.infra.dir_lock import locked
 from judgeflow.errors import ConfigError, DatabaseError
-from judgeflow.scrub import register
+from judgeflow.config.scrub import register
 
 USER = "judgeflow"
 DATABASE = "judgeflow"

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 
 from judgeflow.errors import ConfigError
-from judgeflow.settings import Settings, normalise_database_url
+from judgeflow.config.settings import Settings, normalise_database_url
 
 # psycopg prepares a statement server-side once it has run a few times on a
 # connection (prepare_threshold, 5 by default). Behind a transaction pooler

@@ -36,8 +36,8 @@ from judgeflow.db.engine import CONNECT_ARGS, database_url, engine_for
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE, held
 from judgeflow.db.pooling import TRANSACTION, Pooling, pooling_for
 from judgeflow.errors import DatabaseError
-from judgeflow.settings import Settings, normalise_database_url
-from judgeflow.tasks.work import TraceWork
+from judgeflow.config.settings import Settings, normalise_database_url
+from judgeflow.model import TraceWork
 
 log = logging.getLogger("judgeflow.claims")
 

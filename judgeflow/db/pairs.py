@@ -1,6 +1,6 @@
 """Which (trace, metric) pairs of a list of keys still need a score, on
 judgeflow's own database: every question is asked of keys read from the
-source (judgeflow/db/trace_source.py), each pair looked up by the primary
+source (judgeflow/sources/trace_source.py), each pair looked up by the primary
 keys of ``eval_results`` and ``claims``, so the source and the results may
 live in different databases and nothing is ever scanned."""
 
@@ -14,8 +14,8 @@ from sqlalchemy import Connection, Engine, text
 
 from judgeflow.db.pending import held
 from judgeflow.db.schema import DONE_STATUSES
-from judgeflow.db.source import SAMPLE_SQL
-from judgeflow.db.trace_source import KeyFilter, TraceKey, TraceSource
+from judgeflow.sources.table import SAMPLE_SQL
+from judgeflow.sources.trace_source import KeyFilter, TraceKey, TraceSource
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, text
 
 from judgeflow.db.schema import DONE_STATUSES
-from judgeflow.db.source import SourceTable
+from judgeflow.sources.table import SourceTable
 
 # Each scoring run holds pg_advisory_lock(RUN_LOCK_NAMESPACE, owner_key) on a
 # connection of its own for as long as it lives, and stamps its claims with

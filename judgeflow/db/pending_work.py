@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine
 
 from judgeflow.db.pairs import Done, count_pending_keys, failed_keys, key_pages
-from judgeflow.db.trace_source import KeyFilter, TraceSource
+from judgeflow.sources.trace_source import KeyFilter, TraceSource
 from judgeflow.db.watermark import ReadPlan, plan_reads
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
 COUNT_PAGE = 20_000
 
@@ -70,7 +70,7 @@ def run_read_plan(
     """Where a scoring run reads the source from: its watermark minus the
     look-back, or everything (no watermark yet), or exactly its
     --since/--until range (``ranged``); never traces younger than the settle delay."""
-    from judgeflow.db.trace_source import trace_source
+    from judgeflow.sources.trace_source import trace_source
 
     return plan_reads(conn, trace_source(settings), metrics, lookback_s=settings.source_lookback_s,
                       sample_rate=sample_rate, settle_delay_s=settings.settle_delay_s, ranged=ranged)
@@ -85,7 +85,7 @@ def anything_pending(
     definition of done, counted up to the first pending pair. Raises what the
     database raises (SQLAlchemy's errors, :class:`~judgeflow.errors.JudgeflowError`)."""
     from judgeflow.db.engine import engine_for
-    from judgeflow.db.trace_source import source_engine, trace_source
+    from judgeflow.sources.trace_source import source_engine, trace_source
 
     engine = engine_for(settings)
     ranged = since is not None or until is not None or rescore

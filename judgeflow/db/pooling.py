@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, Engine, text
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
 DIRECT = "direct"
 SESSION = "session pool"
@@ -201,7 +201,7 @@ def detect_pooling_at(url: str, settings: "Settings | None" = None) -> Pooling:
     from sqlalchemy.pool import NullPool
 
     from judgeflow.db.engine import CONNECT_ARGS
-    from judgeflow.settings import normalise_database_url
+    from judgeflow.config.settings import normalise_database_url
 
     engine = create_engine(normalise_database_url(url), poolclass=NullPool,
                            connect_args={**CONNECT_ARGS, "application_name": "judgeflow pool probe"})

@@ -16,7 +16,7 @@ COUNTS = text(
 
 def result_counts(conn: Connection, *, given_up_after: int, source: str) -> list[tuple[str, str, int, int, int]]:
     """(metric, status, results, passed, failed in at least ``given_up_after`` runs)
-    of the results read from ``source`` (judgeflow/db/sources/identity.py)."""
+    of the results read from ``source`` (judgeflow/sources/identity.py)."""
     return [(m, s, int(n), int(p or 0), int(g or 0))
             for m, s, n, p, g in conn.execute(COUNTS, {"n": given_up_after, "source": source}).all()]
 

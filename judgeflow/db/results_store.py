@@ -17,11 +17,11 @@ from datetime import datetime
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from judgeflow.db.sources.identity import result_source
+from judgeflow.sources.identity import result_source
 from judgeflow.db.engine import engine_for
 from judgeflow.db.storable import storable
 from judgeflow.errors import DatabaseError
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 log = logging.getLogger("judgeflow.scoring")
 

@@ -60,11 +60,11 @@ eval_results = Table(
     Column("scored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     # the trace's JUDGEFLOW_ALERT_SEGMENT_BY metadata values when it was scored (migration 0007)
     Column("segment", JSONB, nullable=False, server_default="{}"),
-    # sha256 of what the result depends on (tasks/reuse.py); indexed for done rows (migration 0006)
+    # sha256 of what the result depends on (judgeflow/run/reuse.py); indexed for done rows (migration 0006)
     Column("content_hash", Text),
-    # the source the trace was read from (judgeflow/db/sources/identity.py; migration 0011)
+    # the source the trace was read from (judgeflow/sources/identity.py; migration 0011)
     Column("source", Text),
-    # the Phoenix write-back's outbox state (judgeflow/phoenix_outbox.py; migration 0011)
+    # the Phoenix write-back's outbox state (judgeflow/phoenix/outbox.py; migration 0011)
     Column("written_back_at", DateTime(timezone=True)),
     Column("write_back_error", Text),
     Column("write_back_tries", Integer, nullable=False, server_default="0"),

@@ -14,8 +14,8 @@ from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
 from judgeflow.db.pending import held
 from judgeflow.errors import DatabaseError
-from judgeflow.settings import Settings
-from judgeflow.tasks.work import METRIC_NAMES
+from judgeflow.config.settings import Settings
+from judgeflow.model import METRIC_NAMES
 
 
 def result_counts(settings: Settings) -> dict[str, dict[str, int]]:
@@ -57,8 +57,8 @@ def work_status(settings: Settings) -> dict:
     given up on (count, the latest, channels); :func:`dead_delivery_line` words it."""
     from judgeflow.db.pairs import Done
     from judgeflow.db.pending_work import count_plan_pending
-    from judgeflow.db.sources.results import adopt_configured_source
-    from judgeflow.db.trace_source import source_engine, trace_source
+    from judgeflow.sources.results import adopt_configured_source
+    from judgeflow.sources.trace_source import source_engine, trace_source
 
     engine = engine_for(settings)
     migrate.upgrade(engine)
@@ -96,7 +96,7 @@ def _read_figures(conn, settings: Settings, source: str, done) -> dict:
     """Everything `status` reads in one connection (the pending count aside)."""
     from judgeflow.alerts.dead_letters import dead_summary
     from judgeflow.db.result_counts import result_counts
-    from judgeflow.db.trace_source import trace_source
+    from judgeflow.sources.trace_source import trace_source
     from judgeflow.db.watermark import plan_reads
     from judgeflow.sampling.decisions import not_sampled_waiting
 
@@ -177,7 +177,7 @@ def _write_back_counts(conn, settings: Settings, source: str) -> dict[str, int |
     """The Phoenix write-back's outbox for a Phoenix source (None for other sources)."""
     if settings.source != "phoenix":
         return None
-    from judgeflow.phoenix_outbox import unwritten_counts
+    from judgeflow.phoenix.outbox import unwritten_counts
 
     return {"on": settings.phoenix_write_back, **unwritten_counts(conn, source)}
 
@@ -273,7 +273,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
 
     from judgeflow.db.pairs import Done, key_pages
     from judgeflow.db.pending_work import count_plan_pending
-    from judgeflow.db.trace_source import KeyFilter, read_bodies, source_engine, trace_source
+    from judgeflow.sources.trace_source import KeyFilter, read_bodies, source_engine, trace_source
     from judgeflow.db.watermark import plan_reads
 
     engine = engine_for(settings)

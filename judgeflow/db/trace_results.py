@@ -17,8 +17,8 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db.engine import engine_for
 from judgeflow.errors import ConfigError, DatabaseError, JudgeflowError
-from judgeflow.settings import Settings
-from judgeflow.tasks.work import METRIC_NAMES
+from judgeflow.config.settings import Settings
+from judgeflow.model import METRIC_NAMES
 
 _RESULTS = text(
     "SELECT metric, metric_version, status, score, passed, threshold, reason, details, judge_model, "
@@ -31,7 +31,7 @@ _CLAIMS = text(
     "FROM judgeflow.claims WHERE trace_id = :id"
 )
 # the epoch a result belongs to: the latest of its metric and version started by
-# the time it was written (judgeflow/epochs.py records them)
+# the time it was written (judgeflow/db/epochs.py records them)
 _EPOCH = text(
     "SELECT started_at, judge_model FROM judgeflow.judge_epochs "
     "WHERE metric = :metric AND metric_version = :version AND started_at <= :at "
@@ -64,7 +64,7 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
     """What judgeflow's tables say about ``trace_id``; the source is asked
     only when they hold nothing about it."""
     _check_id(trace_id)
-    from judgeflow.db.sources.results import adopt_configured_source
+    from judgeflow.sources.results import adopt_configured_source
 
     view = TraceView(trace_id)
     try:
@@ -102,8 +102,8 @@ def _check_id(trace_id: str) -> None:
 def _in_source(settings: Settings, trace_id: str) -> bool | None:
     """Whether the trace source has a row with this id (None: it did not answer in time).
     A source that is missing or fails otherwise raises ``ConfigError`` / ``DatabaseError``."""
-    from judgeflow.db.source import SourceTable
-    from judgeflow.db.trace_source import source_engine, trace_source
+    from judgeflow.sources.table import SourceTable
+    from judgeflow.sources.trace_source import source_engine, trace_source
 
     table = SourceTable.parse(settings.traces_table)
     source = trace_source(settings)

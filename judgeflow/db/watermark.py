@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import Connection, text
 
-from judgeflow.db.trace_source import KeyFilter, TraceSource
+from judgeflow.sources.trace_source import KeyFilter, TraceSource
 
 ADVANCE_PAGE = 5000
 

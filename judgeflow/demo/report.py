@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from sqlalchemy import text
 
 from judgeflow.db.engine import database_url, engine_for, redact
-from judgeflow.settings import Settings
-from judgeflow.tasks.work import METRIC_NAMES
+from judgeflow.config.settings import Settings
+from judgeflow.model import METRIC_NAMES
 
 
 @dataclass

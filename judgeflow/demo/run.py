@@ -17,9 +17,9 @@ from sqlalchemy.dialects.postgresql import JSONB, insert
 
 from judgeflow.db.embedded import EmbeddedPostgres
 from judgeflow.db.engine import dispose_engines, engine_for
-from judgeflow.db.source import CREATE_DEFAULT_TABLE
+from judgeflow.sources.table import CREATE_DEFAULT_TABLE
 from judgeflow.demo import load_demo_traces
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 # The columns of CREATE_DEFAULT_TABLE the demo fills. none_as_null: a trace
 # without context stores SQL NULL (no context), not the JSON value null.
@@ -55,7 +55,7 @@ def demo_settings(settings: Settings) -> tuple[Settings, str]:
 def reset(settings: Settings) -> None:
     """Stop and delete the embedded database, and judgeflow's local Prefect
     server and its state."""
-    from judgeflow.prefect_server import LocalPrefectServer
+    from judgeflow.infra.prefect_server import LocalPrefectServer
 
     LocalPrefectServer.for_settings(settings).stop()
     EmbeddedPostgres.for_settings(settings).destroy()

@@ -3,7 +3,7 @@ judge's own key, its timeouts, retries, bound on calls in flight and prices.
 
 Built once from the settings (:meth:`JudgeConfig.from_settings`) and handed to
 the judge, and to each judge worker process (pickled): a worker never receives
-the whole :class:`~judgeflow.settings.Settings` with every other secret in it.
+the whole :class:`~judgeflow.config.settings.Settings` with every other secret in it.
 Imports nothing of litellm, prefect or sqlalchemy.
 """
 
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from judgeflow.judge.base import queue_ahead_for
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
 # More workers than this buy nothing at the concurrency one run allows, and
 # each costs memory (docs/benchmark.md).

@@ -7,7 +7,7 @@ Two separate choices:
   model string (:class:`~judgeflow.judge.litellm_judge.LiteLLMJudge`).
 * :func:`build_judge` chooses the process layout: with more than one judge
   process (``config.processes``) a
-  :class:`~judgeflow.judge.process_pool.JudgeProcessPool` whose workers each
+  :class:`~judgeflow.judge.pool.process_pool.JudgeProcessPool` whose workers each
   hold the model's judge for their share of the bound, else the model's
   judge in this process.
 
@@ -25,7 +25,7 @@ from judgeflow.judge.base import Judge
 from judgeflow.judge.config import JudgeConfig, is_offline_model, judge_process_count
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
 __all__ = ["build_judge", "is_offline_model", "judge_config", "judge_process_count", "model_judge"]
 
@@ -50,7 +50,7 @@ def build_judge(config: "JudgeConfig | Settings") -> Judge:
     if not isinstance(config, JudgeConfig):
         config = judge_config(config)
     if config.processes > 1 and not config.offline:
-        from judgeflow.judge.process_pool import JudgeProcessPool
+        from judgeflow.judge.pool.process_pool import JudgeProcessPool
 
         return JudgeProcessPool(config)
     return model_judge(config)

@@ -33,7 +33,7 @@ Behaviour, decided here once for every metric:
   ``PermissionDeniedError``) and a 404 to ``BadRequestError``.
 * **No litellm exception escapes**, and error messages never contain the API
   key: auth errors carry no server text at all (OpenAI's 401 echoes the key),
-  other server text is scrubbed (:mod:`judgeflow.scrub`) of the key, the base
+  other server text is scrubbed (:mod:`judgeflow.config.scrub`) of the key, the base
   URL's credentials, every configured secret, credentials inside any URL and
   key-like tokens, and the litellm exception is not chained for HTTP errors.
   ``repr`` shows the base URL with its credentials masked.
@@ -98,8 +98,8 @@ from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest  # noqa: E4
 from judgeflow.judge.send_gate import may_send, watched_attempt  # noqa: E402
 from judgeflow.judge.spend import CallSpend  # noqa: E402
 from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started  # noqa: E402
-from judgeflow.retry_after import parse_retry_after  # noqa: E402
-from judgeflow.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
+from judgeflow.judge.retry_after import parse_retry_after  # noqa: E402
+from judgeflow.config.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
 
 if TYPE_CHECKING:
     from judgeflow.judge.config import JudgeConfig
@@ -230,7 +230,7 @@ _LITELLM_PREFIX = re.compile(
 )
 def _scrub(text: str, secrets: str | tuple[str, ...] | None) -> str:
     """Without the key, the credentials of the base URL, any registered secret,
-    URL credentials and key-shaped tokens (:mod:`judgeflow.scrub`)."""
+    URL credentials and key-shaped tokens (:mod:`judgeflow.config.scrub`)."""
     extra = (secrets,) if isinstance(secrets, str) else (secrets or ())
     return scrub(text, extra)
 

@@ -20,7 +20,7 @@ from judgeflow.errors import ConfigError
 from judgeflow.judge.factory import is_offline_model
 
 if TYPE_CHECKING:
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
 CHARS_PER_TOKEN = 4.0
 # Prompt characters every pair costs whatever its trace: instructions, schemas,

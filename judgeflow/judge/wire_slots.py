@@ -12,7 +12,7 @@ wherever it waits. Which slots a call takes:
 
 * a judge in the run's process: one :class:`CallSlots` of ``max_concurrency``,
   held by each attempt while it is on the wire (:class:`WireSlotTransport`);
-* judge worker processes (judgeflow/judge/process_pool.py): each worker's judge
+* judge worker processes (judgeflow/judge/pool/process_pool.py): each worker's judge
   holds its share of ``max_concurrency`` (:meth:`judgeflow.judge.config.JudgeConfig.shares`,
   the one split) the same way, and the run holds one :class:`CallSlots` per
   pool for the calls it has handed to the workers: their shares plus the

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 
 def plan_text_now(settings: Settings, *, since: datetime | None, until: datetime | None,
@@ -15,7 +15,7 @@ def plan_text_now(settings: Settings, *, since: datetime | None, until: datetime
     from judgeflow.sampling.table import plan_text
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
-    from judgeflow.tasks.work import METRIC_NAMES
+    from judgeflow.model import METRIC_NAMES
 
     migrate.upgrade(engine_for(settings))
     metrics = list(METRIC_NAMES)

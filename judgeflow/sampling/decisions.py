@@ -17,7 +17,7 @@ from typing import Sequence
 
 from sqlalchemy import Connection, text
 
-from judgeflow.db.trace_types import TraceKey
+from judgeflow.sources.types import TraceKey
 
 # SQL: the weight of an eval_results row (joined as ``d``)
 WEIGHT_SQL = "COALESCE(1.0 / d.inclusion_prob, 1.0)"

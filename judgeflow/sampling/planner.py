@@ -11,14 +11,14 @@ from datetime import date, datetime, timedelta, timezone
 from sqlalchemy import Engine, text
 
 from judgeflow.db.pairs import key_pages
-from judgeflow.db.trace_source import KeyFilter, TraceSource, read_bodies
+from judgeflow.sources.trace_source import KeyFilter, TraceSource, read_bodies
 from judgeflow.judge.pricing import Prices, estimate_pair_cost
 from judgeflow.sampling import decisions
 from judgeflow.sampling.allocation import Detect, SamplePlan, StratumInput, allocate
 from judgeflow.sampling.power import min_detectable_rise, segment_alpha
 from judgeflow.sampling.selection import select
 from judgeflow.sampling.strata import Traffic, recent_cost_per_trace, recent_fail_rates, stratify, undecided_new_keys
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 PAGE = 5000
 # recent results that price a trace: this far back

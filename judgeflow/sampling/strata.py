@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from sqlalchemy import Connection, text
 
 from judgeflow.alerts.segments import segment_values
-from judgeflow.db.trace_types import TraceBody, TraceKey
+from judgeflow.sources.types import TraceBody, TraceKey
 
 ALL = "all"
 MISSING = "other"

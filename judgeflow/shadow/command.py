@@ -13,8 +13,8 @@ def run_shadow(
 ) -> None:
     from judgeflow.errors import ConfigError
     from judgeflow.shadow.plan import candidate_settings, plan_shadow
-    from judgeflow.tasks.work import METRIC_NAMES
-    from judgeflow.timeparse import parse_when
+    from judgeflow.model import METRIC_NAMES
+    from judgeflow.cli.timeparse import parse_when
 
     chosen = list(dict.fromkeys(m.strip() for s in (metrics or list(METRIC_NAMES)) for m in s.split(",") if m.strip()))
     unknown = [m for m in chosen if m not in METRIC_NAMES]
@@ -37,9 +37,9 @@ def run_shadow(
         raise typer.Exit(1)
     from judgeflow.flows.shadow import shadow_score
 
-    from judgeflow.entry import entered
-    from judgeflow.prefect_server import ui_url_without_import
-    from judgeflow.run_console import EXIT_STOPPED, watched_run
+    from judgeflow.run.entry import entered
+    from judgeflow.infra.prefect_server import ui_url_without_import
+    from judgeflow.cli.console import EXIT_STOPPED, watched_run
 
     use_prefect(settings)
     # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)

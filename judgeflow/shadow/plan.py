@@ -9,10 +9,10 @@ from pydantic import SecretStr
 
 from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
-from judgeflow.db.source import SourceTable
-from judgeflow.epochs import configured, current_epochs
+from judgeflow.sources.table import SourceTable
+from judgeflow.db.epochs import configured, current_epochs
 from judgeflow.errors import ConfigError
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 from judgeflow.shadow.sample import select_sample, strata
 
 

@@ -4,7 +4,7 @@ Each (metric, segment value) stratum gets ``per_segment`` results, or all it
 has when it has fewer, chosen by a seeded hash of the trace id: the same seed
 picks the same traces, so the cost shown before asking is the cost of the run
 that follows. Only results the judge in force scored ('scored', of its epoch:
-:mod:`judgeflow.epochs`) are candidates: they are what the candidate is
+:mod:`judgeflow.db.epochs`) are candidates: they are what the candidate is
 compared with. Traces whose metadata lacks the key form the stratum ``(none)``.
 """
 
@@ -17,10 +17,10 @@ from pydantic import BaseModel
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-from judgeflow.db.source import SourceTable
-from judgeflow.epochs import current_epochs, in_epoch_sql
+from judgeflow.sources.table import SourceTable
+from judgeflow.db.epochs import current_epochs, in_epoch_sql
 from judgeflow.errors import ConfigError, DatabaseError
-from judgeflow.tasks.work import TraceWork
+from judgeflow.model import TraceWork
 
 NO_SEGMENT = "(none)"
 

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 from judgeflow.db import migrate
 from judgeflow.db.schema import eval_results
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 _ids = itertools.count()
 

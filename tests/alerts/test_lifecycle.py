@@ -10,7 +10,7 @@ import pytest
 from judgeflow.alerts.evaluation import OVERALL, Figures, Segment
 from judgeflow.alerts.lifecycle import correct_for_family, decide
 from judgeflow.alerts.rules import all_rules
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 

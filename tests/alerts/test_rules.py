@@ -9,7 +9,7 @@ import pytest
 from judgeflow.alerts.evaluation import Figures
 from judgeflow.alerts.rules import RULE_SPECS, all_rules, enabled_rules
 from judgeflow.alerts.state import decide
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typer.testing import CliRunner
 
 from judgeflow.alerts.cli import segment_keys_in_force
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 
 def test_the_keys_and_their_origin():

@@ -59,7 +59,7 @@ def _generate(engine: sa.Engine, n: int, days: int) -> None:
 def _plan(engine: sa.Engine, rule, key: str | None, *, analyze: bool = False, epochs: dict | None = None) -> str:
     """The plan of the statement segment_figures runs, with the same parameters
     (and the judge epochs in force ``epochs``, if any)."""
-    from judgeflow.epochs import in_epoch_sql
+    from judgeflow.db.epochs import in_epoch_sql
 
     in_epoch, epoch_params = in_epoch_sql(epochs or {}, [rule.metric] if rule.metric else ["toxicity", "hallucination"])
     with engine.connect() as conn:
@@ -103,7 +103,7 @@ def test_per_segment_counts_are_an_index_only_range_scan(db, database_url):
             _assert_range_scan(plan)
     # with a judge epoch in force the epoch is decided in the same scan (its
     # columns are in the index since migration 0010): still no sequential scan
-    from judgeflow.epochs import current_epochs, record_epochs
+    from judgeflow.db.epochs import current_epochs, record_epochs
 
     with engine.begin() as conn:
         record_epochs(conn, {"toxicity": ("v1", "judge"), "hallucination": ("h1", "judge")})
@@ -146,7 +146,7 @@ def test_a_million_results_every_rule_per_segment(db, database_url):
 
     # the same with a judge epoch in force for each metric, started before every result (so the
     # counts are the same): what deciding each result's epoch in the scan costs
-    from judgeflow.epochs import current_epochs, record_epochs
+    from judgeflow.db.epochs import current_epochs, record_epochs
 
     with engine.begin() as conn:
         record_epochs(conn, {"toxicity": ("v1", "judge"), "hallucination": ("h1", "judge")})

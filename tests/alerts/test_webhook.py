@@ -286,7 +286,7 @@ def test_a_token_in_a_slack_url_path_leaks_nowhere(prefect_server, engine, datab
     """A Slack-style URL holds its token in the path; a receiver echoes the path in its 404.
     The token is in no stored error, log record or artifact."""
     from judgeflow.db.alert_tables import alert_deliveries
-    from judgeflow.scrub import register_settings
+    from judgeflow.config.scrub import register_settings
     from judgeflow.tasks.alerting import ALERT_STATE_KEY
     from tests.tasks.test_alerting import end_of_scoring_run, read_artifact
 

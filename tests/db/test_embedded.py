@@ -67,7 +67,7 @@ def test_a_connection_without_the_password_is_refused_and_the_password_file_is_p
         with psycopg.connect(**{**_without_password(server), "passfile": str(server.password_file)}) as conn:
             assert conn.execute("SELECT current_user").fetchone() == ("judgeflow",)
         assert server.password() not in server.public_url
-        from judgeflow.scrub import scrub
+        from judgeflow.config.scrub import scrub
 
         assert server.password() not in scrub(f"connecting with {url}")  # a secret like any other
     finally:

@@ -17,7 +17,7 @@ from judgeflow.db import migrate
 from judgeflow.db.leases import LeaseKeeper, PairGate, claims_at_risk, confirm_claim
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from judgeflow.db.pooling import TRANSACTION
-from judgeflow.settings import load_settings
+from judgeflow.config.settings import load_settings
 from judgeflow.tasks.claims import claim_traces
 from tests.support.pgbouncer import warm_pool
 from tests.support.traces import insert_traces, scripted_trace

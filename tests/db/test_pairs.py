@@ -14,8 +14,8 @@ import sqlalchemy as sa
 
 from judgeflow.db import migrate
 from judgeflow.db.pairs import _KEYS, Done, _pending_pairs
-from judgeflow.db.source import SourceTable, TableSource
-from judgeflow.db.trace_source import KeyFilter
+from judgeflow.sources.table import SourceTable, TableSource
+from judgeflow.sources.trace_source import KeyFilter
 
 N = 100_000
 

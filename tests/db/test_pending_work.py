@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from judgeflow.db import migrate
 from judgeflow.db.pending_work import anything_pending
-from judgeflow.settings import load_settings
+from judgeflow.config.settings import load_settings
 from tests.support.traces import insert_traces, scripted_trace
 
 METRICS = ["toxicity", "hallucination"]

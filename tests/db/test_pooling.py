@@ -21,7 +21,7 @@ def test_the_connection_is_told_apart_and_db_check_says_what_runs_do_there(
     mode, expected, request, database_url, monkeypatch, tmp_path
 ):
     from judgeflow.db.check import check_database
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
 
     url = _url(request, database_url, mode)
     for _ in range(3):  # the same answer every time, whatever the pool's state

@@ -1,7 +1,7 @@
 import pytest
 import sqlalchemy as sa
 
-from judgeflow.db.source import SourceTable
+from judgeflow.sources.table import SourceTable
 from judgeflow.errors import ConfigError
 
 

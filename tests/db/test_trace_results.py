@@ -37,7 +37,7 @@ def test_show_a_scored_a_failed_a_reused_and_an_unknown_trace(judgeflow_env, db,
     assert f"reason: {' '.join(tox['reason'].split())[:60]}" in shown.stdout
     assert "verdict yes: You are clueless [toxic] - The opinion is marked [toxic]." in shown.stdout
     assert "verdict no: The rest of trace 0 is fine" in shown.stdout
-    with db.connect() as conn:  # the judge epoch the result belongs to (judgeflow/epochs.py)
+    with db.connect() as conn:  # the judge epoch the result belongs to (judgeflow/db/epochs.py)
         [epoch_start] = conn.execute(sa.text(
             "SELECT started_at FROM judgeflow.judge_epochs WHERE metric = 'toxicity' AND metric_version = :v "
             "AND started_at <= :at ORDER BY started_at DESC, id DESC LIMIT 1"),
@@ -75,7 +75,7 @@ def test_show_a_scored_a_failed_a_reused_and_an_unknown_trace(judgeflow_env, db,
 
 def test_show_a_trace_not_scored_yet_or_being_scored(judgeflow_env, db):
     from judgeflow.db import migrate
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
     from judgeflow.db.leases import LeaseKeeper
     from judgeflow.tasks.claims import claim_traces
 

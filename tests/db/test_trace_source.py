@@ -9,8 +9,8 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from judgeflow.db.source import SourceTable, TableSource
-from judgeflow.db.trace_source import KeyFilter, TraceKey, read_bodies
+from judgeflow.sources.table import SourceTable, TableSource
+from judgeflow.sources.trace_source import KeyFilter, TraceKey, read_bodies
 from tests.support.traces import BASE_TIME
 
 # rows 7 and 23: input does not cast; 11: context's JSON path fails; 17: metadata divides by zero

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from judgeflow.db import migrate
 from judgeflow.flows.scoring import score_new_traces
-from judgeflow.settings import load_settings
+from judgeflow.config.settings import load_settings
 from tests.support.traces import BASE_TIME, insert_traces, results
 
 METRICS = ("toxicity", "hallucination")

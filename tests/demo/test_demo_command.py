@@ -17,7 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from judgeflow.db.embedded import EmbeddedPostgres
-from judgeflow.prefect_server import LocalPrefectServer
+from judgeflow.infra.prefect_server import LocalPrefectServer
 from tests.support.processes import kill_processes_under
 
 REPO = Path(__file__).resolve().parents[2]
@@ -151,7 +151,7 @@ def test_the_demo_passes_its_settings_down_and_leaves_the_environment_alone(pref
     before = {k: v for k, v in os.environ.items() if k.startswith("JUDGEFLOW_")}
     server = EmbeddedPostgres(home / "pg")
     try:
-        with caplog.at_level(logging.DEBUG, logger="judgeflow.settings"):
+        with caplog.at_level(logging.DEBUG, logger="judgeflow.config.settings"):
             result = CliRunner().invoke(app, ["demo"])
         assert result.exit_code == 0, result.output
         assert {k: v for k, v in os.environ.items() if k.startswith("JUDGEFLOW_")} == before

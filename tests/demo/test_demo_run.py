@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from judgeflow.db import migrate
 from judgeflow.demo import load_demo_traces
 from judgeflow.demo.run import load_traces
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 NOW = datetime(2026, 11, 22, 9, 30, tzinfo=timezone.utc)
 

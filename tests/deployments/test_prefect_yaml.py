@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from judgeflow import serve as serve_module
+from judgeflow.cli import serve as serve_module
 
 REPO = Path(__file__).resolve().parents[2]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"

@@ -9,14 +9,14 @@ import pytest
 import yaml
 
 from judgeflow.errors import ConfigError
-from judgeflow.serve import (
+from judgeflow.cli.serve import (
     BACKFILL_PARAMETERS,
     NIGHTLY_CRON,
     NIGHTLY_PARAMETERS,
     build_deployments,
     schedule_timezone,
 )
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 PREFECT_YAML = Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml"
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 import judgeflow
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKER = REPO / "docker"

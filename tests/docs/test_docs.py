@@ -152,7 +152,7 @@ def default_matches(cell: str, value) -> bool:
 
 
 def settings_problems(page: Path) -> list[str]:
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
     documented = documented_settings(page)
     problems = []

@@ -21,7 +21,7 @@ from judgeflow.alerts.stats import fisher_greater
 from judgeflow.db import migrate
 from judgeflow.flows.backfill import backfill_traces
 from judgeflow.flows.scoring import score_new_traces
-from judgeflow.settings import load_settings
+from judgeflow.config.settings import load_settings
 from tests.support.judge_server import JudgeServer, flagged, fraction_responder
 from tests.support.traces import insert_traces
 

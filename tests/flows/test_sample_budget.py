@@ -50,10 +50,10 @@ def _decisions(db) -> dict[str, sa.Row]:
 
 
 def _full_cost(settings_env) -> float:
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
-    from judgeflow.tasks.work import METRIC_NAMES
+    from judgeflow.model import METRIC_NAMES
 
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
@@ -107,7 +107,7 @@ def test_a_sample_budget_judges_minimums_then_neyman_and_records_the_rest(run, d
     assert _decisions(db) == decided
 
     from judgeflow.db.status import work_status
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
 
     status = work_status(load_settings())
     assert status["not_sampled"] == len(strata) - len(chosen)

@@ -182,7 +182,7 @@ def test_phoenix_llm_spans_scored_against_their_own_retrieved_documents_and_writ
         again = score_new_traces(evaluate_alerts=False)
         assert len(judge_server.requests) == requests and again.scored == 0
         # a second write-back finds nothing unwritten: no annotation is added or changed
-        from judgeflow.settings import load_settings
+        from judgeflow.config.settings import load_settings
         from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
 
         assert write_scores_to_phoenix.fn(load_settings(), summary.flow_run_id).written == 0  # nothing unwritten

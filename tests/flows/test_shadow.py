@@ -175,7 +175,7 @@ def test_stratified_sample_covers_every_segment_with_the_asked_number_or_all_it_
                 artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[SHADOW_REPORT_KEY])))
         return [a.data for a in found]
 
-    from judgeflow.scrub import scrub
+    from judgeflow.config.scrub import scrub
 
     assert scrub(report.render_markdown()) in asyncio.run(latest())  # credentials masked, as in every artifact
 
@@ -264,7 +264,7 @@ def test_a_candidate_on_another_base_gets_its_own_key_never_the_production_one(
 
 def test_the_production_key_goes_only_to_the_production_endpoint(shadow_env, monkeypatch):
     from judgeflow.errors import ConfigError
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
     from judgeflow.shadow.plan import candidate_settings
 
     monkeypatch.setenv("JUDGEFLOW_JUDGE_API_KEY", "sk-production-key-4242")

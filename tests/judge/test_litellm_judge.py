@@ -471,7 +471,7 @@ async def test_cancelled_async_calls_do_not_leak_slots(server):
 
 def test_the_factory_builds_the_configured_judge(server):
     from judgeflow.judge.factory import build_judge, judge_config
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
     settings = Settings(judge_model=MODEL, judge_api_base=server.url, judge_api_key=API_KEY,
                         judge_timeout_s=5, judge_max_retries=1, max_concurrency=3, judge_processes=1)
@@ -489,7 +489,7 @@ def test_the_judge_config_carries_the_judges_key_and_no_other_secret():
     import pickle
 
     from judgeflow.judge.config import JudgeConfig
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
     settings = Settings(_env_file=None, judge_model=MODEL, judge_api_key="judge-key-0123456789",
                         database_url="postgresql://u:db-secret-pw@127.0.0.1/x", phoenix_api_key="phx-key-0123456789",
@@ -510,7 +510,7 @@ def test_factory_offline(model):
     pytest.importorskip("judgeflow.judge.offline")
     from judgeflow.judge.factory import build_judge
     from judgeflow.judge.offline import OfflineJudge
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
     assert isinstance(build_judge(Settings(judge_model=model)), OfflineJudge)
 

@@ -11,7 +11,7 @@ from judgeflow.judge.litellm_judge import LiteLLMJudge
 from judgeflow.judge.pricing import Prices, estimate_pair_cost, estimate_tokens, prices_for, require_prices
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.data_block import render_data_block
-from judgeflow.settings import load_settings
+from judgeflow.config.settings import load_settings
 
 
 def _settings(monkeypatch, tmp_path, **env):

@@ -17,9 +17,9 @@ import pytest
 from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.config import JudgeConfig
 from judgeflow.judge.factory import build_judge, judge_config
-from judgeflow.judge.process_pool import JudgeProcessPool, decode_error, encode_error
+from judgeflow.judge.pool.process_pool import JudgeProcessPool, decode_error, encode_error
 from judgeflow.judge.wire_slots import call_priority
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 from tests.judge.test_litellm_judge import API_KEY, MODEL, opinions_request
 from tests.support.judge_server import JudgeServer, error_reply, json_reply
 
@@ -212,7 +212,7 @@ def test_workers_are_forked_by_one_server_that_imported_litellm_once(server):
         (server_pid,) = {_parent_pid(pid) for pid in pids}  # one fork server for every worker
         assert server_pid != os.getpid() and _parent_pid(server_pid) == os.getpid()  # the run's own child
         with open(f"/proc/{server_pid}/cmdline", "rb") as cmdline:
-            assert b"judgeflow.judge.fork_server" in cmdline.read()  # its preload: litellm, once
+            assert b"judgeflow.judge.pool.fork_server" in cmdline.read()  # its preload: litellm, once
         assert pool.worker_starts() == [1, 1, 1]
 
         # one worker dies: the others keep answering, and it alone is replaced
@@ -274,7 +274,7 @@ def test_a_killed_worker_fails_its_calls_as_transient_and_is_replaced(server):
 def test_workers_exit_when_the_run_process_is_killed(server, tmp_path):
     script = textwrap.dedent(
         f"""
-        from judgeflow.judge.process_pool import JudgeProcessPool
+        from judgeflow.judge.pool.process_pool import JudgeProcessPool
         from judgeflow.judge.config import JudgeConfig
         from tests.judge.test_litellm_judge import opinions_request
         pool = JudgeProcessPool(JudgeConfig({MODEL!r}, api_base={server.url!r}, api_key="k",

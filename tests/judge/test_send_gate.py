@@ -11,7 +11,7 @@ import time
 import pytest
 
 from judgeflow.errors import CallWithheld, TransientJudgeError
-from judgeflow.judge.process_pool import JudgeProcessPool
+from judgeflow.judge.pool.process_pool import JudgeProcessPool
 from judgeflow.judge.send_gate import send_gate
 from tests.judge.test_litellm_judge import both_http_paths, http_path, make_judge, opinions_request  # noqa: F401
 from tests.judge.test_process_pool import pool_settings

@@ -1,4 +1,4 @@
-"""The run budget's arithmetic (judgeflow/budget.py): retries charged before they start, never twice."""
+"""The run budget's arithmetic (judgeflow/run/budget.py): retries charged before they start, never twice."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from judgeflow.budget import Reservation, RunBudget
+from judgeflow.run.budget import Reservation, RunBudget
 from judgeflow.judge.pricing import Prices
-from judgeflow.tasks.work import ScoreOutcome, TraceWork
+from judgeflow.model import ScoreOutcome, TraceWork
 
 PRICES = Prices(input_per_mtok=100.0, output_per_mtok=200.0, source="test")
 

@@ -66,9 +66,9 @@ def test_calibrate_shows_the_cost_and_asks_first(judgeflow_env, judge_server, pr
 
 
 def test_calibrate_stops_judging_at_its_budget(judgeflow_env, judge_server, priced, tmp_path):
-    from judgeflow.calibration import load_labelled
-    from judgeflow.calibration_plan import plan_calibration
-    from judgeflow.settings import load_settings
+    from judgeflow.calibration.labelled import load_labelled
+    from judgeflow.calibration.plan import plan_calibration
+    from judgeflow.config.settings import load_settings
 
     path = _labelled(tmp_path, 6)
     plan = plan_calibration(load_settings(), load_labelled(path))

@@ -9,7 +9,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from judgeflow.calibration import SAMPLE_PATH, agreement, best_threshold, load_labelled
+from judgeflow.calibration.labelled import SAMPLE_PATH, agreement, best_threshold, load_labelled
 from judgeflow.cli import app
 from judgeflow.errors import ConfigError
 

@@ -108,7 +108,7 @@ def test_status_shows_in_progress_runs_and_stranded_pairs(judgeflow_env, db):
     import json
 
     from judgeflow.db import migrate
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
     from judgeflow.db.leases import LeaseKeeper
     from judgeflow.tasks.claims import claim_traces
 
@@ -143,7 +143,7 @@ def test_every_error_type_points_to_a_planned_docs_page():
     """Each JudgeflowError subclass resolves to one of the docs pages (the
     most specific mapping wins: an abstention is the offline judge's page)."""
     from judgeflow import errors
-    from judgeflow.cli_errors import docs_page, error_line
+    from judgeflow.cli.errors import docs_page, error_line
 
     planned = {"docs/metrics.md", "docs/tables.md", "docs/running.md", "docs/alerts.md",
                "docs/offline-judge.md", "docs/deployment.md", "docs/benchmark.md", "docs/settings.md"}
@@ -169,7 +169,7 @@ def test_every_error_type_points_to_a_planned_docs_page():
 def test_every_page_an_error_points_to_exists():
     from pathlib import Path
 
-    from judgeflow.cli_errors import DOCS_PAGES
+    from judgeflow.cli.errors import DOCS_PAGES
 
     repo = Path(__file__).resolve().parents[2]
     for page in set(DOCS_PAGES.values()):
@@ -180,7 +180,7 @@ def test_every_page_an_error_points_to_exists():
 # process holds when its judge workers start, and after the run.
 _SCORE_AND_REPORT = """
 import json, os, sys
-import judgeflow.judge.process_pool as process_pool
+import judgeflow.judge.pool.process_pool as process_pool
 seen = {}
 pools = []
 _start = process_pool.JudgeProcessPool.start

@@ -1,4 +1,4 @@
-"""What an entry point built, handed down (judgeflow/entry.py): a flow run
+"""What an entry point built, handed down (judgeflow/run/entry.py): a flow run
 uses its entry point's settings, with its parameters on top, without reading
 the environment again; without an entry point it builds them once."""
 
@@ -10,9 +10,9 @@ import os
 
 import pytest
 
-from judgeflow.entry import current_entry, entered, run_settings, stop_requested
+from judgeflow.run.entry import current_entry, entered, run_settings, stop_requested
 from judgeflow.errors import ConfigError
-from judgeflow.settings import load_settings, with_parameters
+from judgeflow.config.settings import load_settings, with_parameters
 
 BUILT = "judgeflow settings read from the environment and .env"
 
@@ -31,7 +31,7 @@ def _builds(caplog) -> int:
 
 def test_without_an_entry_point_a_flow_run_builds_its_settings_once(clean_env, caplog):
     clean_env.setenv("JUDGEFLOW_TRACES_TABLE", "from_env")
-    with caplog.at_level(logging.DEBUG, logger="judgeflow.settings"):
+    with caplog.at_level(logging.DEBUG, logger="judgeflow.config.settings"):
         settings = run_settings(max_concurrency=5, judge_processes=None)
     assert _builds(caplog) == 1
     assert (settings.traces_table, settings.max_concurrency, settings.judge_processes) == ("from_env", 5, None)
@@ -40,7 +40,7 @@ def test_without_an_entry_point_a_flow_run_builds_its_settings_once(clean_env, c
 def test_inside_an_entry_point_a_flow_run_uses_its_settings_and_reads_nothing_again(clean_env, caplog):
     settings = load_settings(max_concurrency=4)
     clean_env.setenv("JUDGEFLOW_TRACES_TABLE", "changed_since")  # not read again
-    with caplog.at_level(logging.DEBUG, logger="judgeflow.settings"):
+    with caplog.at_level(logging.DEBUG, logger="judgeflow.config.settings"):
         with entered(settings, judge="the judge") as entry:
             assert current_entry() is entry and entry.judge == "the judge"
             same = run_settings(max_concurrency=4, judge_processes=None)

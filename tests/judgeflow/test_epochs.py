@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from judgeflow.alerts.service import evaluate_rules
 from judgeflow.alerts.trend import compute_trend, render_markdown, render_text
-from judgeflow.epochs import current_epochs, record_epochs
+from judgeflow.db.epochs import current_epochs, record_epochs
 from tests.alerts.helpers import add_results, make_settings, migrated
 
 

@@ -7,8 +7,8 @@ from typer.testing import CliRunner
 
 from judgeflow.cli import app
 from judgeflow.errors import ConfigError
-from judgeflow.key_transport import is_loopback, refuse_plain_http_key
-from judgeflow.settings import load_settings
+from judgeflow.config.key_transport import is_loopback, refuse_plain_http_key
+from judgeflow.config.settings import load_settings
 from tests.support.addresses import non_loopback_address
 from tests.support.judge_server import JudgeServer
 from tests.support.traces import insert_traces, scripted_trace

@@ -1,4 +1,4 @@
-"""The Phoenix write-back's outbox (judgeflow/phoenix_outbox.py) over real PostgreSQL and a
+"""The Phoenix write-back's outbox (judgeflow/phoenix/outbox.py) over real PostgreSQL and a
 real HTTP server speaking Phoenix's REST shape (tests/support/phoenix_receiver.py): results
 scored before the write-back was on are written later, failures are retried with backoff,
 a refused key stops at once with one note, a re-score is written again."""
@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import text
 
 from judgeflow.db import migrate
-from judgeflow.phoenix_annotations import check_access
-from judgeflow.phoenix_outbox import GIVE_UP_AFTER, sync_phoenix, unwritten_counts
+from judgeflow.phoenix.annotations import check_access
+from judgeflow.phoenix.outbox import GIVE_UP_AFTER, sync_phoenix, unwritten_counts
 from tests.support.phoenix import free_port
 from tests.support.phoenix_receiver import PhoenixReceiver
 
@@ -127,7 +127,7 @@ def test_db_checks_access_names_what_is_wrong():
 
 def test_db_check_checks_the_write_back_only_when_it_is_on():
     from judgeflow.db.check import CheckReport, _check_write_back
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
     with PhoenixReceiver(api_key="right-key") as phoenix:
         on = Settings(_env_file=None, source="phoenix", phoenix_write_back=True, phoenix_url=phoenix.url,

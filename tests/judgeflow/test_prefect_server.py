@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from judgeflow.errors import PrefectServerError
-from judgeflow.prefect_server import LocalPrefectServer
+from judgeflow.infra.prefect_server import LocalPrefectServer
 from tests.support.traces import insert_traces, scripted_trace
 from tests.support.processes import kill_processes_under, processes_under
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from judgeflow.retry_after import parse_retry_after
+from judgeflow.judge.retry_after import parse_retry_after
 
 
 def test_parse_retry_after():

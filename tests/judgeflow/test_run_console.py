@@ -1,5 +1,5 @@
 """What a person sees and does at the terminal while `judgeflow score` runs
-(judgeflow/run_console.py): a live progress display under a terminal and
+(judgeflow/cli/console.py): a live progress display under a terminal and
 short lines through a pipe, both ending on the run summary's figures; a quiet
 console; Ctrl-C that stops the run without losing or repeating a pair."""
 

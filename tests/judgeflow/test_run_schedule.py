@@ -1,4 +1,4 @@
-"""The run's scheduling rules on their own (judgeflow/run_schedule.py): claims
+"""The run's scheduling rules on their own (judgeflow/run/schedule.py): claims
 and submissions are plain functions here, the batches' work finishes when the
 test says, and the clock is the test's. The flow's behaviour with the real
 database, Prefect and judge is tested in tests/flows/."""
@@ -10,12 +10,12 @@ from datetime import datetime, timezone
 
 import pytest
 
-from judgeflow.budget import RunBudget
+from judgeflow.run.budget import RunBudget
 from judgeflow.judge.pricing import Prices
-from judgeflow.run_schedule import (
+from judgeflow.run.schedule import (
     BUDGET, DEADLINE, DONE, LIMIT, STOPPED, Bounds, RunSchedule, default_batch_size, window_for,
 )
-from judgeflow.tasks.work import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
+from judgeflow.model import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
 
 AT = datetime(2026, 11, 21, tzinfo=timezone.utc)
 

@@ -1,4 +1,4 @@
-"""judgeflow.scrub: credentials inside URLs, configured secrets by exact value,
+"""judgeflow.config.scrub: credentials inside URLs, configured secrets by exact value,
 key-shaped tokens; and log records scrubbed once it is installed."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 import uuid
 
 from judgeflow.judge.litellm_judge import LiteLLMJudge
-from judgeflow.scrub import install_log_scrubbing, register_settings, scrub, scrub_url, url_credentials
-from judgeflow.settings import Settings
+from judgeflow.config.scrub import install_log_scrubbing, register_settings, scrub, scrub_url, url_credentials
+from judgeflow.config.settings import Settings
 
 
 def test_userinfo_and_credential_query_values_are_masked_the_rest_stays():
@@ -99,7 +99,7 @@ def test_the_start_judge_task_returns_no_credentials():
         assert secret not in shown
 
     # the default on more than one core: a pool of judge processes (not started here)
-    from judgeflow.judge.process_pool import JudgeProcessPool
+    from judgeflow.judge.pool.process_pool import JudgeProcessPool
 
     from judgeflow.judge.factory import judge_config
 
@@ -114,7 +114,7 @@ def test_the_start_judge_task_returns_no_credentials():
 
 
 def test_a_database_role_name_is_not_masked_but_its_password_is():
-    from judgeflow.scrub import registered
+    from judgeflow.config.scrub import registered
 
     settings = Settings(database_url="postgresql://judgeflow:db-p4ssw0rd@127.0.0.1:5432/app", judge_model="offline")
     register_settings(settings)

@@ -8,8 +8,8 @@ import pytest
 from pydantic import SecretStr
 
 from judgeflow.errors import ConfigError
-from judgeflow.secrets import resolve_secrets, secret_fields, secret_references
-from judgeflow.settings import Settings, load_settings
+from judgeflow.config.secrets import resolve_secrets, secret_fields, secret_references
+from judgeflow.config.settings import Settings, load_settings
 
 
 def save_secret(value) -> str:
@@ -111,8 +111,8 @@ def test_secrets_does_not_import_the_settings_module():
     import sys
 
     code = (
-        "import sys, judgeflow.secrets; "
-        "assert 'judgeflow.settings' not in sys.modules, sorted(m for m in sys.modules if m.startswith('judgeflow'))"
+        "import sys, judgeflow.config.secrets; "
+        "assert 'judgeflow.config.settings' not in sys.modules, sorted(m for m in sys.modules if m.startswith('judgeflow'))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -1,7 +1,7 @@
 import pytest
 
 from judgeflow.errors import ConfigError
-from judgeflow.settings import load_settings, normalise_database_url, parse_duration
+from judgeflow.config.settings import load_settings, normalise_database_url, parse_duration
 
 
 def test_defaults_follow_the_issue(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""Terminal-safe output (judgeflow/terminal_text.py): control characters from
+"""Terminal-safe output (judgeflow/cli/terminal_text.py): control characters from
 untrusted text never reach the terminal as control characters."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from judgeflow.terminal_text import TerminalSafeStream, visible
+from judgeflow.cli.terminal_text import TerminalSafeStream, visible
 
 OSC_TITLE = "\x1b]0;owned\x07"
 OSC_LINK = "\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\"
@@ -57,7 +57,7 @@ def test_on_a_terminal_colour_passes_and_nothing_else_does():
 
 
 def test_installing_twice_wraps_once():
-    from judgeflow.terminal_text import install
+    from judgeflow.cli.terminal_text import install
 
     class Holder:
         stdout = io.StringIO()

@@ -3,7 +3,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from judgeflow.errors import ConfigError
-from judgeflow.timeparse import parse_when
+from judgeflow.cli.timeparse import parse_when
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 

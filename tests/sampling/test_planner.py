@@ -1,7 +1,7 @@
 """What the planner sizes strata for: the regression rule's family of tests and its minimum rise."""
 
 from judgeflow.sampling.planner import detect_for, family_size
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 
 def _settings(**values) -> Settings:

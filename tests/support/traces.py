@@ -9,7 +9,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from judgeflow.db.source import CREATE_DEFAULT_TABLE
+from judgeflow.sources.table import CREATE_DEFAULT_TABLE
 
 BASE_TIME = datetime(2026, 11, 21, 0, 0, tzinfo=timezone.utc)
 

@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 from judgeflow.db import migrate
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE
-from judgeflow.settings import load_settings
+from judgeflow.config.settings import load_settings
 from judgeflow.db.leases import LeaseKeeper
 from judgeflow.tasks.claims import claim_traces, count_left_to_other_runs
 from judgeflow.db.results_store import CLAIM_LOST, DONE_EXISTS, store_outcomes
@@ -176,7 +176,7 @@ def _run_lock(db, key: int):
 
 def test_a_pair_whose_claim_moved_is_not_judged_by_the_run_that_lost_it(settings, db, judge_server):
     from judgeflow.db.leases import still_owned
-    from judgeflow.tasks.work import TraceWork
+    from judgeflow.model import TraceWork
 
     _claim(settings, "run-a:1", 31, n=3)  # tr-0000..2 by a run whose lock is gone
     assert _claim(settings, "run-b:1", 32, n=2) == {"tr-0000", "tr-0001"}
@@ -201,7 +201,7 @@ def _still_judged_only_what_it_holds(settings, db, judge_server, work):
 
 
 def test_a_batch_claimed_a_moment_ago_skips_the_check_and_its_write_still_checks(settings, db, judge_server):
-    from judgeflow.tasks.work import TraceWork
+    from judgeflow.model import TraceWork
 
     _claim(settings, "run-a:1", 41, n=2)  # by a run whose lock is gone
     assert _claim(settings, "run-b:1", 42, n=1) == {"tr-0000"}  # taken over

@@ -46,7 +46,7 @@ def test_write_back_turned_on_later_then_phoenix_stopped_and_started_again(
         prefect_server, judgeflow_env, db, judge_server, pg_server, tmp_path, monkeypatch):
     from judgeflow.cli import app
     from judgeflow.flows.scoring import score_new_traces
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
     from tests.support.judge_server import JudgeServer
     from tests.support.litellm_proxy import app_responder
     from tests.support.phoenix import ensure_venv, phoenix_with_traces, send_traces

@@ -1,12 +1,12 @@
-"""The content hash and the in-run coalescing of identical pairs (tasks/reuse.py)."""
+"""The content hash and the in-run coalescing of identical pairs (judgeflow/run/reuse.py)."""
 
 from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from judgeflow.settings import Settings
-from judgeflow.tasks.reuse import InFlight, content_hash, copied_row
-from judgeflow.tasks.work import TraceWork
+from judgeflow.config.settings import Settings
+from judgeflow.run.reuse import InFlight, content_hash, copied_row
+from judgeflow.model import TraceWork
 
 NOW = datetime(2026, 11, 23, tzinfo=timezone.utc)
 
@@ -70,14 +70,14 @@ def test_a_copy_of_a_copy_names_the_trace_really_judged():
 def test_every_setting_is_either_in_the_hash_or_declared_score_neutral():
     """A setting added to Settings must be classified: if it changes scores it
     goes in SCORE_SETTINGS (and so in the hash), else in the neutral list."""
-    from judgeflow.tasks.reuse import SCORE_NEUTRAL_PREFIXES, SCORE_NEUTRAL_SETTINGS, SCORE_SETTINGS
+    from judgeflow.run.reuse import SCORE_NEUTRAL_PREFIXES, SCORE_NEUTRAL_SETTINGS, SCORE_SETTINGS
 
     fields = set(Settings.model_fields)
     unclassified = {
         f for f in fields
         if f not in SCORE_SETTINGS and f not in SCORE_NEUTRAL_SETTINGS and not f.startswith(SCORE_NEUTRAL_PREFIXES)
     }
-    assert not unclassified, f"classify these settings in tasks/reuse.py: {sorted(unclassified)}"
+    assert not unclassified, f"classify these settings in judgeflow/run/reuse.py: {sorted(unclassified)}"
     assert not SCORE_SETTINGS & SCORE_NEUTRAL_SETTINGS
     assert SCORE_SETTINGS <= fields, "a score setting that no longer exists"
 
@@ -85,7 +85,7 @@ def test_every_setting_is_either_in_the_hash_or_declared_score_neutral():
 def test_each_setting_that_changes_scores_changes_the_hash():
     from pydantic import SecretStr
 
-    from judgeflow.tasks.reuse import SCORE_SETTINGS
+    from judgeflow.run.reuse import SCORE_SETTINGS
 
     base = Settings(_env_file=None, judge_api_base="http://judge-a.internal/v1")
     other = {

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from judgeflow.entry import entered
-from judgeflow.judge.process_pool import JudgeProcessPool
-from judgeflow.settings import Settings
+from judgeflow.run.entry import entered
+from judgeflow.judge.pool.process_pool import JudgeProcessPool
+from judgeflow.config.settings import Settings
 from judgeflow.tasks.scoring import close_judge, start_judge
 
 
@@ -50,7 +50,7 @@ def test_a_trace_its_source_skips_is_stored_skipped_with_the_reason_and_no_judge
     from datetime import datetime, timezone
 
     from judgeflow.tasks.scoring import build_metrics, judge_pair
-    from judgeflow.tasks.work import TraceWork
+    from judgeflow.model import TraceWork
 
     settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
                         judge_processes=1)

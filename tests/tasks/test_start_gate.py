@@ -6,9 +6,9 @@ import asyncio
 import math
 import time
 
-from judgeflow.budget import RunBudget
+from judgeflow.run.budget import RunBudget
 from judgeflow.judge.send_gate import may_send, send_gate
-from judgeflow.tasks.start_gate import StartGate, why_not_started
+from judgeflow.run.start_gate import StartGate, why_not_started
 from tests.judgeflow.test_budget import PRICES, work
 
 SPENT = "the run's spend budget is spent"

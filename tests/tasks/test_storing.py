@@ -10,10 +10,10 @@ import sqlalchemy as sa
 
 from judgeflow.db import migrate
 from judgeflow.metrics.result import MetricResult
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 from judgeflow.db.results_store import store_outcomes
-from judgeflow.tasks.outcomes import failure_row as _failure_row, result_row as _result_row
-from judgeflow.tasks.work import TraceWork
+from judgeflow.run.outcomes import failure_row as _failure_row, result_row as _result_row
+from judgeflow.model import TraceWork
 from judgeflow.errors import TransientJudgeError
 from tests.support.traces import results
 

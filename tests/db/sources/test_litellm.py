@@ -9,8 +9,8 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 
-from judgeflow.db.sources.litellm import LiteLLMSource
-from judgeflow.db.trace_source import KeyFilter, TraceKey
+from judgeflow.sources.litellm import LiteLLMSource
+from judgeflow.sources.trace_source import KeyFilter, TraceKey
 from tests.support.litellm_fixtures import by_scenario
 from tests.support.litellm_proxy import insert_spend_logs
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine, text
 
-from judgeflow.db.sources.phoenix import PhoenixSource
-from judgeflow.db.trace_source import KeyFilter, TraceKey
+from judgeflow.phoenix.source import PhoenixSource
+from judgeflow.sources.trace_source import KeyFilter, TraceKey
 
 pytestmark = pytest.mark.slow
 
@@ -97,7 +97,7 @@ def test_scores_written_back_as_span_annotations_once_and_updated_by_a_rescore(p
     import httpx
 
     from judgeflow.db import migrate
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
     from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
 
     server, url, sent = phoenix

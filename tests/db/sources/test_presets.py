@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from judgeflow.db.sources.chat import conversation, reply_text
-from judgeflow.db.sources.litellm import LiteLLMSource
-from judgeflow.db.sources.phoenix import PhoenixSource, read_span
-from judgeflow.db.trace_source import trace_source
+from judgeflow.sources.chat import conversation, reply_text
+from judgeflow.sources.litellm import LiteLLMSource
+from judgeflow.phoenix.source import PhoenixSource, read_span
+from judgeflow.sources.trace_source import trace_source
 from judgeflow.errors import ConfigError
-from judgeflow.settings import Settings
+from judgeflow.config.settings import Settings
 
 
 def test_the_setting_picks_the_preset_and_its_segments():

@@ -1,4 +1,4 @@
-"""Results kept per source (judgeflow/db/sources/identity.py, results.py): two sources
+"""Results kept per source (judgeflow/sources/identity.py, results.py): two sources
 scored into one results database, each counted alone by status, show and the alert
 rules; the switch announced; results from before sources were recorded adopted by the
 source configured then; a preset's skips named as its decision."""
@@ -14,7 +14,7 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from judgeflow.db import migrate
-from judgeflow.db.sources.results import adopt_source
+from judgeflow.sources.results import adopt_source
 from tests.support.litellm_fixtures import by_scenario
 from tests.support.litellm_proxy import insert_spend_logs
 from tests.support.traces import insert_traces, results, scripted_trace
@@ -49,7 +49,7 @@ def test_two_sources_into_one_results_database_are_counted_apart(two_sources, db
     from judgeflow.alerts.evaluation import segment_figures
     from judgeflow.alerts.rules import all_rules
     from judgeflow.db.status import work_status
-    from judgeflow.settings import load_settings
+    from judgeflow.config.settings import load_settings
 
     second, litellm = two_sources
     stored = results(db)
@@ -130,7 +130,7 @@ def test_results_from_before_sources_were_recorded_belong_to_the_source_configur
 def test_a_source_never_inherits_another_sources_alert_state(db, database_url):
     from judgeflow.alerts.rules import all_rules
     from judgeflow.alerts.state import current_alerts, evaluate_rule_segments
-    from judgeflow.settings import Settings
+    from judgeflow.config.settings import Settings
 
     migrate.upgrade(db)
     created = datetime.now(timezone.utc)

@@ -1,0 +1,1 @@
+"""Calibration: how well the judge agrees with human labels (`judgeflow calibrate`)."""

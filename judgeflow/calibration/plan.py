@@ -1,0 +1,78 @@
+"""What a calibration will cost, shown before it asks (as `judgeflow shadow`
+does), and the budget it keeps to (`judgeflow calibrate --budget-usd`)."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from judgeflow.calibration.labelled import METRICS, LabelledItem
+from judgeflow.config.settings import Settings
+
+
+@dataclass(frozen=True)
+class CalibrationPlan:
+    judge_model: str
+    pairs: int
+    cost_usd: float | None  # None: nobody knows the judge's prices
+    basis: str
+
+    def describe(self) -> str:
+        cost = "unknown" if self.cost_usd is None else f"${self.cost_usd:,.4f}"
+        return (f"{self.pairs} (item, metric) pair(s) to judge with {self.judge_model}; "
+                f"estimated cost {cost} ({self.basis})")
+
+
+def pair_estimator(settings: Settings) -> Callable[[LabelledItem, str], float] | None:
+    """USD one labelled (item, metric) is expected to cost; None without prices."""
+    from judgeflow.judge.pricing import estimate_pair_cost, prices_for
+
+    prices = prices_for(settings)
+    if prices is None:
+        return None
+
+    def estimate(item: LabelledItem, metric: str) -> float:
+        return estimate_pair_cost(prices, metric, input=item.input, output=item.output, context=item.context,
+                                  max_field_chars=settings.max_field_chars)
+
+    return estimate
+
+
+def plan_calibration(settings: Settings, items: list[LabelledItem]) -> CalibrationPlan:
+    from judgeflow.judge.pricing import prices_for
+
+    pairs = sum(1 for item in items for metric in METRICS if metric in item.labels)
+    prices = prices_for(settings)
+    if prices is None:
+        return CalibrationPlan(settings.judge_model, pairs, None,
+                               f"litellm has no price for {settings.judge_model}; set "
+                               "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK")
+    estimate = pair_estimator(settings)
+    cost = sum(estimate(item, metric) for item in items for metric in METRICS if metric in item.labels)
+    return CalibrationPlan(settings.judge_model, pairs, cost,
+                           f"tokens estimated from the items' text, at {prices.source}")
+
+
+class SpendLimit:
+    """A pair starts only while what was spent, plus the estimates of the pairs
+    being judged, plus its own estimate stays within ``limit_usd``."""
+
+    def __init__(self, limit_usd: float):
+        self.limit_usd = float(limit_usd)
+        self.spent_usd = 0.0
+        self.in_flight_usd = 0.0
+        self._lock = threading.Lock()
+
+    def reserve(self, estimate_usd: float) -> bool:
+        with self._lock:
+            if self.spent_usd + self.in_flight_usd + estimate_usd > self.limit_usd:
+                return False
+            self.in_flight_usd += estimate_usd
+            return True
+
+    def close(self, estimate_usd: float, spent_usd: float | None) -> None:
+        """The pair is done; what it cost (its estimate when the judge reported no cost)."""
+        with self._lock:
+            self.in_flight_usd -= estimate_usd
+            self.spent_usd += estimate_usd if spent_usd is None else spent_usd

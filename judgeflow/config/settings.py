@@ -1,0 +1,389 @@
+"""The one settings object. Built once at an entry point (a CLI command, a
+deployment's flow run) by :func:`load_settings` and passed down
+(judgeflow/run/entry.py); nothing reads the environment anywhere else."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from judgeflow.errors import ConfigError
+from judgeflow.config.key_transport import check_key_destinations
+from judgeflow.config.scrub import install_log_scrubbing, register_settings
+from judgeflow.config.secrets import resolve_secrets
+
+log = logging.getLogger("judgeflow.config.settings")
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# the metadata keys each source preset segments alerts by when JUDGEFLOW_ALERT_SEGMENT_BY is unset
+PRESET_SEGMENT_KEYS: dict[str, tuple[str, ...]] = {
+    "litellm": ("model", "model_group", "team_id", "end_user", "tags"),
+    "phoenix": ("project",),
+}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '15m', '6h', '7d', '2w' -> seconds."""
+    match = _DURATION.match(text or "")
+    if not match:
+        raise ConfigError(f"not a duration: {text!r} (expected e.g. '30m', '6h', '7d')")
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
+def normalise_database_url(url: str) -> str:
+    """postgres:// and postgresql:// (and +psycopg2) become postgresql+psycopg://."""
+    for prefix in ("postgres://", "postgresql://", "postgresql+psycopg2://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix):]
+    return url
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="JUDGEFLOW_", env_file=".env", env_file_encoding="utf-8", extra="ignore",
+        # a run's parameters are set on a copy (with_parameters), validated like the environment's values
+        validate_assignment=True,
+    )
+
+    # --- judge -----------------------------------------------------------
+    judge_model: str = Field("gpt-4o", description="litellm model string, or 'offline'")
+    # a secret: a base URL may carry credentials (https://user:pass@host/...?api-key=...)
+    judge_api_base: SecretStr | None = None
+    judge_api_key: SecretStr | None = None
+    # `judgeflow shadow`'s candidate endpoint (--judge-api-base / --judge-api-key): a base other than
+    # judge_api_base needs its own key; the production key is never sent there (judgeflow.shadow.plan)
+    shadow_judge_api_base: SecretStr | None = None
+    shadow_judge_api_key: SecretStr | None = None
+    plain_http_key_hosts: str | None = Field(
+        None, description="comma-separated hosts a key may be sent to over plain http:// (a private network's "
+        "service names); otherwise only loopback (judgeflow.config.key_transport)",
+    )
+    judge_timeout_s: float = Field(60.0, gt=0)
+    judge_max_retries: int = Field(4, ge=0, description="adapter retries on transient errors")
+    judge_backoff_base_s: float = Field(1.0, ge=0)
+    judge_backoff_max_s: float = Field(30.0, ge=0)
+    judge_max_repairs: int = Field(2, ge=0, description="re-asks after an invalid reply")
+    max_concurrency: int = Field(8, ge=1, description="judge calls in flight per scoring run (per process)")
+    judge_processes: int | None = Field(
+        None, ge=1, le=32,
+        description="worker processes making the judge calls of a run (litellm's CPU per call runs on one core "
+        "per process, which one process alone cannot keep up with at high concurrency); max_concurrency is "
+        "shared between them. Unset: one per core, at most 4 (1 on a one-core machine: the calls stay in the "
+        "run's process)",
+    )
+
+    # --- judge spend -----------------------------------------------------
+    judge_input_cost_per_mtok: float | None = Field(
+        None, ge=0, description="USD per million prompt tokens; overrides litellm's price map (set both or neither)"
+    )
+    judge_output_cost_per_mtok: float | None = Field(
+        None, ge=0, description="USD per million completion tokens; overrides litellm's price map"
+    )
+    run_budget_usd: float | None = Field(
+        None, gt=0, description="a scoring run stops claiming once spent + in-flight (estimated) reaches this"
+    )
+    sample_budget_usd: float | None = Field(
+        None, gt=0,
+        description="when judging a night's new traces would cost more than this, a nightly run judges a stratified "
+        "sample that fits (per-stratum minimums, then Neyman allocation) and records the rest as not sampled",
+    )
+    stratify_by: str | None = Field(
+        None,
+        description="comma-separated metadata keys whose values form the sample budget's strata; unset: the alert "
+        "segment keys (none: one stratum)",
+    )
+    settle_delay: str = Field(
+        "0s", description="only traces older than this are scored (e.g. '10m'): a trace still being written waits"
+    )
+    reuse_identical: bool = Field(
+        True, description="a pair identical to an already-scored one (same metric version, judge, content) "
+        "reuses its result instead of calling the judge"
+    )
+
+    # --- metrics ---------------------------------------------------------
+    toxicity_threshold: float = Field(0.5, ge=0, le=1)
+    toxicity_strict_mode: bool = False
+    hallucination_threshold: float = Field(0.5, ge=0, le=1)
+    include_reason: bool = True
+    max_field_chars: int = Field(20_000, ge=100, description="per-field truncation budget")
+
+    # --- database --------------------------------------------------------
+    database_url: SecretStr | None = Field(None, description="unset: the embedded database")
+    source: Literal["table", "litellm", "phoenix"] = Field(
+        "table", description="what the traces are: 'table' (JUDGEFLOW_TRACES_TABLE in judgeflow's shape), "
+        "'litellm' (the LiteLLM proxy's \"LiteLLM_SpendLogs\") or 'phoenix' (Arize Phoenix's spans), read in place",
+    )
+    source_schema: str | None = Field(
+        None, description="the schema of LiteLLM's or Phoenix's tables (JUDGEFLOW_SOURCE litellm or phoenix); "
+        "unset: the connection's search_path",
+    )
+    traces_table: str = "llm_traces"
+    source_database_url: SecretStr | None = Field(
+        None, description="read the traces from this database (a read replica, say) instead of "
+        "JUDGEFLOW_DATABASE_URL; results, claims and alerts stay there. Unset: the traces are read there too",
+    )
+    source_lookback: str = Field(
+        "1h", description="a nightly run reads the source from its watermark (the oldest trace without a result) "
+        "minus this: a trace written this much later than traces older than it is still scored; one later than "
+        "that only by `judgeflow backfill`",
+    )
+    phoenix_write_back: bool = Field(
+        False, description="JUDGEFLOW_SOURCE=phoenix: also write each score to Phoenix as a span annotation "
+        "(POST /v1/span_annotations at JUDGEFLOW_PHOENIX_URL); the results table stays the source of truth",
+    )
+    phoenix_url: str = Field("http://127.0.0.1:6006", description="Phoenix's base URL, for the write-back")
+    phoenix_api_key: SecretStr | None = Field(None, description="Phoenix API key (a bearer token), if auth is on")
+    home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
+    lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
+    pool_mode: Literal["auto", "direct", "session", "transaction"] = Field(
+        "auto", description="what sits between judgeflow and PostgreSQL: 'direct', a 'session' pool, a "
+        "'transaction' pool (PgBouncer pool_mode = transaction, pgcat, Supavisor, RDS Proxy), or 'auto' to "
+        "find out at each run's start (docs/deployment.md)",
+    )
+
+    # --- tasks -----------------------------------------------------------
+    task_retries: int = Field(2, ge=0)
+    task_retry_delay_s: float = Field(2.0, ge=0)
+
+    # --- cost and time bounds -----------------------------------------------
+    max_runs_per_pair: int = Field(
+        3, ge=1,
+        description="a (trace, metric) that ended 'failed' in this many runs is given up: the nightly run no "
+        "longer retries it (`judgeflow score --retry-failed` and backfills do)",
+    )
+    max_opinions: int = Field(50, ge=1, description="opinions judged per trace (toxicity); extra ones are dropped")
+    max_run_duration: str = Field(
+        "6h", description="a run's time budget: past it, it stops claiming, finishes what is in flight, ends",
+    )
+
+    # --- alerts ----------------------------------------------------------
+    alert_window: str = "24h"
+    toxicity_rate_max: float | None = Field(0.05, ge=0, le=1)
+    hallucination_rate_max: float | None = Field(None, ge=0, le=1)
+    failure_rate_max: float | None = Field(None, ge=0, le=1)
+    dead_delivery_rate_max: float | None = Field(
+        0.0, ge=0, le=1,
+        description="maximum share of the alert deliveries ended in the window that are dead (0: any dead "
+        "delivery fires the dead_delivery_rate rule); empty disables the rule",
+    )
+    alert_min_samples: int = Field(50, ge=1)
+    alert_renotify: str | None = None
+    alert_webhook_url: SecretStr | None = None
+    alert_webhook_secret: SecretStr | None = None
+    alert_slack_webhook_url: SecretStr | None = None
+    alert_webhook_timeout_s: float = Field(10.0, gt=0, description="per attempt, webhook and Slack")
+    alert_webhook_retries: int = Field(3, ge=0, description="retries after the first attempt (5xx, 429, timeouts)")
+    alert_webhook_backoff_s: float = Field(1.0, ge=0, description="first retry delay; doubles each retry")
+    alert_webhook_backoff_max_s: float = Field(30.0, ge=0)
+    alert_redelivery_backoff_s: float = Field(
+        60.0, ge=0,
+        description="an undelivered notification is due again this long after a failed evaluation; doubles each time",
+    )
+    alert_redelivery_backoff_max_s: float = Field(3600.0, ge=0)
+    alert_prefect_events: bool = Field(True, description="emit judgeflow.alert.* Prefect events")
+    alert_event_confirm_timeout_s: float = Field(
+        15.0, gt=0,
+        description="how long an evaluation waits for the Prefect API to store the events it emitted (the "
+        "server writes events in batches, every 5 s by default); an event not stored by then is emitted again later",
+    )
+    alert_dead_after: int = Field(
+        6, ge=1,
+        description="a delivery is dead (given up on, its queue moves on) after this many failed evaluations; "
+        "a permanent 4xx (not 408, 425, 429) makes it dead at once",
+    )
+    alert_delivery_budget_s: float = Field(
+        30.0, gt=0,
+        description="total time one evaluation spends delivering notifications; what it does not attempt "
+        "stays pending for the next evaluation",
+    )
+    alert_segment_by: str | None = Field(
+        None,
+        description="comma-separated keys of the traces' metadata (e.g. 'app,model'): every rate rule is also "
+        "evaluated per value of each key; the values are copied into eval_results.segment when a trace is scored",
+    )
+    alert_segment_top: int = Field(
+        10, ge=1, le=200,
+        description="per rule and key, the values with the most results (window + baseline) get their own "
+        "segment; the rest are grouped as 'other'",
+    )
+    alert_hysteresis: float = Field(
+        0.1, ge=0, lt=1,
+        description="a firing rule resolves only once clearly back: a maximum rule below maximum*(1-h), a "
+        "regression rule once its increase is below min_increase*(1-h) or no longer significant at "
+        "JUDGEFLOW_REGRESSION_RESOLVE_ALPHA",
+    )
+    regression_baseline: str = Field("7d", description="the period just before the window a regression compares with")
+    regression_alpha: float = Field(0.01, gt=0, lt=1, description=(
+        "one-sided significance a regression must reach to fire; over segments, Holm-adjusted: the chance of any"
+        " false regression alert of a rule in one evaluation"))
+    regression_resolve_alpha: float = Field(
+        0.05, gt=0, lt=1, description="a firing regression stays firing while significant at this looser level"
+    )
+    toxicity_regression_min_increase: float | None = Field(
+        None, ge=0, le=1, description="absolute rise of the toxicity not-passed rate over baseline that pages; unset: off"
+    )
+    hallucination_regression_min_increase: float | None = Field(
+        None, ge=0, le=1,
+        description="absolute rise of the hallucination not-passed rate over baseline that pages; unset: off",
+    )
+
+    # --- schedule --------------------------------------------------------
+    schedule_timezone: str = Field("UTC", description="IANA timezone of the nightly 02:00 schedule")
+
+    @field_validator("schedule_timezone")
+    @classmethod
+    def _check_timezone(cls, value):
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ConfigError(f"unknown timezone {value!r} (use an IANA name like Europe/Berlin)") from None
+        return value
+
+    @field_validator("database_url", "source_database_url", mode="before")
+    @classmethod
+    def _normalise_url(cls, value):
+        if value is None or value == "":
+            return None
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else str(value)
+        return SecretStr(normalise_database_url(raw))
+
+    @field_validator("settle_delay", mode="before")
+    @classmethod
+    def _check_settle_delay(cls, value):
+        if value is None or str(value).strip() in ("", "0"):
+            return "0s"
+        parse_duration(str(value))
+        return str(value).strip()
+
+    @model_validator(mode="after")
+    def _prices_come_in_pairs(self):
+        if (self.judge_input_cost_per_mtok is None) != (self.judge_output_cost_per_mtok is None):
+            raise ConfigError(
+                "set both JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK, or neither"
+            )
+        return self
+
+    @field_validator("source_schema")
+    @classmethod
+    def _check_source_schema(cls, value):
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", value):
+            raise ConfigError(f"JUDGEFLOW_SOURCE_SCHEMA must be a plain schema name; refusing {value!r}")
+        return value
+
+    @field_validator("alert_segment_by", "stratify_by")
+    @classmethod
+    def _check_segment_by(cls, value):
+        if value is None:
+            return None
+        keys = [k.strip() for k in value.split(",") if k.strip()]
+        if len(keys) > 8 or any(len(k) > 100 for k in keys):
+            raise ConfigError("JUDGEFLOW_ALERT_SEGMENT_BY and JUDGEFLOW_STRATIFY_BY take at most 8 metadata keys of up "
+                              "to 100 characters")
+        return ",".join(dict.fromkeys(keys)) or None
+
+    @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "source_lookback")
+    @classmethod
+    def _check_duration(cls, value):
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    @property
+    def uses_embedded_database(self) -> bool:
+        return self.database_url is None
+
+    @property
+    def settle_delay_s(self) -> float:
+        return parse_duration(self.settle_delay)
+
+    @property
+    def source_lookback_s(self) -> float:
+        return parse_duration(self.source_lookback)
+
+    @property
+    def alert_window_s(self) -> float:
+        return parse_duration(self.alert_window)
+
+    @property
+    def max_run_duration_s(self) -> float:
+        return parse_duration(self.max_run_duration)
+
+    @property
+    def alert_segment_keys(self) -> tuple[str, ...]:
+        """JUDGEFLOW_ALERT_SEGMENT_BY's keys; unset, the source preset's own (none for 'table')."""
+        if self.alert_segment_by:
+            return tuple(self.alert_segment_by.split(","))
+        return PRESET_SEGMENT_KEYS.get(self.source, ())
+
+    @property
+    def stratify_keys(self) -> tuple[str, ...]:
+        """JUDGEFLOW_STRATIFY_BY's keys; unset, the alert segment keys."""
+        if self.stratify_by:
+            return tuple(self.stratify_by.split(","))
+        return self.alert_segment_keys
+
+    @property
+    def regression_baseline_s(self) -> float:
+        return parse_duration(self.regression_baseline)
+
+    @property
+    def alert_renotify_s(self) -> float | None:
+        return parse_duration(self.alert_renotify) if self.alert_renotify else None
+
+
+def load_settings(**overrides) -> Settings:
+    """The entry point's settings, built once: the environment and ``.env``,
+    with ``overrides`` winning over both; secret references resolved and the
+    secrets registered for scrubbing."""
+    try:
+        settings = Settings(**overrides)
+    except ConfigError:
+        raise
+    except Exception as exc:  # pydantic.ValidationError, with secrets already masked
+        raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
+    log.debug("judgeflow settings read from the environment and .env")
+    # secrets may be references to Prefect Secret blocks (prefect-secret://name);
+    # Prefect is only contacted when one is present
+    settings = resolve_secrets(settings)
+    check_key_destinations(settings)  # no key over plain http to another host
+    # from here on, what is secret in these settings is scrubbed from every log
+    # record of the process (and from texts passed through judgeflow.config.scrub.scrub)
+    register_settings(settings)
+    install_log_scrubbing()
+    return settings
+
+
+def with_parameters(settings: Settings, **parameters) -> Settings:
+    """``settings`` with a run's parameters on top (those not None), each
+    validated as a value from the environment is; ``settings`` itself when
+    none changes anything. Reads nothing from the environment and resolves
+    no secret: the entry point did that once."""
+    changed = {name: value for name, value in parameters.items()
+               if value is not None and getattr(settings, name) != value}
+    if not changed:
+        return settings
+    updated = settings.model_copy()
+    try:
+        for name, value in changed.items():
+            setattr(updated, name, value)
+    except ConfigError:
+        raise
+    except Exception as exc:  # pydantic.ValidationError
+        raise ConfigError(f"invalid judgeflow settings: {exc}") from exc
+    return updated
+
+
+def run_settings(**parameters) -> Settings:
+    """The settings of a flow run that is its own entry point (a deployment's):
+    built once, with the run's parameters (those not None) on top. A flow gets
+    them through :func:`judgeflow.run.entry.run_settings`, which uses its entry
+    point's settings when there is one."""
+    return load_settings(**{name: value for name, value in parameters.items() if value is not None})

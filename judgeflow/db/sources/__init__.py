@@ -1,2 +1,0 @@
-"""Source presets: another tool's own tables read in place as judgeflow's traces
-(``JUDGEFLOW_SOURCE``), each a :class:`judgeflow.db.trace_source.TraceSource`."""

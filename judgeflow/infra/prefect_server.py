@@ -1,0 +1,255 @@
+"""A Prefect API server (with its UI) that lives like the embedded database.
+
+When ``PREFECT_API_URL`` is not set, the first judgeflow command that needs
+Prefect starts ``prefect server start`` as a detached process under
+``JUDGEFLOW_HOME/prefect`` (its own ``PREFECT_HOME`` and sqlite database,
+127.0.0.1, a free port kept in ``server.json``); later commands find it by
+that file and a health check and reuse it. ``judgeflow stop`` stops it.
+
+Why not Prefect's own temporary server: it is started and torn down by every
+command (seconds of CPU each, timing out on a busy machine), it loses what it
+has not persisted when the command exits, and the UI is gone with it.
+
+With ``PREFECT_API_URL`` set (environment or the active Prefect profile)
+nothing is started: the configured server is used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from judgeflow.infra.dir_lock import locked
+from judgeflow.errors import PrefectServerError
+from judgeflow.infra.local_process import pid_alive as _pid_alive, runs_in as _is_our_server, terminate
+
+HOST = "127.0.0.1"
+# On a busy 2-core machine the server's first start (imports, sqlite
+# migrations) has taken over a minute; a start that gives up early is a bug.
+START_TIMEOUT_S = 120.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.2)
+        return s.connect_ex((HOST, port)) == 0
+
+
+class LocalPrefectServer:
+    """The server of one ``JUDGEFLOW_HOME`` (state in ``<home>/prefect``)."""
+
+    def __init__(self, home: Path):
+        self.base_dir = (Path(home) / "prefect").resolve()
+        self.state_file = self.base_dir / "server.json"
+        self.log_file = self.base_dir / "server.log"
+        self.database = self.base_dir / "prefect.db"
+
+    @classmethod
+    def for_settings(cls, settings) -> "LocalPrefectServer":
+        return cls(Path(settings.home))
+
+    # -- facts --------------------------------------------------------------
+    def state(self) -> dict | None:
+        try:
+            return json.loads(self.state_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    @property
+    def port(self) -> int | None:
+        state = self.state()
+        return int(state["port"]) if state else None
+
+    @property
+    def pid(self) -> int | None:
+        state = self.state()
+        return int(state["pid"]) if state else None
+
+    @property
+    def ui_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        return f"{self.ui_url}/api"
+
+    def is_healthy(self) -> bool:
+        state = self.state()
+        if not state or not _pid_alive(int(state["pid"])):
+            return False
+        return _healthy(f"http://{HOST}:{state['port']}/api")
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> tuple[str, bool]:
+        """Start the server unless it is running; returns (API URL, started now).
+        Safe to call from several processes at once: one starts, the others wait
+        for it and reuse it."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        with locked(self.base_dir):
+            if self.is_healthy():
+                return self.api_url, False
+            state = self.state()
+            if state and _pid_alive(state["pid"]) and _is_our_server(state["pid"], self.base_dir):
+                # started earlier but not answering (still starting, or hung): give it
+                # the same grace as a fresh start, then replace it
+                if self._wait_healthy(state["pid"], state["port"], timeout_s):
+                    return self.api_url, False
+                self._terminate(state["pid"])
+            port = self._previous_port_if_free() or _free_port()
+            pid = self._spawn(port)
+            self.state_file.write_text(json.dumps({"pid": pid, "port": port, "started_at": time.time()}))
+            if not self._wait_healthy(pid, port, timeout_s):
+                alive = _pid_alive(pid)
+                self._terminate(pid)
+                self.state_file.unlink(missing_ok=True)
+                why = f"did not answer within {timeout_s:.0f} s" if alive else "exited"
+                raise PrefectServerError(
+                    f"Prefect's local server on {HOST}:{port} {why}; its log is {self.log_file} "
+                    "(or set PREFECT_API_URL to use another Prefect server)"
+                )
+            return self.api_url, True
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop the server if it runs; returns whether one was stopped."""
+        if not self.base_dir.exists():
+            return False
+        with locked(self.base_dir):
+            state = self.state()
+            stopped = False
+            if state and _pid_alive(state["pid"]) and _is_our_server(state["pid"], self.base_dir):
+                self._terminate(state["pid"], timeout_s)
+                stopped = True
+            self.state_file.unlink(missing_ok=True)
+            return stopped
+
+    # -- internals ----------------------------------------------------------
+    def _previous_port_if_free(self) -> int | None:
+        state = self.state()
+        if state and not _port_open(int(state["port"])):
+            return int(state["port"])
+        return None
+
+    def _spawn(self, port: int) -> int:
+        env = {k: v for k, v in os.environ.items() if k not in ("PREFECT_API_URL", "PREFECT_PROFILE")}
+        env.update(
+            PREFECT_HOME=str(self.base_dir),
+            PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{self.database}",
+            PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            PREFECT_SERVER_API_HOST=HOST,
+            PREFECT_SERVER_API_PORT=str(port),
+            # the UI talks to this API, whatever the shell had configured
+            PREFECT_UI_API_URL=f"http://{HOST}:{port}/api",
+        )
+        # an alert's Prefect event counts as delivered once the API has stored it
+        # (judgeflow/alerts/notify.py): store received events every second, not at Prefect's default
+        env.setdefault("PREFECT_SERVER_SERVICES_EVENT_PERSISTER_FLUSH_INTERVAL", "1")
+        with open(self.log_file, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "prefect", "server", "start", "--host", HOST, "--port", str(port),
+                 "--analytics-off"],
+                env=env, cwd=self.base_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                # its own session: it outlives this command and ignores the terminal's Ctrl-C
+                start_new_session=True,
+            )
+        return proc.pid
+
+    def _wait_healthy(self, pid: int, port: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not _pid_alive(pid):
+                return False
+            if _healthy(f"http://{HOST}:{port}/api"):
+                return True
+            time.sleep(0.5)
+        return False
+
+    def _terminate(self, pid: int, timeout_s: float = 30.0) -> None:
+        # the server runs in its own process group (start_new_session): its
+        # workers go with it
+        terminate(pid, timeout_s, kill_timeout_s=10.0, group=True)
+
+
+def _healthy(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/health", timeout=5) as response:
+            return response.status == 200
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+def use_prefect(settings) -> tuple[str, LocalPrefectServer | None, bool]:
+    """Point this process's Prefect client at the configured server, or at the
+    local one (started if needed). Returns (API URL, the local server or None,
+    whether it was started now)."""
+    configured = _configured_without_import()
+    if configured:
+        return configured, None, False
+    server = LocalPrefectServer.for_settings(settings)
+    url, started = server.start()
+    os.environ["PREFECT_API_URL"] = url
+    if "prefect.context" in sys.modules:
+        # prefect read its settings at import: have it read them again
+        from prefect.context import refresh_global_settings_context
+
+        refresh_global_settings_context()
+    return url, server, started
+
+
+def _configured_without_import() -> str | None:
+    """PREFECT_API_URL from the environment, or from the active profile in
+    PREFECT_HOME's profiles.toml, read without importing prefect (commands that need no
+    Prefect call stay quick)."""
+    if os.environ.get("PREFECT_API_URL"):
+        return os.environ["PREFECT_API_URL"]
+    if "prefect.context" in sys.modules:
+        # prefect is imported already (and may be inside temporary_settings): ask it
+        from prefect.settings import get_current_settings
+
+        return get_current_settings().api.url or None
+    home = Path(os.environ.get("PREFECT_HOME") or Path.home() / ".prefect").expanduser()
+    path = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml").expanduser()
+    try:
+        import tomllib
+
+        profiles = tomllib.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    active = os.environ.get("PREFECT_PROFILE") or profiles.get("active") or "ephemeral"
+    url = ((profiles.get("profiles") or {}).get(active) or {}).get("PREFECT_API_URL")
+    return url or None
+
+
+def ui_url_without_import(settings) -> str | None:
+    """The Prefect UI's URL for links, without starting or importing Prefect:
+    ``PREFECT_UI_URL``, else the configured API's URL without ``/api`` (what
+    Prefect itself derives for a self-hosted server), else judgeflow's local
+    server's (None when it never started)."""
+    if os.environ.get("PREFECT_UI_URL"):
+        return os.environ["PREFECT_UI_URL"].rstrip("/")
+    configured = _configured_without_import()
+    if configured:
+        url = configured.rstrip("/")
+        return url[: -len("/api")] if url.endswith("/api") else None
+    local = LocalPrefectServer.for_settings(settings)
+    return local.ui_url if local.port is not None else None
+
+
+def configured_ui_url() -> str | None:
+    """The UI of the Prefect server PREFECT_API_URL points at, when Prefect knows it."""
+    from prefect.settings import get_current_settings
+
+    url = get_current_settings().ui_url
+    return str(url).rstrip("/") if url else None

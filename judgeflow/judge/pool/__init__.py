@@ -1,0 +1,1 @@
+"""Judge worker processes: the run's pool, each worker, and the fork server that starts them."""

@@ -1,0 +1,1 @@
+"""Arize Phoenix: its spans as a trace source, and scores written back as annotations."""

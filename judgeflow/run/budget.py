@@ -1,0 +1,144 @@
+"""A scoring run's spend budget (``JUDGEFLOW_RUN_BUDGET_USD``).
+
+The run asks :meth:`RunBudget.fits` before it hands a claimed pair to the
+judge: a pair is started only when what the run has spent, plus the estimated
+cost of what it has in flight, plus this pair's estimate stays within the
+budget. When a pair does not fit the run first waits for work in flight to
+finish (estimates are replaced by what it really cost); when nothing is in
+flight and it still does not fit, the budget is exhausted: the run stops
+claiming and leaves the rest pending. Estimates come from the cost model in
+:mod:`judgeflow.judge.pricing`, scaled by how far off they were for the pairs
+this run has finished (actual / estimated), so a run with unusual traces
+corrects itself after its first results.
+
+Every billed attempt counts, at the figure :mod:`judgeflow.judge.spend`
+gives it (an attempt that timed out at its estimate). A pair's spend is
+charged the moment the pair ends (:meth:`RunBudget.charge`), and each pair's
+first judge call checks :meth:`RunBudget.has_room` once it holds its slot,
+before it is sent (judgeflow/run/start_gate.py): once the spend reaches the
+budget no pair starts. A pair retried after a transient judge
+error runs its metric again; before the retry starts, what the failed attempt
+billed is charged (:meth:`RunBudget.charge_retry`) and the retry starts only
+while the spend plus the estimates in flight stay within the budget;
+otherwise the pair is left for the next run. The overrun this leaves is
+bounded by the pairs started and not finished when the spend reached the
+budget, each with every call attempted at most ``judge_max_retries + 1``
+times (docs/running.md).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from judgeflow.judge.pricing import Prices, estimate_pair_cost
+from judgeflow.model import ScoreOutcome, TraceWork
+
+# finished estimates needed before the run trusts its own actual/estimate ratio
+_MIN_CALIBRATION_USD_SHARE = 0.02
+
+
+@dataclass
+class Reservation:
+    """What a submitted task holds against the budget until it finishes:
+    per (trace, metric), (the cost model's estimate, the estimate counted in flight)."""
+
+    pairs: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
+
+    @property
+    def scaled(self) -> float:
+        return sum(s for _, s in self.pairs.values())
+
+
+class RunBudget:
+    def __init__(self, limit_usd: float, prices: Prices, *, max_field_chars: int | None = None):
+        self.limit_usd = float(limit_usd)
+        self.prices = prices
+        self.max_field_chars = max_field_chars
+        self.spent_usd = 0.0
+        self.in_flight_usd = 0.0
+        self.exhausted = False
+        self._raw_done = 0.0
+        self._actual_done = 0.0
+        # per (trace, metric): what its failed attempts billed, charged before its retry
+        self._charged: dict[tuple[str, str], float] = {}
+        # the flow thread reserves and closes reservations; the tasks' threads charge retries
+        self._lock = threading.RLock()
+
+    def _scale(self) -> float:
+        if self._raw_done <= 0 or self._raw_done < _MIN_CALIBRATION_USD_SHARE * self.limit_usd:
+            return 1.0
+        return self._actual_done / self._raw_done
+
+    def estimate(self, work: TraceWork) -> tuple[float, float]:
+        """(the cost model's estimate, the estimate this run counts) for one pair."""
+        raw = estimate_pair_cost(self.prices, work.metric, input=work.input, output=work.output,
+                                 context=work.context, max_field_chars=self.max_field_chars)
+        return raw, raw * self._scale()
+
+    def fits(self, work: TraceWork) -> bool:
+        with self._lock:
+            return self.spent_usd + self.in_flight_usd + self.estimate(work)[1] <= self.limit_usd
+
+    def reserve(self, work: TraceWork, reservation: Reservation) -> None:
+        raw, scaled = self.estimate(work)
+        with self._lock:
+            reservation.pairs[(work.trace_id, work.metric)] = (raw, scaled)
+            self.in_flight_usd += scaled
+
+    def charge(self, work: TraceWork, billed_usd: float | None, billed_calls: int) -> None:
+        """What a pair's attempts have billed so far joins the spend now, not
+        when its batch ends: ``billed_usd`` is their total (counted at the
+        pair's estimate when calls were made at an unknown cost); the part not
+        charged yet is added."""
+        key = (work.trace_id, work.metric)
+        if billed_calls and not billed_usd:
+            billed_usd = self.estimate(work)[1]  # billed at an unknown price: counted at its estimate
+        with self._lock:
+            new = max(0.0, (billed_usd or 0.0) - self._charged.get(key, 0.0))
+            self._charged[key] = self._charged.get(key, 0.0) + new
+            self.spent_usd += new
+
+    def charge_retry(self, work: TraceWork, billed_usd: float | None, billed_calls: int = 0) -> bool:
+        """A pair's attempt failed and a retry is due: charge what its attempts
+        billed (:meth:`charge`); True when the retry still fits (spend +
+        estimates in flight within the budget)."""
+        self.charge(work, billed_usd, billed_calls)
+        with self._lock:
+            fits = self.spent_usd + self.in_flight_usd <= self.limit_usd
+            if not fits:
+                self.exhausted = True
+            return fits
+
+    def has_room(self) -> bool:
+        """Whether a pair may send its first attempt: the spend charged so far
+        is below the budget. Asked by every pair's first call once it holds its
+        slot (judgeflow/run/start_gate.py), so once the spend reaches the budget
+        only the pairs already started go on (docs/running.md has the bound
+        this gives)."""
+        with self._lock:
+            if self.spent_usd >= self.limit_usd:
+                self.exhausted = True
+                return False
+            return True
+
+    def close(self, reservation: Reservation, outcomes: Iterable[ScoreOutcome]) -> None:
+        """Work finished: its estimate leaves the in-flight total and what it cost
+        joins the spend. A pair whose cost is unknown although the judge was
+        (or may have been) asked, such as one that failed on garbage replies,
+        counts at its estimate: the provider bills it all the same."""
+        with self._lock:
+            for outcome in outcomes:
+                key = (outcome.trace_id, outcome.metric)
+                raw, scaled = reservation.pairs.get(key, (0.0, 0.0))
+                charged = self._charged.pop(key, 0.0)  # its failed attempts, charged before its retry
+                if outcome.cost_usd is not None:
+                    # every attempt's cost: the charged part is in the spend already
+                    self.spent_usd += max(0.0, outcome.cost_usd - charged)
+                    if outcome.status in ("scored", "skipped") and outcome.attempts <= 1:
+                        self._raw_done += raw  # calibrates on single attempts only
+                        self._actual_done += outcome.cost_usd
+                elif outcome.judge_calls > 0 or (outcome.status == "failed" and outcome.error_kind != "invalid_trace"):
+                    self.spent_usd += max(0.0, scaled - charged)
+            self.in_flight_usd = max(0.0, self.in_flight_usd - reservation.scaled)

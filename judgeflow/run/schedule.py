@@ -1,0 +1,232 @@
+"""The scheduling of a scoring run: which claimed batches go to the judge, and when the run stops claiming.
+
+:class:`RunSchedule` claims a batch, admits its pairs while the spend budget
+has room, submits them as one task and keeps at most ``window`` batches in
+flight, folding each finished batch's outcomes into the run's totals, its
+progress and its budget. It stops claiming at the first of: nothing left to
+claim, the trace limit reached, the time budget's deadline, a stop request
+(Ctrl-C), the spend budget exhausted. Task-level retries are the tasks' own.
+
+It knows nothing of Prefect or the database: the flow hands it the functions
+that claim a batch, submit one and wait for the first finished future
+(flows/scoring.py), so its rules are tested on their own
+(tests/judgeflow/test_run_schedule.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from judgeflow.run.budget import Reservation, RunBudget
+from judgeflow.run.entry import stop_requested
+from judgeflow.model import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
+
+# why a run stopped claiming
+DONE = "done"  # nothing left to claim
+LIMIT = "limit"  # the trace limit is reached
+DEADLINE = "deadline"  # the time budget is spent
+STOPPED = "stopped"  # a stop was requested
+BUDGET = "budget"  # the spend budget has no room for the next pair
+
+
+# A batch's default size, per judge call allowed in flight (and its floor):
+# enough ready judge calls to keep every slot busy while the oldest batch
+# finishes its tail, in a few dozen Prefect task runs for thousands of traces
+# (docs/benchmark.md).
+PAIRS_PER_SLOT = 8
+MIN_BATCH_SIZE = 100
+
+
+def default_batch_size(max_concurrency: int) -> int:
+    """The batch size a run uses unless given one: ``PAIRS_PER_SLOT`` pairs per
+    judge call in flight, at least ``MIN_BATCH_SIZE``."""
+    return max(MIN_BATCH_SIZE, PAIRS_PER_SLOT * max_concurrency)
+
+
+def window_for(max_concurrency: int, batch_size: int) -> int:
+    """Batches in flight at most: enough pairs to keep every judge slot busy
+    while the oldest batch finishes its tail, plus one so a batch held up by a
+    slow pair (a retry, a stall) does not starve the others."""
+    return 2 + math.ceil(max_concurrency / batch_size)
+
+
+class Future(Protocol):
+    def result(self) -> Any: ...
+
+    def cancel(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What bounds a run's claiming: ``batch_size`` pairs per claim, ``window``
+    batches in flight, ``limit`` traces (None: all) of ``metrics`` metrics
+    each, until ``deadline`` (``time.time()``)."""
+
+    batch_size: int
+    window: int
+    limit: int | None
+    metrics: int
+    deadline: float
+
+
+class RunSchedule:
+    """One run's scheduling (see the module doc). ``claim(room, cursor)``
+    returns the next :class:`ClaimedBatch`; ``submit(items, claimed_at)``
+    starts a task scoring them and returns its future; ``first_done(futures)``
+    waits for one of them to finish and returns it; ``cancel(future)`` cancels
+    a future whose task has not started. ``totals.add(outcomes)`` and
+    ``progress.advance(outcomes, batch=n)`` / ``progress.show()`` receive what
+    finishes."""
+
+    def __init__(
+        self, *, submit: Callable[[list[TraceWork], float], Future], first_done: Callable[[list[Future]], Future],
+        cancel: Callable[[Future], Any], bounds: Bounds, budget: RunBudget | None, totals: Any, progress: Any,
+        log: logging.Logger | logging.LoggerAdapter | None = None, clock: Callable[[], float] = time.time,
+        stop: Callable[[], bool] = stop_requested,
+    ) -> None:
+        self._submit, self._first_done, self._cancel = submit, first_done, cancel
+        self.bounds = bounds
+        self.budget = budget
+        self._totals, self._progress = totals, progress
+        self._log = log or logging.getLogger("judgeflow.schedule")
+        self._clock, self._stop = clock, stop
+        self.running: list[Future] = []
+        self._reservations: dict[int, Reservation] = {}  # id(future) -> what it holds against the budget
+        self._traces_seen: set[str] = set()  # only kept for a trace limit
+        self._cursor: Cursor | None = None
+        self.batches = 0
+        self.ended: str | None = None
+
+    # --- claiming ---------------------------------------------------------
+
+    def run(self, claim: Callable[[int, Cursor | None], ClaimedBatch]) -> str:
+        """Claim and submit batches until one of the ends of the module doc;
+        returns which. Work still in flight is left to :meth:`finish`."""
+        while self.ended is None:
+            self.ended = self._why_not_claim()
+            if self.ended is not None:
+                break
+            batch = claim(self._room(), self._cursor)
+            claimed_at = self._clock()
+            if batch.cursor is None:
+                self.ended = DONE
+                break
+            self._cursor = batch.cursor
+            self.batches += 1
+            self._admit(self._within_limit(batch.items), claimed_at)
+            if self.budget is not None and self.budget.exhausted:
+                self.ended = BUDGET
+                self._log.warning(
+                    "run budget $%.4f reached (spent $%.4f, in flight ~$%.4f): no more claims; "
+                    "finishing the work in flight, the rest stays pending",
+                    self.budget.limit_usd, self.budget.spent_usd, self.budget.in_flight_usd,
+                )
+                break
+            while len(self.running) >= self.bounds.window:
+                self._collect()
+        return self.ended
+
+    def _why_not_claim(self) -> str | None:
+        if self._clock() >= self.bounds.deadline:
+            return DEADLINE
+        if self._stop():
+            self._log.warning("stop requested (Ctrl-C): no more claims; judge calls in flight finish and are "
+                              "stored, pairs not started are given back for the next run")
+            return STOPPED
+        if self._room() <= 0:
+            return LIMIT
+        return None
+
+    def _room(self) -> int:
+        """Pairs the next claim may take: a batch, or what the trace limit leaves."""
+        room = self.bounds.batch_size
+        if self.bounds.limit is not None:
+            # a trace counts once however many of its metrics are pending
+            room = min(room, (self.bounds.limit - len(self._traces_seen)) * self.bounds.metrics)
+        return room
+
+    def _within_limit(self, items: list[TraceWork]) -> list[TraceWork]:
+        """The batch's pairs of traces already seen, and of new traces (oldest
+        first, the batch's order) up to the trace limit."""
+        if self.bounds.limit is None:
+            return items
+        new = [t for t in dict.fromkeys(w.trace_id for w in items) if t not in self._traces_seen]
+        allowed = set(new[: self.bounds.limit - len(self._traces_seen)])
+        kept = [w for w in items if w.trace_id in allowed or w.trace_id in self._traces_seen]
+        self._traces_seen.update(w.trace_id for w in kept)
+        return kept
+
+    def _admit(self, items: list[TraceWork], claimed_at: float) -> None:
+        """Submit the pairs the spend budget lets start. Pairs it refuses keep
+        their claims until the run ends, when the lease keeper releases every
+        claim the run still holds: they stay pending."""
+        reservation = Reservation()
+        admitted = []
+        for work in items:
+            if not self._affordable(work):
+                break
+            if self.budget is not None:
+                self.budget.reserve(work, reservation)
+            admitted.append(work)
+        if admitted:
+            future = self._submit(admitted, claimed_at)
+            self.running.append(future)
+            self._reservations[id(future)] = reservation
+            self._progress.show()
+
+    def _affordable(self, work: TraceWork) -> bool:
+        """Whether the budget lets ``work`` start; waits for work in flight
+        (whose estimates become real costs) before saying no."""
+        if self.budget is None:
+            return True
+        while not self.budget.fits(work) and self.running:
+            self._collect()
+        if not self.budget.fits(work):
+            self.budget.exhausted = True
+        return not self.budget.exhausted
+
+    # --- work in flight ---------------------------------------------------
+
+    def _collect(self) -> list[ScoreOutcome]:
+        """Wait for the first batch in flight to finish and count its outcomes."""
+        done = self._first_done(list(self.running))
+        self.running.remove(done)
+        reservation = self._reservations.pop(id(done), None)
+        result = done.result()
+        outcomes = result if isinstance(result, list) else [result]
+        self._totals.add(outcomes)
+        self._progress.advance(outcomes, batch=self.batches)
+        if self.budget is not None and reservation is not None:
+            self.budget.close(reservation, outcomes)
+        return outcomes
+
+    def finish(self) -> None:
+        """Wait for every batch in flight and count it."""
+        while self.running:
+            self._collect()
+
+    def drain(self) -> None:
+        """:meth:`finish` for a run that is already failing: a batch that
+        fails too is logged, the others are still counted."""
+        while self.running:
+            try:
+                self._collect()
+            except Exception as error:  # already failing: finish the rest, keep the first error
+                self._log.warning("a task in flight failed too: %s", error)
+
+    def cancel_and_wait(self) -> None:
+        """Cancel the submitted tasks that have not started and wait for the
+        rest, without counting them: afterwards nothing judges or writes under
+        the run's claims."""
+        for future in self.running:
+            self._cancel(future)  # only succeeds for a task still queued
+        for future in self.running:
+            try:
+                future.result()
+            except (Exception, CancelledError):  # cancelled, or failed: either way it no longer runs
+                pass

@@ -1,0 +1,149 @@
+"""How judgeflow reads traces: one small interface, :class:`TraceSource`.
+
+Everything judgeflow reads from the user's traces goes through a source, in
+two steps, so that a row whose columns cannot be read never stops the others:
+
+1. **keys**: ``keys_sql(KeyFilter)`` is one SELECT of ``id`` (as text) and
+   ``created_at`` only, oldest first (``ORDER BY created_at, id``) and bounded
+   by ``created_at`` so an index on it serves it. Claims, pending counts and
+   the watermark (judgeflow/db/watermark.py) are built from keys alone.
+2. **bodies**: ``bodies(conn, keys)`` reads the trace columns of the given
+   keys (``created_at = ANY(...)``: the same index) in judgeflow's shape
+   (:class:`TraceBody`). It may raise the database's error when some row
+   cannot be read (a view's cast, JSON path or division failing for that row);
+   :func:`read_bodies` then splits the keys until each failing row is alone
+   and hands back its error, which the run stores as a ``failed`` result with
+   ``error_kind`` ``invalid_trace``.
+
+A source also reports on itself: ``unusable(conn, lo=..., full=...)`` counts
+rows no run can use (NULL id, NULL created_at, repeated ids), in the window a
+run reads (``lo``) or over everything (``full``, `judgeflow db check --full`);
+``check(conn)`` gives `judgeflow db check` its lines about the source; and
+``listing_sql()`` the SQL people run to list unusable rows.
+
+Implementations: ``table`` (judgeflow/sources/table.py, :class:`~judgeflow.sources.table.TableSource`):
+``JUDGEFLOW_TRACES_TABLE``, a table or view with judgeflow's columns; the presets
+``litellm`` and ``phoenix`` (judgeflow/sources/), another tool's tables read in place. Another
+kind of source (a preset mapping another tool's tables to judgeflow's trace)
+implements the same methods and registers a factory in :data:`SOURCE_KINDS`.
+
+Where the source lives: ``JUDGEFLOW_SOURCE_DATABASE_URL`` (a read replica,
+say) or, unset, judgeflow's own database (:func:`source_engine`). Keys and
+bodies are read there; which pairs are done, claims and results live in
+judgeflow's database, so the two are never joined in one statement.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Callable, Sequence
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
+
+from judgeflow.db.engine import engine_for, get_engine
+# the interface lives in trace_types (sources import it from there); re-exported for callers
+from judgeflow.sources.types import KeyFilter, TraceBody, TraceKey, TraceSource, UnusableCounts  # noqa: F401
+from judgeflow.config.settings import Settings
+
+
+# kind -> factory(settings) -> TraceSource; JUDGEFLOW_SOURCE presets add theirs
+SOURCE_KINDS: dict[str, Callable[[Settings], TraceSource]] = {}
+
+
+def _table_source(settings: Settings) -> TraceSource:
+    from judgeflow.sources.table import TableSource
+
+    return TableSource.from_settings(settings)
+
+
+def _litellm_source(settings: Settings) -> TraceSource:
+    from judgeflow.sources.litellm import LiteLLMSource
+
+    return LiteLLMSource.from_settings(settings)
+
+
+def _phoenix_source(settings: Settings) -> TraceSource:
+    from judgeflow.phoenix.source import PhoenixSource
+
+    return PhoenixSource.from_settings(settings)
+
+
+SOURCE_KINDS["table"] = _table_source
+SOURCE_KINDS["litellm"] = _litellm_source
+SOURCE_KINDS["phoenix"] = _phoenix_source
+
+
+def trace_source(settings: Settings) -> TraceSource:
+    """The configured source (``JUDGEFLOW_SOURCE``, default ``table``)."""
+    from judgeflow.errors import ConfigError
+
+    kind = getattr(settings, "source", None) or "table"
+    try:
+        factory = SOURCE_KINDS[kind]
+    except KeyError:
+        raise ConfigError(f"unknown trace source kind {kind!r}; choose from {', '.join(SOURCE_KINDS)}") from None
+    return factory(settings)
+
+
+def separate_source_database(settings: Settings) -> bool:
+    """True when traces are read from another database than judgeflow's own."""
+    return getattr(settings, "source_database_url", None) is not None
+
+
+def source_engine(settings: Settings) -> Engine:
+    """Where traces are read: ``JUDGEFLOW_SOURCE_DATABASE_URL`` or judgeflow's database."""
+    url = getattr(settings, "source_database_url", None)
+    if url is None:
+        return engine_for(settings)
+    return get_engine(url.get_secret_value(), pool_size=4)
+
+
+# SQLSTATE classes of errors that belong to a row's values, not to the query,
+# the connection or the server: 22 data exception (casts, division by zero,
+# JSON paths), P0 PL/pgSQL raise, 2F/38/39 errors inside a function. Anything
+# else (a missing column, a lost connection, a cancelled statement, a
+# replica's recovery conflict) is not any one row's fault and is raised.
+ROW_ERROR_CLASSES = ("22", "P0", "2F", "38", "39")
+
+
+def row_error(exc: DBAPIError) -> bool:
+    code = getattr(getattr(exc, "orig", None), "sqlstate", None) or ""
+    return code[:2] in ROW_ERROR_CLASSES
+
+
+@dataclass
+class ReadBodies:
+    """What :func:`read_bodies` found: bodies by id, and the database's error
+    for each id whose row could not be read."""
+
+    bodies: dict[str, TraceBody] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    statements: int = 0  # reads made (1 when nothing failed)
+
+
+def read_bodies(source: TraceSource, engine: Engine, keys: Sequence[TraceKey]) -> ReadBodies:
+    """Bodies of ``keys``; a read that fails because of some row's values is
+    split in halves until each failing key is alone (about 2·log2(n) reads per
+    bad row). Each read is its own statement: a failed one aborts nothing else."""
+    out = ReadBodies()
+    keys = list(dict.fromkeys(keys))
+    todo = [keys] if keys else []
+    while todo:
+        part = todo.pop()
+        out.statements += 1
+        try:
+            with engine.connect() as conn:
+                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+                out.bodies.update(source.bodies(conn, part))
+        except DBAPIError as exc:
+            if not row_error(exc):
+                raise
+            if len(part) == 1:
+                orig = exc.orig
+                out.errors[part[0].id] = f"{type(orig).__name__}: {str(orig).strip()}"
+                continue
+            half = len(part) // 2
+            todo.extend([part[half:], part[:half]])
+    return out
