@@ -3,7 +3,7 @@ machine kept in ``judgeflow.alerts``, and notifications (Prefect event,
 signed webhook, Slack). See the README, "Alerts".
 
 The names below are imported on first use (PEP 562): every ``judgeflow``
-command imports :mod:`judgeflow.alerts.cli` to mount ``judgeflow alerts``,
+command imports :mod:`judgeflow.cli.alerts` to mount ``judgeflow alerts``,
 and ``judgeflow score`` should not wait for the rules, the notifiers and
 SQLAlchemy before it starts its judge workers."""
 

@@ -29,7 +29,7 @@ from judgeflow.errors import ConfigError
 METRICS = ("toxicity", "hallucination")
 _POSITIVE = {"true", "1", "yes", "toxic", "unfaithful", "hallucinated", "fail", "failed"}
 _NEGATIVE = {"false", "0", "no", "not_toxic", "non_toxic", "faithful", "pass", "passed"}
-SAMPLE_PATH = Path(__file__).parent / "demo" / "labelled.jsonl"
+SAMPLE_PATH = Path(__file__).parent.parent / "demo" / "labelled.jsonl"
 
 
 @dataclass(frozen=True)

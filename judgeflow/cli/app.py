@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from judgeflow.alerts.cli import alerts_app
+from judgeflow.cli.alerts import alerts_app
 from judgeflow.cli import demo, judge_checks, reports, scoring, servers
 from judgeflow.cli.db import db_app
 from judgeflow.cli.phoenix import phoenix_app

@@ -110,7 +110,7 @@ def _nothing_to_score(settings, *, alerts: bool) -> None:
     write_back_if_on(settings)  # scores Phoenix does not have yet are written all the same
     if not alerts:
         return
-    from judgeflow.alerts.cli import _flush_prefect_events
+    from judgeflow.cli.alerts import _flush_prefect_events
     from judgeflow.alerts.service import evaluate_rules, render_markdown
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for

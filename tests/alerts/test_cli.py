@@ -7,7 +7,7 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from judgeflow.alerts.cli import alerts_app
+from judgeflow.cli.alerts import alerts_app
 from tests.alerts.helpers import add_results, migrated
 from tests.support.webhook_receiver import WebhookReceiver
 

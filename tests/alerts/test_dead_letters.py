@@ -11,7 +11,7 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from judgeflow.alerts import evaluate_rules
-from judgeflow.alerts.cli import alerts_app
+from judgeflow.cli.alerts import alerts_app
 from tests.alerts.helpers import add_results, make_settings, migrated
 from tests.support.webhook_receiver import WebhookReceiver
 

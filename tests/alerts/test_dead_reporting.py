@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from judgeflow.alerts import evaluate_rules
-from judgeflow.alerts.cli import alerts_app
+from judgeflow.cli.alerts import alerts_app
 from judgeflow.alerts.dead_letters import dead_event_id
 from tests.alerts.helpers import add_results, make_settings, migrated
 from tests.alerts.test_prefect_events import read_event

@@ -120,7 +120,7 @@ def test_regression_notification_text_and_event_resource(engine, database_url):
 def test_cli_and_artifact_show_the_firing_segment(engine, database_url, monkeypatch, tmp_path):
     from typer.testing import CliRunner
 
-    from judgeflow.alerts.cli import alerts_app
+    from judgeflow.cli.alerts import alerts_app
     from judgeflow.alerts.service import render_markdown
 
     monkeypatch.chdir(tmp_path)
@@ -175,7 +175,7 @@ def test_a_regression_is_judged_over_every_segment_tested_holm(engine, database_
     # `judgeflow alerts check` shows both p-values of the segment that did not fire
     from typer.testing import CliRunner
 
-    from judgeflow.alerts.cli import alerts_app
+    from judgeflow.cli.alerts import alerts_app
 
     monkeypatch.chdir(tmp_path)
     for name, value in (("DATABASE_URL", database_url), ("ALERT_SEGMENT_BY", "app"), ("ALERT_MIN_SAMPLES", "40"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from judgeflow.alerts.cli import segment_keys_in_force
+from judgeflow.cli.alerts import segment_keys_in_force
 from judgeflow.config.settings import Settings
 
 

@@ -95,7 +95,7 @@ def test_rules_count_only_the_epoch_in_force_and_say_when_the_judge_changed(db, 
 
 
 def test_judgeflow_alerts_lists_the_epochs_and_the_reason(db, database_url, monkeypatch, tmp_path):
-    from judgeflow.alerts.cli import alerts_app
+    from judgeflow.cli.alerts import alerts_app
 
     engine = migrated(db)
     monkeypatch.chdir(tmp_path)
