@@ -17,7 +17,7 @@ import functools
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,6 +27,7 @@ from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from judgeflow.run.budget import RunBudget
+from judgeflow.db.claim_filters import ClaimFilters
 from judgeflow.db.leases import LeaseKeeper
 from judgeflow.sources.trace_source import trace_source
 from judgeflow.sources.unusable import describe as describe_unusable
@@ -107,7 +108,7 @@ class _Run:
     started: float  # time.monotonic()
     deadline: float  # the time budget, as time.time(): tasks compare against it too
     rescore_before: datetime | None
-    filters: dict[str, Any]  # what the run claims and counts, with its read plan
+    filters: ClaimFilters  # what the run claims and counts, with its read plan
     pending: int = 0
     unusable: Any = None  # the future of the unusable rows' count
     epochs: list | None = None  # judge epochs the run started
@@ -122,19 +123,19 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     run_started = datetime.now(timezone.utc)
     # run_started: a pair this run has written is done for this run whatever
     # its status, so a second copy of a duplicate id never gets a second go
-    filters = dict(
+    filters = ClaimFilters(
         since=since, until=until, sample_rate=sample_rate, rescore_before=run_started if rescore else None,
         settle_delay_s=settings.settle_delay_s, run_started=run_started,
         max_failed_runs=None if retry_failed else settings.max_runs_per_pair,
     )
     run = _Run(settings, metrics, run_id, f"{run_id}:{uuid.uuid4().hex[:8]}", time.monotonic(),
-               time.time() + settings.max_run_duration_s, filters["rescore_before"], filters)
+               time.time() + settings.max_run_duration_s, filters.rescore_before, filters)
     run.notes = ensure_schema(settings)  # another source's results in this database are announced
     run.ranged = since is not None or until is not None or rescore
-    filters["plan"] = plan = plan_source_reads(settings, metrics, sample_rate=sample_rate, ranged=run.ranged)
+    plan = plan_source_reads(settings, metrics, sample_rate=sample_rate, ranged=run.ranged)
     # a nightly run leaves the traces a sample budget did not select to backfills;
+    run.filters = replace(filters, plan=plan, not_sampled_done=not run.ranged)
     # with a budget it plans tonight's sample before any judge call (judgeflow/sampling/)
-    filters["not_sampled_done"] = not run.ranged
     if settings.sample_budget_usd is not None and not run.ranged:
         run.sample = plan_night_sample(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate,
                                        flow_run_id=run_id)
@@ -142,7 +143,7 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     # scoring, over the rows the run reads (all of them when it has no window)
     window_start = plan.lo if plan.lo is not None else since
     run.unusable = count_unusable_rows.submit(settings, window_start, window_start is None)
-    run.pending = count_pending_work(settings, metrics, limit=limit, **filters)
+    run.pending = count_pending_work(settings, metrics, run.filters, limit=limit)
     return run
 
 
@@ -182,8 +183,8 @@ def _summary_if_stopped(run: _Run, totals: SummaryBuilder, schedule: RunSchedule
 
 def _claim(run: _Run, keeper: LeaseKeeper, room: int, cursor: Cursor | None) -> ClaimedBatch:
     """The run's next batch, claimed under the keeper's current run lock key."""
-    return claim_traces(run.settings, run.owner, run.metrics, room, cursor=cursor, owner_key=keeper.owner_key,
-                        **run.filters)
+    return claim_traces(run.settings, run.owner, run.metrics, room, cursor=cursor, filters=run.filters,
+                        owner_key=keeper.owner_key)
 
 
 def _first_done(futures: list[PrefectFuture]) -> PrefectFuture:
@@ -248,13 +249,13 @@ def score_traces(
             _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
         # what other live runs hold once this one claims no more: counted while its last batches finish
-        left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, **run.filters)
+        left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)
         schedule.finish()
         progress.show()  # a run that claimed nothing has its artifact too
         left = left_counted.result()
         # past what is now scored, never past a pair still without a result
         # (claims still held here, this run's unscored ones included)
-        advance_watermark(settings, run.filters["plan"], metrics, sample_rate=sample_rate, flow_run_id=run.run_id)
+        advance_watermark(settings, run.filters.plan, metrics, sample_rate=sample_rate, flow_run_id=run.run_id)
     if judge_started is not None:
         close_judge(judge_started.result())  # an entry point's judge stays open for it to close
     reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
@@ -287,7 +288,7 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
         if budget.exhausted or ended == BUDGET:
             summary.budget_exhausted = True
             # counted after the run released its claims: what the next run will find
-            summary.left_pending = count_pending_work(run.settings, run.metrics, limit=None, **run.filters)
+            summary.left_pending = count_pending_work(run.settings, run.metrics, run.filters, limit=None)
     if run.settings.source == "phoenix" and run.settings.phoenix_write_back:
         # after the results are stored; the results table stays the source of truth
         summary.notes.append(write_scores_to_phoenix(run.settings, summary.flow_run_id).note)

@@ -24,12 +24,14 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.alerts.segments import segment_values
 from judgeflow.db.engine import engine_for
-from judgeflow.db.pairs import Done, claim_keys, failed_keys
+from judgeflow.db.claim_filters import ClaimFilters
+from judgeflow.db.pairs import claim_keys, failed_keys
 from judgeflow.db.pending import held
 from judgeflow.db.pending_work import count_plan_pending, run_read_plan
+from judgeflow.db.results_store import release_pairs
 from judgeflow.db.result_counts import compact_result_counts
 from judgeflow.sources.table import SAMPLE_SQL
-from judgeflow.sources.trace_source import KeyFilter, TraceKey, read_bodies, source_engine, trace_source
+from judgeflow.sources.trace_source import TraceKey, read_bodies, source_engine, trace_source
 from judgeflow.db.watermark import ReadPlan, advance, plan_reads
 from judgeflow.errors import DatabaseError
 from judgeflow.config.settings import Settings
@@ -101,18 +103,6 @@ def advance_watermark(
         return None
 
 
-def _release(settings: Settings, owner: str, pairs: list[tuple[str, str]]) -> None:
-    if pairs:
-        with engine_for(settings).begin() as conn:
-            conn.execute(
-                text(
-                    "DELETE FROM judgeflow.claims c USING unnest(CAST(:t AS text[]), CAST(:m AS text[])) "
-                    "AS k(trace_id, metric) WHERE c.trace_id = k.trace_id AND c.metric = k.metric AND c.owner = :o"
-                ),
-                {"t": [t for t, _ in pairs], "m": [m for _, m in pairs], "o": owner},
-            )
-
-
 @dataclass
 class _Reads:
     """Where a claim reads its candidate keys: its phase ("retry": failed pairs
@@ -121,8 +111,7 @@ class _Reads:
 
     phase: str
     after: tuple[datetime, str] | None
-    key_filter: dict
-    done: Done
+    filters: ClaimFilters
     lo: datetime | None
     page: int
 
@@ -131,9 +120,9 @@ def _candidate_keys(settings: Settings, metrics: list[str], reads: _Reads) -> li
     """The next page of keys of the current phase."""
     if reads.phase == "retry":
         with engine_for(settings).connect() as conn:
-            return failed_keys(conn, metrics, before=reads.lo, done=reads.done,
-                               sample_rate=reads.key_filter["sample_rate"], after=reads.after, limit=reads.page)
-    sql, params = trace_source(settings).keys_sql(KeyFilter(lo=reads.lo, after=reads.after, **reads.key_filter))
+            return failed_keys(conn, metrics, before=reads.lo, done=reads.filters.done,
+                               sample_rate=reads.filters.sample_rate, after=reads.after, limit=reads.page)
+    sql, params = trace_source(settings).keys_sql(reads.filters.keys(lo=reads.lo, after=reads.after))
     with source_engine(settings).connect() as conn:
         return [TraceKey(i, at) for i, at in conn.execute(text(sql), {**params, "limit": reads.page}).all()]
 
@@ -151,7 +140,7 @@ def _claim_next(settings: Settings, owner: str, metrics: list[str], reads: _Read
             # trying to take them over would wait on it for as long as it is frozen
             with engine_for(settings).connect() as conn:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-                claimed, whole = claim_keys(conn, keys, metrics, n_keys=n_keys, done=reads.done, owner=owner,
+                claimed, whole = claim_keys(conn, keys, metrics, n_keys=n_keys, done=reads.filters.done, owner=owner,
                                             owner_key=owner_key, lease_s=settings.lease_timeout_s)
             last = keys[-1] if whole else keys[max(index for index, _, _ in claimed)]
             reads.after = (last.created_at, last.id)
@@ -176,7 +165,7 @@ def _with_bodies(settings: Settings, owner: str, keys: list[TraceKey], claimed: 
         # not any one row's fault (a lost connection, a missing column): the
         # claims go back at once, and the task's retry (or the next run) reads again
         try:
-            _release(settings, owner, mine)
+            release_pairs(settings, mine, owner)
         except Exception:  # they die with the run's lock in any case
             pass
         orig = getattr(exc, "orig", exc)
@@ -187,7 +176,7 @@ def _with_bodies(settings: Settings, owner: str, keys: list[TraceKey], claimed: 
     items, gone = _work_items(keys, claimed, read, settings.alert_segment_keys)
     if gone:
         log.info("%d claimed pair(s) whose trace %s no longer shows were given back", len(gone), source.display)
-        _release(settings, owner, gone)
+        release_pairs(settings, gone, owner)
     return items
 
 
@@ -198,22 +187,15 @@ def claim_traces(
     metrics: list[str],
     batch_size: int,
     cursor: Cursor | None = None,
-    since: datetime | None = None,
-    until: datetime | None = None,
-    sample_rate: float = 1.0,
-    rescore_before: datetime | None = None,
-    settle_delay_s: float = 0.0,
+    filters: ClaimFilters = ClaimFilters(),
     owner_key: int | None = None,
-    run_started: datetime | None = None,
-    max_failed_runs: int | None = None,
-    plan: ReadPlan | None = None,
-    not_sampled_done: bool = False,
 ) -> ClaimedBatch:
     """Claim up to ``batch_size`` pending (trace, metric) pairs after ``cursor``,
     oldest first, and return them with their trace content. ``owner_key`` is
     the key of the run lock ``owner`` holds (:class:`judgeflow.db.leases.LeaseKeeper`);
-    without one the claims live by their lease alone. ``plan``: where the run
-    reads (:func:`plan_source_reads`); None reads the whole source.
+    without one the claims live by their lease alone. ``filters``: what the
+    run claims, and where it reads (``filters.plan``, :func:`plan_source_reads`;
+    None reads the whole source).
 
     Keys (id and time) are read from the source a page at a time and their
     pairs claimed on judgeflow's database by primary key; then the claimed
@@ -222,14 +204,11 @@ def claim_traces(
     With a plan that has a window, failed pairs older than it come first
     (phase "retry", from eval_results), then the window's keys."""
     n_keys = max(1, math.ceil(batch_size / max(len(metrics), 1)))
-    lo = plan.lo if plan is not None else None
+    lo = filters.plan.lo if filters.plan is not None else None
     reads = _Reads(
         phase=cursor.phase if cursor is not None else ("retry" if lo is not None else "window"),
         after=(cursor.created_at, cursor.trace_id) if cursor is not None else None,
-        key_filter=dict(since=since, until=until, settle_delay_s=settle_delay_s, sample_rate=sample_rate),
-        done=Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before,
-                  not_sampled_done=not_sampled_done),
-        lo=lo, page=max(4 * n_keys, KEY_PAGE_MIN),
+        filters=filters, lo=lo, page=max(4 * n_keys, KEY_PAGE_MIN),
     )
     try:
         found = _claim_next(settings, owner, metrics, reads, n_keys, owner_key)
@@ -243,38 +222,26 @@ def claim_traces(
     )
 
 
-def _count_kwargs(since, until, sample_rate, settle_delay_s) -> dict:
-    return dict(since=since, until=until, sample_rate=sample_rate, settle_delay_s=settle_delay_s)
-
-
 @task(name="count-pending-work", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
 def count_pending_work(
     settings: Settings,
     metrics: list[str],
-    since: datetime | None = None,
-    until: datetime | None = None,
-    sample_rate: float = 1.0,
-    rescore_before: datetime | None = None,
+    filters: ClaimFilters = ClaimFilters(),
     limit: int | None = None,
-    settle_delay_s: float = 0.0,
-    run_started: datetime | None = None,
-    max_failed_runs: int | None = None,
-    plan: ReadPlan | None = None,
-    not_sampled_done: bool = False,
 ) -> int:
     """How many (trace, metric) pairs a run would score now, in what it reads
-    (``plan``); drives the progress artifact."""
+    (``filters.plan``); drives the progress artifact."""
+    plan = filters.plan
     if plan is None:
         with engine_for(settings).connect() as conn:
             plan = plan_reads(conn, trace_source(settings), metrics, lookback_s=settings.source_lookback_s,
-                              sample_rate=sample_rate, ranged=True)
+                              sample_rate=filters.sample_rate, ranged=True)
     try:
         counts = count_plan_pending(
             trace_source(settings), source_engine(settings), engine_for(settings), plan, metrics,
-            done=Done(run_started=run_started, max_failed_runs=max_failed_runs, rescore_before=rescore_before,
-                      not_sampled_done=not_sampled_done),
-            limit_pairs=None if limit is None else limit * len(metrics),
-            **_count_kwargs(since, until, sample_rate, settle_delay_s),
+            done=filters.done, limit_pairs=None if limit is None else limit * len(metrics),
+            since=filters.since, until=filters.until, sample_rate=filters.sample_rate,
+            settle_delay_s=filters.settle_delay_s,
         )
     except DBAPIError as exc:
         raise DatabaseError(f"could not count pending traces: {exc.orig}") from None
@@ -286,28 +253,19 @@ def count_left_to_other_runs(
     settings: Settings,
     owner: str,
     metrics: list[str],
-    since: datetime | None = None,
-    until: datetime | None = None,
-    sample_rate: float = 1.0,
-    rescore_before: datetime | None = None,
-    settle_delay_s: float = 0.0,
-    run_started: datetime | None = None,
-    max_failed_runs: int | None = None,
-    plan: ReadPlan | None = None,
-    not_sampled_done: bool = False,
+    filters: ClaimFilters = ClaimFilters(),
 ) -> dict[str, int] | None:
     """Pairs of these metrics (in the sample), still without a done result,
     that other live runs hold: {flow run id: pairs}; read from the claims
     alone (no source read: a claim does not keep its trace's time, so
     --since/--until do not narrow it). None when the database cannot say
     (the summary then says so rather than claiming nothing was left)."""
-    cond, params = Done(run_started=run_started, max_failed_runs=max_failed_runs,
-                        rescore_before=rescore_before).sql()
+    cond, params = filters.done.sql()
     params.update(metrics=list(metrics), owner=owner)
     sample = ""
-    if sample_rate < 1.0:
+    if filters.sample_rate < 1.0:
         sample = " AND " + SAMPLE_SQL.format(id="c.trace_id")
-        params["rate"] = sample_rate
+        params["rate"] = filters.sample_rate
     try:
         with engine_for(settings).connect() as conn:
             rows = conn.execute(

@@ -190,7 +190,25 @@ def evaluate_rules(
         from judgeflow.db.engine import engine_for
 
         engine = engine_for(settings)
-    notifier = notifier or Notifier(settings)
+    decisions, sent = _decide_and_deliver(settings, engine, notifier or Notifier(settings), flow_run_id=flow_run_id,
+                                          redeliver_now=redeliver_now)
+    for s in sent:
+        _log_delivery(s)
+    summaries = _summaries(engine, [x.alert_event_id for x in decisions if isinstance(x, Decision) and x.notify])
+    results: list[RuleEvaluation] = []
+    for item in decisions:
+        if isinstance(item, Rule):
+            if include_disabled:
+                results.append(RuleEvaluation.disabled(item))
+            continue
+        results.append(_evaluation(item, summaries, sent))
+    return results
+
+
+def _decide_and_deliver(settings: Settings, engine: Engine, notifier: Notifier, *, flow_run_id: str | None,
+                        redeliver_now: bool) -> tuple[list[Decision | Rule], list[Sent]]:
+    """Every rule decided (a disabled one as itself), the rules on dead deliveries
+    after the others' notifications were delivered; and every delivery tried."""
     channels = configured_channels(settings)
     url = run_url(flow_run_id)
     deadline: float | None = None
@@ -214,44 +232,42 @@ def evaluate_rules(
             notifier.warm()
             deadline = time.monotonic() + settings.alert_delivery_budget_s
         sent += deliver_pending(engine, notifier, settings, force=redeliver_now, deadline=deadline, rules=only)
-    for s in sent:
-        log_fn = log.info if s.status in ("delivered", "skipped") else log.warning
-        log_fn(
-            "alert %s %s (notification %d, delivery %s): %s %s after %d tr%s%s",
-            s.rule, s.kind, s.event_id, s.delivery_id, s.channel, s.status, s.tries, "y" if s.tries == 1 else "ies",
-            f" ({s.error}); retried at the next evaluation" if s.status == "failed"
-            else f" ({s.error}); not retried: see `judgeflow alerts`" if s.status == "dead"
-            else "; not attempted, left pending for a later evaluation" if s.status == "deferred" else "",
-        )
-    summaries = _summaries(engine, [x.alert_event_id for x in decisions if isinstance(x, Decision) and x.notify])
+    return decisions, sent
 
-    results: list[RuleEvaluation] = []
-    for item in decisions:
-        if isinstance(item, Rule):
-            if include_disabled:
-                results.append(RuleEvaluation.disabled(item))
-            continue
-        decision, rule = item, item.rule
-        summary = summaries.get(decision.alert_event_id) if decision.notify else None
-        earlier = [
-            s for s in sent
-            if s.rule == rule.name and s.segment_key == decision.figures.segment.label
-            and s.event_id != decision.alert_event_id
-        ]
-        result = RuleEvaluation.from_decision(decision, summary, earlier)
-        if decision.notify:
-            log_fn = log.warning if result.delivery_status in ("failed", "partial") else log.info
-            log_fn(
-                "alert %s%s %s: %s %s (value %s, %s %s, baseline %s, p %s, %d samples); delivery %s%s",
-                rule.name, _in(decision), decision.transition, decision.state_before, decision.state,
-                _pct(decision.figures.value), "min increase" if rule.is_regression else "max", _pct(rule.limit),
-                _pct(decision.figures.baseline_value), _p(decision.figures.p_value), decision.figures.sample_size,
-                result.delivery_status, f" ({result.delivery_error})" if result.delivery_error else "",
-            )
-        else:
-            log.info("alert rule %s%s: %s", rule.name, _in(decision), result.summary)
-        results.append(result)
-    return results
+
+def _log_delivery(s: Sent) -> None:
+    log_fn = log.info if s.status in ("delivered", "skipped") else log.warning
+    log_fn(
+        "alert %s %s (notification %d, delivery %s): %s %s after %d tr%s%s",
+        s.rule, s.kind, s.event_id, s.delivery_id, s.channel, s.status, s.tries, "y" if s.tries == 1 else "ies",
+        f" ({s.error}); retried at the next evaluation" if s.status == "failed"
+        else f" ({s.error}); not retried: see `judgeflow alerts`" if s.status == "dead"
+        else "; not attempted, left pending for a later evaluation" if s.status == "deferred" else "",
+    )
+
+
+def _evaluation(decision: Decision, summaries: dict, sent: list[Sent]) -> RuleEvaluation:
+    """What one decision reports, with the earlier notifications of its (rule, segment) redelivered now; logged."""
+    rule = decision.rule
+    summary = summaries.get(decision.alert_event_id) if decision.notify else None
+    earlier = [
+        s for s in sent
+        if s.rule == rule.name and s.segment_key == decision.figures.segment.label
+        and s.event_id != decision.alert_event_id
+    ]
+    result = RuleEvaluation.from_decision(decision, summary, earlier)
+    if decision.notify:
+        log_fn = log.warning if result.delivery_status in ("failed", "partial") else log.info
+        log_fn(
+            "alert %s%s %s: %s %s (value %s, %s %s, baseline %s, p %s, %d samples); delivery %s%s",
+            rule.name, _in(decision), decision.transition, decision.state_before, decision.state,
+            _pct(decision.figures.value), "min increase" if rule.is_regression else "max", _pct(rule.limit),
+            _pct(decision.figures.baseline_value), _p(decision.figures.p_value), decision.figures.sample_size,
+            result.delivery_status, f" ({result.delivery_error})" if result.delivery_error else "",
+        )
+    else:
+        log.info("alert rule %s%s: %s", rule.name, _in(decision), result.summary)
+    return result
 
 
 def _in(decision: Decision) -> str:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -133,6 +134,72 @@ def _empty(rule: Rule, segment: Segment, now: datetime, epoch_started_at: dateti
     )
 
 
+def _state_row(conn: Connection, rule: Rule, segment: Segment, where):
+    """The (rule, segment)'s stored state, an 'ok' row created for it if it has none yet."""
+    conn.execute(
+        pg_insert(alerts)
+        .values(source=rule.source or "", rule=rule.name, segment_key=segment.label, segment=segment.as_json(),
+                state="ok")
+        .on_conflict_do_nothing(index_elements=["source", "rule", "segment_key"])
+    )
+    return conn.execute(select(alerts).where(where)).one()
+
+
+def _measured(rule: Rule, figures: Figures, state: str) -> dict:
+    """The figures as both the state row and its events record them."""
+    return dict(
+        state=state,
+        value=figures.value,
+        threshold=rule.limit,
+        window=rule.window,
+        sample_size=figures.sample_size,
+        violations=figures.violations,
+        failed_count=figures.failed,
+        segment=figures.segment.as_json(),
+        baseline_value=figures.baseline_value,
+        baseline_sample_size=figures.baseline_sample_size,
+        baseline_violations=figures.baseline_violations,
+        p_value=figures.p_value,
+    )
+
+
+def _insert_event(conn: Connection, rule: Rule, figures: Figures, measured: dict, *, transition: str,
+                  now: datetime, flow_run_id: str | None) -> tuple[int, Any]:
+    """The transition's alert event, its delivery pending: (event id, delivery id)."""
+    return conn.execute(
+        alert_events.insert()
+        .values(
+            **measured,
+            rule=rule.name,
+            source=rule.source,
+            segment_key=figures.segment.label,
+            kind=transition,
+            occurred_at=now,
+            worst=[w.as_json() for w in figures.worst],
+            flow_run_id=flow_run_id,
+            delivery_status="pending",
+        )
+        .returning(alert_events.c.id, alert_events.c.delivery_id)
+    ).one()
+
+
+def _queue_notification(conn: Connection, decision: Decision, event_id: int, *, channels: list[str] | None,
+                        run_url: str | None) -> None:
+    """The event's payload, and one delivery per channel in the outbox."""
+    from judgeflow.alerts.notify import build_payload
+    from judgeflow.alerts.outbox import add_deliveries
+
+    conn.execute(
+        update(alert_events)
+        .where(alert_events.c.id == event_id)
+        .values(payload=build_payload(decision, run_url=run_url))
+    )
+    add_deliveries(
+        conn, event_id=event_id, rule=decision.rule.name, segment_key=decision.figures.segment.label,
+        kind=decision.transition, channels=list(channels or []),
+    )
+
+
 def _record(
     conn: Connection,
     rule: Rule,
@@ -145,19 +212,11 @@ def _record(
     run_url: str | None,
 ) -> Decision:
     """Decide one (rule, segment) and write its row, and its notification if one is due."""
-    from judgeflow.alerts.notify import build_payload
-    from judgeflow.alerts.outbox import add_deliveries
-
     segment = figures.segment
-    source = rule.source or ""
-    where = (alerts.c.source == source) & (alerts.c.rule == rule.name) & (alerts.c.segment_key == segment.label)
+    where = (alerts.c.source == (rule.source or "")) & (alerts.c.rule == rule.name) \
+        & (alerts.c.segment_key == segment.label)
     if current is None:
-        conn.execute(
-            pg_insert(alerts)
-            .values(source=source, rule=rule.name, segment_key=segment.label, segment=segment.as_json(), state="ok")
-            .on_conflict_do_nothing(index_elements=["source", "rule", "segment_key"])
-        )
-        current = conn.execute(select(alerts).where(where)).one()
+        current = _state_row(conn, rule, segment, where)
     state_before = current.state
     outcome, state, transition = decide(
         rule, figures, state=state_before, last_notified_at=current.last_notified_at, now=now
@@ -171,82 +230,26 @@ def _record(
     if transition is not None:
         figures = with_worst(conn, rule, figures)  # the segment's own worst traces
 
-    # the figures as both the row and its events record them
-    measured = dict(
-        state=state,
-        value=figures.value,
-        threshold=rule.limit,
-        window=rule.window,
-        sample_size=figures.sample_size,
-        violations=figures.violations,
-        failed_count=figures.failed,
-        segment=segment.as_json(),
-        baseline_value=figures.baseline_value,
-        baseline_sample_size=figures.baseline_sample_size,
-        baseline_violations=figures.baseline_violations,
-        p_value=figures.p_value,
-    )
+    measured = _measured(rule, figures, state)
     values = dict(
-        measured,
-        last_outcome=outcome,
-        min_samples=rule.min_samples,
-        opened_at=opened_at,
-        resolved_at=resolved_at,
-        last_evaluated_at=now,
-        updated_at=now,
-        epoch_started_at=figures.epoch_started_at,
+        measured, last_outcome=outcome, min_samples=rule.min_samples, opened_at=opened_at, resolved_at=resolved_at,
+        last_evaluated_at=now, updated_at=now, epoch_started_at=figures.epoch_started_at,
     )
     event_id = delivery_id = None
     if transition is not None:
         last_notified_at = now
-        event_id, delivery_id = conn.execute(
-            alert_events.insert()
-            .values(
-                **measured,
-                rule=rule.name,
-                source=rule.source,
-                segment_key=segment.label,
-                kind=transition,
-                occurred_at=now,
-                worst=[w.as_json() for w in figures.worst],
-                flow_run_id=flow_run_id,
-                delivery_status="pending",
-            )
-            .returning(alert_events.c.id, alert_events.c.delivery_id)
-        ).one()
-        values.update(
-            last_notified_at=now,
-            last_event_id=event_id,
-            delivery_status="pending",
-            delivered_at=None,
-            delivery_error=None,
-            delivery_attempts=0,
-        )
+        event_id, delivery_id = _insert_event(conn, rule, figures, measured, transition=transition, now=now,
+                                              flow_run_id=flow_run_id)
+        values.update(last_notified_at=now, last_event_id=event_id, delivery_status="pending", delivered_at=None,
+                      delivery_error=None, delivery_attempts=0)
     conn.execute(update(alerts).where(where).values(**values))
     decision = Decision(
-        rule=rule,
-        figures=figures,
-        outcome=outcome,
-        state_before=state_before,
-        state=state,
-        transition=transition,
-        alert_event_id=event_id,
-        opened_at=opened_at,
-        resolved_at=resolved_at,
-        last_notified_at=last_notified_at,
-        flow_run_id=flow_run_id,
-        delivery_id=None if delivery_id is None else str(delivery_id),
+        rule=rule, figures=figures, outcome=outcome, state_before=state_before, state=state, transition=transition,
+        alert_event_id=event_id, opened_at=opened_at, resolved_at=resolved_at, last_notified_at=last_notified_at,
+        flow_run_id=flow_run_id, delivery_id=None if delivery_id is None else str(delivery_id),
     )
     if event_id is not None:
-        conn.execute(
-            update(alert_events)
-            .where(alert_events.c.id == event_id)
-            .values(payload=build_payload(decision, run_url=run_url))
-        )
-        add_deliveries(
-            conn, event_id=event_id, rule=rule.name, segment_key=segment.label, kind=transition,
-            channels=list(channels or []),
-        )
+        _queue_notification(conn, decision, event_id, channels=channels, run_url=run_url)
     return decision
 
 

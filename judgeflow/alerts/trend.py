@@ -270,69 +270,100 @@ def _traffic(c: Figures | None) -> str:
     return f"{c.estimate.judged} / {round(c.estimate.traces)}"
 
 
+@dataclass(frozen=True)
+class _Plot:
+    """Where a chart draws: its size, the plot area's margins, and the rate at its top."""
+
+    width: int
+    height: int
+    days: int
+    top: float
+    left: int = 48
+    right: int = 150
+    top_pad: int = 24
+    bottom: int = 30
+
+    @property
+    def plot_w(self) -> int:
+        return self.width - self.left - self.right
+
+    @property
+    def plot_h(self) -> int:
+        return self.height - self.top_pad - self.bottom
+
+    def x(self, i: int) -> float:
+        return self.left + (self.plot_w * i / max(1, self.days - 1))
+
+    def y(self, rate: float) -> float:
+        return self.top_pad + self.plot_h * (1 - rate / self.top)
+
+
 def svg_chart(trend: Trend, metric: str, *, width: int = 640, height: int = 220) -> str:
     """A line chart of the metric's per-day rates, overall and per segment."""
     series = trend.for_metric(metric)
-    dates = trend.dates
-    left, right, top_pad, bottom = 48, 150, 24, 30
-    plot_w, plot_h = width - left - right, height - top_pad - bottom
-    top = _scale(series) or 0.01
-    top = _nice(top)
-
-    def x(i: int) -> float:
-        return left + (plot_w * i / max(1, len(dates) - 1))
-
-    def y(rate: float) -> float:
-        return top_pad + plot_h * (1 - rate / top)
-
+    plot = _Plot(width, height, len(trend.dates), _nice(_scale(series) or 0.01))
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-        f'<text x="{left}" y="15" font-size="13" font-weight="bold">{html.escape(metric)}: not-passed rate per day</text>',
+        f'<text x="{plot.left}" y="15" font-size="13" font-weight="bold">{html.escape(metric)}: not-passed rate per day</text>',
     ]
+    parts += _axes(plot, trend.dates)
+    for i in trend.epoch_days(metric):
+        parts.append(f'<line x1="{plot.x(i):.1f}" x2="{plot.x(i):.1f}" y1="{plot.top_pad}" y2="{plot.top_pad + plot.plot_h}" '
+                     'stroke="#9ca3af" stroke-dasharray="4 3"/>')
+        parts.append(f'<text x="{plot.x(i) + 3:.1f}" y="{plot.top_pad + 10}" fill="#6b7280">judge changed</text>')
+    for n, s in enumerate(series):
+        parts += _series_lines(plot, s, n)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _axes(plot: _Plot, dates: list) -> list[str]:
+    """Five grid lines with their rates, and about seven day labels (the last day's always)."""
+    parts = []
+    left, y = plot.left, plot.y
     for step in range(5):
-        rate = top * step / 4
-        parts.append(f'<line x1="{left}" x2="{left + plot_w}" y1="{y(rate):.1f}" y2="{y(rate):.1f}" stroke="#e5e7eb"/>')
+        rate = plot.top * step / 4
+        parts.append(f'<line x1="{left}" x2="{left + plot.plot_w}" y1="{y(rate):.1f}" y2="{y(rate):.1f}" stroke="#e5e7eb"/>')
         whole = abs(rate * 100 - round(rate * 100)) < 1e-9
         parts.append(f'<text x="{left - 4}" y="{y(rate) + 4:.1f}" text-anchor="end" fill="#6b7280">'
                      f'{rate:.0%}</text>' if whole else
                      f'<text x="{left - 4}" y="{y(rate) + 4:.1f}" text-anchor="end" fill="#6b7280">{rate:.1%}</text>')
     for i, d in enumerate(dates):
         if i % max(1, len(dates) // 7) == 0 or i == len(dates) - 1:
-            parts.append(f'<text x="{x(i):.1f}" y="{height - 10}" text-anchor="middle" fill="#6b7280">'
+            parts.append(f'<text x="{plot.x(i):.1f}" y="{plot.height - 10}" text-anchor="middle" fill="#6b7280">'
                          f'{d.strftime("%m-%d")}</text>')
-    for i in trend.epoch_days(metric):
-        parts.append(f'<line x1="{x(i):.1f}" x2="{x(i):.1f}" y1="{top_pad}" y2="{top_pad + plot_h}" '
-                     'stroke="#9ca3af" stroke-dasharray="4 3"/>')
-        parts.append(f'<text x="{x(i) + 3:.1f}" y="{top_pad + 10}" fill="#6b7280">judge changed</text>')
-    for n, s in enumerate(series):
-        colour = COLOURS[n % len(COLOURS)]
-        # a gap in the line for days without results
-        segments, current = [], []
-        for i, rate in enumerate(s.rates):
-            if rate is None:
-                if current:
-                    segments.append(current)
-                current = []
-            else:
-                current.append(f"{x(i):.1f},{y(rate):.1f}")
-        if current:
-            segments.append(current)
-        for points in segments:
-            if len(points) == 1:
-                cx, cy = points[0].split(",")
-                parts.append(f'<circle cx="{cx}" cy="{cy}" r="2.5" fill="{colour}"/>')
-            else:
-                parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="{2.5 if n == 0 else 1.6}" '
-                             f'points="{" ".join(points)}"/>')
-        ly = top_pad + 14 * n + 6
-        change = _signed_pts(s.change.increase if s.change else None)
-        parts.append(f'<rect x="{width - right + 10}" y="{ly - 8}" width="10" height="3" fill="{colour}"/>')
-        parts.append(f'<text x="{width - right + 24}" y="{ly - 4}" fill="#111827">'
-                     f'{html.escape(s.label[:18])} {html.escape(change)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
+    return parts
+
+
+def _series_lines(plot: _Plot, s, n: int) -> list[str]:
+    """The ``n``-th series: its line (a gap for days without results, a dot for a lone day) and its legend."""
+    colour = COLOURS[n % len(COLOURS)]
+    segments, current = [], []
+    for i, rate in enumerate(s.rates):
+        if rate is None:
+            if current:
+                segments.append(current)
+            current = []
+        else:
+            current.append(f"{plot.x(i):.1f},{plot.y(rate):.1f}")
+    if current:
+        segments.append(current)
+    parts = []
+    for points in segments:
+        if len(points) == 1:
+            cx, cy = points[0].split(",")
+            parts.append(f'<circle cx="{cx}" cy="{cy}" r="2.5" fill="{colour}"/>')
+        else:
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="{2.5 if n == 0 else 1.6}" '
+                         f'points="{" ".join(points)}"/>')
+    ly = plot.top_pad + 14 * n + 6
+    change = _signed_pts(s.change.increase if s.change else None)
+    parts.append(f'<rect x="{plot.width - plot.right + 10}" y="{ly - 8}" width="10" height="3" fill="{colour}"/>')
+    parts.append(f'<text x="{plot.width - plot.right + 24}" y="{ly - 4}" fill="#111827">'
+                 f'{html.escape(s.label[:18])} {html.escape(change)}</text>')
+    return parts
 
 
 def _nice(value: float) -> float:

@@ -5,6 +5,7 @@ The lead mounts :data:`alerts_app` with ``app.add_typer(alerts_app, name="alerts
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Optional
 
@@ -71,48 +72,52 @@ def alert_tables_exist_now(engine) -> bool:
         return alert_tables_exist(conn)
 
 
-@alerts_app.callback()
-@clear_errors
-def list_alerts(
-    ctx: typer.Context,
-    limit: int = typer.Option(20, min=1, help="how many past alerts to show"),
-    rule: Optional[str] = typer.Option(None, help="only this rule's past alerts"),
-) -> None:
-    """List each rule's current state and the most recent alerts (fired, reminder, resolved)."""
-    if ctx.invoked_subcommand is not None:
-        return
+@dataclass
+class _Reading:
+    """What `judgeflow alerts` shows, read in one connection."""
+
+    epochs: list = field(default_factory=list)
+    rows: dict = field(default_factory=dict)  # each rule's state over all results, by rule
+    segments: list = field(default_factory=list)  # the states of the rules' segments
+    history: list = field(default_factory=list)
+    waiting: list = field(default_factory=list)  # undelivered notifications
+    dead: list = field(default_factory=list)  # dead deliveries
+    dead_line: str | None = None
+
+
+def _read(settings, *, limit: int, rule: str | None) -> _Reading:
     from judgeflow.alerts.dead_letters import dead_deliveries, dead_summary
     from judgeflow.alerts.outbox import outbox_exists, undelivered
-    from judgeflow.alerts.rules import all_rules
     from judgeflow.alerts.state import alert_history, alert_tables_exist, current_alerts
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
     from judgeflow.sources.identity import result_source
     from judgeflow.db.epochs import epoch_history
-    from judgeflow.config.settings import load_settings
 
-    settings = load_settings()
-    rules = all_rules(settings)
     engine = engine_for(settings)
     if alert_tables_exist_now(engine):
         migrate.upgrade(engine)  # the rows carry columns of later revisions (epoch_started_at)
     with engine.connect() as conn:
-        epochs = epoch_history(conn)
-        rows, segments, history, waiting, dead, dead_line = {}, [], [], [], [], None
+        reading = _Reading(epochs=epoch_history(conn))
         if alert_tables_exist(conn):
             everything = current_alerts(conn, source=result_source(settings))  # the configured source's
-            rows = {row.rule: row for row in everything if not row.segment_key}
-            segments = [row for row in everything if row.segment_key]
-            history = alert_history(conn, limit=limit, rule=rule, source=result_source(settings))
+            reading.rows = {row.rule: row for row in everything if not row.segment_key}
+            reading.segments = [row for row in everything if row.segment_key]
+            reading.history = alert_history(conn, limit=limit, rule=rule, source=result_source(settings))
         if outbox_exists(conn):
-            waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
+            reading.waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
             if _has_dead_at(conn):
-                dead = [w for w in dead_deliveries(conn, limit=200) if rule is None or w.rule == rule][:limit]
-                dead_line = dead_summary(conn).line()
+                reading.dead = [w for w in dead_deliveries(conn, limit=200) if rule is None or w.rule == rule][:limit]
+                reading.dead_line = dead_summary(conn).line()
+    return reading
 
-    if dead_line:
-        typer.secho(dead_line, fg="red")
-        typer.echo("")
+
+def _since(row) -> str:
+    return _when(row.opened_at) if row.state == "firing" else _when(row.resolved_at) if row.resolved_at else "-"
+
+
+def _print_rules(settings, rules: list, rows: dict) -> None:
+    """Each rule's state over all results: the configured rules first, then rules with a stored state only."""
     typer.echo(
         f"Alert rules (window {settings.alert_window}, at least {settings.alert_min_samples} samples, "
         f"re-notify {settings.alert_renotify or 'never'})"
@@ -130,8 +135,7 @@ def list_alerts(
             continue
         table.append([
             name, state, _outcome(row.last_outcome, row.epoch_started_at), _pct(row.value), _pct(maximum if enabled else row.threshold),
-            f"{row.sample_size}/{row.min_samples or '-'}", str(row.failed_count),
-            _when(row.opened_at) if row.state == "firing" else _when(row.resolved_at) if row.resolved_at else "-",
+            f"{row.sample_size}/{row.min_samples or '-'}", str(row.failed_count), _since(row),
             _when(row.last_notified_at), _delivery(row.delivery_status, row.delivery_error),
         ])
     typer.echo(_table(
@@ -139,23 +143,29 @@ def list_alerts(
         table,
     ))
     typer.echo("")
+
+
+def _print_segments(settings, segments: list) -> None:
     if not segments:
         typer.echo(f"Segments ({segment_keys_in_force(settings)}): none evaluated yet")
-    if segments:
-        typer.echo(f"Segments ({segment_keys_in_force(settings)})")
-        typer.echo(_table(
-            ["rule", "segment", "state", "last evaluation", "value", "baseline", "p (rise)", "samples/baseline",
-             "since", "last notified", "delivery"],
-            [
-                [r.rule, r.segment_key, r.state.upper(), _outcome(r.last_outcome, r.epoch_started_at), _pct(r.value),
-                 _pct(r.baseline_value), _p(r.p_value), f"{r.sample_size}/{r.baseline_sample_size or 0}",
-                 _when(r.opened_at) if r.state == "firing" else _when(r.resolved_at) if r.resolved_at else "-",
-                 _when(r.last_notified_at), _delivery(r.delivery_status, r.delivery_error)]
-                # firing first, then by rule
-                for r in sorted(segments, key=lambda r: (r.state != "firing", r.rule, r.segment_key))
-            ],
-        ))
-        typer.echo("")
+        return
+    typer.echo(f"Segments ({segment_keys_in_force(settings)})")
+    typer.echo(_table(
+        ["rule", "segment", "state", "last evaluation", "value", "baseline", "p (rise)", "samples/baseline",
+         "since", "last notified", "delivery"],
+        [
+            [r.rule, r.segment_key, r.state.upper(), _outcome(r.last_outcome, r.epoch_started_at), _pct(r.value),
+             _pct(r.baseline_value), _p(r.p_value), f"{r.sample_size}/{r.baseline_sample_size or 0}", _since(r),
+             _when(r.last_notified_at), _delivery(r.delivery_status, r.delivery_error)]
+            # firing first, then by rule
+            for r in sorted(segments, key=lambda r: (r.state != "firing", r.rule, r.segment_key))
+        ],
+    ))
+    typer.echo("")
+
+
+def _print_deliveries(waiting: list, dead: list) -> None:
+    """The notifications still to deliver, then those given up on."""
     if waiting:
         typer.echo("Undelivered notifications (retried at every evaluation: scoring runs and `judgeflow alerts check`)")
         typer.echo(_table(
@@ -182,6 +192,9 @@ def list_alerts(
             ],
         ))
         typer.echo("")
+
+
+def _print_epochs(epochs: list, limit: int) -> None:
     if epochs:
         typer.echo("Judge epochs (rules count only the results of each metric's latest; newest first)")
         typer.echo(_table(
@@ -190,6 +203,9 @@ def list_alerts(
              for e in reversed(epochs[-limit:])],
         ))
         typer.echo("")
+
+
+def _print_history(history: list, *, limit: int, rule: str | None) -> None:
     if not history:
         typer.echo("No alerts yet." if rule is None else f"No alerts yet for {rule}.")
         return
@@ -202,6 +218,32 @@ def list_alerts(
             for h in history
         ],
     ))
+
+
+@alerts_app.callback()
+@clear_errors
+def list_alerts(
+    ctx: typer.Context,
+    limit: int = typer.Option(20, min=1, help="how many past alerts to show"),
+    rule: Optional[str] = typer.Option(None, help="only this rule's past alerts"),
+) -> None:
+    """List each rule's current state and the most recent alerts (fired, reminder, resolved)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from judgeflow.alerts.rules import all_rules
+    from judgeflow.config.settings import load_settings
+
+    settings = load_settings()
+    rules = all_rules(settings)
+    reading = _read(settings, limit=limit, rule=rule)
+    if reading.dead_line:
+        typer.secho(reading.dead_line, fg="red")
+        typer.echo("")
+    _print_rules(settings, rules, reading.rows)
+    _print_segments(settings, reading.segments)
+    _print_deliveries(reading.waiting, reading.dead)
+    _print_epochs(reading.epochs, limit)
+    _print_history(reading.history, limit=limit, rule=rule)
 
 
 @alerts_app.command("check")
@@ -261,7 +303,7 @@ def check(
 
 
 def _has_dead_at(conn) -> bool:
-    """Whether the outbox has its dead letters (migration 0009): `judgeflow alerts` reads, never migrates."""
+    """Whether the outbox has its dead letters (migration 08_dead_deliveries.py): `judgeflow alerts` reads, never migrates."""
     from sqlalchemy import text
 
     return bool(conn.execute(text(

@@ -31,13 +31,6 @@ for command in (scoring.score, scoring.backfill, judge_checks.shadow, judge_chec
 
 def main() -> None:  # pragma: no cover - console entry point
     """The ``judgeflow`` console script: the command is the program (:class:`Program`)."""
-    import atexit
-    import gc
-
-    # Registered before any library's exit handler, so it runs after them all:
-    # the interpreter's final garbage collection then skips the heap the run
-    # leaves (Prefect, SQLAlchemy), which nothing uses any more.
-    atexit.register(gc.freeze)
     from judgeflow.cli.terminal_text import install
 
     install()  # every command's output: no control character from judge or trace text (terminal_text.py)

@@ -59,9 +59,9 @@ def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callabl
     from judgeflow.cli.console import EXIT_STOPPED, watched_run
 
     if owns_process(ctx):  # the flow and its libraries are imported: the run's collections skip them
-        from judgeflow.infra.heap import freeze_heap
+        from judgeflow.infra.heap import settle_heap
 
-        freeze_heap()
+        settle_heap()
     try:
         with entered(settings, judge=judge) as entry, \
                 watched_run(title, entry.stop, ui_url=ui_url_without_import(settings)):

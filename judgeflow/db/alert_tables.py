@@ -1,4 +1,4 @@
-"""Core table objects for the alert state tables (migrations 0002, 0005).
+"""Core table objects for the alert state tables (migrations 02_alerts.py, 03_alert_outbox.py).
 
 ``alerts`` holds the current state of each rule, one row per rule;
 ``alert_events`` holds one row per notification (fired, reminder, resolved)
@@ -30,14 +30,14 @@ from judgeflow.db.schema import SCHEMA, metadata
 
 ALERT_STATES = ("ok", "firing")
 # what the last evaluation found; 'not_enough_data' and 'insufficient_data' (too
-# few results of the judge epoch in force, migration 0010) never change the state
+# few results of the judge epoch in force, migration 09_judge_epochs.py) never change the state
 ALERT_OUTCOMES = ("ok", "firing", "not_enough_data", "insufficient_data")
 NOTIFICATION_KINDS = ("fired", "reminder", "resolved")
 DELIVERY_STATUSES = ("pending", "delivered", "partial", "failed", "skipped", "superseded")
 CHANNEL_STATUSES = ("pending", "delivered", "skipped", "superseded")
 
 def _segment_columns(*, key: bool = True) -> list[Column]:
-    """The segment and the baseline evidence, on both alert tables (migration 0007)."""
+    """The segment and the baseline evidence, on both alert tables (migration 06_segments.py)."""
     columns = [Column("segment", JSONB, nullable=False, server_default="{}")]
     if key:
         columns.append(Column("segment_key", Text, nullable=False, server_default=""))
@@ -73,7 +73,7 @@ alert_events = Table(
     Column("delivery_id", UUID(as_uuid=False), nullable=False, server_default=text("gen_random_uuid()"), unique=True),
     Column("payload", JSONB),
     Column("superseded_by", BigInteger, ForeignKey(f"{SCHEMA}.alert_events.id", ondelete="SET NULL")),
-    Column("source", Text),  # the source whose alert it is (migration 0011)
+    Column("source", Text),  # the source whose alert it is (migration 11_result_sources.py)
     *_segment_columns(),
     CheckConstraint("kind IN ('fired', 'reminder', 'resolved')", name="alert_events_kind_check"),
     CheckConstraint("state IN ('ok', 'firing')", name="alert_events_state_check"),
@@ -89,11 +89,11 @@ alert_events = Table(
 alerts = Table(
     "alerts",
     metadata,
-    # one state per source (judgeflow/sources/identity.py; migration 0011): a source
+    # one state per source (judgeflow/sources/identity.py; migration 11_result_sources.py): a source
     # never inherits another's; '' until the first command assigns it (judgeflow/sources/results.py)
     Column("source", Text, primary_key=True, server_default=""),
     Column("rule", Text, primary_key=True),
-    # one row per (rule, segment); '' is the rule over all results (migration 0007)
+    # one row per (rule, segment); '' is the rule over all results (migration 06_segments.py)
     Column("segment_key", Text, primary_key=True, server_default=""),
     Column("state", Text, nullable=False, server_default="ok"),
     Column("last_outcome", Text),
@@ -115,7 +115,7 @@ alerts = Table(
     Column("delivery_attempts", Integer, nullable=False, server_default="0"),
     Column("updated_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
     *_segment_columns(key=False),
-    # when the judge epoch the row was last evaluated in started (migration 0010)
+    # when the judge epoch the row was last evaluated in started (migration 09_judge_epochs.py)
     Column("epoch_started_at", DateTime(timezone=True)),
     CheckConstraint("state IN ('ok', 'firing')", name="alerts_state_check"),
     CheckConstraint(
@@ -140,7 +140,7 @@ alert_deliveries = Table(
     Column("http_status", Integer),
     Column("last_error", Text),
     Column("detail", Text),
-    # given up on: a permanent 4xx, or JUDGEFLOW_ALERT_DEAD_AFTER failed evaluations (migration 0009)
+    # given up on: a permanent 4xx, or JUDGEFLOW_ALERT_DEAD_AFTER failed evaluations (migration 08_dead_deliveries.py)
     Column("dead_at", DateTime(timezone=True)),
     CheckConstraint(
         "status IN ('pending', 'delivered', 'skipped', 'superseded', 'dead')", name="alert_deliveries_status_check"

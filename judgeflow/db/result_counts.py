@@ -1,5 +1,5 @@
 """Counts of judgeflow.eval_results by metric, status, passed and failed
-runs, per source, kept by statement triggers (migrations 0008, 0011) as rows of deltas, so
+runs, per source, kept by statement triggers (migrations 10_watermarks.py, 11_result_sources.py) as rows of deltas, so
 `judgeflow status` never scans the results and concurrent writers never
 wait on one counter row."""
 

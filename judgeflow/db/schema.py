@@ -58,13 +58,13 @@ eval_results = Table(
     Column("flow_run_id", Text),
     Column("trace_created_at", DateTime(timezone=True)),
     Column("scored_at", DateTime(timezone=True), nullable=False, server_default=func.now()),
-    # the trace's JUDGEFLOW_ALERT_SEGMENT_BY metadata values when it was scored (migration 0007)
+    # the trace's JUDGEFLOW_ALERT_SEGMENT_BY metadata values when it was scored (migration 06_segments.py)
     Column("segment", JSONB, nullable=False, server_default="{}"),
-    # sha256 of what the result depends on (judgeflow/run/reuse.py); indexed for done rows (migration 0006)
+    # sha256 of what the result depends on (judgeflow/run/reuse.py); indexed for done rows (migration 07_content_hash.py)
     Column("content_hash", Text),
-    # the source the trace was read from (judgeflow/sources/identity.py; migration 0011)
+    # the source the trace was read from (judgeflow/sources/identity.py; migration 11_result_sources.py)
     Column("source", Text),
-    # the Phoenix write-back's outbox state (judgeflow/phoenix/outbox.py; migration 0011)
+    # the Phoenix write-back's outbox state (judgeflow/phoenix/outbox.py; migration 11_result_sources.py)
     Column("written_back_at", DateTime(timezone=True)),
     Column("write_back_error", Text),
     Column("write_back_tries", Integer, nullable=False, server_default="0"),

@@ -46,10 +46,6 @@ class ReadPlan:
     watermarks: dict[str, datetime | None] = field(default_factory=dict)
     moves: bool = False  # a nightly run: it reads from the watermark and moves it
 
-    def window(self, **filters) -> KeyFilter:
-        """The KeyFilter of the window, with the run's other filters."""
-        return KeyFilter(lo=self.lo, **filters)
-
 
 def read_watermarks(conn: Connection, source: str, scope: str, metrics: list[str]) -> dict[str, datetime | None]:
     rows = dict(

@@ -30,6 +30,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 SEED = 20261122
 OUT = Path(__file__).with_name("traces.jsonl")
@@ -85,14 +86,34 @@ DEVICES = [
 ]
 
 
-def device_doc(rng: random.Random):
-    name, use, weights, ratings = rng.choice(DEVICES)
+class _Agreeing(NamedTuple):
+    plural: bool
+    lasts: str
+    comes: str
+    weighs: str
+    runs: str
+    it: str
+    be: str
+    has: str
+    costs: str
+    obj: str
+
+
+def _agreeing(name: str) -> _Agreeing:
+    """The verbs and pronouns that agree with a device's name ("earbuds" are, "e-reader" is)."""
     plural = name.endswith("s")
     lasts, comes, weighs, runs, it = (
         ("last", "come", "weigh", "run", "they") if plural else ("lasts", "comes", "weighs", "runs", "it")
     )
     be, has, costs = ("are", "have", "cost") if plural else ("is", "has", "costs")
     obj = "them" if plural else "it"
+    return _Agreeing(plural, lasts, comes, weighs, runs, it, be, has, costs, obj)
+
+
+def device_doc(rng: random.Random):
+    name, use, weights, ratings = rng.choice(DEVICES)
+    words = _agreeing(name)
+    plural, be = words.plural, words.be
     hours = rng.choice([6, 8, 9, 10, 12, 14, 18, 20, 24, 30, 36])
     charge = rng.choice([45, 60, 75, 90, 120])
     years = rng.choice([1, 2, 3])
@@ -112,15 +133,30 @@ def device_doc(rng: random.Random):
         f"Pricing: the {name} {'retail' if plural else 'retails'} for ${price} in the US and \u20ac{eur} in the EU. Orders over "
         f"${free_over} ship free.",
     ]
+    return "device-help", context, _device_qas(rng, name, use, hours=hours, charge=charge, years=years, grams=grams,
+                                               colours=colours, price=price, eur=eur, free_over=free_over)
+
+
+def _wrong_device_figures(rng: random.Random, *, hours, charge, years, grams, eur, free_over, colours) -> tuple:
+    """The figures the partly and wholly unfaithful answers about a device get wrong."""
     wrong_hours = other_number(rng, hours, [h * 2 for h in (6, 8, 10, 12, 20)] + [hours + 4, hours + 10])
     wrong_charge = other_number(rng, charge, [30, 40, 150, 180])
     wrong_years = other_number(rng, years, [1, 2, 3, 5])
     wrong_grams = other_number(rng, grams, [grams // 2, grams - grams // 4, grams + grams // 3])
     wrong_eur = eur + rng.choice([40, 60, -20])
     wrong_free = other_number(rng, free_over, [25, 30, 100])
-    lower = name.split()[0]
     wrong_colour = rng.choice([c for c in COLOURS + ["Crimson", "Teal"] if c not in colours])
-    qas = [
+    return wrong_hours, wrong_charge, wrong_years, wrong_grams, wrong_eur, wrong_free, wrong_colour
+
+
+def _device_qas(rng: random.Random, name: str, use: str, *, hours, charge, years, grams, colours, price, eur,
+                free_over) -> list:
+    """The questions about a device, each with a faithful, a partly and a wholly unfaithful answer."""
+    plural, lasts, comes, weighs, runs, it, be, has, costs, obj = _agreeing(name)
+    lower = name.split()[0]
+    wrong_hours, wrong_charge, wrong_years, wrong_grams, wrong_eur, wrong_free, wrong_colour = _wrong_device_figures(
+        rng, hours=hours, charge=charge, years=years, grams=grams, eur=eur, free_over=free_over, colours=colours)
+    return [
         (
             rng.choice([
                 f"How long does the battery on the {name} last?",
@@ -169,7 +205,6 @@ def device_doc(rng: random.Random):
             "and next-day delivery.",
         ),
     ]
-    return "device-help", context, qas
 
 
 STORES = ["Larkspur Home", "Peak Outfitters", "Copperleaf Books", "Verde Garden Supply", "Atelier Nine"]
@@ -306,7 +341,8 @@ AIRPORTS = [("Zurich", "London Heathrow"), ("Lisbon", "Amsterdam"), ("Denver", "
             ("Oslo", "Berlin"), ("Toronto", "Chicago")]
 
 
-def travel_doc(rng: random.Random):
+def _flight(rng: random.Random) -> tuple[str, ...]:
+    """A flight: airline, number, origin, destination, departure, arrival, and an arrival an hour off."""
     airline = rng.choice(AIRLINES)
     code = "".join(rng.choice("ABCDEFGHKLMNPRSTUVWZ") for _ in range(2))
     flight = f"{code} {rng.randint(100, 989)}"
@@ -316,6 +352,12 @@ def travel_doc(rng: random.Random):
     arr_total = dep_h * 60 + dep_m + dur
     dep = f"{dep_h:02d}:{dep_m:02d}"
     arr = f"{arr_total // 60:02d}:{arr_total % 60:02d}"
+    wrong_arr = f"{(arr_total // 60 + 1) % 24:02d}:{arr_total % 60:02d}"
+    return airline, flight, origin, dest, dep, arr, wrong_arr
+
+
+def travel_doc(rng: random.Random):
+    airline, flight, origin, dest, dep, arr, wrong_arr = _flight(rng)
     bag_kg = rng.choice([20, 23, 25])
     cabin_kg = rng.choice([7, 8, 10])
     close_min = rng.choice([30, 40, 45, 60])
@@ -328,7 +370,6 @@ def travel_doc(rng: random.Random):
         f"Check-in closes {close_min} minutes before departure. Small pets up to {pet_kg} kg "
         "including the carrier may travel in the cabin on request.",
     ]
-    wrong_arr = f"{(arr_total // 60 + 1) % 24:02d}:{arr_total % 60:02d}"
     wrong_bag = other_number(rng, bag_kg, [15, 30, 32])
     wrong_cabin = other_number(rng, cabin_kg, [5, 12, 15])
     wrong_close = other_number(rng, close_min, [15, 20, 90])
@@ -558,6 +599,111 @@ def _shares_fact(passage: str, answer: str) -> bool:
 # ---------------------------------------------------------------------------
 
 
+# (question, answer) of a support chat: a tuple is alternatives, one drawn per trace; each is
+# filled in with str.format from the chat's facts (support_trace)
+SUPPORT = (
+    (("Where is my order #{order}? It was supposed to arrive yesterday.",
+      "order {order} still not here??", "Any update on order {order}?"),
+     "{hi}Sorry for the wait. Order #{order} left our warehouse on {day} with {carrier}, and the "
+     "tracking shows it is out for delivery today. If it hasn't arrived by tomorrow evening, reply "
+     "here and I'll open a trace with the carrier."),
+    (("I forgot my password and the reset email never came.", "password reset link not arriving"),
+     (
+         "Reset emails can take a few minutes and sometimes land in the spam or promotions folder. If it "
+         "isn't there after 15 minutes, request a new one from the sign-in page; each new link replaces "
+         "the previous one.",
+         "{hi}I've just sent a fresh reset link to the address on your account. It's valid for one hour, "
+         "so if it doesn't show up in your inbox, have a look in the spam folder too.",
+     )),
+    ("Can I change the delivery address on order {order}? I just moved.",
+     (
+         "Yes, as long as the order hasn't shipped. I've updated the address on #{order} to the one you "
+         "sent, and you'll get a confirmation email within the hour.",
+         "{hi}Order #{order} was already handed to {carrier} this morning, so I can't change it on our "
+         "side. You can redirect it with the link in your tracking email, free of charge.",
+     )),
+    (("How do I cancel my subscription?", "cancel my plan please", "I want to stop my membership."),
+     "{hi}You can cancel any time under Account > Subscription > Cancel plan. You'll keep access until "
+     "the end of the current billing period, and you won't be charged again."),
+    (tuple(f"My discount code {code} says it's invalid." for code in ("SPRING20", "WELCOME10", "FREESHIP", "AUTUMN15")),
+     (
+         "That code expired at the end of last month, which is why checkout rejects it. I've added a "
+         "one-time 15% code to your account instead; it will apply automatically on your next order.",
+         "That code only works on full-price items, and your basket has two sale items in it. If you "
+         "remove them, the code should apply to the rest.",
+     )),
+    ("The {product} in my order #{order} arrived damaged.",
+     "I'm sorry it arrived damaged, {name}. You don't need to send it back: I've arranged a free "
+     "replacement {product}, which should ship within {n} business days. A photo of the damage helps "
+     "us claim from the carrier, if you have one."),
+    ("Can I get a VAT invoice for my last purchase?",
+     "Of course. You can download a VAT invoice from Orders > Details > Invoice. If you need your "
+     "company name on it, add it under Billing details first and then download the invoice again."),
+    (("My account is locked after too many login attempts.", "it says my account is locked??"),
+     "For security, accounts lock for 30 minutes after five failed attempts. After that you can sign in "
+     "again, or use 'Forgot password' right away to unlock it with a reset link."),
+    ("Do you ship to {country}?",
+     (
+         "Yes, we ship to {country}. Delivery usually takes {n_2} to {n_6} business days, and import "
+         "taxes are collected at checkout, so there's nothing extra to pay on delivery.",
+         "{hi}We don't ship to {country} yet, I'm afraid. It's on our list for next year, and you can "
+         "sign up on the shipping page to be told when it opens.",
+     )),
+    ("The {product} is the wrong colour. Can I swap it?",
+     "Absolutely, {name}. Start an exchange from your order page and pick the colour you wanted; we'll "
+     "send the new one as soon as the courier scans your return, and the exchange is free."),
+    ("How many loyalty points do I have?",
+     "You currently have {points} points. Every 500 points can be redeemed for a $5 voucher at checkout, "
+     "and points expire 12 months after they were earned."),
+    ("Can I use two gift cards on one order?",
+     "Yes, you can add up to three gift cards at checkout, and any remaining balance can be paid by card "
+     "or PayPal."),
+    (("Why was I charged twice?", "I see two charges of {amount} on my card"),
+     "I can see both charges, {name}, but one of them is a pre-authorisation that your bank will release "
+     "within {n} business days. Only one payment of {amount} was actually taken for the order."),
+    ("Is the {product} machine washable?",
+     (
+         "The {product} can go in the washing machine on a cold, gentle cycle. Skip the tumble dryer, "
+         "though, and let it air dry.",
+         "The {product} isn't machine washable. Wipe it with a damp cloth and a little mild soap instead.",
+     )),
+    ("I want to talk to a human.",
+     "You're talking to one! I'm {agent} from the support team. What can I help you with today?"),
+    (("Can I pause my meal kit deliveries while I'm on holiday?", "skip next week's box"),
+     "Yes. Go to Deliveries and select 'Skip week' for each week you're away; you can skip up to {n_3} "
+     "weeks in a row without cancelling."),
+    ("I was charged {amount} for shipping, I thought it was free?",
+     "{hi}Free shipping applies to orders over $50 before discounts, and your order came to a little "
+     "under that after the coupon. As a one-off, I've refunded the {amount} shipping charge."),
+    ("How do I update my card details?",
+     "Go to Account > Billing > Payment methods, add the new card and set it as default. You can then "
+     "remove the old card; any upcoming renewal will use the new one."),
+    ("Can I add something to order {order}?",
+     "Orders can't be changed once they're confirmed, {name}, but if you place a second order in the "
+     "next two hours we'll pack them together and refund the second shipping fee."),
+    ("Do you price match?",
+     "We match the price of identical items from major UK and EU retailers within 14 days of purchase. "
+     "Send a link to the lower price and your order number, and we'll refund the difference."),
+    (("The app crashes when I open my basket.", "app keeps crashing on checkout"),
+     tuple("{hi}Sorry about that. Version " + version + " fixed a crash in the basket screen, so please update "
+           "the app from the store. If it still crashes, a screenshot of the error would help our developers."
+           for version in ("5.2.1", "5.3.0", "6.0.2"))),
+    ("Can I get my receipt emailed again?",
+     "Done. I've re-sent the receipt for order #{order} to your email address, and you can also find it "
+     "any time under Orders."),
+    ("My {product} stopped working after a month.",
+     "I'm sorry to hear that, {name}. It's well within the {n}-year warranty, so I've started a "
+     "replacement. You'll receive a prepaid return label by email shortly."),
+    ("Do you have a student discount?",
+     "Yes, students get 10% off with a verified student email through our partner page. The discount "
+     "can't be combined with other codes."),
+)
+
+
+def _pick(rng: random.Random, alternatives) -> str:
+    return alternatives if isinstance(alternatives, str) else rng.choice(alternatives)
+
+
 def support_trace(rng: random.Random) -> dict:
     name = rng.choice(FIRST_NAMES)
     agent = rng.choice(AGENTS)
@@ -570,103 +716,9 @@ def support_trace(rng: random.Random) -> dict:
     country = rng.choice(["Norway", "Switzerland", "Canada", "Iceland", "Japan"])
     product = rng.choice(["blender", "desk lamp", "rain jacket", "coffee grinder", "yoga mat", "backpack"])
     hi = rng.choice([f"Hi {name}! ", f"Hello {name}. ", f"Thanks for getting in touch, {name}. ", ""])
-    templates = [
-        (rng.choice([f"Where is my order #{order}? It was supposed to arrive yesterday.",
-                     f"order {order} still not here??", f"Any update on order {order}?"]),
-         f"{hi}Sorry for the wait. Order #{order} left our warehouse on {day} with {carrier}, and the "
-         "tracking shows it is out for delivery today. If it hasn't arrived by tomorrow evening, reply "
-         "here and I'll open a trace with the carrier."),
-        (rng.choice(["I forgot my password and the reset email never came.", "password reset link not arriving"]),
-         rng.choice([
-             "Reset emails can take a few minutes and sometimes land in the spam or promotions folder. If it "
-             "isn't there after 15 minutes, request a new one from the sign-in page; each new link replaces "
-             "the previous one.",
-             f"{hi}I've just sent a fresh reset link to the address on your account. It's valid for one hour, "
-             "so if it doesn't show up in your inbox, have a look in the spam folder too.",
-         ])),
-        (f"Can I change the delivery address on order {order}? I just moved.",
-         rng.choice([
-             f"Yes, as long as the order hasn't shipped. I've updated the address on #{order} to the one you "
-             "sent, and you'll get a confirmation email within the hour.",
-             f"{hi}Order #{order} was already handed to {carrier} this morning, so I can't change it on our "
-             "side. You can redirect it with the link in your tracking email, free of charge.",
-         ])),
-        (rng.choice(["How do I cancel my subscription?", "cancel my plan please", "I want to stop my membership."]),
-         f"{hi}You can cancel any time under Account > Subscription > Cancel plan. You'll keep access until "
-         "the end of the current billing period, and you won't be charged again."),
-        (f"My discount code {rng.choice(['SPRING20', 'WELCOME10', 'FREESHIP', 'AUTUMN15'])} says it's invalid.",
-         rng.choice([
-             "That code expired at the end of last month, which is why checkout rejects it. I've added a "
-             "one-time 15% code to your account instead; it will apply automatically on your next order.",
-             "That code only works on full-price items, and your basket has two sale items in it. If you "
-             "remove them, the code should apply to the rest.",
-         ])),
-        (f"The {product} in my order #{order} arrived damaged.",
-         f"I'm sorry it arrived damaged, {name}. You don't need to send it back: I've arranged a free "
-         f"replacement {product}, which should ship within {n} business days. A photo of the damage helps "
-         "us claim from the carrier, if you have one."),
-        ("Can I get a VAT invoice for my last purchase?",
-         "Of course. You can download a VAT invoice from Orders > Details > Invoice. If you need your "
-         "company name on it, add it under Billing details first and then download the invoice again."),
-        (rng.choice(["My account is locked after too many login attempts.", "it says my account is locked??"]),
-         "For security, accounts lock for 30 minutes after five failed attempts. After that you can sign in "
-         "again, or use 'Forgot password' right away to unlock it with a reset link."),
-        (f"Do you ship to {country}?",
-         rng.choice([
-             f"Yes, we ship to {country}. Delivery usually takes {n + 2} to {n + 6} business days, and import "
-             "taxes are collected at checkout, so there's nothing extra to pay on delivery.",
-             f"{hi}We don't ship to {country} yet, I'm afraid. It's on our list for next year, and you can "
-             "sign up on the shipping page to be told when it opens.",
-         ])),
-        (f"The {product} is the wrong colour. Can I swap it?",
-         f"Absolutely, {name}. Start an exchange from your order page and pick the colour you wanted; we'll "
-         "send the new one as soon as the courier scans your return, and the exchange is free."),
-        ("How many loyalty points do I have?",
-         f"You currently have {points} points. Every 500 points can be redeemed for a $5 voucher at checkout, "
-         "and points expire 12 months after they were earned."),
-        ("Can I use two gift cards on one order?",
-         "Yes, you can add up to three gift cards at checkout, and any remaining balance can be paid by card "
-         "or PayPal."),
-        (rng.choice(["Why was I charged twice?", f"I see two charges of {amount} on my card"]),
-         f"I can see both charges, {name}, but one of them is a pre-authorisation that your bank will release "
-         f"within {n} business days. Only one payment of {amount} was actually taken for the order."),
-        (f"Is the {product} machine washable?",
-         rng.choice([
-             f"The {product} can go in the washing machine on a cold, gentle cycle. Skip the tumble dryer, "
-             "though, and let it air dry.",
-             f"The {product} isn't machine washable. Wipe it with a damp cloth and a little mild soap instead.",
-         ])),
-        ("I want to talk to a human.",
-         f"You're talking to one! I'm {agent} from the support team. What can I help you with today?"),
-        (rng.choice(["Can I pause my meal kit deliveries while I'm on holiday?", "skip next week's box"]),
-         f"Yes. Go to Deliveries and select 'Skip week' for each week you're away; you can skip up to {n + 3} "
-         "weeks in a row without cancelling."),
-        (f"I was charged {amount} for shipping, I thought it was free?",
-         f"{hi}Free shipping applies to orders over $50 before discounts, and your order came to a little "
-         f"under that after the coupon. As a one-off, I've refunded the {amount} shipping charge."),
-        ("How do I update my card details?",
-         "Go to Account > Billing > Payment methods, add the new card and set it as default. You can then "
-         "remove the old card; any upcoming renewal will use the new one."),
-        (f"Can I add something to order {order}?",
-         f"Orders can't be changed once they're confirmed, {name}, but if you place a second order in the "
-         "next two hours we'll pack them together and refund the second shipping fee."),
-        ("Do you price match?",
-         "We match the price of identical items from major UK and EU retailers within 14 days of purchase. "
-         "Send a link to the lower price and your order number, and we'll refund the difference."),
-        (rng.choice(["The app crashes when I open my basket.", "app keeps crashing on checkout"]),
-         f"{hi}Sorry about that. Version {rng.choice(['5.2.1', '5.3.0', '6.0.2'])} fixed a crash in the "
-         "basket screen, so please update the app from the store. If it still crashes, a screenshot of the "
-         "error would help our developers."),
-        ("Can I get my receipt emailed again?",
-         f"Done. I've re-sent the receipt for order #{order} to your email address, and you can also find it "
-         "any time under Orders."),
-        (f"My {product} stopped working after a month.",
-         f"I'm sorry to hear that, {name}. It's well within the {n}-year warranty, so I've started a "
-         "replacement. You'll receive a prepaid return label by email shortly."),
-        ("Do you have a student discount?",
-         "Yes, students get 10% off with a verified student email through our partner page. The discount "
-         "can't be combined with other codes."),
-    ]
+    facts = dict(name=name, agent=agent, order=order, carrier=carrier, day=day, n=n, n_2=n + 2, n_3=n + 3,
+                 n_6=n + 6, points=points, amount=amount, country=country, product=product, hi=hi)
+    templates = [(_pick(rng, q).format(**facts), _pick(rng, a).format(**facts)) for q, a in SUPPORT]
     question, answer = rng.choice(templates)
     return {"input": question, "output": answer, "context": None,
             "metadata": {"app": rng.choice(["shopdesk", "shopdesk", "subscriptions-bot"]), "kind": "support",

@@ -2,7 +2,7 @@
 Phoenix does not have yet is written by the next run, or at once by
 `judgeflow phoenix sync`. Nothing is judged again.
 
-The state lives on the result (migration 0011): a scored result of a ``phoenix:``
+The state lives on the result (migration 11_result_sources.py): a scored result of a ``phoenix:``
 source is **unwritten** while ``written_back_at`` is NULL or older than
 ``scored_at`` (a re-score makes it unwritten again). So results scored before the
 write-back was turned on, or whose write failed, or written while Phoenix was down,
@@ -33,7 +33,7 @@ BACKOFF_MAX_S = 6 * 3600.0
 GIVE_UP_AFTER = 8
 PAGE = 500
 
-# keep in step with the predicate of eval_results_unwritten_idx (migration 0011)
+# keep in step with the predicate of eval_results_unwritten_idx (migration 11_result_sources.py)
 UNWRITTEN = ("status = 'scored' AND source LIKE 'phoenix:%' "
              "AND (written_back_at IS NULL OR written_back_at < scored_at)")
 

@@ -28,6 +28,7 @@ from sqlalchemy import Connection, text
 from judgeflow.sources.table import key_filter_sql
 from judgeflow.sources import catalog
 from judgeflow.sources.chat import MalformedChat, conversation, loads, reply_text
+from judgeflow.sources.preset_row import Reading, preset_body
 from judgeflow.sources.types import KeyFilter, TraceBody, TraceKey
 from judgeflow.sources.unusable import UnusableRows, count_unusable_rows
 
@@ -146,16 +147,12 @@ def trace_of(row: dict[str, Any]) -> TraceBody:
         "project": row.get("project"), "trace_id": row.get("trace_id"), "span_name": row.get("name"),
         "model": row.get("model"), "status": row.get("status_code"),
     }
-    context = None
-    try:
+
+    def read() -> Reading:
         judged_input, output, skip = read_span(row.get("attributes"), row.get("status_code"), row.get("status_message"))
-        context = _documents(row.get("retrievals"))
-    except MalformedChat as exc:
-        judged_input, output, skip = None, None, f"malformed Phoenix span: {exc}"
-    return TraceBody(
-        id=row["span_id"], created_at=row["created_at"], input=judged_input, output=output, context=context,
-        metadata={k: v for k, v in metadata.items() if v is not None}, skip=skip,
-    )
+        return Reading(judged_input, output, skip, _documents(row.get("retrievals")))
+
+    return preset_body(row["span_id"], row["created_at"], metadata, read, malformed="malformed Phoenix span")
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ def preset_of(source: str) -> str:
     return source.split(":", 1)[0]
 
 
-# Results stored before migration 0011 have no source until the first command run with
+# Results stored before migration 11_result_sources.py have no source until the first command run with
 # settings assigns them to the configured one (judgeflow/sources/results.py); until then
 # they count as the configured source's.
 def of_source(column: str = "source", param: str = "source") -> str:

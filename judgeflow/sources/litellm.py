@@ -27,6 +27,7 @@ from sqlalchemy import Connection, text
 from judgeflow.sources.table import key_filter_sql
 from judgeflow.sources import catalog
 from judgeflow.sources.chat import MalformedChat, conversation, loads, part_text, reply_text
+from judgeflow.sources.preset_row import Reading, preset_body
 from judgeflow.sources.types import KeyFilter, TraceBody, TraceKey
 from judgeflow.sources.unusable import UnusableRows, count_unusable_rows
 
@@ -144,14 +145,8 @@ def trace_of(row: dict[str, Any]) -> TraceBody:
         "tags": _tags(row.get("request_tags")), "user": row.get("user") or None,
         "call_type": row.get("call_type"), "status": row.get("status"), "session_id": row.get("session_id"),
     }
-    try:
-        judged_input, output, skip = read_row(row)
-    except MalformedChat as exc:
-        judged_input, output, skip = None, None, f"malformed LiteLLM spend-log row: {exc}"
-    return TraceBody(
-        id=row["request_id"], created_at=row["created_at"], input=judged_input, output=output, context=None,
-        metadata={k: v for k, v in metadata.items() if v is not None}, skip=skip,
-    )
+    return preset_body(row["request_id"], row["created_at"], metadata, lambda: Reading(*read_row(row)),
+                       malformed="malformed LiteLLM spend-log row")
 
 
 @dataclass(frozen=True)

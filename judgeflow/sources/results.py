@@ -7,7 +7,7 @@ of every command that reads or writes results. It
 
 - records the configured source in ``judgeflow.result_sources``;
 - assigns results stored before judgeflow recorded sources (``source`` NULL,
-  from before migration 0011) to the configured source: they were read from it,
+  from before migration 11_result_sources.py) to the configured source: they were read from it,
   since one results database had one source until then; so are the alert states
   and alert history of that time;
 - says so when the results database also holds other sources' results, and

@@ -1,4 +1,4 @@
-"""Migration 0002 creates the alert tables and can be undone."""
+"""Migration 02_alerts.py creates the alert tables and can be undone."""
 
 from __future__ import annotations
 

@@ -102,7 +102,7 @@ def test_per_segment_counts_are_an_index_only_range_scan(db, database_url):
             print(f"\n--- {name}, segment {key or 'overall'}\n{plan}")
             _assert_range_scan(plan)
     # with a judge epoch in force the epoch is decided in the same scan (its
-    # columns are in the index since migration 0010): still no sequential scan
+    # columns are in the index since migration 09_judge_epochs.py): still no sequential scan
     from judgeflow.db.epochs import current_epochs, record_epochs
 
     with engine.begin() as conn:

@@ -328,3 +328,37 @@ def test_behind_a_transaction_pool_a_run_holds_its_claims_by_lease_across_server
             assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.claims WHERE owner_key IS NULL "
                                         "AND lease_expires_at > now()")).scalar_one() == 5
     assert _claims(db) == {}  # released on the way out
+
+
+def test_a_runs_claim_filters_travel_as_one_typed_parameter_through_prefect_tasks(settings, db, prefect_server):
+    """ClaimFilters as Prefect task parameters (called and submitted in a flow):
+    the range, the run's start and the give-up count are each honoured."""
+    import pickle
+    from datetime import timedelta
+
+    from prefect import flow
+
+    from judgeflow.db.claim_filters import ClaimFilters
+    from judgeflow.tasks.claims import count_pending_work
+    from tests.support.traces import BASE_TIME
+
+    filters = ClaimFilters(since=BASE_TIME + timedelta(minutes=1), until=BASE_TIME + timedelta(minutes=3),
+                           max_failed_runs=3)
+    assert pickle.loads(pickle.dumps(filters)) == filters
+
+    @flow
+    def claim_in_range():
+        pending = count_pending_work(settings, ["toxicity"], filters)
+        batch = claim_traces(settings, "run-f:1", ["toxicity"], 10, filters=filters, owner_key=None)
+        left = count_left_to_other_runs.submit(settings, "run-g:1", ["toxicity"], filters).result()
+        return pending, {w.trace_id for w in batch.items}, left
+
+    pending, claimed, left = claim_in_range()
+    assert pending == 2
+    assert claimed == {"tr-0001", "tr-0002"}
+    assert left == {"run-f": 2}
+    # a pair written since the run started counts as done for it, whatever its status
+    store_outcomes(settings, [_row("tr-0001", "run-f", status="failed")], owner="run-f:1", rescore_before=None)
+    since_start = ClaimFilters(since=filters.since, until=filters.until, run_started=BASE_TIME)
+    assert count_pending_work.fn(settings, ["toxicity"], since_start) == 0  # tr-0001 written, tr-0002 still held
+    assert count_left_to_other_runs.fn(settings, "run-g:1", ["toxicity"], since_start) == {"run-f": 1}

@@ -115,15 +115,8 @@ def _unit_after(toks: list[Token], index: int) -> str | None:
     return None
 
 
-def _facts(text: str, *, context_side: bool) -> _Facts:
-    """Content words, numbers and named-entity phrases of one sentence (or of
-    the whole context when ``context_side``)."""
-    toks = tokens(text)
-    content: list[str] = []
-    numbers: list[tuple[str, str | None, str]] = []
-    entities: list[tuple[str, ...]] = []
-    words = [t.text.lower().replace("\u2019", "'") for t in toks if t.kind in ("word", "num")]
-    words = [w[:-2] if w.endswith("'s") else w for w in words]
+def _sentence_starts(text: str, toks: list, *, context_side: bool) -> set[int]:
+    """Where sentences start: the first word's position, and in the context every sentence's."""
     sentence_starts = {0}
     if context_side:
         # every sentence start in the context, so their first words are not entities
@@ -135,6 +128,37 @@ def _facts(text: str, *, context_side: bool) -> _Facts:
                 offset = position + len(sentence)
     first_word_start = next((t.start for t in toks if t.kind in ("word", "num")), 0)
     sentence_starts.add(first_word_start)
+    return sentence_starts
+
+
+def _in_a_name(toks: list, index: int, raw: str, lower: str, sentence_starts: set[int]) -> bool:
+    """Whether the word at ``index`` is part of a named-entity phrase: capitalised
+    (not "I", not a lone capital), and not only because it starts a sentence."""
+    if lower in STOP_WORDS:
+        return False
+    capitalised = raw[0].isupper() and lower != "i" and not (
+        raw.isupper() and len(raw) == 1
+    )
+    at_start = toks[index].start in sentence_starts or (
+        index > 0 and toks[index - 1].text in (":",)
+    )
+    if capitalised and at_start:
+        # a sentence's first word is a name only if a capitalised word follows it
+        nxt = toks[index + 1] if index + 1 < len(toks) else None
+        return bool(nxt and nxt.kind == "word" and nxt.text[0].isupper())
+    return capitalised and not at_start
+
+
+def _facts(text: str, *, context_side: bool) -> _Facts:
+    """Content words, numbers and named-entity phrases of one sentence (or of
+    the whole context when ``context_side``)."""
+    toks = tokens(text)
+    content: list[str] = []
+    numbers: list[tuple[str, str | None, str]] = []
+    entities: list[tuple[str, ...]] = []
+    words = [t.text.lower().replace("\u2019", "'") for t in toks if t.kind in ("word", "num")]
+    words = [w[:-2] if w.endswith("'s") else w for w in words]
+    sentence_starts = _sentence_starts(text, toks, context_side=context_side)
 
     run: list[str] = []
 
@@ -161,20 +185,7 @@ def _facts(text: str, *, context_side: bool) -> _Facts:
             numbers.append((str(_WORD_NUMBERS[lower]), _unit_after(toks, index), raw))
             close_run()
             continue
-        capitalised = raw[0].isupper() and lower != "i" and not (
-            raw.isupper() and len(raw) == 1
-        )
-        at_start = tok.start in sentence_starts or (
-            index > 0 and toks[index - 1].text in (":",)
-        )
-        is_entity = capitalised and not at_start
-        if capitalised and at_start:
-            # a sentence's first word is a name only if a capitalised word follows it
-            nxt = toks[index + 1] if index + 1 < len(toks) else None
-            is_entity = bool(
-                nxt and nxt.kind == "word" and nxt.text[0].isupper() and lower not in STOP_WORDS
-            )
-        if is_entity and lower not in STOP_WORDS:
+        if _in_a_name(toks, index, raw, lower, sentence_starts):
             run.append(lower)
         else:
             close_run()

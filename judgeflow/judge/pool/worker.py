@@ -31,7 +31,7 @@ from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeErro
 from judgeflow.judge.base import Usage
 from judgeflow.judge.send_gate import FreshUntil, send_gate
 from judgeflow.judge.wire_slots import call_priority
-from judgeflow.infra.heap import freeze_heap
+from judgeflow.infra.heap import settle_heap
 
 HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
 
@@ -134,7 +134,7 @@ class _Answering:
     async def _start_calls(self) -> None:
         # litellm's lazy set-up on a canned reply first, so the run's first calls do not pay it
         await self.judge.warm_up()
-        freeze_heap()
+        settle_heap()
         self.replies.send([(HELLO, True, os.getpid())])
         # one call started per turn of the loop: a burst of requests (a run's
         # first batch) goes out as each is prepared, instead of each waiting

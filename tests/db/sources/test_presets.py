@@ -54,3 +54,35 @@ def test_openinference_attribute_shapes():
     hidden = {"input": {"value": "__REDACTED__"}, "output": {"value": "__REDACTED__"}}
     assert read_span(hidden, "OK", "")[2].startswith("the app hides LLM outputs")
     assert read_span({}, "ERROR", "boom")[2] == "the LLM call failed (span status ERROR (boom)): there is no reply to judge"
+
+
+def test_both_presets_assemble_a_row_the_same_way_malformed_content_skipped_and_empty_metadata_dropped():
+    from datetime import datetime, timezone
+
+    from judgeflow.phoenix.source import trace_of as phoenix_trace
+    from judgeflow.sources.litellm import trace_of as litellm_trace
+
+    at = datetime(2026, 11, 21, tzinfo=timezone.utc)
+    span = phoenix_trace({
+        "span_id": "s1", "created_at": at, "attributes": "[1, 2]", "status_code": "OK", "project": "p",
+        "trace_id": None, "name": "ChatCompletion", "model": None, "retrievals": None,
+    })
+    assert (span.id, span.created_at, span.input, span.output, span.context) == ("s1", at, None, None, None)
+    assert span.skip == "malformed Phoenix span: the span's attributes are a list, not an object"
+    assert span.metadata == {"project": "p", "span_name": "ChatCompletion", "status": "OK"}
+
+    row = litellm_trace({
+        "request_id": "r1", "created_at": at, "status": "success", "call_type": "completion",
+        "proxy_server_request": '"text"', "response": None, "model": "gpt", "team_id": None,
+    })
+    assert (row.id, row.created_at, row.input, row.output, row.context) == ("r1", at, None, None, None)
+    assert row.skip == "malformed LiteLLM spend-log row: proxy_server_request is a str, not an object"
+    assert row.metadata == {"model": "gpt", "call_type": "completion", "status": "success"}
+
+    # a well-formed span keeps its documents as context
+    good = phoenix_trace({
+        "span_id": "s2", "created_at": at, "status_code": "OK",
+        "attributes": {"input": {"value": "q"}, "output": {"value": "a"}},
+        "retrievals": [[{"document": {"content": "doc one"}}], [{"document": {"content": " "}}]],
+    })
+    assert (good.input, good.output, good.context, good.skip) == ("q", "a", ["doc one"], None)

@@ -171,7 +171,7 @@ def test_downgrade_keeps_the_counts_and_one_alert_state_per_rule(db):
         command.downgrade(config, "0008")
     with db.begin() as conn:
         conn.execute(text("INSERT INTO judgeflow.eval_results (trace_id, metric, status) "
-                          "VALUES ('later', 'toxicity', 'skipped')"))  # the 0008 trigger counts again
+                          "VALUES ('later', 'toxicity', 'skipped')"))  # the 10_watermarks.py trigger counts again
         counts = conn.execute(text("SELECT status, sum(n) FROM judgeflow.result_counts GROUP BY 1")).all()
         alerts = conn.execute(text("SELECT rule FROM judgeflow.alerts")).scalars().all()
     assert counts == [("skipped", 3)] and alerts == ["toxicity_rate"]

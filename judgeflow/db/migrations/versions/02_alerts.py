@@ -1,7 +1,7 @@
 """alerts and alert_events
 
 Revision ID: 0002
-Revises: 0001
+Revises: 0001 (01_results_and_claims.py)
 Create Date: 2026-11-22
 """
 
@@ -18,6 +18,11 @@ S = "judgeflow"
 
 
 def upgrade() -> None:
+    _create_alert_events()
+    _create_alerts()
+
+
+def _create_alert_events() -> None:
     # one row per notification sent (or attempted): the alert history
     op.create_table(
         "alert_events",
@@ -48,6 +53,9 @@ def upgrade() -> None:
         schema=S,
     )
     op.create_index("alert_events_rule_occurred_idx", "alert_events", ["rule", "occurred_at"], schema=S)
+
+
+def _create_alerts() -> None:
     # the current state of each rule; its row is the lock evaluators serialise on
     op.create_table(
         "alerts",

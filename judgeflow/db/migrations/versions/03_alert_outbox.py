@@ -1,7 +1,7 @@
 """alert notification outbox: per-channel delivery state, stored payloads, delivery ids
 
 Revision ID: 0005
-Revises: 0002
+Revises: 0002 (02_alerts.py)
 Create Date: 2026-11-23
 """
 

@@ -1,7 +1,7 @@
 """claims.owner_key (run liveness) and superseded_results
 
 Revision ID: 0004
-Revises: 0005
+Revises: 0005 (03_alert_outbox.py)
 Create Date: 2026-11-23
 """
 

@@ -1,7 +1,7 @@
 """robust results: bigint token counts, failed_runs
 
 Revision ID: 0003
-Revises: 0004
+Revises: 0004 (04_claim_liveness.py)
 Create Date: 2026-11-23
 
 Token counts are sums a judge reports; a megabyte trace re-asked a few times,

@@ -1,7 +1,7 @@
 """segments: eval_results.segment with a covering index; alerts per (rule, segment) with baseline evidence
 
 Revision ID: 0007
-Revises: 0003
+Revises: 0003 (05_robust_results.py)
 Create Date: 2026-11-23
 """
 

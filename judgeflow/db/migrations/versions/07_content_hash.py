@@ -1,7 +1,7 @@
 """eval_results.content_hash: identical content is judged once (issue 15)
 
 Revision ID: 0006
-Revises: 0007
+Revises: 0007 (06_segments.py)
 Create Date: 2026-11-23
 """
 

@@ -1,7 +1,7 @@
 """dead alert deliveries: a delivery given up on (a permanent 4xx, or JUDGEFLOW_ALERT_DEAD_AFTER failed evaluations)
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0006 (07_content_hash.py)
 Create Date: 2026-11-25
 """
 

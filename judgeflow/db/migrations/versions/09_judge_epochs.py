@@ -1,7 +1,7 @@
 """judge epochs and shadow results: rules count only the judge in force now (issue 31)
 
 Revision ID: 0010
-Revises: 0009
+Revises: 0009 (08_dead_deliveries.py)
 Create Date: 2026-11-25
 """
 
@@ -20,6 +20,12 @@ NEW_OUTCOMES = "('ok', 'firing', 'not_enough_data', 'insufficient_data')"
 
 
 def upgrade() -> None:
+    _create_judge_epochs()
+    _create_shadow_results()
+    _alerts_remember_the_epoch()
+
+
+def _create_judge_epochs() -> None:
     # One row per (metric, metric_version, judge_model) from the moment a scoring
     # run started using it: the latest row of a metric is the epoch in force.
     op.create_table(
@@ -35,6 +41,8 @@ def upgrade() -> None:
     )
     op.create_index("judge_epochs_metric_started_idx", "judge_epochs", ["metric", "started_at", "id"], schema=S)
 
+
+def _create_shadow_results() -> None:
     # What a candidate judge said about a sample of traces, beside what the
     # current judge had said (copied when the shadow run scored it): the report
     # is computed from this table alone; eval_results is never written.
@@ -75,6 +83,8 @@ def upgrade() -> None:
         schema=S,
     )
 
+
+def _alerts_remember_the_epoch() -> None:
     # the epoch a (rule, segment) was last evaluated in: `judgeflow alerts` says
     # "judge changed at ..." from it
     op.add_column("alerts", sa.Column("epoch_started_at", sa.DateTime(timezone=True)), schema=S)

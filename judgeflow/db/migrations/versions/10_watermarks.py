@@ -1,7 +1,7 @@
 """reads that grow with new work: watermarks, an index on failed results, result counts kept by triggers
 
 Revision ID: 0008
-Revises: 0010
+Revises: 0010 (09_judge_epochs.py)
 Create Date: 2026-11-25
 """
 
@@ -17,6 +17,11 @@ S = "judgeflow"
 
 
 def upgrade() -> None:
+    _create_watermarks()
+    _count_results_by_triggers()
+
+
+def _create_watermarks() -> None:
     # Per source, metric and scope (the sample rate): every source row created
     # before scored_through has a result for the metric (judgeflow/db/watermark.py).
     op.create_table(
@@ -35,6 +40,9 @@ def upgrade() -> None:
         "eval_results_failed_time_idx", "eval_results", ["trace_created_at", "trace_id"], schema=S,
         postgresql_where=sa.text("status = 'failed'"),
     )
+
+
+def _count_results_by_triggers() -> None:
     # Counts of eval_results kept by statement triggers, as deltas (one row per
     # group and statement, so concurrent writers never wait on one counter row);
     # summed by `judgeflow status`, compacted by each run.
@@ -71,6 +79,15 @@ def upgrade() -> None:
         END $$
         """
     )
+    _create_count_triggers()
+    # the triggers hold their lock on eval_results until this commits: no write is missed
+    op.execute(
+        "INSERT INTO judgeflow.result_counts (metric, status, passed, failed_runs, n) "
+        "SELECT metric, status, passed, failed_runs, count(*) FROM judgeflow.eval_results GROUP BY 1, 2, 3, 4"
+    )
+
+
+def _create_count_triggers() -> None:
     op.execute(
         "CREATE TRIGGER eval_results_count_insert AFTER INSERT ON judgeflow.eval_results "
         "REFERENCING NEW TABLE AS new_rows FOR EACH STATEMENT EXECUTE FUNCTION judgeflow.count_results()"
@@ -87,11 +104,6 @@ def upgrade() -> None:
     op.execute(
         "CREATE TRIGGER eval_results_count_truncate AFTER TRUNCATE ON judgeflow.eval_results "
         "FOR EACH STATEMENT EXECUTE FUNCTION judgeflow.count_results()"
-    )
-    # the triggers hold their lock on eval_results until this commits: no write is missed
-    op.execute(
-        "INSERT INTO judgeflow.result_counts (metric, status, passed, failed_runs, n) "
-        "SELECT metric, status, passed, failed_runs, count(*) FROM judgeflow.eval_results GROUP BY 1, 2, 3, 4"
     )
 
 

@@ -1,7 +1,7 @@
 """results kept per source; the Phoenix write-back's state per result (issue 41)
 
 Revision ID: 0011
-Revises: 0008
+Revises: 0008 (10_watermarks.py)
 Create Date: 2026-11-26
 """
 
@@ -15,7 +15,7 @@ depends_on = None
 
 S = "judgeflow"
 
-# the counting trigger of 0008, with the source: `judgeflow status` counts one source's results
+# the counting trigger of 10_watermarks.py, with the source: `judgeflow status` counts one source's results
 _COUNT_FUNCTION = """
 CREATE OR REPLACE FUNCTION judgeflow.count_results() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN

@@ -1,7 +1,7 @@
 """the sample budget's decisions: per trace, its night, stratum, inclusion probability and whether it was selected
 
 Revision ID: 0012
-Revises: 0011
+Revises: 0011 (11_result_sources.py)
 Create Date: 2026-11-26
 """
 
