@@ -15,13 +15,17 @@ still frees every object without a cycle at once; cycles are still collected.
 At exit the heap is frozen again, so the interpreter's final collection does
 not walk what the run leaves behind either.
 
-This is the one place the collector is tuned, and :func:`settle_heap` is
-called at one site per kind of process, the point where that process's
-libraries are imported and warm (an earlier call would leave them to be
-walked; a later one would let the first judge calls pay for it): a command's
-flow run (``run_flow`` in judgeflow/cli/runs.py), the judge workers' fork
-server (its preload, judgeflow/judge/pool/fork_server.py) and each judge
-worker once its judge is warmed up (judgeflow/judge/pool/worker.py).
+This is the one place the collector is tuned. :func:`settle_heap` is called
+where a process's libraries are imported and warm (earlier, they would still
+be walked; later, the first judge calls would pay for it), at one site per
+kind of process: the judge workers' fork server (its preload,
+judgeflow/judge/pool/fork_server.py) and each judge worker once its judge is
+warmed up (judgeflow/judge/pool/worker.py). The ``judgeflow`` command's process
+has two moments, so two sites: its entry (``main`` in judgeflow/cli/app.py,
+every command: the exit handler registered before any library's, so it runs
+after them all, and young collections spaced out during the imports), and, when
+it runs a flow, the moment the flow is imported (``run_flow`` in
+judgeflow/cli/runs.py: the run's collections then skip Prefect and SQLAlchemy).
 docs/benchmark.md has the CPU per judge call with and without it.
 """
 
@@ -37,10 +41,10 @@ YOUNG_THRESHOLD = 10_000
 
 def settle_heap() -> None:
     """Freeze what is alive now, collect young objects less often, and freeze
-    again at exit (module doc). Calling it again freezes again; the exit
-    handler stays one."""
+    again at exit (module doc). A second call freezes again and adds a second
+    exit freeze: both are cheap (a freeze moves lists, it walks nothing), and
+    the first one registered still runs last."""
     gc.freeze()
     _, older, oldest = gc.get_threshold()
     gc.set_threshold(YOUNG_THRESHOLD, older, oldest)
-    atexit.unregister(gc.freeze)
     atexit.register(gc.freeze)
