@@ -18,7 +18,7 @@ from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError, Transi
 from judgeflow.judge.config import JudgeConfig
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.pool.process_pool import JudgeProcessPool, decode_error, encode_error
-from judgeflow.judge.wire_slots import call_priority
+from judgeflow.judge.send_gate import Call
 from judgeflow.config.settings import Settings
 from tests.judge.test_litellm_judge import API_KEY, MODEL, opinions_request
 from tests.support.judge_server import JudgeServer, error_reply, json_reply
@@ -138,15 +138,14 @@ def test_calls_are_answered_by_two_workers_within_the_shared_bound(pooled):
 def test_the_run_holds_back_what_the_workers_cannot_start_and_hands_it_over_by_priority(pooled):
     """4 in flight over 2 workers: the run hands them 6 calls (each worker's
     share and one prepared); the others wait in the run, and go out in the
-    order of their call_priority."""
+    order of their Call's priority."""
     server, pool = pooled
     server.latency_mean_s = 0.5
     before = sum(pool.calls_per_worker())
     handed: list[int] = []
 
     async def call(name: str, priority: tuple) -> None:
-        call_priority.set(priority)
-        await pool.acomplete(opinions_request(f"I think {name} is best."))
+        await pool.acomplete(opinions_request(f"I think {name} is best."), Call(priority=priority))
 
     async def all_calls():
         calls = [asyncio.create_task(call(f"filler{i}", ())) for i in range(6)]
