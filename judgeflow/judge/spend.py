@@ -46,8 +46,13 @@ class CallSpend:
     """What the attempts of one judge call have billed so far."""
 
     def __init__(self, model: str, prices_per_mtok: tuple[float, float] | None, request: JudgeRequest) -> None:
-        self._estimate = attempt_estimate(prices_per_mtok, request)
+        self._prices, self._request = prices_per_mtok, request
         self.billed = Usage(model=model)
+
+    @property
+    def _estimate(self) -> float | None:
+        # only needed when an attempt brought no usage back: most calls never ask
+        return attempt_estimate(self._prices, self._request)
 
     def unanswered(self) -> None:
         """An attempt was sent and no usage came back: counted at its estimate."""

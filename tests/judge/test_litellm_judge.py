@@ -288,7 +288,7 @@ def test_stall_beyond_timeout_is_retried_then_transient(server):
 @both_http_paths
 def test_connection_refused_is_transient():
     judge = LiteLLMJudge(MODEL, api_base="http://127.0.0.1:9/v1", api_key=API_KEY, timeout_s=2,
-                         max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01)
+                         retry=CallRetry(max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01))
     with pytest.raises(TransientJudgeError):
         judge.complete(opinions_request())
 

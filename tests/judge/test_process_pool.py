@@ -240,7 +240,8 @@ def test_closing_the_pool_stops_its_workers(server):
 
 
 def test_a_killed_worker_fails_its_calls_as_transient_and_is_replaced(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
+    # one attempt per call: the call lost with its worker fails (with retries, the run's loop sends it again)
+    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2, judge_max_retries=0)) as pool:
         pool.complete(opinions_request())
         pool.complete(opinions_request())  # both workers started
         server.latency_mean_s = 2.0  # the next calls are still in flight when a worker dies
@@ -317,8 +318,8 @@ def exit_before_answering(requests, replies, config) -> None:
 
 
 def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2),
-                          target=exit_before_answering) as pool:
+    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2, judge_max_retries=0),
+                          target=exit_before_answering) as pool:  # one attempt (one start) per call
         assert pool.processes == 1  # one call in flight allowed: one worker
         errors = []
         for _ in range(10):
