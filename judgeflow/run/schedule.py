@@ -24,7 +24,7 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from judgeflow.run.budget import Reservation, RunBudget
+from judgeflow.run.budget import Reservation
 from judgeflow.run.gate import RunGate
 from judgeflow.model import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
 
