@@ -53,13 +53,13 @@ class HabitualJudge:
     def model(self) -> str:
         return "habitual/" + self.inner.model
 
-    def complete(self, request: JudgeRequest) -> JudgeReply:
+    def complete(self, request: JudgeRequest, call=None) -> JudgeReply:
         self.calls += 1
         self.repairs += len(request.messages) > 2  # a repair appends the reply and a correction
         reply = self.inner.complete(request)
         return JudgeReply(content=habitual_form(reply.content), model=self.model)
 
-    async def acomplete(self, request: JudgeRequest) -> JudgeReply:
+    async def acomplete(self, request: JudgeRequest, call=None) -> JudgeReply:
         return self.complete(request)
 
 

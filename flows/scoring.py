@@ -31,9 +31,11 @@ from judgeflow.db.claim_filters import ClaimFilters
 from judgeflow.db.leases import LeaseKeeper
 from judgeflow.sources.trace_source import trace_source
 from judgeflow.sources.unusable import describe as describe_unusable
-from judgeflow.run.entry import run_settings
+from judgeflow.run.entry import run_settings, run_stop
 from judgeflow.errors import ConfigError
 from judgeflow.judge.pricing import require_prices
+from judgeflow.judge.retry import RetryPolicy
+from judgeflow.run.gate import RunGate
 from judgeflow.run.schedule import BUDGET, DEADLINE, STOPPED, Bounds, RunSchedule, default_batch_size, window_for
 from judgeflow.config.settings import Settings
 from judgeflow.run import reuse
@@ -68,10 +70,6 @@ __all__ = ["MAX_THREADS", "default_batch_size", "score_new_traces", "score_trace
 
 def _run_name() -> str:
     return f"score-{datetime.now(timezone.utc):%Y-%m-%dT%H:%M}"
-
-
-def _retry_delays(settings: Settings) -> list[float]:
-    return [settings.task_retry_delay_s * 2**i for i in range(settings.task_retries)]
 
 
 def _checked_batch_size(settings: Settings, metrics: list[str], sample_rate: float, batch_size: int | None) -> int:
@@ -201,23 +199,21 @@ def _time_budget_spent(settings: Settings, elapsed_s: float) -> str:
             "and what is left stays pending for the next run")
 
 
-def _schedule(run: _Run, batch_size: int, limit: int | None, budget: RunBudget | None, totals: SummaryBuilder,
+def _schedule(run: _Run, batch_size: int, limit: int | None, gate: RunGate, totals: SummaryBuilder,
               progress: Progress, judge: PrefectFuture | None) -> RunSchedule:
     submit = functools.partial(
-        _submit_batch, score_batch, run.settings, run.owner, run.run_id, run.rescore_before,
-        _retry_delays(run.settings), run.deadline, budget, judge,
+        _submit_batch, score_batch, run.settings, run.owner, run.run_id, run.rescore_before, gate,
+        RetryPolicy.from_settings(run.settings), judge,
     )
     bounds = Bounds(batch_size=batch_size, window=window_for(run.settings.max_concurrency, batch_size), limit=limit,
-                    metrics=len(run.metrics), deadline=run.deadline)
-    return RunSchedule(submit=submit, first_done=_first_done, cancel=_cancel, bounds=bounds, budget=budget,
+                    metrics=len(run.metrics))
+    return RunSchedule(submit=submit, first_done=_first_done, cancel=_cancel, bounds=bounds, gate=gate,
                        totals=totals, progress=progress, log=get_run_logger())
 
 
-def _submit_batch(task, settings, owner, run_id, rescore_before, retry_delays, deadline, budget, judge, items,
-                  claimed_at):
-    return task.submit(items, settings, owner, flow_run_id=run_id, rescore_before=rescore_before,
-                       retry_delays=retry_delays, deadline=deadline, claimed_at=claimed_at, budget=budget,
-                       judge=judge)
+def _submit_batch(task, settings, owner, run_id, rescore_before, gate, retries, judge, items, claimed_at):
+    return task.submit(items, settings, owner, flow_run_id=run_id, rescore_before=rescore_before, gate=gate,
+                       claimed_at=claimed_at, retries=retries, judge=judge)
 
 
 def score_traces(
@@ -242,11 +238,12 @@ def score_traces(
     judge_started = start_judge.submit(settings) if run.pending else None
     totals = SummaryBuilder()
     progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id, budget_usd=settings.run_budget_usd)
-    schedule = _schedule(run, batch_size, limit, budget, totals, progress, judge_started)
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
-    with LeaseKeeper(settings, run.owner, before_release=schedule.cancel_and_wait) as keeper, \
-            _summary_if_stopped(run, totals, schedule):
+    keeper = LeaseKeeper(settings, run.owner, before_release=lambda: schedule.cancel_and_wait())
+    gate = RunGate(settings, run.owner, stop=run_stop(), deadline=run.deadline, budget=budget, keeper=keeper)
+    schedule = _schedule(run, batch_size, limit, gate, totals, progress, judge_started)
+    with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
         # what other live runs hold once this one claims no more: counted while its last batches finish
         left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)

@@ -9,6 +9,7 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from judgeflow.judge.retry import RetryPolicy
 from judgeflow.run.entry import run_settings
 from judgeflow.shadow.plan import candidate_settings
 from judgeflow.shadow.report import ShadowReport
@@ -49,8 +50,7 @@ def shadow_score(
     ensure_schema(settings)
     run_id = str(flow_run.get_id())
     pairs = select_shadow_sample(settings, list(metrics), since, segment_by, per_segment, seed)
-    delays = [settings.task_retry_delay_s * 2**i for i in range(settings.task_retries)]
-    score_shadow_sample(pairs, candidate, run_id, delays)
+    score_shadow_sample(pairs, candidate, run_id, RetryPolicy.from_settings(settings))
     report = build_shadow_report(settings, run_id, candidate.judge_model, segment_by, per_segment)
     publish_shadow_report(report)
     return report

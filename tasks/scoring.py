@@ -6,9 +6,13 @@ with a table artifact of one row per pair. Its pairs run as coroutines on the
 process's judge event loop (judgeflow/run/judge_loop.py), all at once: their judge
 calls wait for the judge's slots (judgeflow/judge/wire_slots.py), the
 pair with the longest chain of judge calls first, then the oldest batch's,
-then the pair started first, so the run ends on single calls. A
-pair whose metric failed on a transient judge error (after the judge's own
-retries) is run again after the batch's ``retry_delays``. Outcomes are
+then the pair started first, so the run ends on single calls. Each pair
+gets a gate made from the run's (judgeflow/run/gate.py) and a view of the
+judge its calls carry it through (:class:`~judgeflow.judge.base.BoundJudge`):
+whether the pair may start is asked as its first call is sent, and whether
+the pair is still the run's before every attempt. A pair whose metric failed
+on a transient judge error (after the judge's own attempts) is run again
+after the retry policy's delays (judgeflow/judge/retry.py). Outcomes are
 written a few at a time within ``FLUSH_INTERVAL_S`` through the results store
 (judgeflow/db/results_store.py), each write upserting rows and releasing their
 claims in one transaction. A crash loses at most the pairs in flight and the
@@ -21,12 +25,13 @@ failed flow. Every attempt a pair's calls sent is counted in its row's
 ``cost_usd`` and ``judge_calls`` and charged to the run's budget as the pair
 ends (judgeflow/judge/spend.py, judgeflow/run/budget.py); a pair's first attempt
 is sent only while the budget has room, the time budget lasts and no stop
-was asked (judgeflow/run/start_gate.py).
+was asked (judgeflow/run/gate.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -40,26 +45,24 @@ from prefect.runtime import task_run
 from judgeflow.run.budget import RunBudget
 from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
-from judgeflow.judge.base import Judge, Usage
-from judgeflow.run.entry import current_entry, stop_requested
+from judgeflow.judge.base import BoundJudge, Judge, Usage
+from judgeflow.run.entry import current_entry
 from judgeflow.judge.factory import build_judge, judge_config
-from judgeflow.judge.send_gate import send_gate
-from judgeflow.judge.wire_slots import call_priority
+from judgeflow.judge.retry import RetryPolicy
+from judgeflow.judge.send_gate import Call
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.config.settings import Settings
-from judgeflow.db.leases import PairGate, claims_at_risk, confirm_claim, still_owned
 from judgeflow.run import outcomes, reuse
+from judgeflow.run.gate import TAKEN_OVER, PairGate, RunGate
 from judgeflow.run.judge_loop import judge_loop
-from judgeflow.run.start_gate import StartGate, why_not_started
 from judgeflow.model import ScoreOutcome, TraceWork
 
 log = logging.getLogger("judgeflow.scoring")
 
 FLUSH_INTERVAL_S = 0.25  # a known result waits at most this long to be written
 FLUSH_ROWS = 50  # ... or until this many are waiting
-FRESH_CLAIM_S = 1.0  # a batch started this soon after its claim skips the ownership check
 # longer names are cut there: a batch of 100 pairs holds at most 100 ids
 _BATCH_NAME_MAX_CHARS = 20_000
 
@@ -77,14 +80,14 @@ def build_metrics(settings: Settings, judge: Judge) -> Metrics:
             strict_mode=settings.toxicity_strict_mode,
             include_reason=settings.include_reason,
             max_field_chars=settings.max_field_chars,
-            max_repairs=settings.judge_max_repairs,
+            max_repairs=RetryPolicy.from_settings(settings).repairs,
             max_opinions=settings.max_opinions,
         ),
         "hallucination": HallucinationMetric(
             judge,
             threshold=settings.hallucination_threshold,
             max_field_chars=settings.max_field_chars,
-            max_repairs=settings.judge_max_repairs,
+            max_repairs=RetryPolicy.from_settings(settings).repairs,
         ),
     }
 
@@ -117,11 +120,6 @@ def close_judge(judge: Judge | None) -> None:
         judge.close()
 
 
-def past(deadline: float | None) -> bool:
-    """The run's time budget is spent, or it was asked to stop: start no attempt."""
-    return (deadline is not None and time.time() >= deadline) or stop_requested()
-
-
 async def _ready(result: MetricResult) -> MetricResult:
     return result
 
@@ -145,48 +143,56 @@ def _metric_call(work: TraceWork, metrics: Metrics):
     return metric.ascore(input=work.input or "", output=work.output, context=work.context)
 
 
+def _with_judge(metrics: Metrics, work: TraceWork, judge: Judge) -> Metrics:
+    """``work``'s metric over ``judge`` (the pair's view of the run's judge):
+    a shallow copy, since building a metric hashes its prompts."""
+    metric = metrics.get(work.metric)
+    if metric is None:  # not a configured metric: _metric_call says so
+        return metrics
+    pair_metric = copy.copy(metric)
+    pair_metric.judge = judge
+    return {work.metric: pair_metric}
+
+
 async def judge_pair(
     work: TraceWork,
     settings: Settings,
     metrics: Metrics,
     *,
+    gate: PairGate,
     flow_run_id: str | None,
-    retry_delays: list[float],
-    deadline: float | None = None,
+    rerun_delays: list[float],
     digest: str | None = None,
     budget: RunBudget | None = None,
 ) -> Scored:
     """Score one claimed (trace, metric): the row to store and the outcome to
-    report (its status assuming the row is written). Never raises: a
-    transient judge error is tried again after ``retry_delays`` and stored as
-    'failed' once they run out; every other error is stored as 'failed' at
-    once. Past ``deadline`` (``time.time()``) no attempt is started: the row is
-    None and the pair is left for the next run; likewise when the run's spend
-    ``budget`` has no room left for a retry. What every attempt billed is in
-    the stored tokens, calls and ``cost_usd``."""
+    report (its status assuming the row is written). Never raises: the one
+    loop over the pair's runs (judgeflow/judge/retry.py): a transient judge
+    error is run again after ``rerun_delays`` and stored as 'failed' once they
+    run out; every other error is stored as 'failed' at once. A run the pair's
+    ``gate`` refuses (a stop, the time budget) leaves the pair for the next run
+    (the row is None); likewise when the run's spend ``budget`` has no room
+    left for a re-run. What every attempt billed is in the stored tokens,
+    calls and ``cost_usd``."""
     billed = Usage()  # what the attempts that failed have billed
-    for attempt in range(1, len(retry_delays) + 2):
-        if past(deadline):
-            return outcomes.deferred(work, attempt - 1, billed)
+    for attempt in range(1, len(rerun_delays) + 2):
+        refusal = gate.why_not_run()
+        if refusal is not None:
+            return outcomes.deferred(work, attempt - 1, billed, why=refusal.why)
         try:
             result = await _metric_call(work, metrics)
-        except CallWithheld as error:  # the send gate: the pair may not start, or another run took it over
+        except CallWithheld as error:  # the pair's gate: it may not start, or another run took it over
             billed.add_billed(error)
-            why = why_not_started()
-            if why is not None:
-                return outcomes.deferred(work, attempt - 1, billed, why=why)
-            log.warning("%s for trace %s: the run's claim moved to another run; its next judge call was not sent",
-                        work.metric, work.trace_id)
-            return outcomes.taken_over(work, billed, attempt)
+            return _withheld(work, gate, billed, attempt)
         except TransientJudgeError as error:
             billed.add_billed(error)
-            if attempt > len(retry_delays):
+            if attempt > len(rerun_delays):
                 return outcomes.failure(work, error, attempt, flow_run_id, billed)
             if budget is not None and not budget.charge_retry(work, billed.cost_usd, billed.calls):
                 return outcomes.deferred(work, attempt, billed, why="the run's spend budget has no room for a retry")
             log.info("%s for trace %s: %s; retrying in %.1fs", work.metric, work.trace_id, error,
-                     retry_delays[attempt - 1])
-            await asyncio.sleep(retry_delays[attempt - 1])
+                     rerun_delays[attempt - 1])
+            await asyncio.sleep(rerun_delays[attempt - 1])
             continue
         except JudgeflowError as error:
             billed.add_billed(error)
@@ -198,22 +204,33 @@ async def judge_pair(
     raise AssertionError("unreachable")
 
 
-class PairRun:
-    """What the pairs of one batch share: the run, its metrics and its limits."""
+def _withheld(work: TraceWork, gate: PairGate, billed: Usage, attempt: int) -> Scored:
+    """The outcome of a pair whose gate withheld a call: deferred when it
+    may not start (a stop, the time or spend budget), taken over when another
+    run holds its claim. Its runs count those that sent something."""
+    attempts = attempt if billed.calls else attempt - 1
+    if gate.refused is not None and gate.refused is not TAKEN_OVER:
+        return outcomes.deferred(work, attempts, billed, why=gate.refused.why)
+    log.warning("%s for trace %s: the run's claim moved to another run; its next judge call was not sent",
+                work.metric, work.trace_id)
+    return outcomes.taken_over(work, billed, attempts)
 
-    def __init__(self, settings: Settings, metrics: Metrics, *, owner: str, flow_run_id: str | None,
-                 retry_delays: list[float], deadline: float | None, budget: RunBudget | None,
-                 claimed_at: float | None) -> None:
-        self.settings, self.metrics, self.owner, self.flow_run_id = settings, metrics, owner, flow_run_id
-        self.retry_delays, self.deadline, self.budget = retry_delays, deadline, budget
-        self.claimed_at = claimed_at
+
+class PairRun:
+    """What the pairs of one batch share: the run, its metrics, its judge, its gate and its retry policy."""
+
+    def __init__(self, settings: Settings, metrics: Metrics, judge: Judge, *, owner: str,
+                 flow_run_id: str | None, retries: RetryPolicy, gate: RunGate, claimed_at: float | None) -> None:
+        self.settings, self.metrics, self.judge, self.owner = settings, metrics, judge, owner
+        self.flow_run_id, self.gate, self.budget, self.claimed_at = flow_run_id, gate, gate.budget, claimed_at
+        self.rerun_delays = retries.rerun_delays()
 
     def priority(self, work: TraceWork, index: int) -> tuple:
         """The place of the batch's ``index``-th pair's judge calls among the
-        run's waiting for a slot (:data:`~judgeflow.judge.wire_slots.call_priority`):
-        the longest chain of judge calls first (a pair's calls wait as long
-        as its chain), then the batch claimed first, then the pair started
-        first, so a pair's next call goes before a pair that has not started."""
+        run's waiting for a slot (judgeflow/judge/wire_slots.py): the longest
+        chain of judge calls first (a pair's calls wait as long as its chain),
+        then the batch claimed first, then the pair started first, so a pair's
+        next call goes before a pair that has not started."""
         return (-self.rounds(work), self.claimed_at or 0.0, index)
 
     async def score(self, work: TraceWork, digest: str | None, priority: tuple) -> Scored:
@@ -221,59 +238,31 @@ class PairRun:
         pair already being judged is waited for and copied (judgeflow/run/reuse.py);
         waiting for a twin takes no slot."""
         if digest is None:
-            return await self.judge(work, digest, priority)
+            return await self.judge_one(work, digest, priority)
         leader, future = reuse.in_flight.lead_or_follow(self.owner, digest)
         if not leader:
             source = await asyncio.wrap_future(future)
             if source is not None:
                 return outcomes.copied(work, source, self.threshold(work), self.flow_run_id, digest)
-            return await self.judge(work, digest, priority)
+            return await self.judge_one(work, digest, priority)
         row = None
         try:
-            row, outcome = await self.judge(work, digest, priority)
+            row, outcome = await self.judge_one(work, digest, priority)
             return row, outcome
         finally:
             reuse.in_flight.finish(self.owner, digest, future, None if row is None else reuse.reusable(row))
 
-    async def judge(self, work: TraceWork, digest: str | None, priority: tuple) -> Scored:
-        """:func:`judge_pair`, its calls waiting for the judge's slots in the
-        order of ``priority`` (:data:`~judgeflow.judge.wire_slots.call_priority`:
-        set here, it holds for this pair's coroutine alone); its spend charged
-        to the budget as it ends."""
-        call_priority.set(priority)
-        row, outcome = await self._judge_owned(work, digest)
+    async def judge_one(self, work: TraceWork, digest: str | None, priority: tuple) -> Scored:
+        """:func:`judge_pair` under the pair's own gate (made from the run's),
+        its calls carrying that gate and ``priority`` to the judge; its spend
+        charged to the budget as it ends."""
+        gate = self.gate.pair(work, self.claimed_at)
+        metrics = _with_judge(self.metrics, work, BoundJudge(self.judge, Call(gate, priority)))
+        row, outcome = await judge_pair(work, self.settings, metrics, gate=gate, flow_run_id=self.flow_run_id,
+                                        rerun_delays=self.rerun_delays, digest=digest, budget=self.budget)
         if self.budget is not None:
             self.budget.charge(work, outcome.cost_usd, outcome.judge_calls)
         return row, outcome
-
-    async def _judge_owned(self, work: TraceWork, digest: str | None) -> Scored:
-        """The pair is judged only while the run still owns its claim (its
-        lock lapsed, or its lease was not renewed in time, since ``claimed_at``:
-        judgeflow/db/leases.py); its first attempt is sent only while the
-        pair may start (:meth:`why_not_start`, judgeflow/run/start_gate.py)."""
-        if not await confirm_claim(self.settings, self.owner, work, self.claimed_at):
-            log.warning("%s for trace %s: the run's claim lapsed and moved to another run; not judged here",
-                        work.metric, work.trace_id)
-            return outcomes.taken_over(work)
-        # every attempt of the pair's calls asks again before it is sent (judgeflow/judge/send_gate.py)
-        claims = PairGate(self.settings, self.owner, work, self.claimed_at)
-        gate = send_gate.set(StartGate(claims, self.why_not_start))
-        try:
-            return await judge_pair(work, self.settings, self.metrics, flow_run_id=self.flow_run_id,
-                                    retry_delays=self.retry_delays, deadline=self.deadline, digest=digest,
-                                    budget=self.budget)
-        finally:
-            send_gate.reset(gate)
-
-    def why_not_start(self) -> str | None:
-        """Why a pair whose first call holds its slot may not be sent now, or None."""
-        if stop_requested():
-            return "the run was stopped"
-        if self.deadline is not None and time.time() >= self.deadline:
-            return "the run's time budget is spent"
-        if self.budget is not None and not self.budget.has_room():
-            return "the run's spend budget is spent"
-        return None
 
     def threshold(self, work: TraceWork) -> float:
         return self.metrics[work.metric].effective_threshold
@@ -338,24 +327,6 @@ def batch_run_name() -> str:
     return name[:_BATCH_NAME_MAX_CHARS]
 
 
-def _still_owned_items(settings: Settings, items: list[TraceWork], owner: str,
-                       claimed_at: float | None) -> tuple[list[TraceWork], list[TraceWork]]:
-    """(the pairs still the run's, the pairs another run took over).
-
-    A run loses a claim once its lease runs out (it was frozen) or its lock's
-    connection dropped. A batch that starts right after its claim is not
-    checked: that would delay the run's first judge call by a database round
-    trip per batch, a claim lost within a second is as good as never, and the
-    write checks ownership again in any case."""
-    fresh = (claimed_at is not None and 0 <= time.time() - claimed_at < FRESH_CLAIM_S
-             and not claims_at_risk(owner, claimed_at))
-    owned = {(w.trace_id, w.metric) for w in items} if fresh else still_owned(settings, owner, items)
-    lost = [w for w in items if (w.trace_id, w.metric) not in owned]
-    if lost:
-        log.warning("%d pair(s) of the batch were taken over by another run; not judged here", len(lost))
-    return [w for w in items if (w.trace_id, w.metric) in owned], lost
-
-
 def _submit_pairs(pairs: PairRun, items: list[TraceWork], writer: BatchWriter, rescore_before: datetime | None
                   ) -> set[Future]:
     """Put the batch's pairs on the judge loop, each with its priority
@@ -380,43 +351,42 @@ def score_batch(
     owner: str,
     flow_run_id: str | None = None,
     rescore_before: datetime | None = None,
-    retry_delays: list[float] | None = None,
-    deadline: float | None = None,
+    gate: RunGate | None = None,
     claimed_at: float | None = None,
-    budget: RunBudget | None = None,
+    retries: RetryPolicy | None = None,
     judge: Judge | None = None,
 ) -> list[ScoreOutcome]:
     """Score a claimed batch of (trace, metric) pairs and store each result as
     soon as it is known (within ``FLUSH_INTERVAL_S``); see the module doc.
-    ``claimed_at`` (``time.time()``): when the batch was claimed. ``judge``:
-    the run's (:func:`start_judge`); without one the batch builds its own and
+    ``gate``: the run's (judgeflow/run/gate.py; None: no limits, no lease
+    keeper); ``claimed_at`` (``time.time()``): when the batch was claimed;
+    ``retries``: the run's retry policy (None: the settings'). ``judge``: the
+    run's (:func:`start_judge`); without one the batch builds its own and
     closes it when done."""
+    gate = gate if gate is not None else RunGate(settings, owner)
+    retries = retries if retries is not None else RetryPolicy.from_settings(settings)
     if judge is not None:
         return _score_batch(items, settings, owner, judge, flow_run_id=flow_run_id, rescore_before=rescore_before,
-                            retry_delays=retry_delays, deadline=deadline, claimed_at=claimed_at, budget=budget)
+                            gate=gate, claimed_at=claimed_at, retries=retries)
     own = build_judge(judge_config(settings))
     try:
         return _score_batch(items, settings, owner, own, flow_run_id=flow_run_id, rescore_before=rescore_before,
-                            retry_delays=retry_delays, deadline=deadline, claimed_at=claimed_at, budget=budget)
+                            gate=gate, claimed_at=claimed_at, retries=retries)
     finally:
         own.close()
 
 
 def _score_batch(items: list[TraceWork], settings: Settings, owner: str, judge: Judge, *,
-                 flow_run_id: str | None, rescore_before: datetime | None, retry_delays: list[float] | None,
-                 deadline: float | None, claimed_at: float | None, budget: RunBudget | None
-                 ) -> list[ScoreOutcome]:
-    items, lost = _still_owned_items(settings, items, owner, claimed_at)
+                 flow_run_id: str | None, rescore_before: datetime | None, gate: RunGate,
+                 claimed_at: float | None, retries: RetryPolicy) -> list[ScoreOutcome]:
     try:
         batch_log = get_run_logger()  # the task run's own logger: INFO reaches the UI
     except MissingContextError:  # called as a plain function (tests)
         batch_log = log
     batch_log.info("scoring %d pair(s) of %d trace(s)", len(items), len({w.trace_id for w in items}))
-    pairs = PairRun(settings, build_metrics(settings, judge), owner=owner, flow_run_id=flow_run_id,
-                    retry_delays=list(retry_delays or []), deadline=deadline, budget=budget,
-                    claimed_at=claimed_at)
+    pairs = PairRun(settings, build_metrics(settings, judge), judge, owner=owner, flow_run_id=flow_run_id,
+                    retries=retries, gate=gate, claimed_at=claimed_at)
     writer = BatchWriter(settings, owner, rescore_before)
-    writer.written.extend(outcomes.taken_over(w)[1] for w in lost)
     pending = _submit_pairs(pairs, items, writer, rescore_before)
     try:
         while pending:

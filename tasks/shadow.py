@@ -18,6 +18,9 @@ from judgeflow.db.engine import engine_for
 from judgeflow.sources.table import SourceTable
 from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.judge.factory import build_judge
+from judgeflow.judge.retry import RetryPolicy
+from judgeflow.run.entry import run_stop
+from judgeflow.run.gate import RunGate
 from judgeflow.run.progress import RunReporter
 from judgeflow.config.scrub import scrub
 from judgeflow.config.settings import Settings
@@ -96,7 +99,7 @@ def _write(settings: Settings, rows: list[dict]) -> None:
 
 @task(name="score-shadow-sample", cache_policy=NO_CACHE, persist_result=False)
 def score_shadow_sample(
-    pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retry_delays: list[float]
+    pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retries: RetryPolicy
 ) -> dict[str, int]:
     """Judge each sampled pair with the candidate (the scoring run's machinery:
     same metrics code, judge, retries and concurrency bound) and store each
@@ -105,18 +108,19 @@ def score_shadow_sample(
     Returns the count per status."""
     judge = build_judge(candidate)
     try:
-        return _score_sample(pairs, candidate, shadow_run_id, retry_delays, judge)
+        return _score_sample(pairs, candidate, shadow_run_id, retries, judge)
     finally:
         judge.close()
 
 
-def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retry_delays: list[float],
+def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retries: RetryPolicy,
                   judge) -> dict[str, int]:
     metrics = build_metrics(candidate, judge)
     loop = judge_loop()
+    gate = RunGate(candidate, None, stop=run_stop())  # nothing claimed, no budgets: a stop only
     futures = {  # every pair at once: their calls wait for the judge's bound
-        loop.submit(judge_pair, p.work, candidate, metrics, flow_run_id=shadow_run_id,
-                    retry_delays=list(retry_delays)): p
+        loop.submit(judge_pair, p.work, candidate, metrics, gate=gate.pair(p.work, None), flow_run_id=shadow_run_id,
+                    rerun_delays=retries.rerun_delays()): p
         for p in pairs
     }
     counts: dict[str, int] = {}

@@ -11,7 +11,8 @@ score``, ``backfill``): a quiet log, a progress display, and Ctrl-C.
   failed, judge calls and spend (and the budget). Elsewhere (cron, CI, a
   pipe) a short line every ``LINE_EVERY_S`` seconds or ``LINE_EVERY_PCT``
   per cent. Both on stderr: stdout keeps the summary.
-- **Ctrl-C**: the first asks the run to stop (its entry's stop request, judgeflow/run/entry.py): no
+- **Ctrl-C**: the first asks the run to stop (the run's own stop request, entered with its settings,
+  judgeflow/run/entry.py, and read by the run's gate, judgeflow/run/gate.py): no
   more claims, judge calls in flight finish and are stored, pairs not started
   are given back; the run then prints its summary and the command exits 130.
   A second Ctrl-C quits at once: the claims of a quit run are taken over by
@@ -29,7 +30,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, TextIO
 
 from judgeflow.run.entry import StopRequest
-from judgeflow.run.progress import RunProgress, observing
+from judgeflow.run.progress import RunProgress
 
 CONSOLE_LEVEL = "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL"
 QUIET_LEVEL = "WARNING"
@@ -208,17 +209,18 @@ def display_for(stream: TextIO, title: str, ui_url: str | None = None) -> LiveDi
 @contextmanager
 def watched_run(title: str, stop: StopRequest, *, ui_url: str | None = None,
                 stream: TextIO | None = None) -> Iterator[LiveDisplay | LineDisplay]:
-    """The run started in this block is displayed on ``stream`` (stderr) and
-    Ctrl-C asks it to ``stop`` (its entry's, judgeflow/run/entry.py) as the module doc says."""
+    """The display (stderr) of the run started in this block, which the
+    command enters as the run's observer (judgeflow/run/entry.py); Ctrl-C asks
+    the run to ``stop`` (the stop request its entry hands the run's gate) as
+    the module doc says."""
     display = display_for(stream or sys.stderr, title, ui_url)
     with _ctrl_c_stops_the_run(stop, lambda: display.note(
         "stopping: no more claims; judge calls in flight finish and are stored, the rest is given back "
         "(Ctrl-C again quits at once; the next run takes a quit run's claims over)")):
-        with observing(display):
-            try:
-                yield display
-            finally:
-                display.close()
+        try:
+            yield display
+        finally:
+            display.close()
 
 
 @contextmanager

@@ -54,7 +54,7 @@ def start_judge_early(settings: "Settings") -> Any:
 def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callable[[], T], *, judge: Any = None) -> T:
     """``call()`` (a flow call) in the command's entry, its run shown on the
     terminal and stopped by Ctrl-C (judgeflow/cli/console.py)."""
-    from judgeflow.run.entry import entered
+    from judgeflow.run.entry import StopRequest, entered
     from judgeflow.infra.prefect_server import ui_url_without_import
     from judgeflow.cli.console import EXIT_STOPPED, watched_run
 
@@ -63,8 +63,9 @@ def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callabl
 
         settle_heap()
     try:
-        with entered(settings, judge=judge) as entry, \
-                watched_run(title, entry.stop, ui_url=ui_url_without_import(settings)):
+        stop = StopRequest()  # this run's: Ctrl-C sets it, the run's gate reads it
+        with watched_run(title, stop, ui_url=ui_url_without_import(settings)) as display, \
+                entered(settings, judge=judge, stop=stop, observer=display):
             return call()
     except KeyboardInterrupt:  # a second Ctrl-C: quit now
         typer.echo("quit: judge calls in flight are lost; the next run takes this run's claims over", err=True)

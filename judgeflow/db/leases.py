@@ -12,15 +12,17 @@ Prefect server; the lease only frees the claims of an owner that is alive but
 stopped renewing (frozen, or cut off from the database without the server
 noticing).
 
-A run that may have lost claims re-checks each pair before judging it
-(:func:`confirm_claim`): after its lock lapsed and came back, or when its
-lease has not been renewed within its lifetime (the process was frozen, the
-keeper starved). Otherwise the check costs no database round trip.
+A run that may have lost claims re-checks a pair before its next judge call
+(:func:`check_owned`, asked by the pair's gate, judgeflow/run/gate.py): after
+its lock lapsed and came back, or when its lease has not been renewed within
+its lifetime (the process was frozen, the keeper starved). Otherwise the
+check costs no database round trip: :meth:`LeaseKeeper.fresh_until` is a
+clock reading. The keeper is handed to whoever asks (the run's gate), never
+looked up by owner.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import secrets
@@ -71,18 +73,14 @@ _LOCK_HOLDER = text(
 
 _STILL_OWNED_RETRIES = (0.5, 1.0, 2.0, 4.0)  # seconds between tries: rides through a database restart
 
-# The keepers of the runs of this process, by owner: the judge loop's pairs
-# look their run's up before judging (confirm_claim).
-_keepers: dict[str, "LeaseKeeper"] = {}
 
-
-def still_owned(settings: Settings, owner: str, items: list[TraceWork]) -> set[tuple[str, str]]:
+def still_owned(settings: Settings, owner: str, items: list[TraceWork],
+                keeper: "LeaseKeeper | None" = None) -> set[tuple[str, str]]:
     """The (trace, metric) pairs of ``items`` whose claim ``owner`` still holds:
-    its own, with the lease running and the run lock live. A lease of this
-    process's run that may have run out is renewed first: claims nobody took
+    its own, with the lease running and the run lock live. A lease of the run's
+    ``keeper`` that may have run out is renewed first: claims nobody took
     meanwhile are the run's again. Never answers "all of them" on a failure: a
     check that keeps failing raises :class:`DatabaseError`."""
-    keeper = _keepers.get(owner)
     if keeper is not None:
         keeper.renew_if_stale()
     keys = {(w.trace_id, w.metric) for w in items}
@@ -104,76 +102,15 @@ def still_owned(settings: Settings, owner: str, items: list[TraceWork]) -> set[t
     raise AssertionError("unreachable")
 
 
-def claims_at_risk(owner: str, claimed_at: float | None) -> bool:
-    """Whether claims ``owner`` took at ``claimed_at`` (time.time(); None:
-    unknown) may have moved to another run, so must be checked before judging:
-    its lock or lease lapsed since, or its lease is not known to be renewed now.
-    No database round trip."""
-    keeper = _keepers.get(owner)
-    return keeper is not None and keeper.at_risk(claimed_at)
-
-
-def owned_now(settings: Settings, owner: str, items: list[TraceWork],
-              claimed_at: float | None) -> set[tuple[str, str]]:
-    """The pairs of ``items`` that ``owner`` may judge now: all of them while
-    its claims are not at risk (:func:`claims_at_risk`), else those the
-    database shows it still holds (:func:`still_owned`)."""
-    if not claims_at_risk(owner, claimed_at):
-        return {(w.trace_id, w.metric) for w in items}
-    return still_owned(settings, owner, items)
-
-
-async def confirm_claim(settings: Settings, owner: str, work: TraceWork, claimed_at: float | None) -> bool:
-    """Whether ``owner`` may send ``work``'s pair to the judge now (see
-    :func:`owned_now`); on an event loop, the database check runs in a thread."""
-    if not claims_at_risk(owner, claimed_at):
-        return True
-    owned = await asyncio.to_thread(owned_now, settings, owner, [work], claimed_at)
-    return (work.trace_id, work.metric) in owned
-
-
-def fresh_until(owner: str, claimed_at: float | None) -> float:
-    """The ``time.monotonic()`` until which claims ``owner`` took at
-    ``claimed_at`` are not at risk (:func:`claims_at_risk`): -inf once they
-    are, inf for a run without a lease keeper. A clock read."""
-    keeper = _keepers.get(owner)
-    return math.inf if keeper is None else keeper.fresh_until(claimed_at)
-
-
-class PairGate:
-    """The send gate (judgeflow/judge/send_gate.py) of one claimed pair: its
-    calls go out unchecked while the run's claims are fresh, else only while
-    the database shows the pair is still the run's (:func:`confirm_claim`).
-
-    A confirmation counts as claiming the pair anew: from then on its calls go
-    out unchecked again for as long as the run's lease keeps being renewed
-    (:meth:`fresh_until` moves on), which is what lets a call that left the
-    run's process (a judge worker) be sent at all once the run had lapsed."""
-
-    def __init__(self, settings: Settings, owner: str, work: TraceWork, claimed_at: float | None) -> None:
-        self._settings, self._owner, self._work, self._claimed_at = settings, owner, work, claimed_at
-
-    def fresh_until(self) -> float:
-        return fresh_until(self._owner, self._claimed_at)
-
-    async def confirm(self) -> bool:
-        if not claims_at_risk(self._owner, self._claimed_at):
-            return True
-        owned, checked_at = await asyncio.to_thread(self._check)
-        if owned:
-            self._claimed_at = checked_at
-        return owned
-
-    def _check(self) -> tuple[bool, float]:
-        """(whether the run holds the pair, the ``time.time()`` just before
-        the database was asked), the lease renewed first if it may have run
-        out: a lapse the renewal itself ends is then behind the check."""
-        keeper = _keepers.get(self._owner)
-        if keeper is not None:
-            keeper.renew_if_stale()
-        checked_at = time.time()
-        owned = still_owned(self._settings, self._owner, [self._work])
-        return (self._work.trace_id, self._work.metric) in owned, checked_at
+def check_owned(settings: Settings, owner: str, work: TraceWork, keeper: "LeaseKeeper | None"
+                ) -> tuple[bool, float]:
+    """(whether ``owner`` still holds ``work``'s pair, the ``time.time()`` just
+    before the database was asked), the keeper's lease renewed first if it may
+    have run out: a lapse the renewal itself ends is then behind the check."""
+    if keeper is not None:
+        keeper.renew_if_stale()
+    checked_at = time.time()
+    return (work.trace_id, work.metric) in still_owned(settings, owner, [work]), checked_at
 
 
 def release_claims(settings: Settings, owner: str) -> int:
@@ -203,8 +140,8 @@ class LeaseKeeper:
 
     Either way the thread renews ``owner``'s leases every third of the lease
     time. A lapse (lock lost, or no renewal within the lease's lifetime) makes
-    the run's batches claimed before check each pair before judging it
-    (:func:`confirm_claim`). On exit it releases the claims the run still
+    the run's batches claimed before check each pair before its next judge
+    call (:meth:`at_risk`, :func:`check_owned`). On exit it releases the claims the run still
     holds, then the lock. ``before_release`` runs first: it must return only
     once the run's in-flight work has finished or been cancelled, because a
     claim released under a running task lets another run judge the pair too."""
@@ -240,13 +177,18 @@ class LeaseKeeper:
         return time.monotonic() - self._renewed_at >= STALE_SHARE * self._lease_s
 
     def at_risk(self, claimed_at: float | None) -> bool:
-        """See :func:`claims_at_risk`."""
+        """Whether claims the run took at ``claimed_at`` (time.time(); None:
+        unknown) may have moved to another run, so must be checked before
+        judging: its lock or lease lapsed since, or its lease is not known to
+        be renewed now. No database round trip."""
         since = self._at_risk_since
         lapsed = since is not None and (claimed_at is None or claimed_at < since)
         return lapsed or self.lease_stale()
 
     def fresh_until(self, claimed_at: float | None) -> float:
-        """See :func:`fresh_until`: ``at_risk(claimed_at)`` is ``time.monotonic() >= fresh_until(claimed_at)``."""
+        """The ``time.monotonic()`` until which claims taken at ``claimed_at``
+        are not at risk: ``at_risk(claimed_at)`` is ``time.monotonic() >=
+        fresh_until(claimed_at)``; -inf once they are. A clock read."""
         since = self._at_risk_since
         if since is not None and (claimed_at is None or claimed_at < since):
             return -math.inf
@@ -287,7 +229,6 @@ class LeaseKeeper:
             self._close()
             raise DatabaseError(f"could not open the run's lock connection: {exc.orig}") from None
         self._renewed_at = time.monotonic()
-        _keepers[self._owner] = self
         self._thread.start()
         return self
 
@@ -314,7 +255,6 @@ class LeaseKeeper:
     def _leave(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-        _keepers.pop(self._owner, None)
         if self._thread.is_alive() or not self._conn_lock.acquire(timeout=5):
             log.warning("the lease keeper of %s is stuck; releasing its claims on another connection", self._owner)
             self._release_on_pool()

@@ -8,10 +8,15 @@ litellm, prefect or sqlalchemy.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 
 from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from judgeflow.judge.send_gate import Call
 
 
 @dataclass(frozen=True)
@@ -105,8 +110,9 @@ class Judge(Protocol):
     the defaults): ``start()`` starts what the judge needs before its first
     call (worker processes) without waiting for it; ``close()`` releases it.
     A caller may hand over as many calls as it likes: they wait for the
-    judge's bound in the order of their
-    :data:`~judgeflow.judge.wire_slots.call_priority`."""
+    judge's bound in the order of their ``call``'s priority, and each attempt
+    asks the ``call``'s send gate before it is sent
+    (:class:`~judgeflow.judge.send_gate.Call`; None: no gate, no priority)."""
 
     @property
     def model(self) -> str: ...
@@ -115,19 +121,73 @@ class Judge(Protocol):
 
     def close(self) -> None: ...
 
-    def complete(self, request: JudgeRequest) -> JudgeReply: ...
+    def complete(self, request: JudgeRequest, call: "Call | None" = None) -> JudgeReply: ...
 
-    async def acomplete(self, request: JudgeRequest) -> JudgeReply: ...
+    async def acomplete(self, request: JudgeRequest, call: "Call | None" = None) -> JudgeReply: ...
 
 
 class JudgeBase:
-    """The capabilities' defaults: nothing to start or close."""
+    """The capabilities' defaults: nothing to start; :meth:`complete` runs
+    :meth:`acomplete` on the judge's own event loop (one thread, started on
+    first use), so there is one retry loop and one bound on calls in flight
+    whichever way the judge is called; :meth:`close` stops that loop."""
+
+    def __init__(self) -> None:
+        self._sync_lock = threading.Lock()
+        self._sync_loop_: asyncio.AbstractEventLoop | None = None  # runs complete()'s calls
 
     def start(self) -> None:
         """Nothing to start."""
 
     def close(self) -> None:
-        """Nothing to release."""
+        """Stop the loop :meth:`complete` runs on, if it was started."""
+        lock = getattr(self, "_sync_lock", None)  # a judge that overrides complete() may never set it up
+        if lock is None:
+            return
+        with lock:
+            loop, self._sync_loop_ = self._sync_loop_, None
+        if loop is not None:
+            loop.call_soon_threadsafe(loop.stop)
+
+    async def acomplete(self, request: JudgeRequest, call: "Call | None" = None) -> JudgeReply:
+        raise NotImplementedError
+
+    def complete(self, request: JudgeRequest, call: "Call | None" = None) -> JudgeReply:
+        return asyncio.run_coroutine_threadsafe(self.acomplete(request, call), self._sync_loop()).result()
+
+    def _sync_loop(self) -> asyncio.AbstractEventLoop:
+        with self._sync_lock:
+            if self._sync_loop_ is None:
+                self._sync_loop_ = asyncio.new_event_loop()
+                threading.Thread(target=self._sync_loop_.run_forever, name="judgeflow-judge-sync",
+                                 daemon=True).start()
+            return self._sync_loop_
+
+
+class BoundJudge:
+    """``judge`` with every call going with ``call`` (its send gate and
+    priority): what one pair of a run is given, so its metric calls a plain
+    :class:`Judge` and the pair's gate and priority still reach the judge.
+    A view: starting and closing are the judge's owner's."""
+
+    def __init__(self, judge: Judge, call: "Call") -> None:
+        self.judge, self.call = judge, call
+
+    @property
+    def model(self) -> str:
+        return self.judge.model
+
+    def start(self) -> None:
+        """The judge's owner starts it."""
+
+    def close(self) -> None:
+        """The judge's owner closes it."""
+
+    def complete(self, request: JudgeRequest, call: "Call | None" = None) -> JudgeReply:
+        return self.judge.complete(request, call or self.call)
+
+    async def acomplete(self, request: JudgeRequest, call: "Call | None" = None) -> JudgeReply:
+        return await self.judge.acomplete(request, call or self.call)
 
 
 def queue_ahead_for(max_concurrency: int) -> int:

@@ -1,5 +1,5 @@
 """What a judge needs to know, and nothing more: the model, where it is, the
-judge's own key, its timeouts, retries, bound on calls in flight and prices.
+judge's own key, its timeouts, attempts per call, bound on calls in flight and prices.
 
 Built once from the settings (:meth:`JudgeConfig.from_settings`) and handed to
 the judge, and to each judge worker process (pickled): a worker never receives
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from judgeflow.judge.base import queue_ahead_for
+from judgeflow.judge.retry import CallRetry, RetryPolicy
 
 if TYPE_CHECKING:
     from judgeflow.config.settings import Settings
@@ -68,9 +69,7 @@ class JudgeConfig:
     api_base: str | None = field(default=None, repr=False)
     api_key: str | None = field(default=None, repr=False)
     timeout_s: float = 60.0
-    max_retries: int = 4
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 30.0
+    retry: CallRetry = CallRetry()  # attempts per call: the retry policy's (judgeflow/judge/retry.py)
     max_concurrency: int = 8
     # USD per million (prompt, completion) tokens; None: litellm's price map
     prices_per_mtok: tuple[float, float] | None = None
@@ -84,9 +83,7 @@ class JudgeConfig:
             api_base=settings.judge_api_base.get_secret_value() if settings.judge_api_base is not None else None,
             api_key=settings.judge_api_key.get_secret_value() if settings.judge_api_key is not None else None,
             timeout_s=float(settings.judge_timeout_s),
-            max_retries=int(settings.judge_max_retries),
-            backoff_base_s=float(settings.judge_backoff_base_s),
-            backoff_max_s=float(settings.judge_backoff_max_s),
+            retry=RetryPolicy.from_settings(settings).call,
             max_concurrency=int(settings.max_concurrency),
             prices_per_mtok=None if None in prices else (float(prices[0]), float(prices[1])),
             processes=judge_process_count(settings),

@@ -5,25 +5,21 @@ Behaviour, decided here once for every metric:
 * **No network at import.** ``LITELLM_LOCAL_MODEL_COST_MAP=True`` is set (unless
   already set; :data:`ENVIRONMENT_DEFAULTS`) before litellm is imported; otherwise litellm fetches its
   price map from GitHub at import, with retries and sleeps when offline.
-* **One retry loop: ours.** :meth:`LiteLLMJudge.acomplete` holds the only
-  loop over attempts; :meth:`LiteLLMJudge.complete` runs it on the judge's own
-  event loop. Every call passes ``num_retries=0`` *and* ``max_retries=0``:
+* **One retry loop: ours.** :meth:`LiteLLMJudge.acomplete` runs the only
+  loop over attempts, :func:`judgeflow.judge.retry.send_with_retries`, over
+  :meth:`LiteLLMJudge.attempt` (a judge worker process runs single attempts
+  for the run's loop); ``complete`` runs it on the judge's own event loop.
+  Every call passes ``num_retries=0`` *and* ``max_retries=0``:
   otherwise the OpenAI client underneath litellm retries 429/5xx on its own,
   which would multiply with this loop and hide from the concurrency bound.
 * **Every attempt sent is spend** (:mod:`judgeflow.judge.spend`): the reply
   carries what all the call's attempts cost (``calls``, ``cost_usd``), an
   attempt that timed out or failed after it was sent counted at its
   estimate; a call that fails carries the same on its error's ``billed``.
-* **Backoff.** After failed attempt ``n`` (0-based) we sleep
-  ``uniform(0, min(backoff_max_s, backoff_base_s * 2**n))`` ("full jitter"). If
-  the server sent ``Retry-After`` (seconds or an HTTP date) we sleep at least
-  that long, *even beyond* ``backoff_max_s``, up to :data:`RETRY_AFTER_MAX_S`
-  (120 s). A server asking for more than that is not waited for in-process: we
-  give up at once with ``TransientJudgeError(retry_after_s=<its value>)`` so the
-  task-level retry or the next scheduled run picks the trace up, instead of a
-  worker thread sleeping for minutes. A ``Retry-After`` also starts a cool-down
-  shared by every call on this instance: calls starting before it ends wait it
-  out first, so one rate limit does not get hammered by the other threads.
+* **Backoff** and ``Retry-After`` (seconds or an HTTP date, read here) are the
+  policy's (:class:`judgeflow.judge.retry.CallRetry`); a ``Retry-After`` also
+  starts a cool-down shared by every call on this instance
+  (:class:`judgeflow.judge.retry.Pace`).
 * **What is retried.** 429, 408/409/425, 5xx (including a malformed 200 body,
   which litellm reports as a 500), connection errors and timeouts. Everything
   else (400, 401, 403, 404, 422, context window exceeded, content policy,
@@ -41,7 +37,7 @@ Behaviour, decided here once for every metric:
   ``max_concurrency`` owned by the instance bounds HTTP attempts in flight;
   it is held only during an attempt, never during backoff sleeps, and a freed
   slot goes at once to the waiting call of the lowest priority
-  (:data:`~judgeflow.judge.wire_slots.call_priority`, set by the caller), then
+  (the :class:`~judgeflow.judge.send_gate.Call` the caller hands in), then
   the longest waiter. On an OpenAI-compatible model
   through litellm's own HTTP handler and aiohttp transport (the defaults,
   :func:`_wire_bound`), the slot is held **on the wire only**: from the
@@ -53,7 +49,7 @@ Behaviour, decided here once for every metric:
   Elsewhere (the OpenAI SDK path, other providers) the slot is held around
   the whole litellm call, as litellm builds those clients itself.
 * **The send gate.** Once an attempt holds its slot, and before it is sent,
-  the caller's gate is asked (:func:`judgeflow.judge.send_gate.may_send`):
+  the call's gate is asked (:meth:`judgeflow.judge.send_gate.Call.may_send`):
   a call whose pair the run no longer owns is not sent and not billed
   (:class:`~judgeflow.errors.CallWithheld`). This covers calls prepared ahead
   of a free slot and every retry.
@@ -77,12 +73,10 @@ import asyncio  # noqa: E402
 import atexit  # noqa: E402
 import functools  # noqa: E402
 import math  # noqa: E402
-import random  # noqa: E402
 import re  # noqa: E402
-import threading  # noqa: E402
 import time  # noqa: E402
 import weakref  # noqa: E402
-from typing import TYPE_CHECKING, Any, Awaitable, Callable  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
 
 import litellm  # noqa: E402
 import httpx  # noqa: E402  (litellm's own dependency: its connection errors)
@@ -95,9 +89,10 @@ from pydantic import BaseModel  # noqa: E402
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
 from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest  # noqa: E402
-from judgeflow.judge.send_gate import may_send, watched_attempt  # noqa: E402
+from judgeflow.judge.retry import AttemptFailed, CallRetry, Pace, send_with_retries  # noqa: E402
+from judgeflow.judge.send_gate import ANY_CALL, Call  # noqa: E402
 from judgeflow.judge.spend import CallSpend  # noqa: E402
-from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, wire_started  # noqa: E402
+from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, attempt_ticket  # noqa: E402
 from judgeflow.judge.retry_after import parse_retry_after  # noqa: E402
 from judgeflow.config.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
 
@@ -109,15 +104,9 @@ __all__ = [
     "ENVIRONMENT_DEFAULTS",
     "LiteLLMJudge",
     "apply_environment_defaults",
-    "RETRY_AFTER_MAX_S",
-    "backoff_delay",
     "completion_cost_usd",
     "model_prices",
-    "retry_delay",
 ]
-
-RETRY_AFTER_MAX_S = 120.0
-"""Longest server-requested ``Retry-After`` honoured in-process; above it the call gives up at once."""
 
 WARM_UP_TIMEOUT_S = 5.0
 
@@ -135,28 +124,6 @@ _MAX_DETAIL_CHARS = 300
 # --------------------------------------------------------------------------
 # pure helpers (unit-tested directly)
 # --------------------------------------------------------------------------
-
-
-def backoff_delay(attempt: int, base_s: float, max_s: float, rng: random.Random | None = None) -> float:
-    """Full-jitter exponential backoff after failed attempt ``attempt`` (0-based):
-    ``uniform(0, min(max_s, base_s * 2**attempt))``."""
-    ceiling = min(max_s, base_s * (2.0 ** min(attempt, 60)))
-    return (rng or random).uniform(0.0, max(0.0, ceiling))
-
-
-def retry_delay(
-    attempt: int,
-    base_s: float,
-    max_s: float,
-    retry_after_s: float | None = None,
-    rng: random.Random | None = None,
-) -> float:
-    """The sleep before the next attempt: the jittered backoff, but never less
-    than the server's ``Retry-After`` (which may exceed ``max_s``)."""
-    delay = backoff_delay(attempt, base_s, max_s, rng)
-    if retry_after_s is not None:
-        delay = max(delay, retry_after_s)
-    return delay
 
 
 def completion_cost_usd(response: Any) -> float | None:
@@ -415,21 +382,19 @@ class LiteLLMJudge(JudgeBase):
         api_base: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 60,
-        max_retries: int = 4,
-        backoff_base_s: float = 1.0,
-        backoff_max_s: float = 30.0,
+        retry: CallRetry = CallRetry(),
         max_concurrency: int = 8,
         extra_kwargs: dict | None = None,
         prices_per_mtok: tuple[float, float] | None = None,
-        async_sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        rng: random.Random | None = None,
+        pace: Pace | None = None,
     ):
         if not model:
             raise ValueError("model is required")
         if max_concurrency < 1:
             raise ValueError("max_concurrency must be >= 1")
-        if max_retries < 0 or timeout_s <= 0 or backoff_base_s < 0 or backoff_max_s < 0:
-            raise ValueError("max_retries, backoff_base_s and backoff_max_s must be >= 0 and timeout_s > 0")
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be > 0")
+        super().__init__()
         self._model = model
         self._api_base = api_base or None
         self._api_key = api_key or None
@@ -439,31 +404,22 @@ class LiteLLMJudge(JudgeBase):
                         self._api_base if has_credentials(self._api_base) else None) if v
         )
         self.timeout_s = float(timeout_s)
-        self.max_retries = int(max_retries)
-        self.backoff_base_s = float(backoff_base_s)
-        self.backoff_max_s = float(backoff_max_s)
+        self.retry = retry
         self.max_concurrency = int(max_concurrency)
         self._extra_kwargs = dict(extra_kwargs or {})
         self._prices_per_mtok = prices_per_mtok
-        self._async_sleep = async_sleep
-        self._rng = rng or random.Random()
-        self._rng_lock = threading.Lock()
+        self._pace = pace or Pace()  # the backoff's randomness and the Retry-After cool-down
         self._slots = CallSlots(self.max_concurrency)
         # the wire-bound HTTP client per event loop (litellm's clients are per loop too)
         self._wire_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._wire_provider: bool | None = None  # whether the model's provider allows it; checked once
-        self._cooldown_lock = threading.Lock()
-        self._cooldown_until = 0.0  # time.monotonic() before which no attempt starts
         self._map_prices: tuple[float, float] | None | bool = False  # False: not looked up yet
-        self._sync_lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None  # runs complete()'s calls
 
     @classmethod
     def from_config(cls, config: "JudgeConfig") -> "LiteLLMJudge":
         return cls(
             config.model, api_base=config.api_base, api_key=config.api_key, timeout_s=config.timeout_s,
-            max_retries=config.max_retries, backoff_base_s=config.backoff_base_s,
-            backoff_max_s=config.backoff_max_s, max_concurrency=config.max_concurrency,
+            retry=config.retry, max_concurrency=config.max_concurrency,
             prices_per_mtok=config.prices_per_mtok,
         )
 
@@ -544,111 +500,59 @@ class LiteLLMJudge(JudgeBase):
     def _error(self, exc: Exception) -> JudgeError:
         return _translate(exc, model=self._model, api_key=self._secrets, timeout_s=self.timeout_s)
 
-    def _plan_retry(self, attempt: int, err: JudgeError) -> float | JudgeError:
-        """After failed attempt ``attempt``: the sleep before the next one, or the error to raise."""
-        if isinstance(err, PermanentJudgeError) or not isinstance(err, TransientJudgeError):
-            return err
-        retry_after = err.retry_after_s
-        if retry_after is not None and retry_after > RETRY_AFTER_MAX_S:
-            return TransientJudgeError(
-                f"{err} (not waiting in-process: Retry-After {retry_after:g}s exceeds {RETRY_AFTER_MAX_S:g}s)",
-                retry_after_s=retry_after,
-            )
-        if retry_after is not None:
-            with self._cooldown_lock:
-                self._cooldown_until = max(self._cooldown_until, time.monotonic() + retry_after)
-        if attempt >= self.max_retries:
-            attempts = attempt + 1
-            final = TransientJudgeError(
-                f"{err} (gave up after {attempts} attempt{'s' if attempts != 1 else ''})",
-                retry_after_s=retry_after,
-            )
-            final.status_code = getattr(err, "status_code", None)  # type: ignore[attr-defined]
-            return final
-        with self._rng_lock:
-            return retry_delay(attempt, self.backoff_base_s, self.backoff_max_s, retry_after, self._rng)
-
-    def _cooldown_remaining(self) -> float:
-        with self._cooldown_lock:
-            return self._cooldown_until - time.monotonic()
-
-    def complete(self, request: JudgeRequest) -> JudgeReply:
-        """:meth:`acomplete` for a caller without an event loop: run on this
-        judge's own loop (one thread, started on first use), so there is one
-        retry loop and one bound on calls in flight whichever way it is called."""
-        return asyncio.run_coroutine_threadsafe(self.acomplete(request), self._sync_loop()).result()
-
-    def close(self) -> None:
-        """Stop the loop :meth:`complete` runs on, if it was started."""
-        with self._sync_lock:
-            loop, self._loop = self._loop, None
-        if loop is not None:
-            loop.call_soon_threadsafe(loop.stop)
-
-    def _sync_loop(self) -> asyncio.AbstractEventLoop:
-        with self._sync_lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                threading.Thread(target=self._loop.run_forever, name="judgeflow-judge-sync", daemon=True).start()
-            return self._loop
-
-    async def acomplete(self, request: JudgeRequest) -> JudgeReply:
-        """The one retry loop: attempts until one answers, a permanent error, or
-        ``max_retries`` retries; every attempt sent is counted
+    async def acomplete(self, request: JudgeRequest, call: Call | None = None) -> JudgeReply:
+        """The call: attempts (:meth:`_attempt`) in the one retry loop,
+        :func:`~judgeflow.judge.retry.send_with_retries`, each sent only once
+        ``call``'s gate allows it; every attempt sent is counted
         (:class:`~judgeflow.judge.spend.CallSpend`) on the reply or the error."""
+        kwargs, client = self._prepared(request)
+        spend = CallSpend(self._model, self.estimate_prices(), request)
+        call = call or ANY_CALL
+        return await send_with_retries(lambda: self._attempt(kwargs, client, call), policy=self.retry,
+                                       spend=spend, pace=self._pace)
+
+    async def attempt(self, request: JudgeRequest, call: Call) -> JudgeReply | AttemptFailed:
+        """One attempt of ``request``, for a retry loop run elsewhere (a judge
+        worker's run): the reply as it came, or how it failed."""
+        kwargs, client = self._prepared(request)
+        return await self._attempt(kwargs, client, call)
+
+    def _prepared(self, request: JudgeRequest) -> tuple[dict, AsyncHTTPHandler | None]:
         kwargs = self._call_kwargs(request)
         client = self._wire_client()
         if client is not None:
             kwargs["client"] = client
-        spend = CallSpend(self._model, self._estimate_prices(), request)
-        attempt = 0
-        while True:
-            wait = self._cooldown_remaining()
-            if wait > 0:
-                await self._async_sleep(wait)
-            outcome = await self._attempt(kwargs, wired=client is not None)
-            if isinstance(outcome, JudgeReply):
-                return spend.answered(outcome)
-            err, cause, sent = outcome
-            if sent:
-                spend.unanswered()
-            plan = err if isinstance(err, CallWithheld) else self._plan_retry(attempt, err)
-            if isinstance(plan, JudgeError):
-                plan.billed = spend.billed
-                self._raise(plan, cause)
-            await self._async_sleep(plan)
-            attempt += 1
+        return kwargs, client
 
-    async def _attempt(self, kwargs: dict, *, wired: bool) -> JudgeReply | tuple[JudgeError, Exception, bool]:
-        """One attempt holding a slot: the reply, or (error, cause, whether the
-        request reached the provider). The send gate is asked once the slot is
-        held: by the wire-bound transport, else here."""
+    async def _attempt(self, kwargs: dict, client: AsyncHTTPHandler | None, call: Call
+                       ) -> JudgeReply | AttemptFailed:
+        """One attempt holding a slot: the reply, or how it failed. The send
+        gate is asked once the slot is held: by the wire-bound transport, else here."""
+        wired = client is not None
         if not wired:
-            await self._slots.acquire_async()
-        sent: list[float] = []  # the transport notes when the request went on the wire
-        token = wire_started.set(sent)
+            await self._slots.acquire_async(call.priority)
         try:
-            with watched_attempt() as refused:
+            with attempt_ticket(call) as ticket:
                 started = time.perf_counter()
                 try:
-                    if not wired and not await may_send():
-                        raise self._withheld()
+                    if not wired and not await call.may_send():
+                        return AttemptFailed(self._withheld())
                     response = await litellm.acompletion(**kwargs)
                 except Exception as exc:
-                    if refused:
-                        return self._withheld(), exc, False
+                    if ticket.refused:
+                        return AttemptFailed(self._withheld())
                     err = self._error(exc)
-                    return err, exc, _reached_provider(err, exc, sent if wired else None)
-            return self._reply(response, time.perf_counter() - (sent[-1] if sent else started))
+                    return AttemptFailed(err, exc, _reached_provider(err, exc, ticket.marks if wired else None),
+                                         chain=not _is_http_error(exc))
+            return self._reply(response, time.perf_counter() - (ticket.marks[-1] if ticket.marks else started))
         finally:
-            wire_started.reset(token)
             if not wired:
                 self._slots.release()
 
     def _withheld(self) -> CallWithheld:
         return CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair")
 
-    def _estimate_prices(self) -> tuple[float, float] | None:
+    def estimate_prices(self) -> tuple[float, float] | None:
         """USD per million (prompt, completion) tokens for attempts without
         usage: the configured prices, else litellm's price map; None unpriced."""
         if self._prices_per_mtok is not None:
@@ -706,13 +610,3 @@ class LiteLLMJudge(JudgeBase):
         except Exception:  # noqa: BLE001 - a warm-up that fails changes nothing
             return False
         return True
-
-    @staticmethod
-    def _raise(err: JudgeError, cause: Exception) -> None:
-        if isinstance(err, CallWithheld):
-            raise err from None  # nothing was sent: no cause worth chaining
-        if _is_http_error(cause):
-            # The server's raw text may echo credentials; it is already in the
-            # (scrubbed) message, so the litellm exception is not chained.
-            raise err from None
-        raise err from cause

@@ -3,7 +3,8 @@
 A provider bills every request it received, whether or not its reply reached
 us: an attempt that timed out, lost its connection after the request went
 out, or got a 5xx is billed as well as one that answered. :class:`CallSpend`
-follows one judge call through its attempts (the adapter's retry loop) and
+follows one judge call through its attempts (the one retry loop,
+:func:`judgeflow.judge.retry.send_with_retries`, whichever judge sends them) and
 counts each attempt that was sent:
 
 * an attempt that answered with usage counts at that usage, priced;
@@ -23,8 +24,6 @@ are still counted.
 """
 
 from __future__ import annotations
-
-from dataclasses import replace
 
 from judgeflow.judge.base import JudgeReply, JudgeRequest, Usage
 
@@ -47,8 +46,13 @@ class CallSpend:
     """What the attempts of one judge call have billed so far."""
 
     def __init__(self, model: str, prices_per_mtok: tuple[float, float] | None, request: JudgeRequest) -> None:
-        self._estimate = attempt_estimate(prices_per_mtok, request)
+        self._prices, self._request = prices_per_mtok, request
         self.billed = Usage(model=model)
+
+    @property
+    def _estimate(self) -> float | None:
+        # only needed when an attempt brought no usage back: most calls never ask
+        return attempt_estimate(self._prices, self._request)
 
     def unanswered(self) -> None:
         """An attempt was sent and no usage came back: counted at its estimate."""
@@ -67,21 +71,3 @@ class CallSpend:
             completion_tokens=reply.completion_tokens, cost_usd=cost, latency_s=reply.latency_s,
             calls=self.billed.calls + 1,
         )
-
-
-def with_earlier_attempts(reply: JudgeReply, earlier: Usage) -> JudgeReply:
-    """``reply`` carrying also what ``earlier`` attempts of the same call cost
-    (attempts a judge worker sent before it handed the call back)."""
-    if not earlier.calls:
-        return reply
-    cost = reply.cost_usd if earlier.cost_usd is None else (reply.cost_usd or 0.0) + earlier.cost_usd
-    return replace(reply, cost_usd=cost, calls=reply.calls + earlier.calls)
-
-
-def with_earlier_usage(billed: Usage | None, earlier: Usage) -> Usage:
-    """What a failed call billed, with what ``earlier`` attempts of it cost."""
-    total = Usage()
-    total.merge(earlier)
-    if isinstance(billed, Usage):
-        total.merge(billed)
-    return total

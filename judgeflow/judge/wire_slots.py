@@ -4,11 +4,11 @@
 (:meth:`CallSlots.acquire_async`; :meth:`CallSlots.acquire` for a thread).
 A freed slot is handed at once, whichever thread or loop it waits on (no
 polling), to the waiter with the lowest **priority**, then the longest
-waiter. A caller's priority is :data:`call_priority`, a context variable: the
-run sets it around each pair (tasks/scoring.py: the pair with the longest
-chain of judge calls first, then the oldest batch, then the pair started
-first), so every call the pair makes, and every retry, waits in that order
-wherever it waits. Which slots a call takes:
+waiter. A caller's priority is the :class:`~judgeflow.judge.send_gate.Call`'s
+it hands the judge: the run gives each pair's calls one (tasks/scoring.py: the
+pair with the longest chain of judge calls first, then the oldest batch, then
+the pair started first), so every call the pair makes, and every retry, waits
+in that order wherever it waits. Which slots a call takes:
 
 * a judge in the run's process: one :class:`CallSlots` of ``max_concurrency``,
   held by each attempt while it is on the wire (:class:`WireSlotTransport`);
@@ -34,9 +34,12 @@ slot sits idle through both (docs/benchmark.md), and calls the run has ready
 cannot use it. Around the wire alone, the judge sees ``size`` calls in
 flight while the next ones are prepared beside them.
 
-Before a request goes on the wire, once it holds its slot, the caller's send
-gate is asked (:func:`judgeflow.judge.send_gate.may_send`); a refused request
-is not sent (:class:`SendRefused`) and gives its slot to the next.
+Before a request goes on the wire, once it holds its slot, the call's send
+gate is asked (:meth:`judgeflow.judge.send_gate.Call.may_send`); a refused
+request is not sent (:class:`SendRefused`) and gives its slot to the next.
+The transport learns which call a request belongs to from the attempt's
+:class:`Ticket` (:func:`attempt_ticket`): litellm takes one HTTP client for
+every request and has no way to hand a per-request object down to it.
 
 Imports httpx only (litellm's own dependency), never litellm.
 """
@@ -49,22 +52,18 @@ import heapq
 import itertools
 import threading
 import time
-from typing import Any, AsyncIterator
+from contextlib import contextmanager
+from typing import Any, AsyncIterator, Iterator
 
 import httpx
 
-from judgeflow.judge.send_gate import may_send
+from judgeflow.judge.send_gate import ANY_CALL, Call
 
-__all__ = ["CallSlots", "SendRefused", "WireSlotTransport", "call_priority", "wire_started"]
+__all__ = ["CallSlots", "SendRefused", "Ticket", "WireSlotTransport", "attempt_ticket"]
 
 
 class SendRefused(httpx.TransportError):
     """The send gate refused a request: it never left the process."""
-
-
-# The priority of the calls made in this context: lower goes first; any
-# tuple (the empty tuple, for callers that set none, goes before every other).
-call_priority: contextvars.ContextVar[tuple] = contextvars.ContextVar("call_priority", default=())
 
 
 class _Waiter:
@@ -81,7 +80,7 @@ class _Waiter:
 
 class CallSlots:
     """``size`` slots across threads and event loops, handed out by priority
-    (:data:`call_priority`), then first come first served."""
+    (lower first; the empty tuple before every other), then first come first served."""
 
     def __init__(self, size: int) -> None:
         if size < 1:
@@ -100,15 +99,15 @@ class CallSlots:
             return True
         return False
 
-    def _queue(self, priority: tuple | None, wake: Any) -> _Waiter:
+    def _queue(self, priority: tuple, wake: Any) -> _Waiter:
         """Queue a waiter (the caller holds the lock)."""
-        key = (call_priority.get() if priority is None else priority, next(self._arrivals))
+        key = (priority, next(self._arrivals))
         waiter = _Waiter(key, wake)
         heapq.heappush(self._waiters, waiter)
         self._waiting += 1
         return waiter
 
-    def acquire(self, blocking: bool = True, priority: tuple | None = None) -> bool:
+    def acquire(self, blocking: bool = True, priority: tuple = ()) -> bool:
         """A slot for this thread: waits for one, or with ``blocking=False``
         returns False at once when none is free."""
         with self._lock:
@@ -121,9 +120,8 @@ class CallSlots:
         event.wait()
         return True
 
-    async def acquire_async(self, priority: tuple | None = None) -> None:
-        """A slot for this coroutine, in the order of ``priority`` (default:
-        the context's :data:`call_priority`)."""
+    async def acquire_async(self, priority: tuple = ()) -> None:
+        """A slot for this coroutine, in the order of ``priority``."""
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._take():
@@ -191,10 +189,38 @@ def _hand_over(future: asyncio.Future) -> None:
     # a future cancelled meanwhile: its waiter saw it was no longer queued and released the slot
 
 
-# The time.perf_counter() a call's request went on the wire, set by
-# WireSlotTransport in the calling task's context: the judge's latency is the
-# wire time, not the wait for a slot nor litellm's own work.
-wire_started: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("wire_started", default=None)
+class Ticket:
+    """One attempt of a call, as its HTTP request sees it: the ``call`` (its
+    gate and priority), the ``time.perf_counter()`` marks at which a request
+    of it went on the wire (the judge's latency is the wire time, not the wait
+    for a slot nor litellm's own work; none: it never got that far), and
+    whether the gate ``refused`` it."""
+
+    __slots__ = ("call", "marks", "refused")
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+        self.marks: list[float] = []
+        self.refused = False
+
+
+# The attempt the current task is making, for the HTTP transport under
+# litellm: litellm builds the request from one shared client and passes
+# nothing of the caller's down to it, so this is the only way the call's gate
+# and priority reach the wire. Set by the judge around one attempt only.
+_ticket: contextvars.ContextVar[Ticket | None] = contextvars.ContextVar("judgeflow_attempt", default=None)
+
+
+@contextmanager
+def attempt_ticket(call: Call) -> Iterator[Ticket]:
+    """Around one attempt of ``call``: its :class:`Ticket`, seen by
+    :class:`WireSlotTransport` under it."""
+    ticket = Ticket(call)
+    token = _ticket.set(ticket)
+    try:
+        yield ticket
+    finally:
+        _ticket.reset(token)
 
 
 class _SlotHeldStream(httpx.AsyncByteStream):
@@ -226,9 +252,13 @@ class WireSlotTransport(httpx.AsyncBaseTransport):
         self._slots = slots
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        await self._slots.acquire_async()
-        if not await may_send():  # the caller's send gate, asked once the slot is held
+        ticket = _ticket.get()
+        call = ANY_CALL if ticket is None else ticket.call
+        await self._slots.acquire_async(call.priority)
+        if not await call.may_send():  # the call's send gate, asked once the slot is held
             self._slots.release()
+            if ticket is not None:
+                ticket.refused = True
             raise SendRefused("the caller's send gate refused this request; it was not sent")
         released = False
 
@@ -239,9 +269,8 @@ class WireSlotTransport(httpx.AsyncBaseTransport):
             released = True
             return self._slots.release()
 
-        mark = wire_started.get()
-        if mark is not None:
-            mark.append(time.perf_counter())
+        if ticket is not None:
+            ticket.marks.append(time.perf_counter())
         try:
             response = await self._inner.handle_async_request(request)
         except BaseException:

@@ -15,15 +15,15 @@ Every billed attempt counts, at the figure :mod:`judgeflow.judge.spend`
 gives it (an attempt that timed out at its estimate). A pair's spend is
 charged the moment the pair ends (:meth:`RunBudget.charge`), and each pair's
 first judge call checks :meth:`RunBudget.has_room` once it holds its slot,
-before it is sent (judgeflow/run/start_gate.py): once the spend reaches the
+before it is sent (judgeflow/run/gate.py): once the spend reaches the
 budget no pair starts. A pair retried after a transient judge
 error runs its metric again; before the retry starts, what the failed attempt
 billed is charged (:meth:`RunBudget.charge_retry`) and the retry starts only
 while the spend plus the estimates in flight stay within the budget;
 otherwise the pair is left for the next run. The overrun this leaves is
 bounded by the pairs started and not finished when the spend reached the
-budget, each with every call attempted at most ``judge_max_retries + 1``
-times (docs/running.md).
+budget, each with every call attempted at most the retry policy's attempts
+per call (judgeflow/judge/retry.py; docs/running.md).
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ class RunBudget:
     def has_room(self) -> bool:
         """Whether a pair may send its first attempt: the spend charged so far
         is below the budget. Asked by every pair's first call once it holds its
-        slot (judgeflow/run/start_gate.py), so once the spend reaches the budget
+        slot (judgeflow/run/gate.py), so once the spend reaches the budget
         only the pairs already started go on (docs/running.md has the bound
         this gives)."""
         with self._lock:

@@ -9,12 +9,10 @@ started by a deployment finds nothing and is itself the entry point.
 
 A flow gets its settings from :func:`run_settings`, with its parameters on top.
 
-The entry also holds its :class:`StopRequest`: Ctrl-C on a command asks the
-runs it started to stop claiming (:func:`stop_requested`), and only those.
-
-This is a context variable, not a process-wide global: it is set around one
-call and reset after it, and Prefect runs tasks in a copy of the caller's
-context, so a run's tasks see what its entry point entered.
+The entry also holds the run's :class:`StopRequest` (Ctrl-C on a command
+sets it; the run's gate reads it: judgeflow/run/gate.py, handed down as an
+argument) and whoever watches the run in this process (its ``observer``:
+judgeflow/run/progress.py).
 """
 
 from __future__ import annotations
@@ -30,10 +28,10 @@ if TYPE_CHECKING:  # no import of settings or the judge at import time
 
 
 class StopRequest:
-    """A stop asked of the runs an entry point started (Ctrl-C on a command):
-    they stop claiming, pairs not yet started are given back (deferred) and
+    """A stop asked of a run (Ctrl-C on the command that started it): it
+    stops claiming, pairs not yet started are given back (deferred) and
     judge calls in flight finish. Set from a signal handler, read by the
-    run's threads and its judge loop."""
+    run's gate from its threads and its judge loop."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -50,15 +48,23 @@ class Entry:
     settings: "Settings"
     judge: Any = None  # a started judge (judgeflow.judge.base.Judge), or None: the run builds its own
     stop: StopRequest = field(default_factory=StopRequest)
+    observer: Any = None  # a judgeflow.run.progress.RunObserver, or None: nobody watches
 
 
+# What the entry point of this call entered. A context variable because a
+# flow's parameters are what Prefect records and shows (and a deployment's
+# flow run has no caller to hand it objects): the entry's settings, started
+# judge, stop request and observer reach the flow body this way, set around
+# one call and reset after it; the flow then passes them down as arguments.
 _entered: ContextVar[Entry | None] = ContextVar("judgeflow_entry", default=None)
 
 
 @contextmanager
-def entered(settings: "Settings", *, judge: Any = None) -> Iterator[Entry]:
-    """Runs started inside this block use ``settings`` (and ``judge``)."""
-    entry = Entry(settings=settings, judge=judge)
+def entered(settings: "Settings", *, judge: Any = None, stop: StopRequest | None = None,
+            observer: Any = None) -> Iterator[Entry]:
+    """Runs started inside this block use ``settings`` (and ``judge``), stop
+    when ``stop`` is requested, and report to ``observer``."""
+    entry = Entry(settings=settings, judge=judge, stop=stop or StopRequest(), observer=observer)
     token = _entered.set(entry)
     try:
         yield entry
@@ -71,11 +77,11 @@ def current_entry() -> Entry | None:
     return _entered.get()
 
 
-def stop_requested() -> bool:
-    """Whether the entry point that started this run asked it to stop (a
-    deployment's flow run has no entry here: nothing asks it to)."""
+def run_stop() -> StopRequest:
+    """The stop request of a run starting here: its entry point's, or (a
+    deployment's flow run: nothing asks it to stop) one of its own."""
     entry = _entered.get()
-    return entry is not None and entry.stop.requested()
+    return StopRequest() if entry is None else entry.stop
 
 
 def run_settings(**parameters: Any) -> "Settings":

@@ -18,7 +18,6 @@ from judgeflow.db.storable import storable_count, storable_float, storable_row
 from judgeflow.errors import InvalidJudgeReplyError, InvalidTraceError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import Usage
 from judgeflow.metrics.result import MetricResult
-from judgeflow.run.entry import stop_requested
 from judgeflow.run import reuse
 from judgeflow.model import ScoreOutcome, TraceWork
 
@@ -124,12 +123,11 @@ def failure(work: TraceWork, error: Exception, attempt: int, flow_run_id: str | 
     )
 
 
-def deferred(work: TraceWork, attempts: int, billed: Usage | None = None, *, why: str | None = None
+def deferred(work: TraceWork, attempts: int, billed: Usage | None = None, *, why: str
              ) -> tuple[None, ScoreOutcome]:
-    """Not scored, left for the next run (no row: its claim is given back);
-    what its attempts billed still counts (the summary, the budget)."""
-    if why is None:
-        why = "the run was stopped" if stop_requested() else "the run's time budget is spent"
+    """Not scored, left for the next run (no row: its claim is given back),
+    ``why`` (the run's gate, judgeflow/run/gate.py, or its spend budget); what
+    its attempts billed still counts (the summary, the budget)."""
     log.info("%s for trace %s left for the next run: %s", work.metric, work.trace_id, why)
     billed = billed or Usage()
     return None, ScoreOutcome(

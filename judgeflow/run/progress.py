@@ -1,10 +1,9 @@
 """A scoring run's figures as it goes, for whoever watches it in this process.
 
 The flow runs in the process of the command that started it (``judgeflow
-score``, ``backfill``): that command watches it by setting an observer for the
-call (:func:`observing`, a context variable: the flow body runs in the
-caller's context), and the run reports its :class:`RunProgress` to it as
-batches finish. A run with no observer (a deployment on a worker, ``judgeflow
+score``, ``backfill``): that command watches it by entering an observer with
+its settings (``judgeflow.run.entry.entered(..., observer=...)``), and the run
+reports its :class:`RunProgress` to it as batches finish. A run with no observer (a deployment on a worker, ``judgeflow
 serve``) reports to no one. The figures are folded from the same outcomes as
 the run summary, so the last report equals the summary's.
 
@@ -13,10 +12,10 @@ Nothing here imports Prefect."""
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator, Protocol
+from typing import Iterable, Protocol
+
+from judgeflow.run.entry import current_entry
 
 
 @dataclass(frozen=True)
@@ -64,21 +63,10 @@ class RunObserver(Protocol):
     def finished(self, progress: RunProgress) -> None: ...
 
 
-_observer: ContextVar[RunObserver | None] = ContextVar("judgeflow_run_observer", default=None)
-
-
-@contextmanager
-def observing(observer: RunObserver) -> Iterator[RunObserver]:
-    """Runs started in this context report to ``observer``."""
-    token = _observer.set(observer)
-    try:
-        yield observer
-    finally:
-        _observer.reset(token)
-
-
 def current_observer() -> RunObserver | None:
-    return _observer.get()
+    """Whoever the entry point of this run entered to watch it, if anyone."""
+    entry = current_entry()
+    return None if entry is None else entry.observer
 
 
 class RunReporter:

@@ -4,8 +4,10 @@
 has room, submits them as one task and keeps at most ``window`` batches in
 flight, folding each finished batch's outcomes into the run's totals, its
 progress and its budget. It stops claiming at the first of: nothing left to
-claim, the trace limit reached, the time budget's deadline, a stop request
-(Ctrl-C), the spend budget exhausted. Task-level retries are the tasks' own.
+claim, the trace limit reached, the time budget's deadline or a stop request
+(Ctrl-C), both asked of the run's gate (judgeflow/run/gate.py, the same
+object its pairs' gates are made from), the spend budget exhausted.
+Task-level retries are the tasks' own.
 
 It knows nothing of Prefect or the database: the flow hands it the functions
 that claim a batch, submit one and wait for the first finished future
@@ -22,15 +24,15 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from judgeflow.run.budget import Reservation, RunBudget
-from judgeflow.run.entry import stop_requested
+from judgeflow.run.budget import Reservation
+from judgeflow.run.gate import RunGate
 from judgeflow.model import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
 
 # why a run stopped claiming
 DONE = "done"  # nothing left to claim
 LIMIT = "limit"  # the trace limit is reached
-DEADLINE = "deadline"  # the time budget is spent
-STOPPED = "stopped"  # a stop was requested
+DEADLINE = "deadline"  # the time budget is spent (the gate's TIME_SPENT.end)
+STOPPED = "stopped"  # a stop was requested (the gate's STOPPED.end)
 BUDGET = "budget"  # the spend budget has no room for the next pair
 
 
@@ -65,13 +67,12 @@ class Future(Protocol):
 class Bounds:
     """What bounds a run's claiming: ``batch_size`` pairs per claim, ``window``
     batches in flight, ``limit`` traces (None: all) of ``metrics`` metrics
-    each, until ``deadline`` (``time.time()``)."""
+    each (the time budget is the run's gate's)."""
 
     batch_size: int
     window: int
     limit: int | None
     metrics: int
-    deadline: float
 
 
 class RunSchedule:
@@ -81,20 +82,21 @@ class RunSchedule:
     waits for one of them to finish and returns it; ``cancel(future)`` cancels
     a future whose task has not started. ``totals.add(outcomes)`` and
     ``progress.advance(outcomes, batch=n)`` / ``progress.show()`` receive what
-    finishes."""
+    finishes. ``gate`` is the run's (its time budget, its stop request);
+    ``clock`` stamps each batch's claim time."""
 
     def __init__(
         self, *, submit: Callable[[list[TraceWork], float], Future], first_done: Callable[[list[Future]], Future],
-        cancel: Callable[[Future], Any], bounds: Bounds, budget: RunBudget | None, totals: Any, progress: Any,
+        cancel: Callable[[Future], Any], bounds: Bounds, gate: RunGate, totals: Any, progress: Any,
         log: logging.Logger | logging.LoggerAdapter | None = None, clock: Callable[[], float] = time.time,
-        stop: Callable[[], bool] = stop_requested,
     ) -> None:
         self._submit, self._first_done, self._cancel = submit, first_done, cancel
         self.bounds = bounds
-        self.budget = budget
+        self.gate = gate
+        self.budget = gate.budget
         self._totals, self._progress = totals, progress
         self._log = log or logging.getLogger("judgeflow.schedule")
-        self._clock, self._stop = clock, stop
+        self._clock = clock
         self.running: list[Future] = []
         self._reservations: dict[int, Reservation] = {}  # id(future) -> what it holds against the budget
         self._traces_seen: set[str] = set()  # only kept for a trace limit
@@ -132,12 +134,12 @@ class RunSchedule:
         return self.ended
 
     def _why_not_claim(self) -> str | None:
-        if self._clock() >= self.bounds.deadline:
-            return DEADLINE
-        if self._stop():
+        refusal = self.gate.why_not_claim()
+        if refusal is not None and refusal.end == STOPPED:
             self._log.warning("stop requested (Ctrl-C): no more claims; judge calls in flight finish and are "
                               "stored, pairs not started are given back for the next run")
-            return STOPPED
+        if refusal is not None:
+            return refusal.end
         if self._room() <= 0:
             return LIMIT
         return None

@@ -37,16 +37,18 @@ def run_shadow(
         raise typer.Exit(1)
     from judgeflow.flows.shadow import shadow_score
 
-    from judgeflow.run.entry import entered
+    from judgeflow.run.entry import StopRequest, entered
     from judgeflow.infra.prefect_server import ui_url_without_import
     from judgeflow.cli.console import EXIT_STOPPED, watched_run
 
     use_prefect(settings)
     # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)
-    with entered(settings) as entry, watched_run("shadow", entry.stop, ui_url=ui_url_without_import(settings)):
+    stop = StopRequest()
+    with watched_run("shadow", stop, ui_url=ui_url_without_import(settings)) as display, \
+            entered(settings, stop=stop, observer=display):
         report = shadow_score(since=start, judge_model=judge_model, metrics=chosen,
                               segment_by=segment_by, per_segment=size, seed=seed)
-        stopped = entry.stop.requested()
+        stopped = stop.requested()
     typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else report.render_text())
     if stopped:
         raise typer.Exit(EXIT_STOPPED)

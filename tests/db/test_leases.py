@@ -6,6 +6,7 @@ turns the run to leases without unlocking anything there."""
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from contextlib import contextmanager
 
@@ -14,10 +15,11 @@ import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
 from judgeflow.db import migrate
-from judgeflow.db.leases import LeaseKeeper, PairGate, claims_at_risk, confirm_claim
+from judgeflow.db.leases import LeaseKeeper, check_owned
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from judgeflow.db.pooling import TRANSACTION
 from judgeflow.config.settings import load_settings
+from judgeflow.run.gate import TAKEN_OVER, RunGate
 from judgeflow.tasks.claims import claim_traces
 from tests.support.pgbouncer import warm_pool
 from tests.support.traces import insert_traces, scripted_trace
@@ -74,37 +76,37 @@ def test_a_keeper_held_still_past_its_lease_has_each_pair_checked_and_renews_wha
     owner = "run-a:1"
     with _run_a(monkeypatch, owner) as (settings, keeper, batch, claimed_at):
         assert len(batch.items) == 3
-        assert not claims_at_risk(owner, claimed_at)  # renewed in time: no check, no round trip
+        assert not keeper.at_risk(claimed_at)  # renewed in time: no check, no round trip
         with keeper._conn_lock:
             _lapse_while_run_b_takes_tr0000(settings, db)
-            assert claims_at_risk(owner, claimed_at)  # not renewed within its lifetime
+            assert keeper.at_risk(claimed_at)  # not renewed within its lifetime
         # on resume, before anything is judged: the pair another run took is not the run's, the others are
-        mine = asyncio.run(_confirmed(settings, owner, batch.items, claimed_at))
+        mine = {w.trace_id: check_owned(settings, owner, w, keeper)[0] for w in batch.items}
         assert mine == {"tr-0000": False, "tr-0001": True, "tr-0002": True}
         assert _lease_runs(db, "tr-0001") and _lease_runs(db, "tr-0002")  # renewed again
         # batches claimed before the lapse keep being checked; one claimed after it is not
-        assert claims_at_risk(owner, claimed_at)
-        assert not claims_at_risk(owner, time.time() + 0.01)
-    assert not claims_at_risk(owner, claimed_at)  # forgotten with the run
-
-
-async def _confirmed(settings, owner, items, claimed_at) -> dict[str, bool]:
-    return {w.trace_id: await confirm_claim(settings, owner, w, claimed_at) for w in items}
+        assert keeper.at_risk(claimed_at)
+        assert not keeper.at_risk(time.time() + 0.01)
 
 
 def test_a_pair_gate_confirmed_after_a_lapse_is_fresh_again_while_the_lease_is_renewed(traces, db, monkeypatch):
-    """The send gate of a pair (judgeflow/judge/send_gate.py): after the run
-    lapsed, a pair the database shows is still the run's counts as claimed
-    anew, so its next calls (and a call handed to a judge worker) go out
-    unchecked again; a pair another run took stays refused."""
+    """The gate of a pair (judgeflow/run/gate.py), made from the run's with its
+    keeper: once started, after the run lapsed, a pair the database shows is
+    still the run's counts as claimed anew, so its next calls (and a call
+    handed to a judge worker) go out unchecked again; a pair another run took
+    stays refused, and says so."""
     owner = "run-a:1"
     with _run_a(monkeypatch, owner) as (settings, keeper, batch, claimed_at):
-        kept, taken = (PairGate(settings, owner, w, claimed_at) for w in batch.items[1:2] + batch.items[:1])
+        run = RunGate(settings, owner, keeper=keeper)
+        kept, taken = (run.pair(w, claimed_at) for w in batch.items[1:2] + batch.items[:1])
+        assert kept.fresh_until() == taken.fresh_until() == -math.inf  # not started: the start is asked first
+        assert asyncio.run(kept.confirm()) and asyncio.run(taken.confirm())  # fresh: no database
         assert kept.fresh_until() > time.monotonic()
         with keeper._conn_lock:
             _lapse_while_run_b_takes_tr0000(settings, db)
         assert kept.fresh_until() <= time.monotonic() and taken.fresh_until() <= time.monotonic()
         assert asyncio.run(kept.confirm()) and not asyncio.run(taken.confirm())
+        assert taken.refused is TAKEN_OVER and kept.refused is None
         assert kept.fresh_until() > time.monotonic()  # the lease renewed by the check: no round trip until stale
         assert taken.fresh_until() <= time.monotonic()
 

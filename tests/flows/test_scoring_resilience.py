@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -333,6 +334,8 @@ def test_a_judge_worker_killed_mid_run_costs_retries_not_results(prefect_server,
     assert "judge worker 0 exited" in out
     stored = results(db)
     assert len(stored) == 120 and all(r["status"] == "scored" for r in stored.values()), out
-    # the calls the dead worker had in flight were retried by their pairs, in this run
-    assert max(r["attempts"] for r in stored.values()) == 2
+    # the calls the dead worker had in flight were attempted again by the run's one retry loop over
+    # attempts (judgeflow/judge/retry.py), in this run: no pair had to be run again
+    assert re.search(r"judge worker 0 exited \(code -9\) with [1-9]\d* call\(s\) in flight", out), out
+    assert max(r["attempts"] for r in stored.values()) == 1
     assert len({r["flow_run_id"] for r in stored.values()}) == 1

@@ -15,14 +15,9 @@ import pytest
 
 from judgeflow.errors import JudgeflowError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import Judge, JudgeReply, JudgeRequest
-from judgeflow.judge.wire_slots import call_priority
-from judgeflow.judge.litellm_judge import (
-    RETRY_AFTER_MAX_S,
-    LiteLLMJudge,
-    backoff_delay,
-    completion_cost_usd,
-    retry_delay,
-)
+from judgeflow.judge.litellm_judge import LiteLLMJudge, completion_cost_usd
+from judgeflow.judge.retry import RETRY_AFTER_MAX_S, CallRetry, Pace, backoff_delay, retry_delay
+from judgeflow.judge.send_gate import Call
 from judgeflow.metrics.data_block import render_data_block
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.toxicity.schema import Opinions
@@ -64,9 +59,10 @@ def http_path(request, monkeypatch):
 both_http_paths = pytest.mark.usefixtures("http_path")
 
 
-def make_judge(server: JudgeServer, **kwargs) -> LiteLLMJudge:
-    opts = dict(api_base=server.url, api_key=API_KEY, timeout_s=5, max_retries=2,
-                backoff_base_s=0.01, backoff_max_s=0.05)
+def make_judge(server: JudgeServer, *, max_retries: int = 2, backoff_base_s: float = 0.01,
+               backoff_max_s: float = 0.05, **kwargs) -> LiteLLMJudge:
+    opts = dict(api_base=server.url, api_key=API_KEY, timeout_s=5,
+                retry=CallRetry(max_retries=max_retries, backoff_base_s=backoff_base_s, backoff_max_s=backoff_max_s))
     opts.update(kwargs)
     return LiteLLMJudge(MODEL, **opts)
 
@@ -292,7 +288,7 @@ def test_stall_beyond_timeout_is_retried_then_transient(server):
 @both_http_paths
 def test_connection_refused_is_transient():
     judge = LiteLLMJudge(MODEL, api_base="http://127.0.0.1:9/v1", api_key=API_KEY, timeout_s=2,
-                         max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01)
+                         retry=CallRetry(max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01))
     with pytest.raises(TransientJudgeError):
         judge.complete(opinions_request())
 
@@ -304,7 +300,7 @@ def test_injected_sleep_sees_full_jitter_delays(server):
         slept.append(delay)
 
     judge = make_judge(server, max_retries=4, backoff_base_s=1.0, backoff_max_s=3.0,
-                       async_sleep=no_sleep, rng=random.Random(3))
+                       pace=Pace(random.Random(3), no_sleep))
     with pytest.raises(TransientJudgeError):
         judge.complete(opinions_request())
     assert len(slept) == 4 and server.calls() == 5
@@ -374,14 +370,13 @@ async def test_the_bound_holds_only_on_the_wire_on_the_default_path(server, monk
 
 @both_http_paths
 async def test_calls_waiting_for_a_slot_go_in_their_priority_order(server):
-    """The caller's call_priority decides which waiting call a freed slot goes
-    to (tasks/scoring.py sets it per pair), on either HTTP path."""
+    """The priority of the Call a caller hands in decides which waiting call a
+    freed slot goes to (tasks/scoring.py gives one per pair), on either HTTP path."""
     server.latency_mean_s = 0.05
     judge = make_judge(server, max_concurrency=1)
 
     async def call(name: str, priority: tuple) -> None:
-        call_priority.set(priority)
-        await judge.acomplete(opinions_request(f"I think {name} is best."))
+        await judge.acomplete(opinions_request(f"I think {name} is best."), Call(priority=priority))
 
     first = asyncio.create_task(call("first", ()))
     while not server.calls():  # it holds the only slot
@@ -478,7 +473,7 @@ def test_the_factory_builds_the_configured_judge(server):
     judge = build_judge(judge_config(settings))
     try:
         assert isinstance(judge, LiteLLMJudge)
-        assert judge.model == MODEL and judge.max_concurrency == 3 and judge.max_retries == 1
+        assert judge.model == MODEL and judge.max_concurrency == 3 and judge.retry.max_retries == 1
         assert Opinions.model_validate_json(judge.complete(opinions_request()).content)
         assert {k.lower(): v for k, v in server.requests[0].headers.items()}["authorization"] == f"Bearer {API_KEY}"
     finally:

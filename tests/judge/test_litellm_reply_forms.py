@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from judgeflow.metrics import HallucinationMetric, ToxicityMetric
 
+from judgeflow.judge.retry import CallRetry
 from judgeflow.judge.litellm_judge import LiteLLMJudge
 from tests.support.judge_server import JudgeServer, Reply, reply_form_responder
 from tests.support.reply_forms import LAX_FORMS
@@ -21,7 +22,7 @@ CONTEXT = ["The museum opens at nine.", "Paris is in France."]
 
 
 def score_all(server: JudgeServer) -> list[tuple]:
-    judge = LiteLLMJudge("openai/judge-test", api_base=server.url, api_key="k", max_retries=0)
+    judge = LiteLLMJudge("openai/judge-test", api_base=server.url, api_key="k", retry=CallRetry(max_retries=0))
     toxicity, hallucination = ToxicityMetric(judge, async_mode=False), HallucinationMetric(judge)
     rows = []
     for output in OUTPUTS:
@@ -52,7 +53,7 @@ def test_every_form_is_accepted_through_litellm_without_a_repair(form: str, stri
 def test_a_still_invalid_reply_costs_one_repair_through_litellm(strict_scores) -> None:
     with JudgeServer(reply_form_responder("prose")) as server:
         server.script(Reply(content='{"score": 1.5, "reason": ["out of range"]}'))
-        judge = LiteLLMJudge("openai/judge-test", api_base=server.url, api_key="k", max_retries=0)
+        judge = LiteLLMJudge("openai/judge-test", api_base=server.url, api_key="k", retry=CallRetry(max_retries=0))
         result = HallucinationMetric(judge).score("q", OUTPUTS[0], CONTEXT)
         assert server.calls() == 2 and len(server.requests[1].messages) == 4
     assert (result.score, result.judge_calls) == (strict_scores[0][4], 2)

@@ -18,7 +18,7 @@ from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError, Transi
 from judgeflow.judge.config import JudgeConfig
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.pool.process_pool import JudgeProcessPool, decode_error, encode_error
-from judgeflow.judge.wire_slots import call_priority
+from judgeflow.judge.send_gate import Call
 from judgeflow.config.settings import Settings
 from tests.judge.test_litellm_judge import API_KEY, MODEL, opinions_request
 from tests.support.judge_server import JudgeServer, error_reply, json_reply
@@ -138,15 +138,14 @@ def test_calls_are_answered_by_two_workers_within_the_shared_bound(pooled):
 def test_the_run_holds_back_what_the_workers_cannot_start_and_hands_it_over_by_priority(pooled):
     """4 in flight over 2 workers: the run hands them 6 calls (each worker's
     share and one prepared); the others wait in the run, and go out in the
-    order of their call_priority."""
+    order of their Call's priority."""
     server, pool = pooled
     server.latency_mean_s = 0.5
     before = sum(pool.calls_per_worker())
     handed: list[int] = []
 
     async def call(name: str, priority: tuple) -> None:
-        call_priority.set(priority)
-        await pool.acomplete(opinions_request(f"I think {name} is best."))
+        await pool.acomplete(opinions_request(f"I think {name} is best."), Call(priority=priority))
 
     async def all_calls():
         calls = [asyncio.create_task(call(f"filler{i}", ())) for i in range(6)]
@@ -241,7 +240,8 @@ def test_closing_the_pool_stops_its_workers(server):
 
 
 def test_a_killed_worker_fails_its_calls_as_transient_and_is_replaced(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2)) as pool:
+    # one attempt per call: the call lost with its worker fails (with retries, the run's loop sends it again)
+    with JudgeProcessPool(pool_settings(server, max_concurrency=2, judge_processes=2, judge_max_retries=0)) as pool:
         pool.complete(opinions_request())
         pool.complete(opinions_request())  # both workers started
         server.latency_mean_s = 2.0  # the next calls are still in flight when a worker dies
@@ -318,8 +318,8 @@ def exit_before_answering(requests, replies, config) -> None:
 
 
 def test_a_worker_that_cannot_start_fails_calls_permanently_after_three_tries(server):
-    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2),
-                          target=exit_before_answering) as pool:
+    with JudgeProcessPool(pool_settings(server, max_concurrency=1, judge_processes=2, judge_max_retries=0),
+                          target=exit_before_answering) as pool:  # one attempt (one start) per call
         assert pool.processes == 1  # one call in flight allowed: one worker
         errors = []
         for _ in range(10):

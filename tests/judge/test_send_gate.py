@@ -12,7 +12,7 @@ import pytest
 
 from judgeflow.errors import CallWithheld, TransientJudgeError
 from judgeflow.judge.pool.process_pool import JudgeProcessPool
-from judgeflow.judge.send_gate import send_gate
+from judgeflow.judge.send_gate import Call
 from tests.judge.test_litellm_judge import both_http_paths, http_path, make_judge, opinions_request  # noqa: F401
 from tests.judge.test_process_pool import pool_settings
 from tests.support.judge_server import JudgeServer, Reply, error_reply, rule_responder
@@ -39,11 +39,7 @@ def server():
 
 
 async def _gated(judge, gate: Gate):
-    token = send_gate.set(gate)
-    try:
-        return await judge.acomplete(opinions_request())
-    finally:
-        send_gate.reset(token)
+    return await judge.acomplete(opinions_request(), Call(gate))
 
 
 @both_http_paths
@@ -215,11 +211,11 @@ def test_a_call_handed_back_by_a_worker_is_sent_once_the_run_confirms_and_keeps_
         await _handed_to_the_worker(pool, before, gate)
         await _until(lambda: server.in_flight == 1, "its first attempt to reach the judge")
         await _stale(gate)
-        holding.release()  # the 500: the worker's retry is past the claims' freshness, so handed back
+        holding.release()  # the 500: the run's retry loop asks the gate again, past the claims' freshness
         return await call
 
     reply = _bounded(scenario())
-    assert gate.asked == 1  # the run confirmed (its lease renewed) and handed the call over again
+    assert gate.asked == 1  # the run confirmed (its lease renewed) and handed the retry over
     assert sum(pool.calls_per_worker()) == before + 2
     assert server.calls() == 2  # the 500, then the retry the run confirmed
     assert reply.calls == 2  # the attempt sent before the hand-back is billed too
@@ -240,5 +236,7 @@ def test_a_call_confirmed_without_fresh_claims_is_not_handed_to_a_worker_and_fai
     with pytest.raises(TransientJudgeError) as unsent:
         _bounded(_gated(pool, gate))
     assert not isinstance(unsent.value, CallWithheld)
-    assert gate.asked == 1 and server.calls() == 0 and sum(pool.calls_per_worker()) == before
+    # each attempt of the retry loop asks the gate again; none goes to the worker
+    assert gate.asked == pool.retry.attempts == 2
+    assert server.calls() == 0 and sum(pool.calls_per_worker()) == before
     assert unsent.value.billed.calls == 0

@@ -10,6 +10,7 @@ import pytest
 
 from judgeflow.errors import PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeReply, Usage
+from judgeflow.judge.retry import CallRetry
 from judgeflow.judge.litellm_judge import LiteLLMJudge
 from judgeflow.judge.spend import attempt_estimate
 from tests.judge.test_litellm_judge import API_KEY, MODEL, opinions_request
@@ -24,9 +25,9 @@ def server():
         yield srv
 
 
-def judge_for(server: JudgeServer, **kwargs) -> LiteLLMJudge:
-    opts = dict(api_base=server.url, api_key=API_KEY, timeout_s=0.5, max_retries=2, backoff_base_s=0.01,
-                backoff_max_s=0.02, prices_per_mtok=PRICES)
+def judge_for(server: JudgeServer, *, max_retries: int = 2, **kwargs) -> LiteLLMJudge:
+    opts = dict(api_base=server.url, api_key=API_KEY, timeout_s=0.5, prices_per_mtok=PRICES,
+                retry=CallRetry(max_retries=max_retries, backoff_base_s=0.01, backoff_max_s=0.02))
     opts.update(kwargs)
     return LiteLLMJudge(MODEL, **opts)
 
@@ -78,8 +79,8 @@ def test_an_unpriced_model_counts_calls_with_an_unknown_cost(server):
 
 
 def test_connection_refused_is_not_billed():
-    judge = LiteLLMJudge(MODEL, api_base="http://127.0.0.1:9/v1", api_key=API_KEY, timeout_s=2, max_retries=1,
-                         backoff_base_s=0.01, backoff_max_s=0.01, prices_per_mtok=PRICES)
+    judge = LiteLLMJudge(MODEL, api_base="http://127.0.0.1:9/v1", api_key=API_KEY, timeout_s=2,
+                         retry=CallRetry(max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01), prices_per_mtok=PRICES)
     with pytest.raises(TransientJudgeError) as info:
         judge.complete(opinions_request())
     assert info.value.billed.calls == 0

@@ -9,7 +9,8 @@ import time
 import httpx
 import pytest
 
-from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, call_priority, wire_started
+from judgeflow.judge.send_gate import Call
+from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, attempt_ticket
 
 
 def test_non_blocking_acquire_and_over_release():
@@ -60,8 +61,7 @@ async def test_a_freed_slot_goes_to_the_lowest_priority_then_the_earliest():
     order: list[str] = []
 
     async def wait(name: str, priority: tuple) -> None:
-        call_priority.set(priority)  # this task's context only
-        await slots.acquire_async()
+        await slots.acquire_async(priority)
         order.append(name)
         slots.release()
 
@@ -194,13 +194,9 @@ async def test_the_transport_holds_a_slot_from_send_until_the_body_is_closed():
         return httpx.Response(200, stream=bodies[-1])
 
     transport = WireSlotTransport(httpx.MockTransport(reply), slots)
-    sent: list[float] = []
-    token = wire_started.set(sent)
-    try:
+    with attempt_ticket(Call()) as ticket:
         response = await transport.handle_async_request(httpx.Request("POST", "http://judge.test/"))
-    finally:
-        wire_started.reset(token)
-    assert len(sent) == 1  # the send time, for the judge's latency
+    assert len(ticket.marks) == 1 and not ticket.refused  # the send time, for the judge's latency
     assert slots.acquire(blocking=False) is False  # the reply has not been read yet
     assert await response.aread() == b'{"ok": true}'
     await response.aclose()
@@ -229,3 +225,34 @@ async def test_through_an_httpx_client_the_slot_is_free_once_the_call_returns():
         replies = await asyncio.gather(*(client.post("http://judge.test/") for _ in range(6)))
     assert [r.json() for r in replies] == [{"ok": True}] * 6
     assert slots.acquire(blocking=False) and slots.acquire(blocking=False)
+
+
+class _Refusing:
+    """A send gate never fresh that refuses."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def fresh_until(self) -> float:
+        return float("-inf")
+
+    async def confirm(self) -> bool:
+        self.asked += 1
+        return False
+
+
+async def test_the_transport_asks_the_attempts_gate_and_sends_nothing_it_refuses():
+    slots = CallSlots(1)
+    sent: list[httpx.Request] = []
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"ok": True})
+
+    transport = WireSlotTransport(httpx.MockTransport(reply), slots)
+    gate = _Refusing()
+    with attempt_ticket(Call(gate, (1,))) as ticket:
+        with pytest.raises(httpx.TransportError):
+            await transport.handle_async_request(httpx.Request("POST", "http://judge.test/"))
+    assert ticket.refused and ticket.marks == [] and gate.asked == 1 and sent == []
+    assert slots.acquire(blocking=False)  # the refused request gave its slot back

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from judgeflow.run.entry import current_entry, entered, run_settings, stop_requested
+from judgeflow.run.entry import StopRequest, current_entry, entered, run_settings, run_stop
 from judgeflow.errors import ConfigError
 from judgeflow.config.settings import load_settings, with_parameters
 
@@ -77,15 +77,45 @@ def test_a_flow_run_and_its_tasks_see_the_entry_points_settings(clean_env, prefe
 
 
 def test_a_stop_is_asked_of_one_entrys_runs_only():
+    """The stop request a run's gate reads (judgeflow/run/gate.py) is its entry's own."""
+    from judgeflow.run.gate import STOPPED, RunGate
+
     settings = load_settings()
-    assert not stop_requested()  # no entry (a deployment's flow run): nothing asks it to stop
-    with entered(settings) as first:
-        first.stop.request()
-        assert stop_requested()
+    alone = run_stop()  # no entry (a deployment's flow run): a request of its own, never asked
+    assert not alone.requested() and run_stop() is not alone
+    stop = StopRequest()
+    with entered(settings, stop=stop) as first:
+        gate = RunGate(settings, "run-1", stop=run_stop())
+        assert first.stop is stop and gate.why_not_claim() is None
+        stop.request()  # Ctrl-C on the command
+        assert gate.why_not_claim() is STOPPED and gate.why_not_start() is STOPPED
         with entered(settings):  # another entry point's runs
-            assert not stop_requested()
-        seen_by_a_task = contextvars.copy_context().run(stop_requested)  # Prefect runs tasks in a copy
-        assert seen_by_a_task
-    assert not stop_requested()
+            assert not run_stop().requested()
+        seen_by_a_task = contextvars.copy_context().run(run_stop)  # Prefect runs tasks in a copy
+        assert seen_by_a_task is stop
+    assert not run_stop().requested()
     with entered(settings):  # the next command starts with no stop asked
-        assert not stop_requested()
+        assert not run_stop().requested()
+
+
+def test_the_observer_is_the_entrys():
+    from judgeflow.run.progress import RunReporter
+
+    seen = []
+
+    class Watcher:
+        def started(self, progress):
+            seen.append(("started", progress.total))
+
+        def advanced(self, progress):
+            seen.append(("advanced", progress.done))
+
+        def finished(self, progress):
+            seen.append(("finished", progress.done))
+
+    RunReporter(3).finish()  # nobody watches a run outside an entry
+    assert seen == []
+    with entered(load_settings(), observer=Watcher()):
+        reporter = RunReporter(2)
+        reporter.finish()
+    assert seen == [("started", 2), ("finished", 0)]

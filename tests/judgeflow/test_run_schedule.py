@@ -16,6 +16,9 @@ from judgeflow.run.schedule import (
     BUDGET, DEADLINE, DONE, LIMIT, STOPPED, Bounds, RunSchedule, default_batch_size, window_for,
 )
 from judgeflow.model import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
+from judgeflow.config.settings import Settings
+from judgeflow.run.entry import StopRequest
+from judgeflow.run.gate import RunGate
 
 AT = datetime(2026, 11, 21, tzinfo=timezone.utc)
 
@@ -92,12 +95,13 @@ class Progress:
 
 
 def _schedule(tasks: Tasks, *, batch_size=4, window=2, limit=None, metrics=1, deadline=float("inf"),
-              budget=None, clock=lambda: 0.0, stop=lambda: False) -> tuple[RunSchedule, Totals]:
+              budget=None, clock=lambda: 0.0, stop=None) -> tuple[RunSchedule, Totals]:
     totals = Totals()
+    gate = RunGate(Settings(_env_file=None), "run-1", stop=stop, deadline=deadline, budget=budget, clock=clock)
     schedule = RunSchedule(
         submit=tasks.submit, first_done=tasks.first_done, cancel=tasks.cancel,
-        bounds=Bounds(batch_size=batch_size, window=window, limit=limit, metrics=metrics, deadline=deadline),
-        budget=budget, totals=totals, progress=Progress(), clock=clock, stop=stop,
+        bounds=Bounds(batch_size=batch_size, window=window, limit=limit, metrics=metrics),
+        gate=gate, totals=totals, progress=Progress(), clock=clock,
     )
     return schedule, totals
 
@@ -163,11 +167,16 @@ def test_past_the_deadline_nothing_more_is_claimed():
 
 
 def test_a_stop_request_ends_claiming_and_work_in_flight_is_still_counted():
-    requests = iter([False, True])
+    stop = StopRequest()
     source, tasks = Source([_work(i) for i in range(10)]), Tasks()
-    schedule, totals = _schedule(tasks, batch_size=3, window=5, stop=lambda: next(requests))
+    schedule, totals = _schedule(tasks, batch_size=3, window=5, stop=stop)
 
-    assert schedule.run(source.claim) == STOPPED
+    def claim(room, cursor):
+        batch = source.claim(room, cursor)
+        stop.request()  # Ctrl-C while the first batch is claimed
+        return batch
+
+    assert schedule.run(claim) == STOPPED
     assert len(tasks.submitted) == 1
     schedule.finish()
     assert len(totals.outcomes) == 3

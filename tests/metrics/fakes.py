@@ -58,7 +58,7 @@ class ScriptedJudge:
     def requests_for(self, step: str) -> list[JudgeRequest]:
         return [request for request in self.requests if request.step == step]
 
-    def complete(self, request: JudgeRequest) -> JudgeReply:
+    def complete(self, request: JudgeRequest, call=None) -> JudgeReply:
         self._enter(request)
         try:
             if self._delay_s:
@@ -67,7 +67,7 @@ class ScriptedJudge:
         finally:
             self._leave()
 
-    async def acomplete(self, request: JudgeRequest) -> JudgeReply:
+    async def acomplete(self, request: JudgeRequest, call=None) -> JudgeReply:
         self._enter(request)
         try:
             if self._delay_s:

@@ -200,7 +200,7 @@ def _still_judged_only_what_it_holds(settings, db, judge_server, work):
     assert set(results(db)) == {("tr-0002", "toxicity")}
 
 
-def test_a_batch_claimed_a_moment_ago_skips_the_check_and_its_write_still_checks(settings, db, judge_server):
+def test_a_batch_known_fresh_skips_the_check_and_its_write_still_checks(settings, db, judge_server):
     from judgeflow.model import TraceWork
 
     _claim(settings, "run-a:1", 41, n=2)  # by a run whose lock is gone
@@ -214,15 +214,15 @@ def test_a_batch_claimed_a_moment_ago_skips_the_check_and_its_write_still_checks
 def _fresh_and_stale_batches(settings, db, judge_server, work):
     import time
 
-    from judgeflow.tasks.scoring import FRESH_CLAIM_S, score_batch
+    from judgeflow.tasks.scoring import score_batch
 
-    # claimed long enough ago: checked, the lost pair is not judged
-    stale = score_batch.fn(work, settings, "run-a:1", flow_run_id="run-a", claimed_at=time.time() - FRESH_CLAIM_S)
+    # claimed at a time nobody knows: each pair's gate checks before its first call, the lost pair is not judged
+    stale = score_batch.fn(work, settings, "run-a:1", flow_run_id="run-a", claimed_at=None)
     assert {o.trace_id: o.status for o in stale} == {"tr-0000": "taken_over", "tr-0001": "scored"}
     assert judge_server.calls("Opinions") == 1
 
-    # "claimed" just now: not checked (it cannot have been lost in a second, barring a
-    # lost lock); the lost pair is judged, and its write is refused all the same
+    # claimed just now, with no keeper to say it lapsed: not checked; the lost
+    # pair is judged, and its write is refused all the same
     fresh = score_batch.fn(work[:1], settings, "run-a:1", flow_run_id="run-a", claimed_at=time.time())
     assert [(o.trace_id, o.status) for o in fresh] == [("tr-0000", "superseded")]
     assert judge_server.calls("Opinions") == 2
@@ -268,7 +268,8 @@ def test_a_run_whose_lock_connection_is_killed_takes_it_back_in_seconds_and_skip
     import time
 
     from judgeflow.db.pooling import DIRECT, SESSION
-    from judgeflow.db.leases import VERIFY_INTERVAL_S, claims_at_risk, still_owned
+    from judgeflow.db.leases import VERIFY_INTERVAL_S, still_owned
+    from judgeflow.run.gate import RunGate
     from judgeflow.tasks.scoring import score_batch
 
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", _through(request, database_url, mode))
@@ -295,14 +296,15 @@ def test_a_run_whose_lock_connection_is_killed_takes_it_back_in_seconds_and_skip
             assert _claim(settings, "run-c:1", 78) == set()
             assert still_owned(settings, owner, batch.items) == {(f"tr-{i:04d}", "toxicity") for i in (2, 3, 4)}
             # the batch claimed before the lapse checks its pairs, although it was claimed a moment ago
-            assert claims_at_risk(owner, claimed_at)
-            outcomes = score_batch.fn(batch.items, settings, owner, flow_run_id=owner, claimed_at=claimed_at)
+            assert keeper.at_risk(claimed_at) and keeper.fresh_until(claimed_at) <= time.monotonic()
+            outcomes = score_batch.fn(batch.items, settings, owner, flow_run_id=owner, claimed_at=claimed_at,
+                                      gate=RunGate(settings, owner, keeper=keeper))
         assert {o.trace_id: o.status for o in outcomes} == {
             "tr-0000": "taken_over", "tr-0001": "taken_over", "tr-0002": "scored", "tr-0003": "scored",
             "tr-0004": "scored",
         }
         assert judge_server.calls("Opinions") == 3  # the two pairs run b took never reached the judge
-    assert not claims_at_risk(owner, claimed_at)  # forgotten with the run
+        assert not keeper.at_risk(time.time() + 0.01)  # a batch claimed after the lapse is not checked
 
 
 def test_behind_a_transaction_pool_a_run_holds_its_claims_by_lease_across_server_connection_closes(

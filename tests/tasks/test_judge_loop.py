@@ -6,7 +6,7 @@ import asyncio
 
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
-from judgeflow.judge.wire_slots import CallSlots, call_priority
+from judgeflow.judge.wire_slots import CallSlots
 from judgeflow.run.judge_loop import judge_loop
 from tests.metrics.fakes import ScriptedJudge
 
@@ -21,8 +21,8 @@ def test_pairs_on_the_loop_share_the_judges_slots_in_their_priority_order():
 
     async def pair(i: int) -> int:
         nonlocal running, peak
-        call_priority.set((-(i % 2), i))  # as PairRun.judge sets it: odd pairs chain more calls
-        await slots.acquire_async()
+        # as PairRun.priority gives it: odd pairs chain more calls
+        await slots.acquire_async((-(i % 2), i))
         try:
             running += 1
             peak = max(peak, running)

@@ -49,7 +49,8 @@ class OfflineJudge(JudgeBase):
     def __repr__(self) -> str:
         return f"OfflineJudge(model={self._model!r})"
 
-    def complete(self, request: JudgeRequest) -> JudgeReply:
+    def complete(self, request: JudgeRequest, call: Any = None) -> JudgeReply:
+        # no slots and nothing sent: the call's gate has nothing to guard
         started = time.perf_counter()
         payload, context = self._answer(request)
         content = json.dumps(payload, ensure_ascii=False)
@@ -63,7 +64,7 @@ class OfflineJudge(JudgeBase):
             latency_s=time.perf_counter() - started,
         )
 
-    async def acomplete(self, request: JudgeRequest) -> JudgeReply:
+    async def acomplete(self, request: JudgeRequest, call: Any = None) -> JudgeReply:
         # CPU-cheap (milliseconds); the first call loads the classifier, which
         # is why it is not run in the event loop's thread on first use.
         if not classifier.is_loaded():

@@ -24,16 +24,19 @@ Behaviour:
   plus a few calls it holds prepared
   (:meth:`~judgeflow.judge.config.JudgeConfig.dispatch_bound`), with slots of
   the same :class:`~judgeflow.judge.wire_slots.CallSlots` the judges hold: the
-  other calls wait in the run, in the run's priority order, and the run's
-  send gate (its claims, its spend budget) is asked as a call takes its slot,
-  not when the pair starts. A call goes to the worker with the fewest
-  outstanding, with its priority.
-* **Same errors, same retries.** Each worker's adapter retries transient
-  errors as in-process; what it finally raises crosses back as the same
+  other calls wait in the run, in the run's priority order, and the call's
+  send gate (its pair may start, its claims) is asked as an attempt takes its
+  slot, not when the pair starts. An attempt goes to the worker with the
+  fewest outstanding, with its priority.
+* **One retry loop, in the run.** A worker sends single attempts
+  (:meth:`~judgeflow.judge.litellm_judge.LiteLLMJudge.attempt`); the run's
+  :func:`~judgeflow.judge.retry.send_with_retries` decides whether and when
+  the next one goes and counts what each cost, as for a judge in the run's
+  process. What an attempt raised crosses back as the same
   :mod:`judgeflow.errors` class with its attributes.
-* **A worker that dies** (killed, out of memory) fails the calls it had with
-  :class:`~judgeflow.errors.TransientJudgeError`, which the scoring tasks
-  retry; the next call starts a new worker. A worker that exits
+* **A worker that dies** (killed, out of memory) fails the attempts it had
+  with :class:`~judgeflow.errors.TransientJudgeError`, which the retry loop
+  retries; the next attempt starts a new worker. A worker that exits
   :data:`MAX_FAILED_STARTS` times in a row before answering anything (a broken
   environment) is not started again: calls to it fail with
   :class:`~judgeflow.errors.PermanentJudgeError`.
@@ -59,11 +62,12 @@ from concurrent.futures import Future, InvalidStateError
 from typing import TYPE_CHECKING, Any, Callable
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, Usage
-from judgeflow.judge.send_gate import fresh_until, may_send
-from judgeflow.judge.spend import with_earlier_attempts, with_earlier_usage
-from judgeflow.judge.wire_slots import CallSlots, call_priority
-from judgeflow.judge.pool.worker import HELLO, decode_error, encode_error, serve
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest
+from judgeflow.judge.retry import AttemptFailed, Pace, send_with_retries
+from judgeflow.judge.send_gate import ANY_CALL, Call
+from judgeflow.judge.spend import CallSpend
+from judgeflow.judge.wire_slots import CallSlots
+from judgeflow.judge.pool.worker import HELLO, decode_error, decode_failure, encode_error, serve
 
 if TYPE_CHECKING:
     from judgeflow.judge.config import JudgeConfig
@@ -145,6 +149,7 @@ class _Worker:
         self._pending: dict[int, tuple[Any, Any]] = {}  # call id -> (its loop or None, its future)
         self.queued = 0  # calls picked for this slot, not yet sent (the pool's lock guards it)
         self._pid: int | None = None  # from the worker's hello: it can take calls
+        self.prices: tuple[float, float] | None = None  # from the hello: what an attempt without usage costs
         self.calls = 0  # calls sent over this slot's lifetime (tests, benchmark)
         self.starts = 0
         self.failed_starts = 0  # processes in a row that exited without answering anything
@@ -235,13 +240,10 @@ class _Worker:
                             self.failed_starts = 0
                             answered = True
                         if call_id == HELLO and self._proc is proc:
-                            self._pid = payload
+                            self._pid, self.prices = payload
                         if waiter is None:  # the hello
                             continue
-                        if ok:
-                            outcomes.append((waiter, payload, None))
-                        else:
-                            outcomes.append((waiter, None, decode_error(*payload)))
+                        outcomes.append((waiter, payload if ok else decode_failure(payload), None))
                 _resolve_waiters(outcomes)
         except (EOFError, OSError, ValueError):
             pass
@@ -292,8 +294,12 @@ class JudgeProcessPool(JudgeBase):
     on the first call (or :meth:`start`). ``target`` is the function a worker
     runs (:func:`judgeflow.judge.pool.worker.serve`; tests give one that fails)."""
 
-    def __init__(self, config: "JudgeConfig", *, target: Callable = serve) -> None:
+    def __init__(self, config: "JudgeConfig", *, target: Callable = serve, pace: Pace | None = None) -> None:
+        super().__init__()
         self._model = config.model
+        self.retry = config.retry
+        self._pace = pace or Pace()  # the backoff's randomness and the Retry-After cool-down, run-wide
+        self._prices = config.prices_per_mtok
         self.max_concurrency = config.max_concurrency
         self._workers = [_Worker(i, share, target) for i, share in enumerate(config.shares())]
         # the calls handed to the workers (the module doc); each worker's judge bounds its share on the wire
@@ -367,58 +373,46 @@ class JudgeProcessPool(JudgeBase):
         if not self._started:
             self.start()
 
-    def complete(self, request: JudgeRequest) -> JudgeReply:
-        """:meth:`acomplete` for a thread without an event loop: it waits for
-        one of the same slots."""
+    def _estimate_prices(self) -> tuple[float, float] | None:
+        """The configured prices, else the price map's as a worker read it (its hello)."""
+        if self._prices is not None:
+            return self._prices
+        return next((w.prices for w in self._workers if w.prices is not None), None)
+
+    async def acomplete(self, request: JudgeRequest, call: Call | None = None) -> JudgeReply:
+        """The call: its attempts (:meth:`_attempt`, each sent by a worker) in
+        the one retry loop, :func:`~judgeflow.judge.retry.send_with_retries`,
+        run here; each attempt's spend counted here too."""
+        call = call or ANY_CALL
+        spend = CallSpend(self._model, self._estimate_prices(), request)
+        return await send_with_retries(lambda: self._attempt(request, call), policy=self.retry, spend=spend,
+                                       pace=self._pace)
+
+    async def _attempt(self, request: JudgeRequest, call: Call) -> JudgeReply | AttemptFailed:
+        """One attempt, handed to a worker once it holds one of the pool's
+        slots (the module doc) and ``call``'s send gate lets it leave the run's
+        process. It goes with the time its claims are fresh until; a worker
+        that would send it past that hands it back unsent, and the retry loop
+        asks again. A gate that confirms the call without its freshness moving
+        past now (the run's lease could not be renewed) leaves a worker no time
+        to send it in: the attempt fails as transient."""
         self._check_open()
-        self._slots.acquire()
+        await self._slots.acquire_async(call.priority)
         try:
-            future: Future = Future()
-            with self._dispatch_lock:
-                worker = self._least_busy()
-                call_id = next(self._ids)
-            worker.send([(call_id, (request, fresh_until(), call_priority.get()), (None, future))])
-            return future.result()
+            if not await call.may_send():
+                return AttemptFailed(CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair"))
+            fresh = call.fresh_until()
+            if fresh <= time.monotonic():
+                return AttemptFailed(TransientJudgeError(f"judge {self._model}: not sent, the run's claims could "
+                                                         "not be renewed to hand the call to a judge worker"))
+            try:
+                return await self._dispatch(request, fresh, call.priority)
+            except JudgeError as error:  # the worker is gone, or cannot start
+                return AttemptFailed(error)
         finally:
             self._slots.release()
 
-    async def acomplete(self, request: JudgeRequest) -> JudgeReply:
-        """The call, handed to a worker once it holds one of the pool's slots
-        (the module doc) and the caller's send gate lets it leave the run's
-        process (:mod:`judgeflow.judge.send_gate`). It goes with the time its
-        claims are fresh until; a worker that would send an attempt past it
-        hands the call back, and it waits for a slot and the gate again. A gate
-        that confirms the call without its freshness moving past now (the run's
-        lease could not be renewed) leaves a worker no time to send it in: the
-        call fails as transient, and its pair is tried again later."""
-        billed = Usage()  # what attempts handed back unfinished have cost
-        priority = call_priority.get()
-        while True:
-            await self._slots.acquire_async(priority)
-            try:
-                if not await may_send():
-                    withheld = CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair")
-                    withheld.billed = billed
-                    raise withheld
-                fresh = fresh_until()
-                if fresh <= time.monotonic():
-                    unsent = TransientJudgeError(f"judge {self._model}: not sent, the run's claims could not be "
-                                                 "renewed to hand the call to a judge worker")
-                    unsent.billed = billed
-                    raise unsent
-                try:
-                    reply = await self._dispatch(request, fresh, priority)
-                except CallWithheld as handed_back:
-                    billed.add_billed(handed_back)
-                    continue
-                except JudgeError as error:
-                    error.billed = with_earlier_usage(getattr(error, "billed", None), billed)
-                    raise
-            finally:
-                self._slots.release()
-            return with_earlier_attempts(reply, billed)
-
-    async def _dispatch(self, request: JudgeRequest, fresh: float, priority: tuple) -> JudgeReply:
+    async def _dispatch(self, request: JudgeRequest, fresh: float, priority: tuple) -> JudgeReply | AttemptFailed:
         """The calls a loop makes in one turn go to the workers together: one
         message per worker, sent once the turn's other callbacks have run."""
         self._check_open()
@@ -448,6 +442,7 @@ class JudgeProcessPool(JudgeBase):
 
     def close(self) -> None:
         """Stop the workers and wait for them."""
+        super().close()
         self._closed = True
         procs = [worker.hang_up() for worker in self._workers]  # every connection first: they exit together
         for proc in procs:

@@ -3,10 +3,13 @@ on one event loop, answering the calls its run sends over
 :mod:`multiprocessing` pipes.
 
 The run (:class:`~judgeflow.judge.pool.process_pool.JudgeProcessPool`) sends lists
-of ``(call id, (JudgeRequest, fresh until, priority))``: the calls it prepared
-in one turn of its own loop, each with the time its send gate is fresh until
-and its place in the queue for a slot (:data:`~judgeflow.judge.wire_slots.call_priority`). The worker answers with lists of ``(call id, True, JudgeReply)`` or
-``(call id, False, encoded error)``, after a first ``[(HELLO, True, pid)]``:
+of ``(call id, (JudgeRequest, fresh until, priority))``: the attempts it
+prepared in one turn of its own loop, each with the time its send gate is
+fresh until and its place in the queue for a slot. The worker makes each
+attempt once (the retry loop is the run's: judgeflow/judge/retry.py) and
+answers with lists of ``(call id, True, JudgeReply)`` or ``(call id, False,
+(encoded error, sent, handed back))``, after a first
+``[(HELLO, True, (pid, estimate prices))]``:
 the replies finished in one turn of its event loop go back as one message
 (one pipe write and one wake-up of the reader on the other side instead of one
 per call). The event loop itself watches the request pipe: a reader thread
@@ -27,10 +30,10 @@ import signal
 from typing import Any
 
 from judgeflow import errors
-from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.base import Usage
-from judgeflow.judge.send_gate import FreshUntil, send_gate
-from judgeflow.judge.wire_slots import call_priority
+from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
+from judgeflow.judge.base import JudgeReply, Usage
+from judgeflow.judge.retry import AttemptFailed
+from judgeflow.judge.send_gate import Call, FreshUntil
 from judgeflow.infra.heap import settle_heap
 
 HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
@@ -57,6 +60,17 @@ def decode_error(name: str, message: str, attrs: dict) -> JudgeError:
         err.retry_after_s = None  # type: ignore[attr-defined]
     vars(err).update(attrs)
     return err
+
+
+def encode_failure(failed: AttemptFailed) -> tuple:
+    """An attempt that failed in the worker, for the run's retry loop. One the
+    worker's gate withheld (its claims no longer fresh) is handed back."""
+    return encode_error(failed.error), failed.sent, isinstance(failed.error, CallWithheld)
+
+
+def decode_failure(payload: tuple) -> AttemptFailed:
+    error, sent, handed_back = payload
+    return AttemptFailed(decode_error(*error), sent=sent, handed_back=handed_back)
 
 
 def serve(requests: Any, replies: Any, config: Any) -> None:
@@ -107,16 +121,17 @@ class _Answering:
             pass
 
     async def _answer(self, call_id: int, request, fresh: float, priority: tuple) -> None:
-        # the run's claims are fresh until ``fresh``: past it, an attempt is
-        # not sent here but the call handed back to the run (judge/send_gate.py)
-        send_gate.set(FreshUntil(fresh))
-        call_priority.set(priority)  # its place among this worker's calls waiting for a slot
+        # the run's claims are fresh until ``fresh``: past it, the attempt is
+        # not sent here but handed back to the run (judge/send_gate.py);
+        # ``priority``: its place among this worker's attempts waiting for a slot
         try:
-            reply = await self.judge.acomplete(request)
+            outcome = await self.judge.attempt(request, Call(FreshUntil(fresh), priority))
         except BaseException as exc:  # everything goes back to the caller
-            message = (call_id, False, encode_error(exc))
+            outcome = AttemptFailed(decode_error(*encode_error(exc)))
+        if isinstance(outcome, JudgeReply):
+            message = (call_id, True, outcome)
         else:
-            message = (call_id, True, reply)
+            message = (call_id, False, encode_failure(outcome))
         if not self.outbox:
             self.loop.call_soon(self._flush)  # after the other calls finishing in this turn of the loop
         self.outbox.append(message)
@@ -135,7 +150,7 @@ class _Answering:
         # litellm's lazy set-up on a canned reply first, so the run's first calls do not pay it
         await self.judge.warm_up()
         settle_heap()
-        self.replies.send([(HELLO, True, os.getpid())])
+        self.replies.send([(HELLO, True, (os.getpid(), self.judge.estimate_prices()))])
         # one call started per turn of the loop: a burst of requests (a run's
         # first batch) goes out as each is prepared, instead of each waiting
         # for litellm to prepare every other one first
