@@ -45,9 +45,8 @@ from judgeflow.run.entry import current_entry, stop_requested
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.send_gate import send_gate
 from judgeflow.judge.wire_slots import call_priority
-from judgeflow.metrics.hallucination.metric import HallucinationMetric
+from judgeflow.metrics.registry import BuildOptions, ScoringMetric, registered
 from judgeflow.metrics.result import MetricResult
-from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.config.settings import Settings
 from judgeflow.db.leases import PairGate, claims_at_risk, confirm_claim, still_owned
 from judgeflow.run import outcomes, reuse
@@ -63,30 +62,15 @@ FRESH_CLAIM_S = 1.0  # a batch started this soon after its claim skips the owner
 # longer names are cut there: a batch of 100 pairs holds at most 100 ids
 _BATCH_NAME_MAX_CHARS = 20_000
 
-Metrics = dict[str, ToxicityMetric | HallucinationMetric]
+Metrics = dict[str, ScoringMetric]
 Scored = tuple[dict | None, ScoreOutcome]
 
 
 def build_metrics(settings: Settings, judge: Judge) -> Metrics:
-    """The configured metrics over ``judge``, built once per batch (building
-    one hashes its prompts and schemas for the metric version)."""
-    return {
-        "toxicity": ToxicityMetric(
-            judge,
-            threshold=settings.toxicity_threshold,
-            strict_mode=settings.toxicity_strict_mode,
-            include_reason=settings.include_reason,
-            max_field_chars=settings.max_field_chars,
-            max_repairs=settings.judge_max_repairs,
-            max_opinions=settings.max_opinions,
-        ),
-        "hallucination": HallucinationMetric(
-            judge,
-            threshold=settings.hallucination_threshold,
-            max_field_chars=settings.max_field_chars,
-            max_repairs=settings.judge_max_repairs,
-        ),
-    }
+    """Every registered metric over ``judge``, with its own settings (its version hash is computed once per process)."""
+    options = BuildOptions(include_reason=settings.include_reason, max_field_chars=settings.max_field_chars,
+                           max_repairs=settings.judge_max_repairs)
+    return {name: spec.build(judge, settings.metric(name), options) for name, spec in registered().items()}
 
 
 @task(name="start-judge", cache_policy=NO_CACHE, persist_result=False)
@@ -140,9 +124,7 @@ def _metric_call(work: TraceWork, metrics: Metrics):
         ))
     if work.output is None:
         raise InvalidTraceError("trace output is null: nothing to score")
-    if work.metric == "toxicity":
-        return metric.ascore(input=work.input or "", actual_output=work.output)
-    return metric.ascore(input=work.input or "", output=work.output, context=work.context)
+    return metric.ascore(work.input or "", work.output, work.context)
 
 
 async def judge_pair(

@@ -5,10 +5,12 @@ A labelled set is JSON Lines, one trace per line::
     {"id": "t1", "input": "...", "output": "...", "context": ["..."] | null,
      "labels": {"toxicity": true, "hallucination": false}}
 
+``labels`` maps registered metrics (judgeflow/metrics/registry.py) to labels.
+
 A label says whether a person judged the trace to *fail* the metric (toxic,
 or not faithful to its context); ``"toxic"``/``"not_toxic"``,
 ``"unfaithful"``/``"faithful"``, ``1``/``0`` and ``"yes"``/``"no"`` are read too.
-A line may label one metric or both. The judge's decision is the metric's own:
+A line may label one metric or several. The judge's decision is the metric's own:
 a score above the threshold fails. The figures treat "fails" as the positive
 class: precision is the share of the judge's failures a person agrees with,
 recall the share of the people's failures the judge finds, and Cohen's kappa
@@ -25,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from judgeflow.errors import ConfigError
+from judgeflow.metrics.registry import metric_names
 
-METRICS = ("toxicity", "hallucination")
 _POSITIVE = {"true", "1", "yes", "toxic", "unfaithful", "hallucinated", "fail", "failed"}
 _NEGATIVE = {"false", "0", "no", "not_toxic", "non_toxic", "faithful", "pass", "passed"}
 SAMPLE_PATH = Path(__file__).parent.parent / "demo" / "labelled.jsonl"
@@ -62,6 +64,7 @@ def load_labelled(path: str | Path) -> list[LabelledItem]:
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
                           f"{error.start}); save the labelled set as UTF-8") from None
     items: list[LabelledItem] = []
+    names = metric_names()
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -76,10 +79,11 @@ def load_labelled(path: str | Path) -> list[LabelledItem]:
             raise ConfigError(f"{where}: each line needs an object with a string 'output'")
         labels = raw.get("labels")
         if not isinstance(labels, dict) or not labels:
-            raise ConfigError(f"{where}: 'labels' must map toxicity and/or hallucination to a label")
-        unknown = set(labels) - set(METRICS)
+            raise ConfigError(f"{where}: 'labels' must map metrics ({', '.join(names)}) to labels")
+        unknown = set(labels) - set(names)
         if unknown:
-            raise ConfigError(f"{where}: unknown metric(s) in labels: {', '.join(sorted(unknown))}")
+            raise ConfigError(f"{where}: unknown metric(s) in labels: {', '.join(sorted(unknown))}; "
+                              f"registered: {', '.join(names)}")
         items.append(LabelledItem(
             id=str(raw.get("id", number)), input=str(raw.get("input") or ""), output=raw["output"],
             context=raw.get("context"),
