@@ -48,29 +48,39 @@ def normalise_database_url(url: str) -> str:
 
 
 class _MetricVariables(PydanticBaseSettingsSource):
-    """The registered metrics' variables (``JUDGEFLOW_TOXICITY_THRESHOLD``, ...)
-    as read by one of pydantic-settings' own sources (the environment, or
-    ``.env``), as ``{"metric_settings": {metric: {field: raw value}}}``."""
+    """One of pydantic-settings' own sources (the environment, or ``.env``),
+    with the registered metrics' variables (``JUDGEFLOW_TOXICITY_THRESHOLD``,
+    ...) it holds given as ``{"metric_settings": {metric: {field: raw value}}}``
+    (a ``.env`` source would give them as flat keys, which would then win over
+    the environment's)."""
 
-    def __init__(self, settings_cls: type[BaseSettings], variables: PydanticBaseSettingsSource):
+    def __init__(self, settings_cls: type[BaseSettings], variables: EnvSettingsSource):
         super().__init__(settings_cls)
         self._variables = variables
+
+    def _set_current_state(self, state: dict[str, Any]) -> None:
+        super()._set_current_state(state)
+        self._variables._set_current_state(state)
+
+    def _set_settings_sources_data(self, states: dict[str, dict[str, Any]]) -> None:
+        super()._set_settings_sources_data(states)
+        self._variables._set_settings_sources_data(states)
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False  # every value is given by __call__
 
     def __call__(self) -> dict[str, Any]:
-        if not isinstance(self._variables, EnvSettingsSource):
-            return {}
+        given = self._variables()
         found: dict[str, dict[str, Any]] = {}
         values, prefix = self._variables.env_vars, self._variables.env_prefix
         for spec in registered().values():
             for setting, name in spec.setting_names().items():
+                given.pop(setting, None)
                 key = f"{prefix}{setting}"
                 key = key if self._variables.case_sensitive else key.lower()
-                if key in values and values[key] is not None:
+                if values.get(key) is not None:
                     found.setdefault(spec.name, {})[name] = values[key]
-        return {"metric_settings": found} if found else {}
+        return {**given, "metric_settings": found} if found else given
 
 
 def _metric_values(data: dict[str, Any]) -> dict[str, MetricSettings]:
@@ -328,9 +338,8 @@ class Settings(BaseSettings):
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
                                    file_secret_settings):
-        # the metrics' variables rank as the variables they are read from do
-        return (init_settings, _MetricVariables(settings_cls, env_settings), env_settings,
-                _MetricVariables(settings_cls, dotenv_settings), dotenv_settings, file_secret_settings)
+        return (init_settings, _MetricVariables(settings_cls, env_settings),
+                _MetricVariables(settings_cls, dotenv_settings), file_secret_settings)
 
     def metric(self, name: str) -> MetricSettings:
         """Metric ``name``'s own settings (its spec's model)."""
