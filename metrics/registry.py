@@ -26,6 +26,7 @@ What a spec declares:
   context, judge=...)`` is the one call the engine makes.
 - ``offline``: what the offline judge answers for each of its steps
   (``"module:function"``, resolved by :mod:`judgeflow.judge.offline.judge`).
+- ``label_words``: how people may write its labels in a calibration set.
 """
 
 from __future__ import annotations
@@ -127,6 +128,8 @@ class MetricSpec:
     build: Callable[[Judge, Any, BuildOptions], ScoringMetric]
     settings: type[MetricSettings] = MetricSettings
     offline: Mapping[str, str] = field(default_factory=dict)
+    # words a calibration label may be written as (lower case) -> whether it means "fails the metric"
+    label_words: Mapping[str, bool] = field(default_factory=dict)
     description: str = ""
 
     def __post_init__(self) -> None:

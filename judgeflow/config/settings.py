@@ -49,7 +49,7 @@ def normalise_database_url(url: str) -> str:
 
 class _MetricVariables(PydanticBaseSettingsSource):
     """One of pydantic-settings' own sources (the environment, or ``.env``),
-    with the registered metrics' variables (``JUDGEFLOW_TOXICITY_THRESHOLD``,
+    with the registered metrics' variables (``JUDGEFLOW_<NAME>_THRESHOLD``,
     ...) it holds given as ``{"metric_settings": {metric: {field: raw value}}}``
     (a ``.env`` source would give them as flat keys, which would then win over
     the environment's)."""
@@ -176,7 +176,7 @@ class Settings(BaseSettings):
     max_field_chars: int = Field(20_000, ge=100, description="per-field truncation budget")
     # Each registered metric's own settings (judgeflow/metrics/registry.py: its threshold, its alert
     # rules' limits, ...), filled at load from JUDGEFLOW_<NAME>_<FIELD> (:class:`_MetricVariables`) and
-    # from keyword arguments named as those variables are (``toxicity_threshold=0.3``).
+    # from keyword arguments named as those variables are (``<name>_threshold=0.3``).
     metric_settings: dict[str, Any] = Field(default_factory=dict, exclude=False)
 
     # --- database --------------------------------------------------------

@@ -133,5 +133,6 @@ SPEC = MetricSpec(
                       completion_overhead_tokens=60, completion_output_share=0.0),
     settings=HallucinationSettings,
     build=_build,
+    label_words={"unfaithful": True, "hallucinated": True, "faithful": False},
     offline={STEP: "judgeflow.judge.offline.answers:hallucination"},
 )

@@ -300,6 +300,7 @@ SPEC = MetricSpec(
                       completion_overhead_tokens=120, completion_output_share=1.0),
     settings=ToxicitySettings,
     build=_build,
+    label_words={"toxic": True, "not_toxic": False, "non_toxic": False},
     offline={
         OPINIONS_STEP: "judgeflow.judge.offline.answers:opinions",
         VERDICTS_STEP: "judgeflow.judge.offline.answers:verdicts",
