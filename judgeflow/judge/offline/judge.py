@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError
+from judgeflow.errors import InvalidJudgeReplyError, JudgeAbstained, PermanentJudgeError
 from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest
 from judgeflow.judge.offline import classifier
 
@@ -38,6 +38,10 @@ def offline_answer(step: str) -> Callable[[Any, str], tuple[dict[str, Any], dict
     """The function answering ``step``; a step no registered metric gives an answer for is a permanent error."""
     steps = offline_steps()
     if step not in steps:
+        from judgeflow.metrics.registry import registered
+
+        if any(step in spec.steps for spec in registered().values()):  # a metric without offline answers
+            raise JudgeAbstained(f"the offline judge has no answer for step {step!r}: its metric declares none")
         raise PermanentJudgeError(f"offline judge does not know step {step!r} (it answers {', '.join(steps)})")
     try:
         return _resolve(steps[step])
