@@ -9,7 +9,6 @@ Subclasses write their logic once as a :data:`~judgeflow.metrics.steps.Flow`
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -105,9 +104,12 @@ class JudgeMetric:
         return self._scored(outcome, judge, usage, started)
 
     def score(self, input: Any, output: Any, context: Any = None) -> MetricResult:
-        """:meth:`ascore` on an event loop of its own, for a caller without one
-        (a script, a test); the engine and calibration await ``ascore``."""
-        return asyncio.run(self.ascore(input, output, context))
+        """:meth:`ascore` for a caller without an event loop (a script, a test),
+        run on the process's judge loop, where runs and calibration run it too:
+        litellm binds what it caches to the first loop that used it."""
+        from judgeflow.run.judge_loop import judge_loop
+
+        return judge_loop().submit(self.ascore, input, output, context).result()
 
     def _scored(self, outcome: Outcome, judge: Judge, usage: Usage, started: float) -> MetricResult:
         threshold = self.effective_threshold

@@ -67,7 +67,9 @@ Scored = tuple[dict | None, ScoreOutcome]
 
 
 def build_metrics(settings: Settings, judge: Judge) -> Metrics:
-    """Every registered metric over ``judge``, with its own settings (its version hash is computed once per process)."""
+    """Every registered metric over ``judge`` with its own settings, built once
+    per batch (building one hashes its prompts and schemas for the metric
+    version); a pair may hand its own judge to ``ascore(..., judge=...)``."""
     options = BuildOptions(include_reason=settings.include_reason, max_field_chars=settings.max_field_chars,
                            max_repairs=settings.judge_max_repairs)
     return {name: spec.build(judge, settings.metric(name), options) for name, spec in registered().items()}
