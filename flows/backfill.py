@@ -9,7 +9,7 @@ from prefect import flow
 from judgeflow.flows.scoring import MAX_THREADS, score_traces
 from judgeflow.run.entry import run_settings
 from judgeflow.tasks.reporting import RunSummary
-from judgeflow.model import METRIC_NAMES
+from judgeflow.metrics.registry import chosen
 
 from prefect.task_runners import ThreadPoolTaskRunner
 
@@ -24,7 +24,7 @@ def backfill_traces(
     until: datetime,
     rescore: bool = False,
     batch_size: int | None = None,
-    metrics: list[str] = list(METRIC_NAMES),
+    metrics: list[str] | None = None,
     max_concurrency: int | None = None,
     judge_processes: int | None = None,
     budget_usd: float | None = None,
@@ -38,6 +38,6 @@ def backfill_traces(
                              run_budget_usd=budget_usd)
     return score_traces(
         settings, batch_size=batch_size, limit=None, since=since, until=until,
-        sample_rate=1.0, metrics=list(metrics), rescore=rescore,
+        sample_rate=1.0, metrics=chosen(metrics), rescore=rescore,
         retry_failed=True,  # asked for by a person: pairs given up on get another go
     )

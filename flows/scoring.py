@@ -59,7 +59,8 @@ from judgeflow.tasks.reporting import (
 from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
-from judgeflow.model import METRIC_NAMES, ClaimedBatch, Cursor
+from judgeflow.metrics.registry import check_names, chosen
+from judgeflow.model import ClaimedBatch, Cursor
 
 # Hard ceiling on max_concurrency (pairs scored at once per process); only
 # guards against a misconfigured parameter.
@@ -74,9 +75,7 @@ def _run_name() -> str:
 
 def _checked_batch_size(settings: Settings, metrics: list[str], sample_rate: float, batch_size: int | None) -> int:
     """The run's batch size, once its arguments are known to be usable."""
-    for metric in metrics:
-        if metric not in METRIC_NAMES:
-            raise ConfigError(f"unknown metric {metric!r}; choose from {', '.join(METRIC_NAMES)}")
+    check_names(metrics)  # an unknown one: one line naming the registered metrics
     if not 0.0 < sample_rate <= 1.0:
         raise ConfigError("sample_rate must be in (0, 1]")
     if settings.max_concurrency > MAX_THREADS:
@@ -303,7 +302,7 @@ def score_new_traces(
     since: datetime | None = None,
     until: datetime | None = None,
     sample_rate: float = 1.0,
-    metrics: list[str] = list(METRIC_NAMES),
+    metrics: list[str] | None = None,
     max_concurrency: int | None = None,
     evaluate_alerts: bool = True,
     judge_processes: int | None = None,
@@ -337,7 +336,7 @@ def score_new_traces(
     try:
         summary = score_traces(
             settings, batch_size=batch_size, limit=limit, since=since, until=until,
-            sample_rate=sample_rate, metrics=list(metrics), rescore=False, retry_failed=retry_failed,
+            sample_rate=sample_rate, metrics=chosen(metrics), rescore=False, retry_failed=retry_failed,
         )
     except Exception:
         # Alert rules run at the end of every run, also one that stopped part-way:

@@ -20,7 +20,7 @@ from judgeflow.tasks.shadow import (
     score_shadow_sample,
     select_shadow_sample,
 )
-from judgeflow.model import METRIC_NAMES
+from judgeflow.metrics.registry import chosen
 
 
 def _run_name() -> str:
@@ -32,7 +32,7 @@ def _run_name() -> str:
 def shadow_score(
     since: datetime,
     judge_model: str | None = None,
-    metrics: list[str] = list(METRIC_NAMES),
+    metrics: list[str] | None = None,
     segment_by: str | None = None,
     per_segment: int = 50,
     seed: str = "judgeflow-shadow",
@@ -49,7 +49,7 @@ def shadow_score(
     candidate = candidate_settings(settings, judge_model)
     ensure_schema(settings)
     run_id = str(flow_run.get_id())
-    pairs = select_shadow_sample(settings, list(metrics), since, segment_by, per_segment, seed)
+    pairs = select_shadow_sample(settings, chosen(metrics), since, segment_by, per_segment, seed)
     score_shadow_sample(pairs, candidate, run_id, RetryPolicy.from_settings(settings))
     report = build_shadow_report(settings, run_id, candidate.judge_model, segment_by, per_segment)
     publish_shadow_report(report)

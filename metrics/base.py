@@ -1,8 +1,10 @@
-"""What every judge-backed metric shares: parameter checks, the two drivers,
-timing, usage accounting and turning an outcome into a :class:`MetricResult`.
+"""What every judge-backed metric shares: parameter checks, the one call the
+engine makes (``ascore``), timing, usage accounting and turning an outcome
+into a :class:`MetricResult`.
 
 Subclasses write their logic once as a :data:`~judgeflow.metrics.steps.Flow`
-that returns an :class:`Outcome`; ``_run`` and ``_arun`` execute it.
+(``flow(input, output, context)``) that returns an :class:`Outcome`;
+``ascore`` runs it with :func:`~judgeflow.metrics.steps.adrive`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pydantic import BaseModel
 from judgeflow.metrics.inputs import check_max_field_chars
 from judgeflow.metrics.reply import reply_extras
 from judgeflow.metrics.result import MetricResult
-from judgeflow.metrics.steps import Flow, Usage, adrive, drive
+from judgeflow.metrics.steps import Flow, Usage, adrive
 
 from judgeflow.errors import ConfigError, JudgeAbstained, JudgeflowError
 from judgeflow.judge.base import Judge
@@ -45,7 +47,7 @@ class JudgeMetric:
 
     def __init__(
         self,
-        judge: Judge,
+        judge: Judge | None,
         *,
         threshold: float,
         max_field_chars: int,
@@ -77,31 +79,39 @@ class JudgeMetric:
         """The threshold ``passed`` is decided with (strict mode may override it)."""
         return self.threshold
 
-    def _run(self, flow: Flow[Outcome]) -> MetricResult:
+    def flow(self, input: Any, output: Any, context: Any = None) -> Flow[Outcome]:
+        """The metric's logic, free of I/O: the judge requests it needs and the outcome."""
+        raise NotImplementedError
+
+    async def ascore(self, input: Any, output: Any, context: Any = None, *, judge: Judge | None = None
+                     ) -> MetricResult:
+        """Score one trace: the one call the engine makes, whatever the metric
+        (fields it does not read are ignored). ``judge``: the judge to ask
+        (the pair's own, with its gate), else the one the metric was built with."""
+        judge = judge if judge is not None else self.judge
+        if judge is None:
+            raise ConfigError(f"{self.name}: no judge to score with")
         usage = Usage()
         started = time.perf_counter()
         try:
-            outcome = drive(flow, self.judge, usage=usage, concurrent=self.async_mode)
+            outcome = await adrive(self.flow(input, output, context), judge, usage=usage,
+                                   concurrent=self.async_mode)
         except JudgeAbstained as abstained:
-            return self._skipped(abstained, usage, started)
+            return self._skipped(abstained, judge, usage, started)
         except JudgeflowError as error:
             error.billed = usage  # the calls made before the failure are billed all the same
             raise
-        return self._scored(outcome, usage, started)
+        return self._scored(outcome, judge, usage, started)
 
-    async def _arun(self, flow: Flow[Outcome]) -> MetricResult:
-        usage = Usage()
-        started = time.perf_counter()
-        try:
-            outcome = await adrive(flow, self.judge, usage=usage, concurrent=self.async_mode)
-        except JudgeAbstained as abstained:
-            return self._skipped(abstained, usage, started)
-        except JudgeflowError as error:
-            error.billed = usage  # the calls made before the failure are billed all the same
-            raise
-        return self._scored(outcome, usage, started)
+    def score(self, input: Any, output: Any, context: Any = None) -> MetricResult:
+        """:meth:`ascore` for a caller without an event loop (a script, a test),
+        run on the process's judge loop, where runs and calibration run it too:
+        litellm binds what it caches to the first loop that used it."""
+        from judgeflow.run.judge_loop import judge_loop
 
-    def _scored(self, outcome: Outcome, usage: Usage, started: float) -> MetricResult:
+        return judge_loop().submit(self.ascore, input, output, context).result()
+
+    def _scored(self, outcome: Outcome, judge: Judge, usage: Usage, started: float) -> MetricResult:
         threshold = self.effective_threshold
         return MetricResult(
             name=self.name,
@@ -110,10 +120,10 @@ class JudgeMetric:
             threshold=threshold,
             reason=outcome.reason,
             details=outcome.details,
-            **self._accounting(usage, started),
+            **self._accounting(judge, usage, started),
         )
 
-    def _skipped(self, abstained: JudgeAbstained, usage: Usage, started: float) -> MetricResult:
+    def _skipped(self, abstained: JudgeAbstained, judge: Judge, usage: Usage, started: float) -> MetricResult:
         return MetricResult(
             name=self.name,
             status="skipped",
@@ -121,12 +131,12 @@ class JudgeMetric:
             passed=None,
             threshold=self.effective_threshold,
             reason=str(abstained) or "judge abstained",
-            **self._accounting(usage, started),
+            **self._accounting(judge, usage, started),
         )
 
-    def _accounting(self, usage: Usage, started: float) -> dict[str, Any]:
+    def _accounting(self, judge: Judge, usage: Usage, started: float) -> dict[str, Any]:
         return {
-            "judge_model": usage.model or self.judge.model,
+            "judge_model": usage.model or judge.model,
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
             "cost_usd": usage.cost_usd,

@@ -3,9 +3,9 @@
 A metric's logic is written once, as a generator (a :data:`Flow`): it yields a
 ``list[JudgeRequest]`` whose requests are independent of each other (so they may
 run concurrently), receives the ``list[JudgeReply]`` in the same order, and
-finally returns its outcome. The generator never performs I/O itself, which is
-what lets :func:`drive` (sync, ``judge.complete``) and :func:`adrive` (async,
-``judge.acomplete``) share one code path instead of two copies of each metric.
+finally returns its outcome. The generator never performs I/O itself:
+:func:`adrive` runs it with ``judge.acomplete``, so a metric's logic can be
+read (and tested) step by step without a judge.
 
 :func:`ask` is the building block metrics ``yield from``: it sends requests,
 validates each reply against the step's pydantic model (:func:`parse_reply`
@@ -19,7 +19,6 @@ import asyncio
 import dataclasses
 import json
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,11 +34,6 @@ T = TypeVar("T")
 # Yields batches of independent requests, is sent their replies (same order),
 # returns the metric's outcome.
 Flow = Generator[list[JudgeRequest], list[JudgeReply], T]
-
-# Upper bound on threads the sync driver uses for one batch. The judge owns the
-# real bound on calls in flight; this only keeps a large batch from spawning
-# one thread per request.
-MAX_THREADS = 8
 
 # At most this many validation errors are quoted back to the judge: enough to
 # fix the reply, without echoing a long list that would dilute the request.
@@ -356,25 +350,9 @@ def ask(
     return [parsed[i] for i in range(len(requests))]
 
 
-def drive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool = True) -> T:
-    """Run ``flow`` with ``judge.complete``. A batch of several requests runs in
-    a small thread pool when ``concurrent``, otherwise one after another."""
-    try:
-        requests = next(flow)
-        while True:
-            replies = _complete_batch(judge, requests, concurrent, usage) if requests else []
-            requests = flow.send(replies)
-    except StopIteration as stop:
-        outcome: T = stop.value
-        return outcome
-    finally:
-        flow.close()
-
-
 async def adrive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool = True) -> T:
     """Run ``flow`` with ``judge.acomplete``. A batch of several requests runs
-    concurrently when ``concurrent``, otherwise one after another (the same
-    meaning as in :func:`drive`)."""
+    concurrently when ``concurrent``, otherwise one after another."""
     try:
         requests = next(flow)
         while True:
@@ -387,34 +365,11 @@ async def adrive(flow: Flow[T], judge: Judge, *, usage: Usage, concurrent: bool 
         flow.close()
 
 
-def _complete_batch(judge: Judge, requests: list[JudgeRequest], concurrent: bool, usage: Usage) -> list[JudgeReply]:
-    """The replies, each counted in ``usage`` as it arrives: when one call of a
-    batch fails, the ones that answered are counted (they are billed)."""
-    if not concurrent or len(requests) == 1:
-        replies = []
-        for request in requests:
-            try:
-                replies.append(judge.complete(request))
-            except Exception as error:
-                usage.add_billed(error)
-                raise
-            usage.add(replies[-1])
-        return replies
-    with ThreadPoolExecutor(max_workers=min(len(requests), MAX_THREADS)) as pool:
-        futures = [pool.submit(judge.complete, request) for request in requests]
-    # every call has ended here: count each one that answered, then raise the first failure
-    for future in futures:
-        if future.exception() is None:
-            usage.add(future.result())
-        else:
-            usage.add_billed(future.exception())
-    return [future.result() for future in futures]
-
-
 async def _acomplete_batch(
     judge: Judge, requests: list[JudgeRequest], concurrent: bool, usage: Usage
 ) -> list[JudgeReply]:
-    """As :func:`_complete_batch`, with ``judge.acomplete``."""
+    """The replies, each counted in ``usage`` as it arrives: when one call of a
+    batch fails, the ones that answered are counted (they are billed)."""
 
     async def counted(request: JudgeRequest) -> JudgeReply:
         try:

@@ -31,7 +31,6 @@ was asked (judgeflow/run/gate.py).
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -50,9 +49,8 @@ from judgeflow.run.entry import current_entry
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.retry import RetryPolicy
 from judgeflow.judge.send_gate import Call
-from judgeflow.metrics.hallucination.metric import HallucinationMetric
+from judgeflow.metrics.registry import BuildOptions, ScoringMetric, registered
 from judgeflow.metrics.result import MetricResult
-from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.config.settings import Settings
 from judgeflow.run import outcomes, reuse
 from judgeflow.run.gate import TAKEN_OVER, PairGate, RunGate
@@ -66,30 +64,17 @@ FLUSH_ROWS = 50  # ... or until this many are waiting
 # longer names are cut there: a batch of 100 pairs holds at most 100 ids
 _BATCH_NAME_MAX_CHARS = 20_000
 
-Metrics = dict[str, ToxicityMetric | HallucinationMetric]
+Metrics = dict[str, ScoringMetric]
 Scored = tuple[dict | None, ScoreOutcome]
 
 
 def build_metrics(settings: Settings, judge: Judge) -> Metrics:
-    """The configured metrics over ``judge``, built once per batch (building
-    one hashes its prompts and schemas for the metric version)."""
-    return {
-        "toxicity": ToxicityMetric(
-            judge,
-            threshold=settings.toxicity_threshold,
-            strict_mode=settings.toxicity_strict_mode,
-            include_reason=settings.include_reason,
-            max_field_chars=settings.max_field_chars,
-            max_repairs=RetryPolicy.from_settings(settings).repairs,
-            max_opinions=settings.max_opinions,
-        ),
-        "hallucination": HallucinationMetric(
-            judge,
-            threshold=settings.hallucination_threshold,
-            max_field_chars=settings.max_field_chars,
-            max_repairs=RetryPolicy.from_settings(settings).repairs,
-        ),
-    }
+    """Every registered metric over ``judge`` with its own settings, built once
+    per batch (building one hashes its prompts and schemas for the metric
+    version); a pair may hand its own judge to ``ascore(..., judge=...)``."""
+    options = BuildOptions(include_reason=settings.include_reason, max_field_chars=settings.max_field_chars,
+                           max_repairs=RetryPolicy.from_settings(settings).repairs)
+    return {name: spec.build(judge, settings.metric(name), options) for name, spec in registered().items()}
 
 
 @task(name="start-judge", cache_policy=NO_CACHE, persist_result=False)
@@ -124,7 +109,7 @@ async def _ready(result: MetricResult) -> MetricResult:
     return result
 
 
-def _metric_call(work: TraceWork, metrics: Metrics):
+def _metric_call(work: TraceWork, metrics: Metrics, judge: Judge):
     """The metric's ascore() coroutine for ``work``; a trace its source said
     not to judge (``skip_reason``) is 'skipped' with that reason, without a
     judge call; one the source could not read (``read_error``) fails."""
@@ -138,20 +123,7 @@ def _metric_call(work: TraceWork, metrics: Metrics):
         ))
     if work.output is None:
         raise InvalidTraceError("trace output is null: nothing to score")
-    if work.metric == "toxicity":
-        return metric.ascore(input=work.input or "", actual_output=work.output)
-    return metric.ascore(input=work.input or "", output=work.output, context=work.context)
-
-
-def _with_judge(metrics: Metrics, work: TraceWork, judge: Judge) -> Metrics:
-    """``work``'s metric over ``judge`` (the pair's view of the run's judge):
-    a shallow copy, since building a metric hashes its prompts."""
-    metric = metrics.get(work.metric)
-    if metric is None:  # not a configured metric: _metric_call says so
-        return metrics
-    pair_metric = copy.copy(metric)
-    pair_metric.judge = judge
-    return {work.metric: pair_metric}
+    return metric.ascore(work.input or "", work.output, work.context, judge=judge)
 
 
 async def judge_pair(
@@ -159,6 +131,7 @@ async def judge_pair(
     settings: Settings,
     metrics: Metrics,
     *,
+    judge: Judge,
     gate: PairGate,
     flow_run_id: str | None,
     rerun_delays: list[float],
@@ -180,7 +153,7 @@ async def judge_pair(
         if refusal is not None:
             return outcomes.deferred(work, attempt - 1, billed, why=refusal.why)
         try:
-            result = await _metric_call(work, metrics)
+            result = await _metric_call(work, metrics, judge)
         except CallWithheld as error:  # the pair's gate: it may not start, or another run took it over
             billed.add_billed(error)
             return _withheld(work, gate, billed, attempt)
@@ -257,8 +230,8 @@ class PairRun:
         its calls carrying that gate and ``priority`` to the judge; its spend
         charged to the budget as it ends."""
         gate = self.gate.pair(work, self.claimed_at)
-        metrics = _with_judge(self.metrics, work, BoundJudge(self.judge, Call(gate, priority)))
-        row, outcome = await judge_pair(work, self.settings, metrics, gate=gate, flow_run_id=self.flow_run_id,
+        judge = BoundJudge(self.judge, Call(gate, priority))
+        row, outcome = await judge_pair(work, self.settings, self.metrics, judge=judge, gate=gate, flow_run_id=self.flow_run_id,
                                         rerun_delays=self.rerun_delays, digest=digest, budget=self.budget)
         if self.budget is not None:
             self.budget.charge(work, outcome.cost_usd, outcome.judge_calls)

@@ -13,7 +13,7 @@ import importlib
 from typing import Any
 
 _WHERE = {
-    "RULE_SPECS": "judgeflow.alerts.rules", "Rule": "judgeflow.alerts.rules",
+    "rule_specs": "judgeflow.alerts.rules", "Rule": "judgeflow.alerts.rules",
     "all_rules": "judgeflow.alerts.rules", "enabled_rules": "judgeflow.alerts.rules",
     "RuleEvaluation": "judgeflow.alerts.service", "evaluate_rules": "judgeflow.alerts.service",
     "render_markdown": "judgeflow.alerts.service",

@@ -34,7 +34,7 @@ from judgeflow.alerts.stats import fisher_greater
 from judgeflow.sources.identity import of_source
 from judgeflow.db.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
 from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL, any_in_range
-from judgeflow.model import METRIC_NAMES
+from judgeflow.metrics.registry import metric_names
 
 WORST_LIMIT = 5
 # reasons are the judge's short explanations; cut them so a notification never
@@ -174,7 +174,7 @@ def _conditions(rule: Rule) -> tuple[str, str]:
 def rule_metrics(rule: Rule) -> list[str]:
     # Always a condition on metric: eval_results' index is (metric, trace_created_at),
     # and a window over every metric would otherwise read the whole table.
-    return [rule.metric] if rule.metric is not None else list(METRIC_NAMES)
+    return [rule.metric] if rule.metric is not None else list(metric_names())
 
 
 # the weight sums of a period (see judgeflow/alerts/estimates.py); without sampled traces every weight is 1

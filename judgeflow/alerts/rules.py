@@ -1,8 +1,10 @@
 """Alert rules, built from settings.
 
 A rule is a rate over the rolling window (by trace ``created_at``) and a
-maximum. Each rule is one row of :data:`RULE_SPECS`: a new rule of an existing
-kind needs a row here and a ``*_max`` setting, no other code.
+maximum. Every registered metric has a ``<name>_rate`` rule (its settings'
+``rate_max``, ``JUDGEFLOW_<NAME>_RATE_MAX``) and a ``<name>_regression`` rule
+(``regression_min_increase``); its spec's settings model holds their defaults.
+The other rules are :data:`FAILURE_RULE` and :data:`DEAD_DELIVERY_RULE`.
 
 Kinds:
 
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from judgeflow.config.settings import Settings
+from judgeflow.metrics.registry import registered
 
 RuleKind = Literal["not_passed_rate", "failure_rate", "regression", "dead_deliveries"]
 
@@ -48,36 +51,46 @@ class RuleSpec:
     name: str
     kind: RuleKind
     metric: str | None
-    setting: str  # the Settings field holding the maximum / minimum increase (None there: disabled)
+    setting: str  # the setting holding the maximum / minimum increase (None there: disabled)
     description: str
 
 
-RULE_SPECS: tuple[RuleSpec, ...] = (
-    RuleSpec(
-        "toxicity_rate", "not_passed_rate", "toxicity", "toxicity_rate_max",
-        "share of scored toxicity results that did not pass",
+# The rules of every metric (judgeflow/metrics/registry.py): kind -> (rule name suffix, the metric's
+# settings field holding its limit, description with {name}).
+METRIC_RULES: dict[RuleKind, tuple[str, str, str]] = {
+    "not_passed_rate": ("rate", "rate_max", "share of scored {name} results that did not pass"),
+    "regression": (
+        "regression", "regression_min_increase",
+        "rise of the {name} not-passed rate over its baseline period, significant by Fisher's exact test",
     ),
-    RuleSpec(
-        "hallucination_rate", "not_passed_rate", "hallucination", "hallucination_rate_max",
-        "share of scored hallucination results that did not pass",
-    ),
-    RuleSpec(
-        "judge_failure_rate", "failure_rate", None, "failure_rate_max",
-        "share of scorings that failed: failed / (scored + failed), all metrics",
-    ),
-    RuleSpec(
-        "toxicity_regression", "regression", "toxicity", "toxicity_regression_min_increase",
-        "rise of the toxicity not-passed rate over its baseline period, significant by Fisher's exact test",
-    ),
-    RuleSpec(
-        "hallucination_regression", "regression", "hallucination", "hallucination_regression_min_increase",
-        "rise of the hallucination not-passed rate over its baseline period, significant by Fisher's exact test",
-    ),
-    RuleSpec(
-        "dead_delivery_rate", "dead_deliveries", None, "dead_delivery_rate_max",
-        "share of alert deliveries ended in the window that are dead (given up on), all channels",
-    ),
+}
+FAILURE_RULE = RuleSpec(
+    "judge_failure_rate", "failure_rate", None, "failure_rate_max",
+    "share of scorings that failed: failed / (scored + failed), all metrics",
 )
+DEAD_DELIVERY_RULE = RuleSpec(
+    "dead_delivery_rate", "dead_deliveries", None, "dead_delivery_rate_max",
+    "share of alert deliveries ended in the window that are dead (given up on), all channels",
+)
+
+
+def _metric_rules(kind: RuleKind) -> list[RuleSpec]:
+    suffix, field, description = METRIC_RULES[kind]
+    return [RuleSpec(f"{name}_{suffix}", kind, name, spec.setting_name(field), description.format(name=name))
+            for name, spec in registered().items()]
+
+
+def rule_specs() -> tuple[RuleSpec, ...]:
+    """Every rule: each metric's maximum rate, the judge's failure rate, each
+    metric's regression, dead deliveries (the order they are listed in)."""
+    return (*_metric_rules("not_passed_rate"), FAILURE_RULE, *_metric_rules("regression"), DEAD_DELIVERY_RULE)
+
+
+def _limit(settings: Settings, spec: RuleSpec) -> float | None:
+    """What the rule's setting holds (None: disabled)."""
+    if spec.metric is None:
+        return getattr(settings, spec.setting)
+    return getattr(settings.metric(spec.metric), METRIC_RULES[spec.kind][1])
 
 
 @dataclass(frozen=True)
@@ -137,8 +150,8 @@ def all_rules(settings: Settings) -> list[Rule]:
             metric=spec.metric,
             setting=spec.setting,
             description=spec.description,
-            maximum=None if spec.kind == "regression" else getattr(settings, spec.setting),
-            min_increase=getattr(settings, spec.setting) if spec.kind == "regression" else None,
+            maximum=None if spec.kind == "regression" else _limit(settings, spec),
+            min_increase=_limit(settings, spec) if spec.kind == "regression" else None,
             window=settings.alert_window,
             window_s=settings.alert_window_s,
             # dead deliveries are few and each one matters: no minimum sample
@@ -153,7 +166,7 @@ def all_rules(settings: Settings) -> list[Rule]:
             segment_top=settings.alert_segment_top,
             source=result_source(settings),
         )
-        for spec in RULE_SPECS
+        for spec in rule_specs()
     ]
 
 

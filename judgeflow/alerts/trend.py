@@ -32,7 +32,7 @@ from judgeflow.sources.identity import of_source, result_source
 from judgeflow.db.epochs import Epoch, epoch_history, when
 from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL, any_in_range
 from judgeflow.config.settings import Settings
-from judgeflow.model import METRIC_NAMES
+from judgeflow.metrics.registry import metric_names
 
 SPARKS = "▁▂▃▄▅▆▇█"
 NO_DATA = "·"
@@ -129,7 +129,7 @@ def compute_trend(
     overall = _per_day(conn, None, start, index, weighted, source)
     by_key = {key: _per_day(conn, key, start, index, weighted, source) for key in keys}
     empty = [WeightedCounts()] * len(index)
-    for metric in METRIC_NAMES:
+    for metric in metric_names():
         days_ = overall.get((metric, None), empty)
         change = segment_figures(conn, rules[metric], now=now)[0]
         trend.series.append(_series(metric, {}, days_, change))
@@ -168,7 +168,7 @@ def _per_day(conn: Connection, key: str | None, start: datetime, index: dict[dat
             GROUP BY 1, 2, 3
             """
         ),
-        dict(metrics=list(METRIC_NAMES), start=start, key=key, source=source),
+        dict(metrics=list(metric_names()), start=start, key=key, source=source),
     ).all()
     found: dict[tuple[str, str | None], list[WeightedCounts]] = {}
     for r in rows:
@@ -391,7 +391,7 @@ def render_markdown(trend: Trend) -> str:
         "(1 unless a sample budget sampled its night) with a 95% interval; judged / traffic: the results "
         "judged in the window and the traffic they stand for.",
     ]
-    for metric in METRIC_NAMES:
+    for metric in metric_names():
         lines += ["", f"## {metric}", "", f"![{metric} trend]({svg_data_uri(svg_chart(trend, metric))})", ""]
         lines.append("| " + " | ".join(HEADERS) + " |")
         lines.append("|" + "---|" * len(HEADERS))
@@ -413,7 +413,7 @@ def render_text(trend: Trend) -> str:
         "rates are weighted by sample weights, with 95% intervals; judged / traffic: results judged in the "
         "window and the traffic they stand for",
     ]
-    for metric in METRIC_NAMES:
+    for metric in metric_names():
         rows = _rows(trend, metric)
         cells = [HEADERS] + rows
         widths = [max(len(r[i]) for r in cells) for i in range(len(HEADERS))]

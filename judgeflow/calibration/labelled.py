@@ -5,10 +5,12 @@ A labelled set is JSON Lines, one trace per line::
     {"id": "t1", "input": "...", "output": "...", "context": ["..."] | null,
      "labels": {"toxicity": true, "hallucination": false}}
 
-A label says whether a person judged the trace to *fail* the metric (toxic,
-or not faithful to its context); ``"toxic"``/``"not_toxic"``,
-``"unfaithful"``/``"faithful"``, ``1``/``0`` and ``"yes"``/``"no"`` are read too.
-A line may label one metric or both. The judge's decision is the metric's own:
+``labels`` maps registered metrics (judgeflow/metrics/registry.py) to labels.
+
+A label says whether a person judged the trace to *fail* the metric;
+``1``/``0``, ``"yes"``/``"no"``, ``"fail"``/``"pass"`` are read too, and the
+words each registered metric declares (its spec's ``label_words``).
+A line may label one metric or several. The judge's decision is the metric's own:
 a score above the threshold fails. The figures treat "fails" as the positive
 class: precision is the share of the judge's failures a person agrees with,
 recall the share of the people's failures the judge finds, and Cohen's kappa
@@ -25,10 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from judgeflow.errors import ConfigError
+from judgeflow.metrics.registry import registered
 
-METRICS = ("toxicity", "hallucination")
-_POSITIVE = {"true", "1", "yes", "toxic", "unfaithful", "hallucinated", "fail", "failed"}
-_NEGATIVE = {"false", "0", "no", "not_toxic", "non_toxic", "faithful", "pass", "passed"}
+_WORDS = {"true": True, "1": True, "yes": True, "fail": True, "failed": True,
+          "false": False, "0": False, "no": False, "pass": False, "passed": False}
 SAMPLE_PATH = Path(__file__).parent.parent / "demo" / "labelled.jsonl"
 
 
@@ -41,14 +43,24 @@ class LabelledItem:
     labels: dict[str, bool]
 
 
-def _label(value: Any, *, where: str) -> bool:
+def label_words() -> dict[str, bool]:
+    """Every word a label may be written as -> whether it means "fails"."""
+    words = dict(_WORDS)
+    for spec in registered().values():
+        words.update(spec.label_words)
+    return words
+
+
+def _label(value: Any, *, where: str, words: dict[str, bool]) -> bool:
     if isinstance(value, bool):
         return value
     if isinstance(value, (int, float)) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _POSITIVE | _NEGATIVE:
-        return value.strip().lower() in _POSITIVE
-    raise ConfigError(f"{where}: label {value!r} is not one of true/false, toxic/not_toxic, unfaithful/faithful")
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    fails, passes = ([w for w, fail in words.items() if fail is means] for means in (True, False))
+    raise ConfigError(f"{where}: label {value!r} is not a label: fails is one of {'/'.join(fails)}, passes one "
+                      f"of {'/'.join(passes)}")
 
 
 def load_labelled(path: str | Path) -> list[LabelledItem]:
@@ -62,6 +74,7 @@ def load_labelled(path: str | Path) -> list[LabelledItem]:
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
                           f"{error.start}); save the labelled set as UTF-8") from None
     items: list[LabelledItem] = []
+    names, words = tuple(registered()), label_words()
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -76,14 +89,15 @@ def load_labelled(path: str | Path) -> list[LabelledItem]:
             raise ConfigError(f"{where}: each line needs an object with a string 'output'")
         labels = raw.get("labels")
         if not isinstance(labels, dict) or not labels:
-            raise ConfigError(f"{where}: 'labels' must map toxicity and/or hallucination to a label")
-        unknown = set(labels) - set(METRICS)
+            raise ConfigError(f"{where}: 'labels' must map metrics ({', '.join(names)}) to labels")
+        unknown = set(labels) - set(names)
         if unknown:
-            raise ConfigError(f"{where}: unknown metric(s) in labels: {', '.join(sorted(unknown))}")
+            raise ConfigError(f"{where}: unknown metric(s) in labels: {', '.join(sorted(unknown))}; "
+                              f"registered: {', '.join(names)}")
         items.append(LabelledItem(
             id=str(raw.get("id", number)), input=str(raw.get("input") or ""), output=raw["output"],
             context=raw.get("context"),
-            labels={m: _label(v, where=f"{where} ({m})") for m, v in labels.items() if v is not None},
+            labels={m: _label(v, where=f"{where} ({m})", words=words) for m, v in labels.items() if v is not None},
         ))
     if not items:
         raise ConfigError(f"{path}: no labelled items")

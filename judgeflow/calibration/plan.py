@@ -7,7 +7,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from judgeflow.calibration.labelled import METRICS, LabelledItem
+from judgeflow.calibration.labelled import LabelledItem
 from judgeflow.config.settings import Settings
 
 
@@ -42,14 +42,14 @@ def pair_estimator(settings: Settings) -> Callable[[LabelledItem, str], float] |
 def plan_calibration(settings: Settings, items: list[LabelledItem]) -> CalibrationPlan:
     from judgeflow.judge.pricing import prices_for
 
-    pairs = sum(1 for item in items for metric in METRICS if metric in item.labels)
+    pairs = sum(len(item.labels) for item in items)
     prices = prices_for(settings)
     if prices is None:
         return CalibrationPlan(settings.judge_model, pairs, None,
                                f"litellm has no price for {settings.judge_model}; set "
                                "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK")
     estimate = pair_estimator(settings)
-    cost = sum(estimate(item, metric) for item in items for metric in METRICS if metric in item.labels)
+    cost = sum(estimate(item, metric) for item in items for metric in item.labels)
     return CalibrationPlan(settings.judge_model, pairs, cost,
                            f"tokens estimated from the items' text, at {prices.source}")
 

@@ -31,7 +31,9 @@ def shadow(
         "key; '' for none)"
     ),
     since: str = typer.Option("7d", help="sample traces created since this (ISO time or e.g. 7d)"),
-    metric: Optional[list[str]] = typer.Option(None, "--metric", help="toxicity and/or hallucination (default both)"),
+    metric: Optional[list[str]] = typer.Option(
+        None, "--metric", help="a registered metric, repeatable (default: every one; `judgeflow status` lists them)"
+    ),
     seed: str = typer.Option("judgeflow-shadow", help="picks the sample: the same seed, the same traces"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),

@@ -20,10 +20,10 @@ def anything_pending(settings: "Settings", *, since: datetime | None, until: dat
 
     from judgeflow.db.pending_work import anything_pending as run_has_pending
     from judgeflow.errors import JudgeflowError
-    from judgeflow.model import METRIC_NAMES
+    from judgeflow.metrics.registry import metric_names
 
     try:
-        return run_has_pending(settings, list(METRIC_NAMES), since=since, until=until, sample_rate=sample_rate,
+        return run_has_pending(settings, list(metric_names()), since=since, until=until, sample_rate=sample_rate,
                                retry_failed=retry_failed)
     except (SQLAlchemyError, JudgeflowError):
         return True

@@ -21,7 +21,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from judgeflow.errors import ConfigError
 from judgeflow.config.settings import Settings
-from judgeflow.model import METRIC_NAMES
 
 NIGHTLY_DEPLOYMENT = "nightly"
 BACKFILL_DEPLOYMENT = "on-demand"
@@ -39,13 +38,13 @@ NIGHTLY_SETTLE_DELAY = "10m"
 
 NIGHTLY_PARAMETERS: dict[str, Any] = {
     "sample_rate": 1.0,
-    "metrics": list(METRIC_NAMES),
+    "metrics": None,  # every registered metric (judgeflow/metrics/registry.py)
     "evaluate_alerts": True,
     "settle_delay": NIGHTLY_SETTLE_DELAY,
 }
 BACKFILL_PARAMETERS: dict[str, Any] = {
     "rescore": False,
-    "metrics": list(METRIC_NAMES),
+    "metrics": None,  # every registered metric (judgeflow/metrics/registry.py)
 }
 NIGHTLY_TAGS = ["judgeflow", "nightly"]
 BACKFILL_TAGS = ["judgeflow", "backfill"]

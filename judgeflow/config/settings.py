@@ -7,15 +7,18 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ValidationError
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from judgeflow.errors import ConfigError
 from judgeflow.config.key_transport import check_key_destinations
 from judgeflow.config.scrub import install_log_scrubbing, register_settings
 from judgeflow.config.secrets import resolve_secrets
+from judgeflow.metrics.registry import MetricSettings, registered
 
 log = logging.getLogger("judgeflow.config.settings")
 
@@ -42,6 +45,68 @@ def normalise_database_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix):]
     return url
+
+
+class _MetricVariables(PydanticBaseSettingsSource):
+    """One of pydantic-settings' own sources (the environment, or ``.env``),
+    with the registered metrics' variables (``JUDGEFLOW_<NAME>_THRESHOLD``,
+    ...) it holds given as ``{"metric_settings": {metric: {field: raw value}}}``
+    (a ``.env`` source would give them as flat keys, which would then win over
+    the environment's)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], variables: EnvSettingsSource):
+        super().__init__(settings_cls)
+        self._variables = variables
+
+    def _set_current_state(self, state: dict[str, Any]) -> None:
+        super()._set_current_state(state)
+        self._variables._set_current_state(state)
+
+    def _set_settings_sources_data(self, states: dict[str, dict[str, Any]]) -> None:
+        super()._set_settings_sources_data(states)
+        self._variables._set_settings_sources_data(states)
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # every value is given by __call__
+
+    def __call__(self) -> dict[str, Any]:
+        given = self._variables()
+        found: dict[str, dict[str, Any]] = {}
+        values, prefix = self._variables.env_vars, self._variables.env_prefix
+        for spec in registered().values():
+            for setting, name in spec.setting_names().items():
+                given.pop(setting, None)
+                key = f"{prefix}{setting}"
+                key = key if self._variables.case_sensitive else key.lower()
+                if values.get(key) is not None:
+                    found.setdefault(spec.name, {})[name] = values[key]
+        return {**given, "metric_settings": found} if found else given
+
+
+def _metric_values(data: dict[str, Any]) -> dict[str, MetricSettings]:
+    """Each registered metric's settings from ``data``: its nested
+    ``metric_settings`` (the environment's), then keyword arguments named as
+    its variables are, which win."""
+    nested = data.pop("metric_settings", None) or {}
+    specs = registered()
+    unknown = set(nested) - set(specs)
+    if unknown:
+        raise ConfigError(f"settings for unknown metric(s) {', '.join(sorted(unknown))}; registered: "
+                          f"{', '.join(specs)}")
+    built: dict[str, MetricSettings] = {}
+    for name, spec in specs.items():
+        given = nested.get(name, {})
+        values = dict(given.model_dump() if isinstance(given, BaseModel) else given)
+        for setting, field in spec.setting_names().items():
+            if setting in data:
+                values[field] = data.pop(setting)
+        try:
+            built[name] = spec.settings.model_validate(values)
+        except ValidationError as error:
+            problems = "; ".join(f"{spec.setting_name(str(e['loc'][0])) if e['loc'] else name}: {e['msg']}"
+                                 for e in error.errors())
+            raise ConfigError(f"invalid judgeflow settings: {problems}") from None
+    return built
 
 
 class Settings(BaseSettings):
@@ -107,11 +172,12 @@ class Settings(BaseSettings):
     )
 
     # --- metrics ---------------------------------------------------------
-    toxicity_threshold: float = Field(0.5, ge=0, le=1)
-    toxicity_strict_mode: bool = False
-    hallucination_threshold: float = Field(0.5, ge=0, le=1)
     include_reason: bool = True
     max_field_chars: int = Field(20_000, ge=100, description="per-field truncation budget")
+    # Each registered metric's own settings (judgeflow/metrics/registry.py: its threshold, its alert
+    # rules' limits, ...), filled at load from JUDGEFLOW_<NAME>_<FIELD> (:class:`_MetricVariables`) and
+    # from keyword arguments named as those variables are (``<name>_threshold=0.3``).
+    metric_settings: dict[str, Any] = Field(default_factory=dict, exclude=False)
 
     # --- database --------------------------------------------------------
     database_url: SecretStr | None = Field(None, description="unset: the embedded database")
@@ -157,15 +223,12 @@ class Settings(BaseSettings):
         description="a (trace, metric) that ended 'failed' in this many runs is given up: the nightly run no "
         "longer retries it (`judgeflow score --retry-failed` and backfills do)",
     )
-    max_opinions: int = Field(50, ge=1, description="opinions judged per trace (toxicity); extra ones are dropped")
     max_run_duration: str = Field(
         "6h", description="a run's time budget: past it, it stops claiming, finishes what is in flight, ends",
     )
 
     # --- alerts ----------------------------------------------------------
     alert_window: str = "24h"
-    toxicity_rate_max: float | None = Field(0.05, ge=0, le=1)
-    hallucination_rate_max: float | None = Field(None, ge=0, le=1)
     failure_rate_max: float | None = Field(None, ge=0, le=1)
     dead_delivery_rate_max: float | None = Field(
         0.0, ge=0, le=1,
@@ -225,13 +288,6 @@ class Settings(BaseSettings):
     regression_resolve_alpha: float = Field(
         0.05, gt=0, lt=1, description="a firing regression stays firing while significant at this looser level"
     )
-    toxicity_regression_min_increase: float | None = Field(
-        None, ge=0, le=1, description="absolute rise of the toxicity not-passed rate over baseline that pages; unset: off"
-    )
-    hallucination_regression_min_increase: float | None = Field(
-        None, ge=0, le=1,
-        description="absolute rise of the hallucination not-passed rate over baseline that pages; unset: off",
-    )
 
     # --- schedule --------------------------------------------------------
     schedule_timezone: str = Field("UTC", description="IANA timezone of the nightly 02:00 schedule")
@@ -270,6 +326,28 @@ class Settings(BaseSettings):
                 "set both JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK, or neither"
             )
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fill_metric_settings(cls, data):
+        if isinstance(data, dict):
+            data = dict(data)
+            data["metric_settings"] = _metric_values(data)
+        return data
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        return (init_settings, _MetricVariables(settings_cls, env_settings),
+                _MetricVariables(settings_cls, dotenv_settings), file_secret_settings)
+
+    def metric(self, name: str) -> MetricSettings:
+        """Metric ``name``'s own settings (its spec's model)."""
+        try:
+            return self.metric_settings[name]
+        except KeyError:
+            raise ConfigError(f"no settings for metric {name!r}: it was registered after these settings were "
+                              "built, or is not registered") from None
 
     @field_validator("source_schema")
     @classmethod
@@ -387,3 +465,13 @@ def run_settings(**parameters) -> Settings:
     them through :func:`judgeflow.run.entry.run_settings`, which uses its entry
     point's settings when there is one."""
     return load_settings(**{name: value for name, value in parameters.items() if value is not None})
+
+
+def setting_fields() -> dict[str, FieldInfo]:
+    """Every setting by name (``JUDGEFLOW_`` + upper case in the environment):
+    the fields of :class:`Settings` and those of each registered metric."""
+    fields = {name: field for name, field in Settings.model_fields.items() if name != "metric_settings"}
+    for spec in registered().values():
+        for setting, name in spec.setting_names().items():
+            fields[setting] = spec.settings.model_fields[name]
+    return fields

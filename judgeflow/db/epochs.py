@@ -29,6 +29,7 @@ from typing import Iterable
 from sqlalchemy import Connection, text
 
 from judgeflow.db.schema import SCHEMA
+from judgeflow.metrics.registry import current_versions
 
 # fixed key of the advisory lock that serialises epoch recording
 _LOCK_KEY = 0x6A65706F
@@ -84,14 +85,6 @@ def when(value: datetime | None) -> str:
     if value is None:
         return "-"
     return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
-
-
-def current_versions() -> dict[str, str]:
-    """Each metric's version as the code is now (its prompts and schemas)."""
-    from judgeflow.metrics.hallucination.metric import hallucination_version
-    from judgeflow.metrics.toxicity.metric import toxicity_version
-
-    return {"toxicity": toxicity_version(), "hallucination": hallucination_version()}
 
 
 def configured(judge_model: str, metrics: Iterable[str]) -> dict[str, tuple[str, str]]:

@@ -70,7 +70,6 @@ eval_results = Table(
     Column("write_back_tries", Integer, nullable=False, server_default="0"),
     Column("write_back_next_at", DateTime(timezone=True)),
     PrimaryKeyConstraint("trace_id", "metric", name="eval_results_pkey"),
-    CheckConstraint("metric IN ('toxicity', 'hallucination')", name="eval_results_metric_check"),
     CheckConstraint("status IN ('scored', 'skipped', 'failed')", name="eval_results_status_check"),
     CheckConstraint("score IS NULL OR (score >= 0 AND score <= 1)", name="eval_results_score_check"),
     Index(

@@ -15,7 +15,7 @@ from judgeflow.db.engine import engine_for
 from judgeflow.db.pending import held
 from judgeflow.errors import DatabaseError
 from judgeflow.config.settings import Settings
-from judgeflow.model import METRIC_NAMES
+from judgeflow.metrics.registry import metric_names
 
 
 def result_counts(settings: Settings) -> dict[str, dict[str, int]]:
@@ -70,7 +70,7 @@ def work_status(settings: Settings) -> dict:
     try:
         with engine.connect() as conn:
             read = _read_figures(conn, settings, sourced.source, done)
-        pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], list(METRIC_NAMES),
+        pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], list(metric_names()),
                                      done=done)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {exc.orig}") from None
@@ -121,7 +121,7 @@ def _read_figures(conn, settings: Settings, source: str, done) -> dict:
             conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results GROUP BY metric")).all()
         ),
         "claims": claims,
-        "plan": plan_reads(conn, trace_source(settings), list(METRIC_NAMES), lookback_s=settings.source_lookback_s),
+        "plan": plan_reads(conn, trace_source(settings), list(metric_names()), lookback_s=settings.source_lookback_s),
         "dead": dead_summary(conn),
         "not_sampled": not_sampled_waiting(conn),
         "rates": window_rates(conn, settings),
@@ -133,7 +133,7 @@ def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict,
     out = {
         m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "given_up": 0, "pending": pending.get(m, 0),
             "in_progress": 0, "stranded": 0, "superseded": superseded.get(m, 0)}
-        for m in METRIC_NAMES
+        for m in metric_names()
     }
     for metric, status, n, passed, given_up in results:
         out[metric][status] = n
@@ -250,9 +250,9 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int) -> tuple[d
         "output": _mean(min(len(b.output or ""), cap) for b in bodies),
         "context": _mean(min(len("" if b.context is None else json.dumps(b.context)), cap) for b in bodies),
     }
-    per_metric = {m: 0 for m in METRIC_NAMES}
+    per_metric = {m: 0 for m in metric_names()}
     prompt_tokens = completion_tokens = 0.0
-    for metric in METRIC_NAMES:
+    for metric in metric_names():
         n = counts.get(metric, 0)
         if not n:
             continue
@@ -280,7 +280,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
     migrate.upgrade(engine)
     source = trace_source(settings)
     reader = source_engine(settings)
-    metrics = list(METRIC_NAMES)
+    metrics = list(metric_names())
     cap = settings.max_field_chars
     done = Done(rescore_before=datetime.max.replace(tzinfo=since.tzinfo) if rescore else None)
     try:

@@ -18,7 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.db.engine import engine_for
 from judgeflow.errors import ConfigError, DatabaseError, JudgeflowError
 from judgeflow.config.settings import Settings
-from judgeflow.model import METRIC_NAMES
+from judgeflow.metrics.registry import metric_names
 
 _RESULTS = text(
     "SELECT metric, metric_version, status, score, passed, threshold, reason, details, judge_model, "
@@ -73,7 +73,7 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
             results = {r["metric"]: dict(r) for r in conn.execute(_RESULTS, {"id": trace_id}).mappings()}
             claims = {r["metric"]: dict(r) for r in conn.execute(_CLAIMS, {"id": trace_id}).mappings()}
             has_epochs = conn.execute(text("SELECT to_regclass('judgeflow.judge_epochs') IS NOT NULL")).scalar()
-            for metric in METRIC_NAMES:
+            for metric in metric_names():
                 mv = MetricView(metric, results.get(metric), claims.get(metric))
                 if mv.result and mv.result["source"] != source:  # counted for its own source only
                     mv.other_source, mv.result = mv.result["source"], None

@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from judgeflow.db.engine import database_url, engine_for, redact
 from judgeflow.config.settings import Settings
-from judgeflow.model import METRIC_NAMES
+from judgeflow.metrics.registry import metric_names
 
 
 @dataclass
@@ -88,7 +88,7 @@ def render(report: DemoReport, *, judge_note: str, ui_url: str | None, flow_run_
         f"judge: {judge_note}",
         f"traces in llm_traces: {report.traces}",
     ]
-    for metric in METRIC_NAMES:
+    for metric in metric_names():
         lines.append(
             f"{metric:<14} scored {report.scored.get(metric, 0):>4}   failed {report.failed.get(metric, 0):>3}   "
             f"skipped {report.skipped.get(metric, 0):>4}   failing rate {_pct(report.fail_rate.get(metric))}"

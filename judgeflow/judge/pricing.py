@@ -5,9 +5,9 @@ Prices come from ``JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK`` /
 ``JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK`` when set, else from litellm's bundled
 price map (imported only when a price is asked for, never at CLI start-up);
 the offline judge is free. Tokens of a pair not yet scored are estimated from
-the length of its text: the constants below were measured by rendering the
-metrics' prompts (toxicity's three steps, hallucination's one) for short and
-long traces, at ~4 characters per token.
+the length of its text, by each metric's declared cost
+(:class:`judgeflow.metrics.registry.CostEstimate`, measured by rendering its
+prompts for short and long traces), at ~4 characters per token.
 """
 
 from __future__ import annotations
@@ -18,25 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from judgeflow.errors import ConfigError
 from judgeflow.judge.factory import is_offline_model
+from judgeflow.metrics.registry import spec_of
 
 if TYPE_CHECKING:
     from judgeflow.config.settings import Settings
 
 CHARS_PER_TOKEN = 4.0
-# Prompt characters every pair costs whatever its trace: instructions, schemas,
-# examples. Toxicity sends its opinions step (~2,100 chars + input + output), a
-# verdicts step (~2,500 + the opinions, roughly the output again) and a reason
-# step (~1,100); hallucination one call (~2,050 + input + output + context).
-PROMPT_OVERHEAD_CHARS = {"toxicity": 5_700, "hallucination": 2_050}
-# How many times each field is sent to the judge per pair.
-FIELD_WEIGHTS = {
-    "toxicity": {"input": 1, "output": 2, "context": 0},
-    "hallucination": {"input": 1, "output": 1, "context": 1},
-}
-# Reply tokens: toxicity lists the opinions (~ the output again) plus verdicts
-# and a reason; hallucination a score and a few reasons.
-COMPLETION_OVERHEAD_TOKENS = {"toxicity": 120, "hallucination": 60}
-COMPLETION_OUTPUT_SHARE = {"toxicity": 1.0, "hallucination": 0.0}
 
 
 @dataclass(frozen=True)
@@ -88,10 +75,11 @@ def estimate_tokens(metric: str, *, input_chars: float, output_chars: float,
     if max_field_chars is not None:  # metrics truncate each field to this budget
         input_chars, output_chars, context_chars = (min(c, max_field_chars)
                                                     for c in (input_chars, output_chars, context_chars))
-    weights = FIELD_WEIGHTS[metric]
-    prompt_chars = (PROMPT_OVERHEAD_CHARS[metric] + weights["input"] * input_chars
-                    + weights["output"] * output_chars + weights["context"] * context_chars)
-    completion = COMPLETION_OVERHEAD_TOKENS[metric] + COMPLETION_OUTPUT_SHARE[metric] * output_chars / CHARS_PER_TOKEN
+    cost = spec_of(metric).cost
+    weights = cost.field_weights
+    prompt_chars = (cost.prompt_overhead_chars + weights.get("input", 0) * input_chars
+                    + weights.get("output", 0) * output_chars + weights.get("context", 0) * context_chars)
+    completion = cost.completion_overhead_tokens + cost.completion_output_share * output_chars / CHARS_PER_TOKEN
     return prompt_chars / CHARS_PER_TOKEN, completion
 
 

@@ -5,8 +5,8 @@ text again costs the same. A pair's **content hash** covers everything its
 result depends on: the metric and its version (prompts and schemas), the judge
 (model, and a digest of the API base's real value: another endpoint serving
 the same model name is another judge), every setting that changes a score or
-its reason (:data:`SCORE_SETTINGS`: toxicity strict mode, include_reason,
-the field truncation budget, the opinions judged) and the trace's input,
+its reason (:data:`SCORE_SETTINGS`: include_reason, the field truncation
+budget; and the metric's own, its settings' ``score_fields``) and the trace's input,
 output and context. Every other setting is declared score-neutral
 (:data:`SCORE_NEUTRAL_SETTINGS`); tests/tasks/test_reuse.py fails for a
 setting that is neither, so a new one is classified when it is added. A pair whose hash matches a stored
@@ -55,10 +55,9 @@ _LOOKUP = text(
 )
 
 
-# Settings a stored score depends on: each is in the content hash.
-SCORE_SETTINGS = frozenset({
-    "judge_model", "judge_api_base", "toxicity_strict_mode", "include_reason", "max_field_chars", "max_opinions",
-})
+# Settings a stored score depends on: each is in the content hash. A metric's own are
+# its settings model's ``score_fields`` (judgeflow/metrics/registry.py), hashed with its pairs only.
+SCORE_SETTINGS = frozenset({"judge_model", "judge_api_base", "include_reason", "max_field_chars"})
 # Settings that never change a score or its reason (how calls are made,
 # retried, paid for, bounded; where data lives; alerting; thresholds, which
 # decide ``passed`` afresh on every copy): left out of the hash on purpose.
@@ -72,16 +71,16 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "max_concurrency", "judge_processes",
     "judge_input_cost_per_mtok", "judge_output_cost_per_mtok", "run_budget_usd", "settle_delay", "reuse_identical",
     "sample_budget_usd", "stratify_by",  # which traces are judged, not how one is scored
-    "toxicity_threshold", "hallucination_threshold",
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
     "pool_mode",  # how claims are held between judgeflow and PostgreSQL
     # which source and where: what a preset maps a row to (input, output, context) is hashed as content
     "source", "source_schema", "phoenix_write_back", "phoenix_url", "phoenix_api_key",
     "task_retries", "task_retry_delay_s", "max_runs_per_pair", "max_run_duration", "schedule_timezone",
-    "toxicity_rate_max", "hallucination_rate_max", "failure_rate_max", "dead_delivery_rate_max",
+    "failure_rate_max", "dead_delivery_rate_max",
+    "metric_settings",  # each metric's own: its score_fields are hashed, the rest only decide passed or alert
 })
 # whole groups that only alert on stored scores
-SCORE_NEUTRAL_PREFIXES = ("alert_", "regression_", "toxicity_regression_", "hallucination_regression_")
+SCORE_NEUTRAL_PREFIXES = ("alert_", "regression_")
 
 
 def _secret_digest(value) -> str | None:
@@ -102,8 +101,7 @@ def content_hash(work: TraceWork, settings: Settings, metric_version: str) -> st
         "metric_version": metric_version,
         "judge_model": settings.judge_model,
         "judge_api_base": _secret_digest(settings.judge_api_base),
-        "strict": settings.toxicity_strict_mode if work.metric == "toxicity" else None,
-        "max_opinions": settings.max_opinions if work.metric == "toxicity" else None,
+        **settings.metric(work.metric).content_key(),
         "include_reason": settings.include_reason,
         "max_field_chars": settings.max_field_chars,
         "input": work.input or "",

@@ -15,10 +15,10 @@ def plan_text_now(settings: Settings, *, since: datetime | None, until: datetime
     from judgeflow.sampling.table import plan_text
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
-    from judgeflow.model import METRIC_NAMES
+    from judgeflow.metrics.registry import metric_names
 
     migrate.upgrade(engine_for(settings))
-    metrics = list(METRIC_NAMES)
+    metrics = list(metric_names())
     plan = plan_source_reads.fn(settings, metrics, sample_rate=sample_rate,
                                 ranged=since is not None or until is not None)
     night = night_plan(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate, record=False,

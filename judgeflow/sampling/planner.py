@@ -13,6 +13,7 @@ from sqlalchemy import Engine, text
 from judgeflow.db.pairs import key_pages
 from judgeflow.sources.trace_source import KeyFilter, TraceSource, read_bodies
 from judgeflow.judge.pricing import Prices, estimate_pair_cost
+from judgeflow.metrics.registry import metric_names
 from judgeflow.sampling import decisions
 from judgeflow.sampling.allocation import Detect, SamplePlan, StratumInput, allocate
 from judgeflow.sampling.power import min_detectable_rise, segment_alpha
@@ -71,8 +72,8 @@ class NightPlan:
 
 
 def _min_increase(settings: Settings) -> float | None:
-    found = [v for v in (settings.toxicity_regression_min_increase, settings.hallucination_regression_min_increase)
-             if v is not None]
+    found = [settings.metric(name).regression_min_increase for name in metric_names()]
+    found = [v for v in found if v is not None]
     return min(found) if found else None
 
 

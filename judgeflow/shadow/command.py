@@ -13,13 +13,14 @@ def run_shadow(
 ) -> None:
     from judgeflow.errors import ConfigError
     from judgeflow.shadow.plan import candidate_settings, plan_shadow
-    from judgeflow.model import METRIC_NAMES
+    from judgeflow.metrics.registry import metric_names
     from judgeflow.cli.timeparse import parse_when
 
-    chosen = list(dict.fromkeys(m.strip() for s in (metrics or list(METRIC_NAMES)) for m in s.split(",") if m.strip()))
-    unknown = [m for m in chosen if m not in METRIC_NAMES]
+    names = metric_names()
+    chosen = list(dict.fromkeys(m.strip() for s in (metrics or list(names)) for m in s.split(",") if m.strip()))
+    unknown = [m for m in chosen if m not in names]
     if unknown:
-        raise ConfigError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(METRIC_NAMES)}")
+        raise ConfigError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(names)}")
     if segment_by is None:
         segment_by = settings.alert_segment_keys[0] if settings.alert_segment_keys else None
     segment_by = segment_by or None  # '' asks for no stratification

@@ -18,11 +18,11 @@ from judgeflow.metrics.hallucination import template
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.hallucination.template import FewShotExample
 from judgeflow.metrics.inputs import DEFAULT_MAX_FIELD_CHARS, normalise_trace
-from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.steps import Flow, ask
 from judgeflow.metrics.version import compute_version
 
 from judgeflow.judge.base import Judge, JudgeRequest
+from judgeflow.metrics.registry import BuildOptions, CostEstimate, MetricSettings, MetricSpec
 
 STEP = "hallucination"
 
@@ -53,7 +53,7 @@ class HallucinationMetric(JudgeMetric):
 
     def __init__(
         self,
-        judge: Judge,
+        judge: Judge | None,
         threshold: float = 0.5,
         few_shot_examples: list[FewShotExample] | None = None,
         max_field_chars: int = DEFAULT_MAX_FIELD_CHARS,
@@ -79,14 +79,8 @@ class HallucinationMetric(JudgeMetric):
     def judge_rounds(self) -> int:
         return 1
 
-    def score(self, input: Any, output: Any, context: Any = None) -> MetricResult:
-        return self._run(self.flow(input, output, context))
-
-    async def ascore(self, input: Any, output: Any, context: Any = None) -> MetricResult:
-        return await self._arun(self.flow(input, output, context))
-
     def flow(self, input: Any, output: Any, context: Any = None) -> Flow[Outcome]:
-        """The metric's logic, free of I/O; ``score``/``ascore`` drive it."""
+        """The metric's logic, free of I/O; ``ascore`` drives it."""
         trace = normalise_trace(input, output, context, max_field_chars=self.max_field_chars)
         details: dict[str, Any] = {**trace.notes, "context_used": trace.context is not None}
         if trace.output_is_empty:
@@ -112,3 +106,33 @@ class HallucinationMetric(JudgeMetric):
         reasons = [reason.strip() for reason in judgement.reason if reason.strip()]
         details["reasons"] = reasons
         return Outcome(score=judgement.score, reason=" ".join(reasons) or None, details=details)
+
+
+class HallucinationSettings(MetricSettings):
+    """``JUDGEFLOW_HALLUCINATION_THRESHOLD``, ``_RATE_MAX`` (unset: off) and
+    ``_REGRESSION_MIN_INCREASE``."""
+
+    # the content hash of every stored hallucination result was made with these keys
+    hash_constants = {"strict": None, "max_opinions": None}
+
+
+def _build(judge: Judge, settings: HallucinationSettings, options: BuildOptions) -> HallucinationMetric:
+    return HallucinationMetric(judge, threshold=settings.threshold, max_field_chars=options.max_field_chars,
+                               max_repairs=options.max_repairs)
+
+
+SPEC = MetricSpec(
+    name=HallucinationMetric.name,
+    description="whether the output holds a hallucination, against its context when there is one",
+    steps={STEP: HallucinationJudgement},
+    version_of=hallucination_version,
+    fields=("input", "output", "context"),
+    # measured by rendering the prompt: one call (~2,050 chars + input + output + context); the reply is
+    # a score and a few reasons
+    cost=CostEstimate(prompt_overhead_chars=2_050, field_weights={"input": 1, "output": 1, "context": 1},
+                      completion_overhead_tokens=60, completion_output_share=0.0),
+    settings=HallucinationSettings,
+    build=_build,
+    label_words={"unfaithful": True, "hallucinated": True, "faithful": False},
+    offline={STEP: "judgeflow.judge.offline.answers:hallucination"},
+)

@@ -26,14 +26,16 @@ from typing import Any
 from judgeflow.metrics.base import JudgeMetric, Outcome, keep_extras
 from judgeflow.metrics.inputs import DEFAULT_MAX_FIELD_CHARS, TraceFields, normalise_trace
 from judgeflow.metrics.reply import reply_extras
-from judgeflow.metrics.result import MetricResult
 from judgeflow.metrics.steps import Flow, ask
 from judgeflow.metrics.toxicity import template
 from judgeflow.metrics.toxicity.schema import Opinions, ToxicityReason, Verdict, Verdicts
 from judgeflow.metrics.version import compute_version
 
+from pydantic import Field
+
 from judgeflow.errors import ConfigError
 from judgeflow.judge.base import Judge, JudgeRequest
+from judgeflow.metrics.registry import BuildOptions, CostEstimate, MetricSettings, MetricSpec
 
 OPINIONS_STEP = "toxicity.opinions"
 VERDICTS_STEP = "toxicity.verdicts"
@@ -108,7 +110,7 @@ class ToxicityMetric(JudgeMetric):
 
     def __init__(
         self,
-        judge: Judge,
+        judge: Judge | None,
         threshold: float = 0.5,
         include_reason: bool = True,
         strict_mode: bool = False,
@@ -153,15 +155,10 @@ class ToxicityMetric(JudgeMetric):
     def effective_threshold(self) -> float:
         return 0.0 if self.strict_mode else self.threshold
 
-    def score(self, input: Any, actual_output: Any) -> MetricResult:
-        return self._run(self.flow(input, actual_output))
-
-    async def ascore(self, input: Any, actual_output: Any) -> MetricResult:
-        return await self._arun(self.flow(input, actual_output))
-
-    def flow(self, input: Any, actual_output: Any) -> Flow[Outcome]:
-        """The metric's logic, free of I/O; ``score``/``ascore`` drive it."""
-        trace = normalise_trace(input, actual_output, max_field_chars=self.max_field_chars)
+    def flow(self, input: Any, output: Any, context: Any = None) -> Flow[Outcome]:
+        """The metric's logic, free of I/O; ``ascore`` drives it. The output's
+        opinions are judged on their own: ``context`` is not read."""
+        trace = normalise_trace(input, output, max_field_chars=self.max_field_chars)
         details: dict[str, Any] = {**trace.notes, "opinions": [], "verdicts": []}
         steps: list[dict[str, Any]] = []
         if self.verbose_mode:
@@ -268,3 +265,45 @@ class ToxicityMetric(JudgeMetric):
             return
         steps.append({"step": step, **values})
         logger.info("%s: %s", step, json.dumps(values, ensure_ascii=False))
+
+
+class ToxicitySettings(MetricSettings):
+    """``JUDGEFLOW_TOXICITY_THRESHOLD``, ``_STRICT_MODE``, ``_RATE_MAX`` (5% by
+    default), ``_REGRESSION_MIN_INCREASE``, and ``JUDGEFLOW_MAX_OPINIONS``."""
+
+    rate_max: float | None = Field(0.05, ge=0, le=1, description="the toxicity_rate alert rule's maximum")
+    strict_mode: bool = Field(False, description="any toxic opinion scores 1.0, and the threshold is 0")
+    max_opinions: int = Field(50, ge=1, description="opinions judged per trace; extra ones are dropped")
+
+    unprefixed = frozenset({"max_opinions"})
+    score_fields = {"strict_mode": "strict", "max_opinions": "max_opinions"}
+
+
+def _build(judge: Judge, settings: ToxicitySettings, options: BuildOptions) -> ToxicityMetric:
+    return ToxicityMetric(
+        judge, threshold=settings.threshold, strict_mode=settings.strict_mode,
+        include_reason=options.include_reason, max_field_chars=options.max_field_chars,
+        max_repairs=options.max_repairs, max_opinions=settings.max_opinions,
+    )
+
+
+SPEC = MetricSpec(
+    name=ToxicityMetric.name,
+    description="share of the output's own opinions a judge finds toxic",
+    steps={OPINIONS_STEP: Opinions, VERDICTS_STEP: Verdicts, REASON_STEP: ToxicityReason},
+    version_of=toxicity_version,
+    fields=("input", "output"),
+    # measured by rendering the prompts: the opinions step (~2,100 chars + input + output), a verdicts
+    # step (~2,500 + the opinions, roughly the output again) and a reason step (~1,100); the reply lists
+    # the opinions (~ the output again) plus verdicts and a reason
+    cost=CostEstimate(prompt_overhead_chars=5_700, field_weights={"input": 1, "output": 2, "context": 0},
+                      completion_overhead_tokens=120, completion_output_share=1.0),
+    settings=ToxicitySettings,
+    build=_build,
+    label_words={"toxic": True, "not_toxic": False, "non_toxic": False},
+    offline={
+        OPINIONS_STEP: "judgeflow.judge.offline.answers:opinions",
+        VERDICTS_STEP: "judgeflow.judge.offline.answers:verdicts",
+        REASON_STEP: "judgeflow.judge.offline.answers:reason",
+    },
+)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from judgeflow.alerts.evaluation import Figures
-from judgeflow.alerts.rules import RULE_SPECS, all_rules, enabled_rules
+from judgeflow.alerts.rules import all_rules, enabled_rules, rule_specs
 from judgeflow.alerts.state import decide
 from judgeflow.config.settings import Settings
 
@@ -55,8 +55,14 @@ def test_each_rule_is_enabled_by_its_own_maximum():
 
 
 def test_every_spec_names_a_setting():
-    for spec in RULE_SPECS:
-        assert spec.setting in Settings.model_fields
+    from judgeflow.config.settings import setting_fields
+
+    assert [spec.name for spec in rule_specs()] == [
+        "toxicity_rate", "hallucination_rate", "judge_failure_rate", "toxicity_regression",
+        "hallucination_regression", "dead_delivery_rate",
+    ]
+    for spec in rule_specs():
+        assert spec.setting in setting_fields()
 
 
 def test_settings_from_the_environment(monkeypatch, tmp_path):

@@ -152,12 +152,12 @@ def default_matches(cell: str, value) -> bool:
 
 
 def settings_problems(page: Path) -> list[str]:
-    from judgeflow.config.settings import Settings
+    from judgeflow.config.settings import setting_fields
 
     documented = documented_settings(page)
     problems = []
     expected = {}
-    for name, field in Settings.model_fields.items():
+    for name, field in setting_fields().items():
         variable = env_name(name, field)
         expected[variable] = field
         value = field.get_default(call_default_factory=True)

@@ -53,15 +53,15 @@ def _full_cost(settings_env) -> float:
     from judgeflow.config.settings import load_settings
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
-    from judgeflow.model import METRIC_NAMES
+    from judgeflow.metrics.registry import metric_names
 
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
 
     settings = load_settings()
     migrate.upgrade(engine_for(settings))
-    plan = plan_source_reads.fn(settings, list(METRIC_NAMES))
-    night = night_plan(settings, plan, list(METRIC_NAMES), since=None, until=None, sample_rate=1.0, record=False,
+    plan = plan_source_reads.fn(settings, list(metric_names()))
+    night = night_plan(settings, plan, list(metric_names()), since=None, until=None, sample_rate=1.0, record=False,
                        flow_run_id=None)
     assert not night.sampled and night.full_cost_usd > 0
     return night.full_cost_usd

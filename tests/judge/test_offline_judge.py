@@ -330,3 +330,20 @@ def test_no_false_alarms_on_unseen_items(measured):
     judge's recall there is poor (see the docs), but it raises no false alarm."""
     assert measured["fresh2"]["toxicity (pipeline)"].fp == 0
     assert measured["fresh2"]["hallucination (any unsupported)"].fp == 0
+
+
+def test_a_registered_metric_without_offline_answers_is_skipped_not_failed():
+    """The offline judge answers what a metric declares (its spec's ``offline``);
+    a metric that declares nothing gets 'skipped' results with the reason."""
+    from judgeflow.metrics.registry import BuildOptions, register, unregister
+    from tests.flows.test_metric_registry import SPEC
+
+    register(SPEC)
+    try:
+        result = SPEC.build(OfflineJudge(), SPEC.settings(), BuildOptions()).score("q", "You fool.")
+    finally:
+        unregister(SPEC.name)
+    assert (result.status, result.score, result.judge_calls) == ("skipped", None, 0)
+    assert result.reason == "the offline judge has no answer for step 'rudeness': its metric declares none"
+    with pytest.raises(PermanentJudgeError, match="does not know step 'rudeness'"):  # not registered any more
+        OfflineJudge().complete(JudgeRequest(step="rudeness", messages=[], response_format=None, fields={}))

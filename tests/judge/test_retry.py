@@ -66,7 +66,7 @@ def _judged(settings: Settings, work: TraceWork):
     judge = build_judge(settings)
     judge.start()
     try:
-        return asyncio.run(judge_pair(work, settings, build_metrics(settings, judge),
+        return asyncio.run(judge_pair(work, settings, build_metrics(settings, judge), judge=judge,
                                       gate=RunGate(settings, None).pair(work, None), flow_run_id=None,
                                       rerun_delays=policy.rerun_delays()))
     finally:

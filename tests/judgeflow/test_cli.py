@@ -87,7 +87,7 @@ def test_backfill_with_rescore_rescored_everything_in_range(judgeflow_env, db, p
 
 
 def test_backfill_estimate_uses_the_cost_model(judgeflow_env, db, monkeypatch):
-    from judgeflow.judge.pricing import PROMPT_OVERHEAD_CHARS
+    from judgeflow.metrics.registry import registered
 
     insert_traces(db, [{"id": f"t{i}", "input": "q" * 40, "output": "a" * 400, "context": None} for i in range(10)])
     monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "1000")
@@ -96,7 +96,8 @@ def test_backfill_estimate_uses_the_cost_model(judgeflow_env, db, monkeypatch):
     assert result.exit_code == 1
     # per trace, toxicity: (5700 + 40 + 2*400)/4 prompt, 120 + 400/4 completion tokens;
     # hallucination: (2050 + 40 + 400)/4 prompt, 60 completion
-    assert PROMPT_OVERHEAD_CHARS == {"toxicity": 5700, "hallucination": 2050}
+    assert {name: spec.cost.prompt_overhead_chars for name, spec in registered().items()} == {
+        "toxicity": 5700, "hallucination": 2050}
     prompt = 10 * ((5700 + 40 + 800) / 4 + (2050 + 40 + 400) / 4)
     completion = 10 * (120 + 100 + 60)
     expected = (prompt * 1000 + completion * 2000) / 1e6

@@ -50,7 +50,7 @@ def test_every_secret_setting_resolves_from_a_block(prefect_server):
     for field, (_, expected) in blocks.items():
         value = getattr(resolved, field)
         assert isinstance(value, SecretStr) and value.get_secret_value() == expected, field
-    assert resolved.judge_model == "openai/x" and resolved.toxicity_threshold == 0.3  # the rest is kept
+    assert resolved.judge_model == "openai/x" and resolved.metric("toxicity").threshold == 0.3  # the rest is kept
     assert secret_references(resolved) == {}
     shown = repr(resolved) + str(resolved) + resolved.model_dump_json()
     for _, expected in blocks.values():

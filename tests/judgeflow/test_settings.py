@@ -8,9 +8,56 @@ def test_defaults_follow_the_issue(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     s = load_settings()
     assert s.judge_model == "gpt-4o"
-    assert s.toxicity_threshold == 0.5 and s.hallucination_threshold == 0.5
-    assert s.toxicity_rate_max == 0.05 and s.alert_min_samples == 50 and s.alert_window == "24h"
+    assert s.metric("toxicity").threshold == 0.5 and s.metric("hallucination").threshold == 0.5
+    assert s.metric("toxicity").rate_max == 0.05 and s.alert_min_samples == 50 and s.alert_window == "24h"
+    assert s.metric("hallucination").rate_max is None and not s.metric("toxicity").strict_mode
+    assert s.metric("toxicity").max_opinions == 50
+    assert s.metric("toxicity").regression_min_increase is None is s.metric("hallucination").regression_min_increase
     assert s.uses_embedded_database
+
+
+# every per-metric variable judgeflow had before metrics declared their own settings, and where it lands
+METRIC_VARIABLES = {
+    "JUDGEFLOW_TOXICITY_THRESHOLD": ("toxicity", "threshold", "0.25", 0.25),
+    "JUDGEFLOW_TOXICITY_STRICT_MODE": ("toxicity", "strict_mode", "true", True),
+    "JUDGEFLOW_HALLUCINATION_THRESHOLD": ("hallucination", "threshold", "0.75", 0.75),
+    "JUDGEFLOW_TOXICITY_RATE_MAX": ("toxicity", "rate_max", "0.2", 0.2),
+    "JUDGEFLOW_HALLUCINATION_RATE_MAX": ("hallucination", "rate_max", "0.3", 0.3),
+    "JUDGEFLOW_TOXICITY_REGRESSION_MIN_INCREASE": ("toxicity", "regression_min_increase", "0.02", 0.02),
+    "JUDGEFLOW_HALLUCINATION_REGRESSION_MIN_INCREASE": ("hallucination", "regression_min_increase", "0.04", 0.04),
+    "JUDGEFLOW_MAX_OPINIONS": ("toxicity", "max_opinions", "7", 7),
+}
+
+
+@pytest.mark.parametrize("where", ["environment", ".env"])
+def test_every_per_metric_variable_keeps_its_name(where, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    if where == ".env":
+        (tmp_path / ".env").write_text("".join(f"{k}={raw}\n" for k, (_, _, raw, _) in METRIC_VARIABLES.items()))
+    else:
+        for variable, (_, _, raw, _) in METRIC_VARIABLES.items():
+            monkeypatch.setenv(variable, raw)
+    s = load_settings()
+    for variable, (metric, field, _, value) in METRIC_VARIABLES.items():
+        assert getattr(s.metric(metric), field) == value, variable
+
+
+def test_the_environment_wins_over_dotenv_and_arguments_over_both(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".env").write_text("JUDGEFLOW_TOXICITY_THRESHOLD=0.1\nJUDGEFLOW_HALLUCINATION_THRESHOLD=0.2\n")
+    monkeypatch.setenv("JUDGEFLOW_TOXICITY_THRESHOLD", "0.3")
+    s = load_settings()
+    assert (s.metric("toxicity").threshold, s.metric("hallucination").threshold) == (0.3, 0.2)
+    s = load_settings(toxicity_threshold=0.4)
+    assert (s.metric("toxicity").threshold, s.metric("hallucination").threshold) == (0.4, 0.2)
+
+
+def test_settings_of_an_unknown_metric_are_refused(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match="unknown metric.*nope.*registered: toxicity, hallucination"):
+        load_settings(metric_settings={"nope": {"threshold": 0.1}})
+    with pytest.raises(ConfigError, match="no settings for metric 'nope'"):
+        load_settings().metric("nope")
 
 
 @pytest.mark.parametrize(
@@ -40,8 +87,13 @@ def test_env_and_dotenv_are_read_and_secrets_are_masked(monkeypatch, tmp_path):
 def test_invalid_settings_raise_a_config_error_without_the_secret(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JUDGEFLOW_TOXICITY_THRESHOLD", "1.5")
-    with pytest.raises(ConfigError, match="toxicity_threshold"):
+    with pytest.raises(ConfigError, match="toxicity_threshold: Input should be less than or equal to 1"):
         load_settings()
+    monkeypatch.setenv("JUDGEFLOW_TOXICITY_THRESHOLD", "0.5")
+    monkeypatch.setenv("JUDGEFLOW_MAX_OPINIONS", "0")
+    with pytest.raises(ConfigError, match="max_opinions: Input should be greater than or equal to 1"):
+        load_settings()
+    monkeypatch.delenv("JUDGEFLOW_MAX_OPINIONS")
     monkeypatch.delenv("JUDGEFLOW_TOXICITY_THRESHOLD")
     monkeypatch.setenv("JUDGEFLOW_ALERT_WINDOW", "yesterday")
     with pytest.raises(ConfigError, match="duration"):

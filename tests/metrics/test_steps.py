@@ -1,19 +1,25 @@
-"""The shared step machinery: reply parsing, the repair loop and both drivers."""
+"""The shared step machinery: reply parsing, the repair loop and the driver."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
 import pytest
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
-from judgeflow.metrics.steps import Usage, adrive, ask, describe_error, drive, parse_reply
+from judgeflow.metrics.steps import Usage, adrive, ask, describe_error, parse_reply
 from judgeflow.metrics.toxicity.schema import Opinions, Verdicts
 from pydantic import ValidationError
 
 from judgeflow.errors import InvalidJudgeReplyError, JudgeAbstained, TransientJudgeError
 from judgeflow.judge.base import JudgeReply, JudgeRequest
 from tests.metrics.fakes import ScriptedJudge, hallucination_reply, opinions_reply, verdicts_reply
+
+
+def drive(flow, judge, *, usage: Usage, concurrent: bool = True):
+    """:func:`adrive` on an event loop of its own."""
+    return asyncio.run(adrive(flow, judge, usage=usage, concurrent=concurrent))
 
 
 def request(step: str = "test.step", text: str = "question") -> JudgeRequest:
@@ -225,14 +231,14 @@ def two_requests_flow():
     return [json.loads(r.content) for r in replies]
 
 
-def test_sync_driver_runs_a_batch_in_threads_when_concurrent() -> None:
+def test_driver_runs_a_batch_together_when_concurrent() -> None:
     judge = ScriptedJudge(lambda req: opinions_reply(req.fields["text"]), delay_s=0.1)
     result = drive(two_requests_flow(), judge, usage=Usage(), concurrent=True)
     assert result == [{"opinions": ["a"]}, {"opinions": ["b"]}]
     assert judge.max_in_flight == 2
 
 
-def test_sync_driver_is_sequential_when_not_concurrent() -> None:
+def test_driver_is_sequential_when_not_concurrent() -> None:
     judge = ScriptedJudge(lambda req: opinions_reply(req.fields["text"]), delay_s=0.02)
     drive(two_requests_flow(), judge, usage=Usage(), concurrent=False)
     assert judge.max_in_flight == 1
@@ -288,7 +294,7 @@ def _one_of_two_fails(req: JudgeRequest) -> str:
 
 
 @pytest.mark.parametrize("concurrent", [True, False])
-def test_sync_driver_counts_the_calls_that_answered_when_another_fails(concurrent: bool) -> None:
+def test_driver_counts_the_calls_that_answered_when_another_fails(concurrent: bool) -> None:
     usage = Usage()
     with pytest.raises(TransientJudgeError):
         drive(two_requests_flow(), ScriptedJudge(_one_of_two_fails, cost_usd=0.25), usage=usage, concurrent=concurrent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import pytest
@@ -247,10 +248,11 @@ async def test_ascore_runs_batches_one_at_a_time_without_async_mode() -> None:
 
 
 @pytest.mark.parametrize(("async_mode", "in_flight"), [(True, 3), (False, 1)])
-async def test_async_mode_means_the_same_in_score_and_ascore(async_mode: bool, in_flight: int) -> None:
+def test_async_mode_means_the_same_in_score_and_ascore(async_mode: bool, in_flight: int) -> None:
+    """``score`` (a caller without a loop) runs ``ascore``: the batches in flight are the same."""
     sync_judge, async_judge = judge_for(MANY, delay_s=0.1), judge_for(MANY, delay_s=0.1)
     ToxicityMetric(sync_judge, verdict_batch_size=10, async_mode=async_mode).score("q", "a")
-    await ToxicityMetric(async_judge, verdict_batch_size=10, async_mode=async_mode).ascore("q", "a")
+    asyncio.run(ToxicityMetric(async_judge, verdict_batch_size=10, async_mode=async_mode).ascore("q", "a"))
     assert sync_judge.max_in_flight == async_judge.max_in_flight == in_flight
 
 
@@ -369,9 +371,9 @@ def test_unknown_cost_stays_none() -> None:
     assert result.cost_usd is None
 
 
-async def test_ascore_matches_score() -> None:
+def test_ascore_matches_score() -> None:
     sync = ToxicityMetric(judge_for(OPINIONS)).score("q", "a")
-    async_ = await ToxicityMetric(judge_for(OPINIONS)).ascore("q", "a")
+    async_ = asyncio.run(ToxicityMetric(judge_for(OPINIONS)).ascore("q", "a"))
     ignore = {"latency_ms"}
     assert sync.model_dump(exclude=ignore) == async_.model_dump(exclude=ignore)
 

@@ -182,6 +182,7 @@ def scripted_responder(req: ChatRequest) -> Reply:
     * ``Verdicts``: "yes" for opinions containing ``[toxic]`` (any case), else "no".
     * ``ToxicityReason``: "The score is <score> because ...".
     * ``HallucinationJudgement``: score from a ``[halluc=0.75]`` marker in ``output``, else 0.0.
+    * ``RudenessJudgement`` (a test's own metric): 1.0 for ``[rude]`` in ``output``, else 0.0.
     * ``[judge-fail:500|429|garbage|400]`` in ``output`` (or in an opinion) always fails that way.
     """
     data = req.data
@@ -221,6 +222,10 @@ def scripted_responder(req: ChatRequest) -> Reply:
             else ["The output agrees with the context."]
         )
         return json_reply({"score": score, "reason": reasons})
+
+    if req.step == "RudenessJudgement":  # tests/flows/test_metric_registry.py's own metric
+        rude = "[rude]" in str(data.get("output") or "").lower()
+        return json_reply({"score": 1.0 if rude else 0.0, "reason": "marked [rude]" if rude else "polite"})
 
     return error_reply(400, f"rule_responder: unknown step {req.step!r}")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import pytest
+
 from judgeflow.config.settings import Settings
 from judgeflow.run.reuse import InFlight, content_hash, copied_row
 from judgeflow.model import TraceWork
@@ -72,6 +74,8 @@ def test_every_setting_is_either_in_the_hash_or_declared_score_neutral():
     goes in SCORE_SETTINGS (and so in the hash), else in the neutral list."""
     from judgeflow.run.reuse import SCORE_NEUTRAL_PREFIXES, SCORE_NEUTRAL_SETTINGS, SCORE_SETTINGS
 
+    from judgeflow.metrics.registry import registered
+
     fields = set(Settings.model_fields)
     unclassified = {
         f for f in fields
@@ -80,6 +84,10 @@ def test_every_setting_is_either_in_the_hash_or_declared_score_neutral():
     assert not unclassified, f"classify these settings in judgeflow/run/reuse.py: {sorted(unclassified)}"
     assert not SCORE_SETTINGS & SCORE_NEUTRAL_SETTINGS
     assert SCORE_SETTINGS <= fields, "a score setting that no longer exists"
+    # a metric's own: its score_fields are hashed; the rest (threshold, alert limits) decide passed or alert
+    for spec in registered().values():
+        assert set(spec.settings.score_fields) <= set(spec.settings.model_fields), spec.name
+        assert not set(spec.settings.score_fields) & {"threshold", "rate_max", "regression_min_increase"}
 
 
 def test_each_setting_that_changes_scores_changes_the_hash():
@@ -88,19 +96,45 @@ def test_each_setting_that_changes_scores_changes_the_hash():
     from judgeflow.run.reuse import SCORE_SETTINGS
 
     base = Settings(_env_file=None, judge_api_base="http://judge-a.internal/v1")
+    tox = base.metric("toxicity")
     other = {
         "judge_model": "openai/other", "judge_api_base": SecretStr("http://judge-b.internal/v1"),
-        "toxicity_strict_mode": not base.toxicity_strict_mode, "include_reason": not base.include_reason,
-        "max_field_chars": base.max_field_chars + 1, "max_opinions": base.max_opinions + 1,
+        "include_reason": not base.include_reason, "max_field_chars": base.max_field_chars + 1,
     }
     assert set(other) == SCORE_SETTINGS  # a new score setting needs its case here
+    own = {"toxicity_strict_mode": not tox.strict_mode, "max_opinions": tox.max_opinions + 1}
+    assert {f"toxicity_{f}" if f != "max_opinions" else f for f in tox.score_fields} == set(own)
+    neutral = {"toxicity_threshold": 0.9, "toxicity_rate_max": 0.5, "hallucination_threshold": 0.9}
     for metric in ("toxicity", "hallucination"):
         work = _work(metric=metric)
         h = content_hash(work, base, "v1")
         for name, value in other.items():
-            if metric == "hallucination" and name in ("toxicity_strict_mode", "max_opinions"):
-                continue  # toxicity's own settings do not touch a hallucination score
             assert content_hash(work, base.model_copy(update={name: value}), "v1") != h, name
+        for name, value in own.items():  # toxicity's own settings do not touch a hallucination score
+            changed = content_hash(work, Settings(_env_file=None, judge_api_base="http://judge-a.internal/v1",
+                                                  **{name: value}), "v1")
+            assert (changed != h) == (metric == "toxicity"), name
+        for name, value in neutral.items():
+            assert content_hash(work, Settings(_env_file=None, judge_api_base="http://judge-a.internal/v1",
+                                               **{name: value}), "v1") == h, name
+
+
+@pytest.mark.parametrize("metric", ["toxicity", "hallucination"])
+def test_the_content_hash_keeps_the_layout_stored_hashes_were_made_with(metric):
+    """Stored results are found by their hash: the key of each built-in metric
+    is the one it had before metrics declared their own settings."""
+    import hashlib
+    import json
+
+    s = Settings(_env_file=None, judge_api_base="http://judge-a.internal/v1")
+    key = {
+        "metric": metric, "metric_version": "v1", "judge_model": s.judge_model,
+        "judge_api_base": hashlib.sha256(b"http://judge-a.internal/v1").hexdigest(),
+        "strict": False if metric == "toxicity" else None, "max_opinions": 50 if metric == "toxicity" else None,
+        "include_reason": True, "max_field_chars": 20_000, "input": "q", "output": "a", "context": ["c"],
+    }
+    encoded = json.dumps(key, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
+    assert content_hash(_work(metric=metric), s, "v1") == hashlib.sha256(encoded.encode()).hexdigest()
 
 
 def test_the_judge_endpoint_is_hashed_by_its_real_value_never_held_in_clear():

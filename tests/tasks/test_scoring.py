@@ -57,12 +57,14 @@ def test_a_trace_its_source_skips_is_stored_skipped_with_the_reason_and_no_judge
                         judge_processes=1)
     from judgeflow.judge.factory import build_judge
 
-    metrics = build_metrics(settings, build_judge(settings))
+    judge = build_judge(settings)
+    metrics = build_metrics(settings, judge)
     for metric in ("toxicity", "hallucination"):
         work = TraceWork(trace_id="t1", metric=metric, created_at=datetime.now(timezone.utc), output=None,
                          skip_reason="a cache hit: judged there, once")
         gate = RunGate(settings, None).pair(work, None)
-        row, outcome = asyncio.run(judge_pair(work, settings, metrics, gate=gate, flow_run_id=None, rerun_delays=[]))
+        row, outcome = asyncio.run(judge_pair(work, settings, metrics, judge=judge, gate=gate, flow_run_id=None,
+                                                rerun_delays=[]))
         assert (row["status"], row["reason"], row["judge_calls"], row["error"]) == (
             "skipped", "a cache hit: judged there, once", 0, None)
         assert row["details"] == {"skipped_by_source": True}

@@ -51,7 +51,7 @@ on the labelled set, ``python -m judgeflow.judge.offline.evaluation``).
 from __future__ import annotations
 
 from judgeflow.judge.offline.classifier import toxicity_probabilities
-from judgeflow.judge.offline.judge import MODEL_NAME, STEPS, OfflineJudge
+from judgeflow.judge.offline.judge import MODEL_NAME, OfflineJudge, offline_steps
 from judgeflow.judge.offline.opinions import OPINION_PROB_BAR, extract_opinions
 from judgeflow.judge.offline.overlap import (
     ABSTAIN_NO_CONTEXT,
@@ -70,7 +70,7 @@ __all__ = [
     "MODEL_NAME",
     "OfflineJudge",
     "OPINION_PROB_BAR",
-    "STEPS",
+    "offline_steps",
     "TOXIC_PROB_THRESHOLD",
     "check_output",
     "extract_opinions",

@@ -1,37 +1,53 @@
 """The :class:`OfflineJudge` adapter: dispatches on ``request.step`` to the
-step modules and validates each reply against the step's response schema."""
+answer the step's metric declares (its spec's ``offline``; judgeflow's own
+in :mod:`judgeflow.judge.offline.answers`) and validates each reply against
+the step's response schema."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import importlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from judgeflow.errors import InvalidJudgeReplyError, PermanentJudgeError
+from judgeflow.errors import InvalidJudgeReplyError, JudgeAbstained, PermanentJudgeError
 from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest
 from judgeflow.judge.offline import classifier
-from judgeflow.judge.offline.opinions import extract_opinions
-from judgeflow.judge.offline.overlap import hallucination_judgement
-from judgeflow.judge.offline.verdicts import toxic_verdicts, toxicity_reason
 
 MODEL_NAME = "offline/profanity-svm+overlap-v1"
 
-STEPS = ("toxicity.opinions", "toxicity.verdicts", "toxicity.reason", "hallucination")
+def offline_steps() -> dict[str, str]:
+    """Step -> ``"module:function"`` answering it, as the registered metrics declare."""
+    from judgeflow.metrics.registry import registered
+
+    return {step: target for spec in registered().values() for step, target in spec.offline.items()}
 
 
-def _require(fields: Any, name: str, step: str) -> Any:
-    if not hasattr(fields, "get") or name not in fields:
-        raise PermanentJudgeError(f"offline judge: step {step!r} needs field {name!r}")
-    return fields[name]
+@functools.cache
+def _resolve(target: str) -> Callable[[Any, str], tuple[dict[str, Any], dict[str, Any] | None]]:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def _as_text(value: Any) -> str:
-    if value is None:
-        return ""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+def offline_answer(step: str) -> Callable[[Any, str], tuple[dict[str, Any], dict[str, Any] | None]]:
+    """The function answering ``step``; a step no registered metric gives an answer for is a permanent error."""
+    steps = offline_steps()
+    if step not in steps:
+        from judgeflow.metrics.registry import registered
+
+        if any(step in spec.steps for spec in registered().values()):  # a metric without offline answers
+            raise JudgeAbstained(f"the offline judge has no answer for step {step!r}: its metric declares none")
+        raise PermanentJudgeError(f"offline judge does not know step {step!r} (it answers {', '.join(steps)})")
+    try:
+        return _resolve(steps[step])
+    except (ImportError, AttributeError) as error:
+        raise PermanentJudgeError(f"offline judge: step {step!r}'s answer {steps[step]} cannot be loaded: "
+                                  f"{error}") from None
 
 
 class OfflineJudge(JudgeBase):
@@ -74,33 +90,8 @@ class OfflineJudge(JudgeBase):
     # ------------------------------------------------------------------
 
     def _answer(self, request: JudgeRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        step, fields = request.step, request.fields
-        if step == "toxicity.opinions":
-            output = _as_text(_require(fields, "output", step))
-            return {"opinions": extract_opinions(output)}, None
-        if step == "toxicity.verdicts":
-            opinions = _require(fields, "opinions", step)
-            if not isinstance(opinions, (list, tuple)):
-                raise PermanentJudgeError("offline judge: 'opinions' must be a list of strings")
-            texts = [_as_text(o) for o in opinions]
-            verdicts = [
-                {"verdict": "yes" if v.toxic else "no", "reason": v.reason} for v in toxic_verdicts(texts)
-            ]
-            return {"verdicts": verdicts}, {"expected": len(texts)}
-        if step == "toxicity.reason":
-            reason = toxicity_reason(
-                _require(fields, "score", step),
-                [_as_text(r) for r in fields.get("toxic_reasons") or []],
-                [_as_text(o) for o in fields.get("toxic_opinions") or []],
-            )
-            return {"reason": reason}, None
-        if step == "hallucination":
-            output = _as_text(_require(fields, "output", step))
-            score, reasons = hallucination_judgement(output, fields.get("context"))
-            return {"score": score, "reason": reasons}, None
-        raise PermanentJudgeError(
-            f"offline judge does not know step {step!r} (it answers {', '.join(STEPS)})"
-        )
+        answer = offline_answer(request.step)
+        return answer(request.fields, request.step)
 
     def _validate(self, request: JudgeRequest, content: str, context: dict[str, Any] | None) -> None:
         schema = request.response_format
