@@ -97,7 +97,7 @@ def list_alerts(
     if alert_tables_exist_now(engine):
         migrate.upgrade(engine)  # the rows carry columns of later revisions (epoch_started_at)
     with engine.connect() as conn:
-        epochs = epoch_history(conn)
+        epochs = epoch_history(conn, result_source(settings))
         rows, segments, history, waiting, dead, dead_line = {}, [], [], [], [], None
         if alert_tables_exist(conn):
             everything = current_alerts(conn, source=result_source(settings))  # the configured source's
@@ -107,8 +107,8 @@ def list_alerts(
         if outbox_exists(conn):
             waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
             if _has_dead_at(conn):
-                dead = [w for w in dead_deliveries(conn, limit=200) if rule is None or w.rule == rule][:limit]
-                dead_line = dead_summary(conn).line()
+                dead = [w for w in dead_deliveries(conn, limit=200, source=result_source(settings)) if rule is None or w.rule == rule][:limit]
+                dead_line = dead_summary(conn, result_source(settings)).line()
 
     if dead_line:
         typer.secho(dead_line, fg="red")
