@@ -25,7 +25,8 @@ Kinds:
     that are still unwritten ``JUDGEFLOW_PHOENIX_UNWRITTEN_MAX_AGE`` after they
     were scored (however old: not bounded by the window), over all its unwritten
     results: a write-back problem pages until it is fixed. Its setting is the age
-    (empty: off); the maximum share is 0, overall only, no minimum sample.
+    (empty: off); on with a Phoenix source whose write-back is on; the maximum
+    share is 0, overall only, no minimum sample.
 ``regression``
     the not-passed rate of ``metric`` in the window against the same rate in
     the baseline period just before it (``JUDGEFLOW_REGRESSION_BASELINE``).
@@ -144,7 +145,8 @@ def _maximum(spec: RuleSpec, settings: Settings) -> float | None:
     if spec.kind == "regression":
         return None
     if spec.kind == "unwritten_results":  # its setting is the age; past it, no result may wait
-        return 0.0 if getattr(settings, spec.setting) else None
+        on = settings.source == "phoenix" and settings.phoenix_write_back
+        return 0.0 if on and getattr(settings, spec.setting) else None
     return getattr(settings, spec.setting)
 
 

@@ -11,6 +11,7 @@ outbox's (judgeflow/phoenix/outbox.py); this module only speaks HTTP.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,16 +42,21 @@ def origin(url: str) -> str:
 
 
 def _detail(reply: httpx.Response) -> str:
-    """What Phoenix said about a refusal: its JSON ``detail``, never an HTML page or a URL."""
-    try:
-        body = reply.json()
-    except ValueError:
-        return ""
-    detail = body.get("detail") if isinstance(body, dict) else None
+    """What Phoenix said about a refusal: its JSON ``detail`` or its plain-text body
+    (``Spans with IDs ... do not exist.``), never an HTML page or anything naming a URL."""
+    kind = reply.headers.get("content-type", "")
+    if "json" in kind:
+        try:
+            body = reply.json()
+        except ValueError:
+            return ""
+        detail = body.get("detail") if isinstance(body, dict) else None
+    else:
+        detail = reply.text if kind.startswith("text/plain") else None
     if not isinstance(detail, str):
         return ""
     text = " ".join(detail.split())
-    return "" if "://" in text else text[:DETAIL_CHARS]
+    return "" if "://" in text else text
 
 
 def _error(exc: httpx.HTTPError, base_url: str) -> str:
@@ -102,8 +108,8 @@ class Posted:
 
 def _named(reply: httpx.Response, results: list[dict[str, Any]], batch: list[int]) -> list[int]:
     """The results of ``batch`` whose span Phoenix names in its refusal."""
-    detail = _detail(reply)
-    return [i for i in batch if str(results[i]["trace_id"]) in detail]
+    words = set(re.split(r"[\s,;:'\"()\[\]]+|\.(?:\s|$)", _detail(reply)))
+    return [i for i in batch if str(results[i]["trace_id"]) in words]
 
 
 def _refusal(out: Posted, reply: httpx.Response, base_url: str) -> None:
@@ -144,11 +150,12 @@ def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Pos
             out.written += batch
         elif status in TRANSIENT or status >= 500:
             detail = _detail(reply)
-            out.failed.update({i: f"HTTP {status}" + (f": {detail}" if detail else "") for i in batch})
+            out.failed.update({i: f"HTTP {status}" + (f": {detail[:DETAIL_CHARS]}" if detail else "") for i in batch})
         elif status in AUTH_REFUSED:
             _refusal(out, reply, base)
         elif named := _named(reply, results, batch):
-            out.refused.update({i: f"span {results[i]['trace_id']}: HTTP {status}: {_detail(reply)}" for i in named})
+            out.refused.update({i: f"span {results[i]['trace_id']}: Phoenix does not hold it (HTTP {status})"
+                                for i in named})
             rest = [i for i in batch if i not in named]
             todo = ([rest] if rest else []) + todo
         elif status in REQUEST_REFUSED:
@@ -158,7 +165,7 @@ def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Pos
         else:
             detail = _detail(reply)
             out.refused[batch[0]] = f"span {results[batch[0]]['trace_id']}: HTTP {status}" + (
-                f": {detail}" if detail else "")
+                f": {detail[:DETAIL_CHARS]}" if detail else "")
     return out
 
 
@@ -196,11 +203,11 @@ def check_access(base_url: str, api_key: str | None, *, timeout_s: float = 10.0)
     except httpx.HTTPError as exc:
         return "MISSING", (f"Phoenix write-back: Phoenix at {where} does not answer ({_error(exc, base_url)}); "
                            "scores wait unwritten until it does")
-    for reply, what in ((read, "reading"), (write, "writing annotations")):
+    for reply, what in ((read, ""), (write, " for writing annotations")):
         if reply is not None and reply.status_code in AUTH_REFUSED:
-            which = ("JUDGEFLOW_PHOENIX_API_KEY was refused" if api_key
+            which = (f"JUDGEFLOW_PHOENIX_API_KEY was refused{what}" if api_key
                      else "Phoenix wants an API key: set JUDGEFLOW_PHOENIX_API_KEY")
-            return "MISSING", f"Phoenix write-back: {where} answers, but {which} for {what} (HTTP {reply.status_code})"
+            return "MISSING", f"Phoenix write-back: {where} answers, but {which} (HTTP {reply.status_code})"
     if read.status_code != 200:
         return "MISSING", (f"Phoenix write-back: {where} answered HTTP {read.status_code} to a read of Phoenix's "
                            f"REST API{hint}: is JUDGEFLOW_PHOENIX_URL Phoenix's base URL?")

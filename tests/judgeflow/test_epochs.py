@@ -14,6 +14,9 @@ from judgeflow.alerts.trend import compute_trend, render_markdown, render_text
 from judgeflow.db.epochs import current_epochs, record_epochs
 from tests.alerts.helpers import add_results, make_settings, migrated
 
+# what make_settings' results are read from (results without a source count as its)
+SOURCE = "table:llm_traces@results-db"
+
 
 def _set(engine, sql: str, **params) -> None:
     with engine.begin() as conn:
@@ -23,15 +26,15 @@ def _set(engine, sql: str, **params) -> None:
 def test_an_epoch_is_recorded_once_per_change_of_model_or_version(db):
     engine = migrated(db)
     with engine.begin() as conn:
-        [first] = record_epochs(conn, {"toxicity": ("toxicity/3+aa", "gpt-4o")}, flow_run_id="r1")
+        [first] = record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+aa", "gpt-4o")}, flow_run_id="r1")
         assert first.previous is None
-        assert record_epochs(conn, {"toxicity": ("toxicity/3+aa", "gpt-4o")}) == []  # unchanged: nothing
-        [model] = record_epochs(conn, {"toxicity": ("toxicity/3+aa", "gpt-4o-mini")})
-        [version] = record_epochs(conn, {"toxicity": ("toxicity/3+bb", "gpt-4o-mini")})
+        assert record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+aa", "gpt-4o")}) == []  # unchanged: nothing
+        [model] = record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+aa", "gpt-4o-mini")})
+        [version] = record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+bb", "gpt-4o-mini")})
         assert "judge model gpt-4o -> gpt-4o-mini" in model.describe()
         assert "metric version toxicity/3+aa -> toxicity/3+bb" in version.describe()
         assert model.epoch.started_at < version.epoch.started_at
-        epochs = current_epochs(conn)
+        epochs = current_epochs(conn, SOURCE)
     assert epochs["toxicity"].combination == ("toxicity/3+bb", "gpt-4o-mini")
     assert "hallucination" not in epochs
 
@@ -47,7 +50,7 @@ def test_the_first_epoch_keeps_the_results_of_its_version_scored_before_epochs_e
     _set(engine, "UPDATE judgeflow.eval_results SET metric_version = 'toxicity/3+new', "
                  "scored_at = now() - interval '4 days' WHERE metric_version IS NULL")
     with engine.begin() as conn:
-        [started] = record_epochs(conn, {"toxicity": ("toxicity/3+new", "gpt-4o")})
+        [started] = record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+new", "gpt-4o")})
         first_new = conn.execute(sa.text(
             "SELECT min(scored_at) FROM judgeflow.eval_results WHERE metric_version = 'toxicity/3+new'")).scalar()
     assert started.epoch.started_at == first_new
@@ -59,12 +62,12 @@ def test_rules_count_only_the_epoch_in_force_and_say_when_the_judge_changed(db, 
                              hallucination_rate_max=None)
     add_results(engine, passed=20, not_passed=20, failed=30, age=timedelta(hours=2))  # the old judge: 50%
     with engine.begin() as conn:
-        record_epochs(conn, {"toxicity": ("v1", "judge-a"), "hallucination": ("h1", "judge-a")})
+        record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-a"), "hallucination": ("h1", "judge-a")})
     # results of the old judge were written before its epoch was recorded here: move them before it
     _set(engine, "UPDATE judgeflow.eval_results SET metric_version = 'v1', scored_at = now() - interval '1 hour'")
     _set(engine, "UPDATE judgeflow.judge_epochs SET started_at = now() - interval '2 hours'")
     with engine.begin() as conn:
-        [changed] = record_epochs(conn, {"toxicity": ("v1", "judge-b")})
+        [changed] = record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-b")})
     fresh = add_results(engine, passed=4, not_passed=1, failed=1, age=timedelta(hours=1))
     _set(engine, "UPDATE judgeflow.eval_results SET metric_version = 'v1' WHERE trace_id = ANY(:ids) "
                  "AND status <> 'failed'", ids=fresh)
@@ -105,8 +108,8 @@ def test_judgeflow_alerts_lists_the_epochs_and_the_reason(db, database_url, monk
     _set(engine, "UPDATE judgeflow.eval_results SET metric_version = 'v1', scored_at = now() - interval '1 hour'")
     with engine.begin() as conn:
         # the first epoch takes the results of its version scored before it: judge-a's
-        record_epochs(conn, {"toxicity": ("v1", "judge-a")}, flow_run_id="run-41")
-        record_epochs(conn, {"toxicity": ("v1", "judge-b")}, flow_run_id="run-42")
+        record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-a")}, flow_run_id="run-41")
+        record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-b")}, flow_run_id="run-42")
     evaluate_rules(make_settings(database_url, alert_min_samples=10), engine=engine)
     result = CliRunner().invoke(alerts_app, [])
     assert result.exit_code == 0, result.output
