@@ -17,13 +17,14 @@ ThreadingHTTPServer on 127.0.0.1 answering as Phoenix 20.26 does (probed against
 without ``Authorization: Bearer <api_key>`` is answered 401; ``read_only_key`` reads but
 is refused writing (403). ``status`` forces an answer to every request (503, say).
 ``port`` binds a given port, so a receiver can be stopped (nothing listening) and come
-back on the same URL.
+back on the same URL. ``delay_s`` holds every POST that long before answering.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
 
@@ -32,14 +33,17 @@ PAGE = b"<!DOCTYPE html>\n<html><head><title>Phoenix</title></head><body><div id
 
 class PhoenixReceiver:
     def __init__(self, *, spans: set[str] | None = None, api_key: str | None = None, port: int = 0,
-                 status: int | None = None, read_only_key: str | None = None, wrong_post_status: int = 405):
+                 status: int | None = None, read_only_key: str | None = None, wrong_post_status: int = 405,
+                 delay_s: float = 0.0):
         self.spans = spans
         self.api_key = api_key
         self.read_only_key = read_only_key
         self.status = status
         self.wrong_post_status = wrong_post_status
+        self.delay_s = delay_s
         self.annotations: dict[tuple[str, str, str], dict] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status answered)
+        self.answered_at: list[float] = []  # time.time() each POST was answered
         self._lock = threading.Lock()
         receiver = self
 
@@ -47,6 +51,8 @@ class PhoenixReceiver:
             def _send(self, status: int, data: bytes, kind: str) -> None:
                 with receiver._lock:
                     receiver.requests.append((self.command, urlparse(self.path).path, status))
+                    if self.command == "POST":
+                        receiver.answered_at.append(time.time())
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
@@ -83,6 +89,7 @@ class PhoenixReceiver:
 
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                time.sleep(receiver.delay_s)  # a Phoenix that hangs a while
                 if urlparse(self.path).path != "/v1/span_annotations":
                     return self._text(receiver.wrong_post_status, "Method Not Allowed"
                                       if receiver.wrong_post_status == 405 else "Not Found")
