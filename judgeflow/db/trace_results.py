@@ -3,8 +3,11 @@
 Per metric: the stored result (score, pass/fail, reason, the judge's verdicts
 or reasons, judge model and metric version, the judge epoch it belongs to when
 epochs are recorded, cost and calls, when and by which flow run it was
-written, whether it was copied from an identical trace), or, without a result,
-whether a run holds the pair now. Read-only."""
+written, whether it was copied from an identical trace, for a Phoenix source
+whether it is in Phoenix and the write-back's last error), or, without a result,
+whether a run holds the pair now. With a Phoenix source an id judgeflow knows
+nothing of may be a Phoenix trace id or the id of any span of a trace: the
+trace's LLM spans are shown (:func:`look_up`). Read-only."""
 
 from __future__ import annotations
 

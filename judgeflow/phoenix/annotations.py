@@ -59,10 +59,12 @@ def _detail(reply: httpx.Response) -> str:
     return "" if "://" in text else text
 
 
-def _error(exc: httpx.HTTPError, base_url: str) -> str:
-    """An HTTP client error in one line, without the URL's path or query."""
-    text = " ".join(f"{type(exc).__name__}: {exc}".split())
-    return text.replace(str(base_url).rstrip("/"), origin(str(base_url)))
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def _error(exc: httpx.HTTPError) -> str:
+    """An HTTP client error in one line, any URL in it cut to its scheme, host and port."""
+    return _URL.sub(lambda m: origin(m.group(0)), " ".join(f"{type(exc).__name__}: {exc}".split()))
 
 
 def annotation_name(metric: str) -> str:
@@ -140,7 +142,7 @@ def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Pos
             reply = client.post("/v1/span_annotations", params={"sync": "true"},
                                 json={"data": [annotation(results[i]) for i in batch]})
         except httpx.HTTPError as exc:
-            error = _error(exc, base)
+            error = _error(exc)
             out.failed.update({i: error for i in batch})
             if isinstance(exc, httpx.TransportError):  # Phoenix does not answer: the rest would not either
                 out.stop = f"Phoenix at {origin(base)} did not answer ({error})"
@@ -201,7 +203,7 @@ def check_access(base_url: str, api_key: str | None, *, timeout_s: float = 10.0)
             if read.status_code == 200 and _is_api(read):
                 write = client.post("/v1/span_annotations", params={"sync": "true"}, json={"data": []})
     except httpx.HTTPError as exc:
-        return "MISSING", (f"Phoenix write-back: Phoenix at {where} does not answer ({_error(exc, base_url)}); "
+        return "MISSING", (f"Phoenix write-back: Phoenix at {where} does not answer ({_error(exc)}); "
                            "scores wait unwritten until it does")
     for reply, what in ((read, ""), (write, " for writing annotations")):
         if reply is not None and reply.status_code in AUTH_REFUSED:

@@ -79,6 +79,7 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "source", "source_schema", "phoenix_write_back", "phoenix_url", "phoenix_api_key",
     "task_retries", "task_retry_delay_s", "max_runs_per_pair", "max_run_duration", "schedule_timezone",
     "toxicity_rate_max", "hallucination_rate_max", "failure_rate_max", "dead_delivery_rate_max",
+    "phoenix_unwritten_max_age",  # an alert rule's age on the write-back, not a score
 })
 # whole groups that only alert on stored scores
 SCORE_NEUTRAL_PREFIXES = ("alert_", "regression_", "toxicity_regression_", "hallucination_regression_")

@@ -56,7 +56,7 @@ def _as_b(monkeypatch, url: str) -> None:
 def _score():
     from judgeflow.flows.scoring import score_new_traces
 
-    state = score_new_traces(return_state=True)
+    state = score_new_traces(metrics=["toxicity"], return_state=True)
     assert state.is_completed()
     return state.result()
 
@@ -89,21 +89,20 @@ def test_two_sources_with_different_judges_keep_their_own_epochs_and_baselines(
     _as_a(monkeypatch)
     insert_traces(db, _traces("a", 0, 12))
     first_a = _score()
-    assert (first_a.scored + first_a.skipped, first_a.failed) == (24, 0) and first_a.judge_epochs == []
+    assert (first_a.scored, first_a.failed) == (12, 0) and first_a.judge_epochs == []
 
     _as_b(monkeypatch, other_url)
     insert_traces(other, _traces("b", 0, 12))
     first_b = _score()
-    assert (first_b.scored + first_b.skipped, first_b.failed) == (24, 0)
+    assert (first_b.scored, first_b.failed) == (12, 0)
     assert first_b.judge_epochs == [] and "Judge changed" not in first_b.markdown()  # B's first epoch: no change
 
     _as_a(monkeypatch)
     insert_traces(db, _traces("a", 12, 8))
     second_a = _score()
-    assert (second_a.scored + second_a.skipped, second_a.failed) == (16, 0)
+    assert (second_a.scored, second_a.failed) == (8, 0)
     assert second_a.judge_epochs == [] and "Judge changed" not in second_a.markdown()
-    assert sorted(_epochs(db)) == sorted([(A, "hallucination", "offline"), (A, "toxicity", "offline"),
-                                          (b, "hallucination", "openai/judge-test"), (b, "toxicity", "openai/judge-test")])
+    assert sorted(_epochs(db)) == sorted([(A, "toxicity", "offline"), (b, "toxicity", "openai/judge-test")])
     # A's rules count all 20 of its traces: its baseline was not cut by B's runs
     outcomes = _outcomes(db, A)
     assert outcomes and "insufficient_data" not in outcomes.values(), outcomes
@@ -125,12 +124,11 @@ def test_two_sources_with_different_judges_keep_their_own_epochs_and_baselines(
     monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "openai/judge-b")
     insert_traces(other, _traces("b", 12, 4))
     switched = _score()
-    assert len(switched.judge_epochs) == 2  # toxicity and hallucination
-    assert all("judge model openai/judge-test -> openai/judge-b" in e for e in switched.judge_epochs)
-    assert [e for e in _epochs(db) if e[0] == A] == [(A, "hallucination", "offline"), (A, "toxicity", "offline")]
+    [change] = switched.judge_epochs
+    assert "judge model openai/judge-test -> openai/judge-b" in change
+    assert [e for e in _epochs(db) if e[0] == A] == [(A, "toxicity", "offline")]
     assert _outcomes(db, b)["toxicity_rate"] == "insufficient_data"  # B's own 4 new results only
-
-    _as_a(monkeypatch)
-    insert_traces(db, _traces("a", 20, 2))
-    third_a = _score()
-    assert third_a.judge_epochs == [] and "insufficient_data" not in _outcomes(db, A).values()
+    _as_a(monkeypatch)  # A's rules evaluated after B's judge changed: A's epoch still holds
+    checked = runner.invoke(app, ["alerts", "check"])
+    assert checked.exit_code == 0, checked.output
+    assert "judge changed" not in checked.output and "insufficient_data" not in _outcomes(db, A).values()
