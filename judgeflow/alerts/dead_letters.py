@@ -19,10 +19,10 @@ note saying so (:func:`fired_delivery_died`,
 
 The ``dead_delivery_rate`` rule (kind ``dead_deliveries``) makes that visible
 where every other condition is: it is the share of the deliveries ended in
-the window (delivered or dead, by when they ended) that are dead, counting
-the deliveries of the source's own alerts only (a source never pages about
-another's), with a maximum of 0 by default, so one dead delivery fires it and it resolves once no
-delivery has died within the window.
+the window (delivered or dead, by when they ended) that are dead, counting the
+deliveries of the source's own alerts only (a source never pages about
+another's), with a maximum of 0 by default, so one dead delivery fires it and
+it resolves once no delivery has died within the window.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ RULE_SPECS: tuple[RuleSpec, ...] = (
     ),
     RuleSpec(
         "dead_delivery_rate", "dead_deliveries", None, "dead_delivery_rate_max",
-        "share of alert deliveries ended in the window that are dead (given up on), all channels",
+        "share of the source's alert deliveries ended in the window that are dead (given up on), all channels",
     ),
     RuleSpec(
         "phoenix_unwritten", "unwritten_results", None, "phoenix_unwritten_max_age",
