@@ -130,7 +130,9 @@ def seed_epochs(url: str) -> None:
 
     engine = sa.create_engine(url)
     with engine.begin() as conn:
-        record_epochs(conn, configured("offline", ["toxicity", "hallucination"]), flow_run_id="earlier-run")
+        # the source of the bench's runs: the table source in judgeflow's own database
+        record_epochs(conn, "table:llm_traces@results-db", configured("offline", ["toxicity", "hallucination"]),
+                      flow_run_id="earlier-run")
     engine.dispose()
 
 

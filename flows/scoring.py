@@ -288,6 +288,7 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     if run.settings.source == "phoenix" and run.settings.phoenix_write_back:
         # after the results are stored; the results table stays the source of truth
         summary.notes.append(write_scores_to_phoenix(run.settings, summary.flow_run_id).note)
+    summary.duration_s = round(time.monotonic() - run.started, 2)  # the whole run, the write-back included
     progress.finish()
     publish_run_summary(summary)
     if summary.budget_exhausted:

@@ -26,6 +26,7 @@ from judgeflow.config.scrub import scrub
 from judgeflow.config.settings import Settings
 from judgeflow.shadow.report import ShadowReport, build_report
 from judgeflow.shadow.sample import ShadowPair, select_sample
+from judgeflow.sources.identity import result_source
 from judgeflow.run.judge_loop import judge_loop
 from judgeflow.tasks.scoring import build_metrics, judge_pair
 
@@ -67,7 +68,8 @@ def select_shadow_sample(
         raise ConfigError(f"judgeflow shadow reads JUDGEFLOW_SOURCE=table only, not {settings.source}")
     with engine_for(settings).connect() as conn:
         return select_sample(conn, SourceTable.parse(settings.traces_table), metrics=metrics, since=since,
-                             segment_by=segment_by, per_segment=per_segment, seed=seed)
+                             segment_by=segment_by, per_segment=per_segment, seed=seed,
+                             result_source=result_source(settings))
 
 
 def _row(pair: ShadowPair, result: dict, shadow_run_id: str) -> dict:

@@ -19,9 +19,10 @@ note saying so (:func:`fired_delivery_died`,
 
 The ``dead_delivery_rate`` rule (kind ``dead_deliveries``) makes that visible
 where every other condition is: it is the share of the deliveries ended in
-the window (delivered or dead, by when they ended) that are dead, with a
-maximum of 0 by default, so one dead delivery fires it and it resolves once no
-delivery has died within the window.
+the window (delivered or dead, by when they ended) that are dead, counting the
+deliveries of the source's own alerts only (a source never pages about
+another's), with a maximum of 0 by default, so one dead delivery fires it and
+it resolves once no delivery has died within the window.
 """
 
 from __future__ import annotations
@@ -35,39 +36,44 @@ from sqlalchemy import Connection, text
 DEAD_EVENT = "judgeflow.alert.delivery.dead"
 _DEAD_EVENT_NAMESPACE = UUID("6f1c2f4e-5b0a-4d57-9a7e-2d4c1f0b9e31")
 
+# a delivery is its source's through its notification (alert_events.source; NULL:
+# from before sources were recorded, counted as the configured source's)
+_OWN = ("EXISTS (SELECT 1 FROM judgeflow.alert_events e WHERE e.id = d.event_id "
+        "AND (e.source = :source OR e.source IS NULL))")
 _COUNTS = text(
-    """
+    f"""
     SELECT
-        (SELECT count(*) FROM judgeflow.alert_deliveries WHERE status = 'dead' AND dead_at >= :start) AS dead,
-        (SELECT count(*) FROM judgeflow.alert_deliveries
-          WHERE status = 'delivered' AND delivered_at >= :start) AS delivered,
-        (SELECT count(*) FROM judgeflow.alert_deliveries WHERE status = 'pending' AND tries > 0) AS failing
+        (SELECT count(*) FROM judgeflow.alert_deliveries d
+          WHERE status = 'dead' AND dead_at >= :start AND {_OWN}) AS dead,
+        (SELECT count(*) FROM judgeflow.alert_deliveries d
+          WHERE status = 'delivered' AND delivered_at >= :start AND {_OWN}) AS delivered,
+        (SELECT count(*) FROM judgeflow.alert_deliveries d WHERE status = 'pending' AND tries > 0 AND {_OWN}) AS failing
     """
 )
 
 
-def dead_delivery_counts(conn: Connection, *, start: datetime) -> tuple[int, int, int]:
-    """(dead, ended, failing): deliveries that died in the window, those
-    ended in it (delivered or dead), and those still being retried; the
-    rule's rate is dead / ended (:func:`judgeflow.alerts.evaluation.segment_figures`)."""
-    row = conn.execute(_COUNTS, {"start": start}).one()
+def dead_delivery_counts(conn: Connection, *, start: datetime, source: str | None) -> tuple[int, int, int]:
+    """(dead, ended, failing) of ``source``'s deliveries: those that died in the
+    window, those ended in it (delivered or dead), and those still being retried;
+    the rule's rate is dead / ended (:func:`judgeflow.alerts.evaluation.segment_figures`)."""
+    row = conn.execute(_COUNTS, {"start": start, "source": source}).one()
     return int(row.dead), int(row.dead) + int(row.delivered), int(row.failing)
 
 
-def dead_deliveries(conn: Connection, *, limit: int = 50) -> list:
-    """Dead deliveries, the latest first, with their notification."""
+def dead_deliveries(conn: Connection, *, limit: int = 50, source: str | None = None) -> list:
+    """Dead deliveries (of ``source``'s alerts; None: every source's), the latest first, with their notification."""
     return list(conn.execute(
         text(
             """
             SELECT d.event_id, d.channel, d.tries, d.attempts, d.dead_at, d.http_status, d.last_error,
                    e.rule, e.segment_key, e.kind, e.occurred_at, e.delivery_id
             FROM judgeflow.alert_deliveries d JOIN judgeflow.alert_events e ON e.id = d.event_id
-            WHERE d.status = 'dead'
+            WHERE d.status = 'dead' AND (CAST(:source AS text) IS NULL OR e.source = :source OR e.source IS NULL)
             ORDER BY d.dead_at DESC, d.event_id DESC, d.channel
             LIMIT :limit
             """
         ),
-        {"limit": limit},
+        {"limit": limit, "source": source},
     ))
 
 
@@ -115,9 +121,10 @@ class DeadSummary:
                 "channels": list(self.channels)}
 
 
-def dead_summary(conn: Connection) -> DeadSummary:
+def dead_summary(conn: Connection, source: str | None) -> DeadSummary:
+    """``source``'s dead deliveries."""
     row = conn.execute(text(
         "SELECT count(*), max(dead_at), array_agg(DISTINCT channel ORDER BY channel) "
-        "FROM judgeflow.alert_deliveries WHERE status = 'dead'"
-    )).one()
+        f"FROM judgeflow.alert_deliveries d WHERE status = 'dead' AND {_OWN}"
+    ), {"source": source}).one()
     return DeadSummary(int(row[0]), row[1], tuple(c for c in (row[2] or []) if c))

@@ -300,6 +300,24 @@ def _figures(
     )
 
 
+def _overall_only_figures(conn: Connection, rule: Rule, now: datetime, start: datetime) -> Figures:
+    """Dead deliveries (counted in the alert outbox) or results the Phoenix write-back left unwritten."""
+    if rule.kind == "dead_deliveries":
+        from judgeflow.alerts.dead_letters import dead_delivery_counts
+
+        dead, ended, failing = dead_delivery_counts(conn, start=start, source=rule.source)
+        # dead / ended in the window, 0 when nothing ended; failed: deliveries still being retried
+        return Figures(value=dead / ended if ended else 0.0, violations=dead, sample_size=ended,
+                       failed=failing, worst=[], evaluated_at=now, window_start=start, worst_loaded=True)
+    from judgeflow.phoenix.outbox import stale_unwritten_counts
+
+    # stale / unwritten, 0 when nothing is unwritten
+    stale, unwritten = stale_unwritten_counts(conn, rule.source,
+                                              stale_before=now - timedelta(seconds=rule.max_age_s or 0))
+    return Figures(value=stale / unwritten if unwritten else 0.0, violations=stale, sample_size=unwritten,
+                   failed=0, worst=[], evaluated_at=now, window_start=start, worst_loaded=True)
+
+
 def segment_figures(
     conn: Connection, rule: Rule, *, now: datetime, key: str | None = None, keep: tuple[str, ...] = (),
     epochs: dict[str, Epoch] | None = None,
@@ -310,17 +328,10 @@ def segment_figures(
     for the rest, counting the results of the judge epochs in force
     (``epochs``, default: read now). Worst traces are not loaded (see :func:`with_worst`)."""
     if epochs is None:
-        epochs = current_epochs(conn)
+        epochs = current_epochs(conn, rule.source)
     start, base_start = _periods(rule, now)
-    if rule.kind == "dead_deliveries":  # counted in the outbox, not in eval_results; overall only
-        from judgeflow.alerts.dead_letters import dead_delivery_counts
-
-        if key is not None:
-            return []
-        dead, ended, failing = dead_delivery_counts(conn, start=start)
-        # dead / ended in the window, 0 when nothing ended; failed: deliveries still being retried
-        return [Figures(value=dead / ended if ended else 0.0, violations=dead, sample_size=ended,
-                        failed=failing, worst=[], evaluated_at=now, window_start=start, worst_loaded=True)]
+    if rule.kind in ("dead_deliveries", "unwritten_results"):  # not rates of eval_results; overall only
+        return [] if key is not None else [_overall_only_figures(conn, rule, now, start)]
     in_epoch, epoch_params = in_epoch_sql(epochs, rule_metrics(rule))
     epoch_start = latest_start(epochs, rule_metrics(rule))
     params = dict(epoch_params, metrics=rule_metrics(rule), start=start, base_start=base_start, source=rule.source)
@@ -345,11 +356,13 @@ def worst_traces(
 ) -> list[WorstTrace]:
     """The segment's worst results in the window (of the judge epoch in force):
     highest scores for a not-passed rate, latest failures for the failure rate; none for dead deliveries."""
-    if rule.kind == "dead_deliveries":
+    if rule.kind in ("dead_deliveries", "unwritten_results"):
         return []
     _, bad = _conditions(rule)
     seg_where, seg_params = segment.where()
-    in_epoch, epoch_params = in_epoch_sql(current_epochs(conn) if epochs is None else epochs, rule_metrics(rule))
+    if epochs is None:
+        epochs = current_epochs(conn, rule.source)
+    in_epoch, epoch_params = in_epoch_sql(epochs, rule_metrics(rule))
     if rule.kind == "failure_rate":
         reason, order = "concat_ws(': ', error_kind, error)", "scored_at DESC, trace_id"
     else:
@@ -385,7 +398,7 @@ def compute_figures(
     ``now`` (default: the database's ``now()``)."""
     if now is None:
         now = conn.execute(select(func.now())).scalar_one()
-    epochs = current_epochs(conn)
+    epochs = current_epochs(conn, rule.source)
     if segment.overall:
         figures = segment_figures(conn, rule, now=now, epochs=epochs)[0]
     else:
@@ -409,7 +422,7 @@ def all_segment_figures(
     """Overall first, then each ``rule.segment_by`` key's segments."""
     keep = keep or {}
     if epochs is None:
-        epochs = current_epochs(conn)
+        epochs = current_epochs(conn, rule.source)
     figures = segment_figures(conn, rule, now=now, epochs=epochs)
     for key in rule.segment_by:
         figures += segment_figures(conn, rule, now=now, key=key, keep=keep.get(key, ()), epochs=epochs)

@@ -22,6 +22,13 @@ Kinds:
     failing, as ``failure_rate`` is the judge failing. Overall only, no minimum
     sample (a window where nothing ended is 0); evaluated after the
     evaluation's deliveries, so a delivery that dies is counted at once.
+``unwritten_results``
+    a Phoenix source's scored results the write-back tried and failed to write
+    that are still unwritten ``JUDGEFLOW_PHOENIX_UNWRITTEN_MAX_AGE`` after they
+    were scored (however old: not bounded by the window), over all its unwritten
+    results: a write-back problem pages until it is fixed. Its setting is the age
+    (empty: off); on with a Phoenix source whose write-back is on; the maximum
+    share is 0, overall only, no minimum sample.
 ``regression``
     the not-passed rate of ``metric`` in the window against the same rate in
     the baseline period just before it (``JUDGEFLOW_REGRESSION_BASELINE``).
@@ -43,7 +50,9 @@ from typing import Literal
 from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import registered
 
-RuleKind = Literal["not_passed_rate", "failure_rate", "regression", "dead_deliveries"]
+RuleKind = Literal["not_passed_rate", "failure_rate", "regression", "dead_deliveries", "unwritten_results"]
+# counted apart from eval_results' rates: overall only, no minimum sample
+_OVERALL_ONLY = ("dead_deliveries", "unwritten_results")
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,12 @@ FAILURE_RULE = RuleSpec(
 )
 DEAD_DELIVERY_RULE = RuleSpec(
     "dead_delivery_rate", "dead_deliveries", None, "dead_delivery_rate_max",
-    "share of alert deliveries ended in the window that are dead (given up on), all channels",
+    "share of the source's alert deliveries ended in the window that are dead (given up on), all channels",
+)
+PHOENIX_UNWRITTEN_RULE = RuleSpec(
+    "phoenix_unwritten", "unwritten_results", None, "phoenix_unwritten_max_age",
+    "share of the Phoenix write-back's unwritten results still waiting past JUDGEFLOW_PHOENIX_UNWRITTEN_MAX_AGE "
+    "after a failed write",
 )
 
 
@@ -82,8 +96,10 @@ def _metric_rules(kind: RuleKind) -> list[RuleSpec]:
 
 def rule_specs() -> tuple[RuleSpec, ...]:
     """Every rule: each metric's maximum rate, the judge's failure rate, each
-    metric's regression, dead deliveries (the order they are listed in)."""
-    return (*_metric_rules("not_passed_rate"), FAILURE_RULE, *_metric_rules("regression"), DEAD_DELIVERY_RULE)
+    metric's regression, dead deliveries, the Phoenix write-back's unwritten
+    results (the order they are listed in)."""
+    return (*_metric_rules("not_passed_rate"), FAILURE_RULE, *_metric_rules("regression"), DEAD_DELIVERY_RULE,
+            PHOENIX_UNWRITTEN_RULE)
 
 
 def _limit(settings: Settings, spec: RuleSpec) -> float | None:
@@ -115,6 +131,7 @@ class Rule:
     segment_top: int = 10
     # the results counted: those read from this source (judgeflow/sources/identity.py)
     source: str | None = None
+    max_age_s: float | None = None  # unwritten_results: how long a failed write-back may stay unwritten
 
     @property
     def is_regression(self) -> bool:
@@ -139,6 +156,24 @@ class Rule:
         return f"judgeflow.rule.{self.name}"
 
 
+def _maximum(spec: RuleSpec, settings: Settings) -> float | None:
+    if spec.kind == "regression":
+        return None
+    if spec.kind == "unwritten_results":  # its setting is the age; past it, no result may wait
+        on = settings.source == "phoenix" and settings.phoenix_write_back
+        return 0.0 if on and getattr(settings, spec.setting) else None
+    return getattr(settings, spec.setting)
+
+
+def _maximum(spec: RuleSpec, settings: Settings) -> float | None:
+    if spec.kind == "regression":
+        return None
+    if spec.kind == "unwritten_results":  # its setting is the age; past it, no result may wait
+        on = settings.source == "phoenix" and settings.phoenix_write_back
+        return 0.0 if on and getattr(settings, spec.setting) else None
+    return _limit(settings, spec)
+
+
 def all_rules(settings: Settings) -> list[Rule]:
     """Every known rule, enabled or not, in a fixed order."""
     from judgeflow.sources.identity import result_source
@@ -150,21 +185,22 @@ def all_rules(settings: Settings) -> list[Rule]:
             metric=spec.metric,
             setting=spec.setting,
             description=spec.description,
-            maximum=None if spec.kind == "regression" else _limit(settings, spec),
+            maximum=_maximum(spec, settings),
             min_increase=_limit(settings, spec) if spec.kind == "regression" else None,
             window=settings.alert_window,
             window_s=settings.alert_window_s,
             # dead deliveries are few and each one matters: no minimum sample
-            min_samples=0 if spec.kind == "dead_deliveries" else settings.alert_min_samples,
+            min_samples=0 if spec.kind in _OVERALL_ONLY else settings.alert_min_samples,
             renotify_s=settings.alert_renotify_s,
             baseline=settings.regression_baseline,
             baseline_s=settings.regression_baseline_s,
             alpha=settings.regression_alpha,
             resolve_alpha=settings.regression_resolve_alpha,
             hysteresis=settings.alert_hysteresis,
-            segment_by=() if spec.kind == "dead_deliveries" else settings.alert_segment_keys,
+            segment_by=() if spec.kind in _OVERALL_ONLY else settings.alert_segment_keys,
             segment_top=settings.alert_segment_top,
             source=result_source(settings),
+            max_age_s=settings.phoenix_unwritten_max_age_s if spec.kind == "unwritten_results" else None,
         )
         for spec in rule_specs()
     ]

@@ -111,7 +111,7 @@ def evaluate_rule_segments(
             for key, value in (r.segment or {}).items():
                 if r.state == "firing" and key in rule.segment_by:
                     keep[key] = keep.get(key, ()) + (value,)
-        epochs = current_epochs(conn)
+        epochs = current_epochs(conn, rule.source)
         figures = correct_for_family(rule, all_segment_figures(conn, rule, now=now, keep=keep, epochs=epochs))
         seen = {f.segment.label for f in figures}
         for r in rows.values():  # a firing segment with no results at all: not enough data, state kept

@@ -120,7 +120,7 @@ def compute_trend(
     since = until - timedelta(days=days - 1)
     start = datetime.combine(since, datetime.min.time(), tzinfo=timezone.utc)
     trend = Trend(since=since, until=until, window=settings.alert_window, baseline=settings.regression_baseline)
-    trend.epochs = epoch_history(conn, since=start)
+    trend.epochs = epoch_history(conn, result_source(settings), since=start)
     index = {d: i for i, d in enumerate(trend.dates)}
     rules = {r.metric: r for r in all_rules(settings) if r.kind == "regression"}
 

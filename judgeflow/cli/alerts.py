@@ -98,7 +98,7 @@ def _read(settings, *, limit: int, rule: str | None) -> _Reading:
     if alert_tables_exist_now(engine):
         migrate.upgrade(engine)  # the rows carry columns of later revisions (epoch_started_at)
     with engine.connect() as conn:
-        reading = _Reading(epochs=epoch_history(conn))
+        reading = _Reading(epochs=epoch_history(conn, result_source(settings)))
         if alert_tables_exist(conn):
             everything = current_alerts(conn, source=result_source(settings))  # the configured source's
             reading.rows = {row.rule: row for row in everything if not row.segment_key}
@@ -107,8 +107,9 @@ def _read(settings, *, limit: int, rule: str | None) -> _Reading:
         if outbox_exists(conn):
             reading.waiting = [w for w in undelivered(conn, limit=200) if rule is None or w.rule == rule]
             if _has_dead_at(conn):
-                reading.dead = [w for w in dead_deliveries(conn, limit=200) if rule is None or w.rule == rule][:limit]
-                reading.dead_line = dead_summary(conn).line()
+                reading.dead = [w for w in dead_deliveries(conn, limit=200, source=result_source(settings))
+                                if rule is None or w.rule == rule][:limit]
+                reading.dead_line = dead_summary(conn, result_source(settings)).line()
     return reading
 
 

@@ -114,22 +114,25 @@ def report(
 
 
 @clear_errors
-def show(trace_id: str = typer.Argument(..., help="the trace's id, as in the trace source")) -> None:
+def show(trace_id: str = typer.Argument(
+        ..., help="the trace's id, as in the trace source; with JUDGEFLOW_SOURCE=phoenix also a Phoenix trace id "
+        "or the id of any span of the trace (its LLM spans are listed)")) -> None:
     """One trace's results per metric: score, pass/fail, reason, verdicts, judge and metric version,
     cost, when and by which flow run (with its Prefect UI link), and whether it was copied from an
     identical trace. Exit code 1 when judgeflow knows nothing of the id."""
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.db.trace_results import find_trace, render
+    from judgeflow.db.trace_results import look_up, render_lookup
     from judgeflow.sources.trace_source import trace_source
     from judgeflow.infra.prefect_server import ui_url_without_import
 
     settings = command_settings()
     migrate.upgrade(engine_for(settings))
-    view = find_trace(settings, trace_id)
-    if not view.known:
-        where = "could not be asked in time" if view.in_source is None else "has no such id"
+    found = look_up(settings, trace_id)  # a Phoenix source: also a Phoenix trace id or any span id
+    if not found.known:
+        where = "could not be asked in time" if found.views[0].in_source is None else "has no such id"
         typer.echo(f"judgeflow: no trace {trace_id!r}: judgeflow has no result or claim for it, and "
                    f"{trace_source(settings).display} {where}", err=True)
         raise typer.Exit(1)
-    typer.echo(render(view, ui_url=ui_url_without_import(settings), source_name=trace_source(settings).display))
+    typer.echo(render_lookup(found, ui_url=ui_url_without_import(settings),
+                             source_name=trace_source(settings).display))

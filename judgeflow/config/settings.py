@@ -205,6 +205,10 @@ class Settings(BaseSettings):
     )
     phoenix_url: str = Field("http://127.0.0.1:6006", description="Phoenix's base URL, for the write-back")
     phoenix_api_key: SecretStr | None = Field(None, description="Phoenix API key (a bearer token), if auth is on")
+    phoenix_unwritten_max_age: str | None = Field(
+        "1d", description="with the Phoenix write-back on: the phoenix_unwritten alert rule fires when a scored "
+        "result the write-back failed to write is still unwritten this long after it was scored; empty disables it",
+    )
     home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
     lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
     pool_mode: Literal["auto", "direct", "session", "transaction"] = Field(
@@ -374,6 +378,14 @@ class Settings(BaseSettings):
             parse_duration(value)
         return value
 
+    @field_validator("phoenix_unwritten_max_age", mode="before")
+    @classmethod
+    def _check_unwritten_max_age(cls, value):
+        if value is None or not str(value).strip():
+            return None  # empty: the rule is off
+        parse_duration(str(value).strip())
+        return str(value).strip()
+
     @property
     def uses_embedded_database(self) -> bool:
         return self.database_url is None
@@ -415,6 +427,10 @@ class Settings(BaseSettings):
     @property
     def alert_renotify_s(self) -> float | None:
         return parse_duration(self.alert_renotify) if self.alert_renotify else None
+
+    @property
+    def phoenix_unwritten_max_age_s(self) -> float | None:
+        return parse_duration(self.phoenix_unwritten_max_age) if self.phoenix_unwritten_max_age else None
 
 
 def load_settings(**overrides) -> Settings:

@@ -1,10 +1,12 @@
-"""Judge epochs: which (metric, metric version, judge model) is in force, and since when.
+"""Judge epochs: which (metric, metric version, judge model) is in force for a source, and since when.
 
 A **judge epoch** is a metric's (``metric_version``, judge model) from the
-moment a scoring run started using it. A new judge model and an edited prompt
-(a new ``metric_version``) both start one. Epochs are recorded in
+moment a scoring run of a source started using it. A new judge model and an
+edited prompt (a new ``metric_version``) both start one. Epochs are recorded in
 ``judgeflow.judge_epochs`` by the scoring run that first uses the combination
-(task ``record-judge-epochs``); the latest row of a metric is the epoch in force.
+(task ``record-judge-epochs``); the latest row of a (source, metric) is the epoch
+in force. Each source keeps its own (migration 14_epochs_per_source.py): two sources judged by
+different judges in one results database never start epochs for each other.
 
 A result belongs to the epoch in force when it was written after the epoch
 started with the epoch's metric version (a failed scoring has no version: its
@@ -30,6 +32,10 @@ from sqlalchemy import Connection, text
 
 from judgeflow.db.schema import SCHEMA
 from judgeflow.metrics.registry import current_versions
+
+# results stored before sources were recorded count as the configured source's
+# (judgeflow/sources/identity.py of_source)
+_OF_SOURCE = "(source = :source OR source IS NULL)"
 
 # fixed key of the advisory lock that serialises epoch recording
 _LOCK_KEY = 0x6A65706F
@@ -104,28 +110,28 @@ def _epoch(row) -> Epoch:
     )
 
 
-def current_epochs(conn: Connection) -> dict[str, Epoch]:
-    """The epoch in force per metric (metrics never scored since epochs exist: absent)."""
+def current_epochs(conn: Connection, source: str | None) -> dict[str, Epoch]:
+    """The epoch in force per metric for ``source`` (metrics it never scored since epochs exist: absent)."""
     if not _table_exists(conn):
         return {}
     rows = conn.execute(text(
         f"""
         SELECT DISTINCT ON (metric) id, metric, metric_version, judge_model, started_at, flow_run_id
-        FROM {SCHEMA}.judge_epochs ORDER BY metric, started_at DESC, id DESC
+        FROM {SCHEMA}.judge_epochs WHERE source = :source ORDER BY metric, started_at DESC, id DESC
         """
-    ))
+    ), {"source": source or ""})
     return {r.metric: _epoch(r) for r in rows}
 
 
-def epoch_history(conn: Connection, *, since: datetime | None = None) -> list[Epoch]:
-    """Every recorded epoch, oldest first; with ``since``, those in force at or
-    after it (the one in force at ``since`` included)."""
+def epoch_history(conn: Connection, source: str | None, *, since: datetime | None = None) -> list[Epoch]:
+    """Every epoch recorded for ``source``, oldest first; with ``since``, those in
+    force at or after it (the one in force at ``since`` included)."""
     if not _table_exists(conn):
         return []
     rows = list(conn.execute(text(
         f"SELECT id, metric, metric_version, judge_model, started_at, flow_run_id FROM {SCHEMA}.judge_epochs "
-        "ORDER BY started_at, id"
-    )))
+        "WHERE source = :source ORDER BY started_at, id"
+    ), {"source": source or ""}))
     epochs = [_epoch(r) for r in rows]
     if since is None:
         return epochs
@@ -137,31 +143,46 @@ def epoch_history(conn: Connection, *, since: datetime | None = None) -> list[Ep
     return kept
 
 
-def _first_start(conn: Connection, metric: str, version: str) -> datetime | None:
-    """Where a metric's first recorded epoch starts: its results of ``version``
-    written after the last result of another version (None: there are none)."""
+def _first_start(conn: Connection, source: str, metric: str, version: str) -> datetime | None:
+    """Where a source's first recorded epoch of a metric starts: its results of
+    ``version`` written after its last result of another version (None: there are none)."""
     return conn.execute(text(
         f"""
         SELECT min(scored_at) FROM {SCHEMA}.eval_results
-        WHERE metric = :metric AND metric_version = :version
+        WHERE metric = :metric AND metric_version = :version AND {_OF_SOURCE}
           AND scored_at >= coalesce((
               SELECT max(scored_at) FROM {SCHEMA}.eval_results
               WHERE metric = :metric AND metric_version IS NOT NULL AND metric_version <> :version
+                AND {_OF_SOURCE}
           ), '-infinity')
         """
-    ), {"metric": metric, "version": version}).scalar()
+    ), {"metric": metric, "version": version, "source": source}).scalar()
+
+
+def adopt_epochs(conn: Connection, source: str) -> int:
+    """Epochs no source could be traced to (recorded before epochs had a source,
+    migration 14_epochs_per_source.py) become ``source``'s for the metrics it has none of."""
+    if not _table_exists(conn):
+        return 0
+    return conn.execute(text(
+        f"""
+        UPDATE {SCHEMA}.judge_epochs e SET source = :source
+        WHERE e.source = '' AND NOT EXISTS (
+            SELECT 1 FROM {SCHEMA}.judge_epochs b WHERE b.source = :source AND b.metric = e.metric)
+        """
+    ), {"source": source}).rowcount
 
 
 def record_epochs(
-    conn: Connection, combinations: dict[str, tuple[str, str]], *, flow_run_id: str | None = None
+    conn: Connection, source: str, combinations: dict[str, tuple[str, str]], *, flow_run_id: str | None = None
 ) -> list[Started]:
-    """Record an epoch for each metric whose ``(metric_version, judge_model)``
-    differs from the one in force (or that has none yet). Serialised by an
-    advisory lock, so two runs starting together record a change once.
-    Returns the epochs started; the caller's transaction commits them."""
+    """Record an epoch of ``source`` for each metric whose ``(metric_version,
+    judge_model)`` differs from the one in force for it (or that has none yet).
+    Serialised by an advisory lock, so two runs starting together record a
+    change once. Returns the epochs started; the caller's transaction commits them."""
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
     now = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
-    in_force = current_epochs(conn)
+    in_force = current_epochs(conn, source)
     started: list[Started] = []
     for metric, (version, model) in sorted(combinations.items()):
         previous = in_force.get(metric)
@@ -169,14 +190,16 @@ def record_epochs(
             continue
         start = now
         if previous is None:
-            start = _first_start(conn, metric, version) or now
+            start = _first_start(conn, source, metric, version) or now
         row = conn.execute(text(
             f"""
-            INSERT INTO {SCHEMA}.judge_epochs (metric, metric_version, judge_model, started_at, recorded_at, flow_run_id)
-            VALUES (:metric, :version, :model, :start, :now, :run)
+            INSERT INTO {SCHEMA}.judge_epochs
+                (source, metric, metric_version, judge_model, started_at, recorded_at, flow_run_id)
+            VALUES (:source, :metric, :version, :model, :start, :now, :run)
             RETURNING id, metric, metric_version, judge_model, started_at, flow_run_id
             """
-        ), {"metric": metric, "version": version, "model": model, "start": start, "now": now, "run": flow_run_id}).one()
+        ), {"source": source, "metric": metric, "version": version, "model": model, "start": start, "now": now,
+            "run": flow_run_id}).one()
         started.append(Started(_epoch(row), previous))
     return started
 

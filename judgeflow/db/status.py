@@ -122,7 +122,7 @@ def _read_figures(conn, settings: Settings, source: str, done) -> dict:
         ),
         "claims": claims,
         "plan": plan_reads(conn, trace_source(settings), list(metric_names()), lookback_s=settings.source_lookback_s),
-        "dead": dead_summary(conn),
+        "dead": dead_summary(conn, source),
         "not_sampled": not_sampled_waiting(conn),
         "rates": window_rates(conn, settings),
     }
@@ -196,9 +196,11 @@ def status_notes(report: dict) -> list[str]:
     if wb is not None:
         state = "on" if wb["on"] else "off (JUDGEFLOW_PHOENIX_WRITE_BACK)"
         lines.append(f"Phoenix write-back {state}: {wb['unwritten']} scored result(s) not yet written to Phoenix"
-                     + (f" ({wb['waiting']} waiting for their next try, {wb['given_up']} given up)"
-                        if wb["waiting"] or wb["given_up"] else "")
+                     + (f" ({wb['waiting']} waiting for their next try, {wb['given_up']} given up: runs no longer "
+                        "try those)" if wb["waiting"] or wb["given_up"] else "")
                      + ("; `judgeflow phoenix sync` writes them now" if wb["unwritten"] else ""))
+        if wb["unwritten"] and wb.get("last_error"):
+            lines.append(f"Phoenix write-back's last error: {wb['last_error']}")
     return lines
 
 

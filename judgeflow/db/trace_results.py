@@ -3,8 +3,11 @@
 Per metric: the stored result (score, pass/fail, reason, the judge's verdicts
 or reasons, judge model and metric version, the judge epoch it belongs to when
 epochs are recorded, cost and calls, when and by which flow run it was
-written, whether it was copied from an identical trace), or, without a result,
-whether a run holds the pair now. Read-only."""
+written, whether it was copied from an identical trace, for a Phoenix source
+whether it is in Phoenix and the write-back's last error), or, without a result,
+whether a run holds the pair now. With a Phoenix source an id judgeflow knows
+nothing of may be a Phoenix trace id or the id of any span of a trace: the
+trace's LLM spans are shown (:func:`look_up`). Read-only."""
 
 from __future__ import annotations
 
@@ -23,18 +26,19 @@ from judgeflow.metrics.registry import metric_names
 _RESULTS = text(
     "SELECT metric, metric_version, status, score, passed, threshold, reason, details, judge_model, "
     "prompt_tokens, completion_tokens, cost_usd, judge_calls, error, error_kind, attempts, failed_runs, "
-    "flow_run_id, trace_created_at, scored_at, content_hash, source, written_back_at, write_back_error "
+    "flow_run_id, trace_created_at, scored_at, content_hash, source, written_back_at, write_back_error, "
+    "write_back_tries, write_back_next_at = 'infinity' AS write_back_given_up "
     "FROM judgeflow.eval_results WHERE trace_id = :id"
 )
 _CLAIMS = text(
     "SELECT metric, owner, lease_expires_at, lease_expires_at > now() AS live "
     "FROM judgeflow.claims WHERE trace_id = :id"
 )
-# the epoch a result belongs to: the latest of its metric and version started by
-# the time it was written (judgeflow/db/epochs.py records them)
+# the epoch a result belongs to: the latest of its source, metric and version
+# started by the time it was written (judgeflow/db/epochs.py records them)
 _EPOCH = text(
     "SELECT started_at, judge_model FROM judgeflow.judge_epochs "
-    "WHERE metric = :metric AND metric_version = :version AND started_at <= :at "
+    "WHERE source = :source AND metric = :metric AND metric_version = :version AND started_at <= :at "
     "ORDER BY started_at DESC, id DESC LIMIT 1"
 )
 _SOURCE_TIMEOUT_MS = 5000
@@ -79,7 +83,7 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
                     mv.other_source, mv.result = mv.result["source"], None
                 if has_epochs and mv.result and mv.result["metric_version"]:
                     mv.epoch_started_at = conn.execute(_EPOCH, {
-                        "metric": metric, "version": mv.result["metric_version"], "at": mv.result["scored_at"],
+                        "source": source, "metric": metric, "version": mv.result["metric_version"], "at": mv.result["scored_at"],
                     }).scalar()
                 view.metrics.append(mv)
     except DBAPIError as exc:
@@ -87,6 +91,45 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
     if not (results or claims):  # a result of another source is known too: it is said so
         view.in_source = _in_source(settings, trace_id)
     return view
+
+
+@dataclass
+class Lookup:
+    """What `judgeflow show` found for an id: one trace, or with a Phoenix source the
+    LLM spans of the Phoenix trace the id names (its trace id or any span's id)."""
+
+    views: list[TraceView]
+    phoenix_trace_id: str | None = None
+
+    @property
+    def known(self) -> bool:
+        return self.phoenix_trace_id is not None or any(v.known for v in self.views)
+
+
+def look_up(settings: Settings, some_id: str) -> Lookup:
+    """:func:`find_trace`; with a Phoenix source, an id judgeflow knows nothing of and
+    that is no LLM span is looked for as a Phoenix trace id or the id of any span."""
+    view = find_trace(settings, some_id)
+    if view.known or settings.source != "phoenix":
+        return Lookup([view])
+    found = _phoenix_trace(settings, some_id)
+    if found is None:
+        return Lookup([view])
+    trace_id, spans = found
+    return Lookup([find_trace(settings, span) for span in spans], phoenix_trace_id=trace_id)
+
+
+def _phoenix_trace(settings: Settings, some_id: str) -> tuple[str, list[str]] | None:
+    from judgeflow.sources.trace_source import source_engine, trace_source
+
+    source = trace_source(settings)
+    try:
+        with source_engine(settings).connect() as conn:
+            with conn.begin():
+                conn.execute(text(f"SET LOCAL statement_timeout = {_SOURCE_TIMEOUT_MS}"))
+                return source.llm_spans_of(conn, some_id)
+    except DBAPIError as exc:
+        return _source_failure(exc, source.display, some_id)
 
 
 def _check_id(trace_id: str) -> None:
@@ -137,8 +180,19 @@ def _source_failure(exc: DBAPIError, display: str, trace_id: str) -> None:
     raise DatabaseError(f"could not ask {display} about {trace_id!r}: {type(exc.orig).__name__}: {first_line}")
 
 
-def render(view: TraceView, *, ui_url: str | None, source_name: str) -> str:
-    lines = [f"trace {view.trace_id}"]
+def render_lookup(lookup: Lookup, *, ui_url: str | None, source_name: str) -> str:
+    """`judgeflow show`'s text: the trace, or the Phoenix trace's LLM spans one after the other."""
+    if lookup.phoenix_trace_id is None:
+        return render(lookup.views[0], ui_url=ui_url, source_name=source_name)
+    n = len(lookup.views)
+    head = (f"Phoenix trace {lookup.phoenix_trace_id}: {n} LLM span(s), each judged on its own"
+            if n else f"Phoenix trace {lookup.phoenix_trace_id} has no LLM span: judgeflow judges LLM spans only")
+    return "\n".join([head, *(render(v, ui_url=ui_url, source_name=source_name, label="LLM span")
+                              for v in lookup.views)])
+
+
+def render(view: TraceView, *, ui_url: str | None, source_name: str, label: str = "trace") -> str:
+    lines = [f"{label} {view.trace_id}"]
     if view.in_source is not None and not any(m.result or m.claim for m in view.metrics):
         lines.append(f"  in {source_name}, not scored yet: the next run scores it")
     for mv in view.metrics:
@@ -192,8 +246,7 @@ def _metric_lines(mv: MetricView, ui_url: str | None) -> list[str]:
     if r["written_back_at"] is not None and r["written_back_at"] >= r["scored_at"]:
         out.append(f"    in Phoenix: written as a span annotation at {_when(r['written_back_at'])}")
     elif r["status"] == "scored" and (r["source"] or "").startswith("phoenix:"):
-        error = f" (last try: {_one_line(r['write_back_error'], 200)})" if r["write_back_error"] else ""
-        out.append(f"    in Phoenix: not written yet{error}")
+        out.append(_write_back_line(r))
     cost = "unknown" if r["cost_usd"] is None else f"${r['cost_usd']:.6f}"
     out.append(f"    cost: {cost}, {r['judge_calls']} judge call(s), "
                f"{r['prompt_tokens']}/{r['completion_tokens']} tokens (prompt/completion)")
@@ -201,6 +254,15 @@ def _metric_lines(mv: MetricView, ui_url: str | None) -> list[str]:
     link = f"  {ui_url}/runs/flow-run/{run}" if run and ui_url else ""
     out.append(f"    written: {_when(r['scored_at'])} by flow run {run or 'unknown'}{link}")
     return out
+
+
+def _write_back_line(r: dict) -> str:
+    """Where the result's Phoenix write-back stands, with its last error."""
+    error = f"; last error: {_one_line(r['write_back_error'], 300)}" if r["write_back_error"] else ""
+    if r.get("write_back_given_up"):
+        return (f"    in Phoenix: not written, given up after {r['write_back_tries']} refusals (runs no longer try "
+                f"it; `judgeflow phoenix sync` does){error}")
+    return f"    in Phoenix: not written yet{error}"
 
 
 def _preset_skip_lines(metric: str, r: dict, ui_url: str | None) -> list[str]:

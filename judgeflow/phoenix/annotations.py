@@ -11,6 +11,7 @@ outbox's (judgeflow/phoenix/outbox.py); this module only speaks HTTP.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,8 +21,50 @@ IDENTIFIER = "judgeflow"
 BATCH = 100
 # a refusal of the key: stop at once, no other write can succeed
 AUTH_REFUSED = (401, 403)
+# the request as a whole went nowhere (a wrong prefix: Phoenix answers 405 to a POST
+# its web pages take, another server 404): stop, unless Phoenix named the spans
+REQUEST_REFUSED = (404, 405)
 # Phoenix or a proxy in front of it is busy or failing: the batch is retried later
 TRANSIENT = (408, 425, 429)
+DETAIL_CHARS = 200
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of a URL: all judgeflow ever says of Phoenix's URL
+    (its path or query may hold a token)."""
+    try:
+        parsed = httpx.URL(url)
+    except Exception:
+        return "(an unparsable URL)"
+    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
+    return f"{parsed.scheme}://{host}" + (f":{port}" if port else "")
+
+
+def _detail(reply: httpx.Response) -> str:
+    """What Phoenix said about a refusal: its JSON ``detail`` or its plain-text body
+    (``Spans with IDs ... do not exist.``), never an HTML page or anything naming a URL."""
+    kind = reply.headers.get("content-type", "")
+    if "json" in kind:
+        try:
+            body = reply.json()
+        except ValueError:
+            return ""
+        detail = body.get("detail") if isinstance(body, dict) else None
+    else:
+        detail = reply.text if kind.startswith("text/plain") else None
+    if not isinstance(detail, str):
+        return ""
+    text = " ".join(detail.split())
+    return "" if "://" in text else text
+
+
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>]+")
+
+
+def _error(exc: httpx.HTTPError) -> str:
+    """An HTTP client error in one line, any URL in it cut to its scheme, host and port."""
+    return _URL.sub(lambda m: origin(m.group(0)), " ".join(f"{type(exc).__name__}: {exc}".split()))
 
 
 def annotation_name(metric: str) -> str:
@@ -58,63 +101,123 @@ class Posted:
     """What became of results posted by :func:`post_annotations`, by their index."""
 
     written: list[int] = field(default_factory=list)
-    refused: dict[int, str] = field(default_factory=dict)  # Phoenix refused this one (a span it does not hold)
+    refused: dict[int, str] = field(default_factory=dict)  # Phoenix named this one's span as one it does not hold
     failed: dict[int, str] = field(default_factory=dict)  # not written for now: retried later
-    stop: str | None = None  # why the rest was not tried: the key refused, Phoenix unreachable
+    stop: str | None = None  # why the rest was not tried: the key or the request refused, Phoenix unreachable
     auth_refused: bool = False
+    request_refused: bool = False
+
+
+def _named(reply: httpx.Response, results: list[dict[str, Any]], batch: list[int]) -> list[int]:
+    """The results of ``batch`` whose span Phoenix names in its refusal."""
+    words = set(re.split(r"[\s,;:'\"()\[\]]+|\.(?:\s|$)", _detail(reply)))
+    return [i for i in batch if str(results[i]["trace_id"]) in words]
+
+
+def _refusal(out: Posted, reply: httpx.Response, base_url: str) -> None:
+    """A refusal of the whole request: the key, or the annotations endpoint not being at the URL."""
+    status, where = reply.status_code, origin(base_url)
+    if status in AUTH_REFUSED:
+        out.auth_refused = True
+        out.stop = (f"Phoenix at {where} refused the API key (HTTP {status}): set JUDGEFLOW_PHOENIX_API_KEY "
+                    "to a key Phoenix accepts for writing annotations")
+    else:
+        out.request_refused = True
+        out.stop = (f"Phoenix at {where} refused the annotation request itself (HTTP {status}): "
+                    "JUDGEFLOW_PHOENIX_URL is not Phoenix's base URL (the address its UI opens at, without a "
+                    "path such as /v1); `judgeflow db check` tests it")
 
 
 def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Posted:
-    """POSTs ``results`` in batches of :data:`BATCH`. A batch Phoenix refuses with a
-    4xx is tried again one by one (it refuses a whole batch for one span it does not
-    hold). A refused key or an unreachable Phoenix stops at once: what was not tried is
-    in neither list. Never raises."""
+    """POSTs ``results`` in batches of :data:`BATCH`. Spans Phoenix names as unknown
+    are refused alone and the rest of their batch posted again. A refusal of the
+    whole request (the key, a URL that is not Phoenix's API) or an unreachable
+    Phoenix stops at once: what was not tried is in no list. Never raises."""
     out = Posted()
+    base = str(client.base_url)
     todo = [list(range(start, min(start + BATCH, len(results)))) for start in range(0, len(results), BATCH)]
-    while todo:
+    while todo and out.stop is None:
         batch = todo.pop(0)
         try:
             reply = client.post("/v1/span_annotations", params={"sync": "true"},
                                 json={"data": [annotation(results[i]) for i in batch]})
         except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error = _error(exc)
             out.failed.update({i: error for i in batch})
             if isinstance(exc, httpx.TransportError):  # Phoenix does not answer: the rest would not either
-                out.stop = f"Phoenix at {client.base_url} did not answer ({error})"
-                return out
+                out.stop = f"Phoenix at {origin(base)} did not answer ({error})"
             continue
         status = reply.status_code
-        if status in AUTH_REFUSED:
-            out.auth_refused = True
-            out.stop = (f"Phoenix at {client.base_url} refused the API key (HTTP {status}): set "
-                        "JUDGEFLOW_PHOENIX_API_KEY to a key Phoenix accepts")
-            return out
         if status < 300:
             out.written += batch
         elif status in TRANSIENT or status >= 500:
-            out.failed.update({i: f"HTTP {status}: {reply.text[:200]}" for i in batch})
-        elif len(batch) > 1:
+            detail = _detail(reply)
+            out.failed.update({i: f"HTTP {status}" + (f": {detail[:DETAIL_CHARS]}" if detail else "") for i in batch})
+        elif status in AUTH_REFUSED:
+            _refusal(out, reply, base)
+        elif named := _named(reply, results, batch):
+            out.refused.update({i: f"span {results[i]['trace_id']}: Phoenix does not hold it (HTTP {status})"
+                                for i in named})
+            rest = [i for i in batch if i not in named]
+            todo = ([rest] if rest else []) + todo
+        elif status in REQUEST_REFUSED:
+            _refusal(out, reply, base)
+        elif len(batch) > 1:  # refused for one annotation it does not name: found one by one
             todo = [[i] for i in batch] + todo
         else:
-            out.refused[batch[0]] = f"span {results[batch[0]]['trace_id']}: HTTP {status}: {reply.text[:200]}"
+            detail = _detail(reply)
+            out.refused[batch[0]] = f"span {results[batch[0]]['trace_id']}: HTTP {status}" + (
+                f": {detail[:DETAIL_CHARS]}" if detail else "")
     return out
 
 
+def _path_hint(base_url: str) -> str:
+    """Says the URL has a path (never which): Phoenix's base URL has none."""
+    try:
+        has_path = httpx.URL(base_url).path not in ("", "/")
+    except Exception:
+        return ""
+    return " (JUDGEFLOW_PHOENIX_URL has a path; Phoenix's base URL usually has none, not even /v1)" if has_path else ""
+
+
+def _is_api(reply: httpx.Response) -> bool:
+    """Phoenix's REST API answers JSON with a ``data`` list; its web pages answer any other GET with HTML."""
+    if "json" not in reply.headers.get("content-type", ""):
+        return False
+    try:
+        body = reply.json()
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("data"), list)
+
+
 def check_access(base_url: str, api_key: str | None, *, timeout_s: float = 10.0) -> tuple[str, str]:
-    """A harmless read of Phoenix's REST API (``GET /v1/projects?limit=1``) for `db check`:
-    (level, message), level ``ok`` or ``MISSING``."""
+    """For `db check`: Phoenix's REST API answers JSON at ``base_url`` (``GET
+    /v1/projects?limit=1``) and its annotations endpoint takes a write with the key
+    (a POST of no annotation). (level, message), level ``ok`` or ``MISSING``."""
+    where, hint = origin(base_url), _path_hint(base_url)
     try:
         with phoenix_client(base_url, api_key, timeout_s=timeout_s) as client:
-            reply = client.get("/v1/projects", params={"limit": 1})
+            read = client.get("/v1/projects", params={"limit": 1})
+            write = None
+            if read.status_code == 200 and _is_api(read):
+                write = client.post("/v1/span_annotations", params={"sync": "true"}, json={"data": []})
     except httpx.HTTPError as exc:
-        return "MISSING", (f"Phoenix write-back: JUDGEFLOW_PHOENIX_URL {base_url} does not answer "
-                           f"({type(exc).__name__}: {exc}); scores wait unwritten until it does")
-    if reply.status_code in AUTH_REFUSED:
-        which = ("JUDGEFLOW_PHOENIX_API_KEY was refused" if api_key
-                 else "Phoenix wants an API key: set JUDGEFLOW_PHOENIX_API_KEY")
-        return "MISSING", f"Phoenix write-back: {base_url} answers, but {which} (HTTP {reply.status_code})"
-    if reply.status_code != 200:
-        return "MISSING", (f"Phoenix write-back: {base_url}/v1/projects answered HTTP {reply.status_code}, not "
-                           "Phoenix's REST API: is JUDGEFLOW_PHOENIX_URL Phoenix's base URL?")
-    key = "the API key accepted" if api_key else "no API key needed"
-    return "ok", f"Phoenix write-back: {base_url} answers Phoenix's REST API ({key})"
+        return "MISSING", (f"Phoenix write-back: Phoenix at {where} does not answer ({_error(exc)}); "
+                           "scores wait unwritten until it does")
+    for reply, what in ((read, ""), (write, " for writing annotations")):
+        if reply is not None and reply.status_code in AUTH_REFUSED:
+            which = (f"JUDGEFLOW_PHOENIX_API_KEY was refused{what}" if api_key
+                     else "Phoenix wants an API key: set JUDGEFLOW_PHOENIX_API_KEY")
+            return "MISSING", f"Phoenix write-back: {where} answers, but {which} (HTTP {reply.status_code})"
+    if read.status_code != 200:
+        return "MISSING", (f"Phoenix write-back: {where} answered HTTP {read.status_code} to a read of Phoenix's "
+                           f"REST API{hint}: is JUDGEFLOW_PHOENIX_URL Phoenix's base URL?")
+    if write is None:
+        return "MISSING", (f"Phoenix write-back: {where} answered a read of Phoenix's REST API with a web page, "
+                           f"not the API's JSON{hint}: is JUDGEFLOW_PHOENIX_URL Phoenix's base URL?")
+    if write.status_code >= 300:
+        return "MISSING", (f"Phoenix write-back: {where} answers Phoenix's REST API, but its annotations endpoint "
+                           f"answered HTTP {write.status_code}{hint}; scores cannot be written")
+    key = "the API key accepted for writing" if api_key else "no API key needed"
+    return "ok", f"Phoenix write-back: {where} answers Phoenix's REST API and takes annotations ({key})"

@@ -12,11 +12,16 @@ are all simply unwritten, found through a partial index
 Each write that fails records ``write_back_error``, counts ``write_back_tries`` and
 pushes ``write_back_next_at`` back exponentially (:data:`BACKOFF_S` doubling up to
 :data:`BACKOFF_MAX_S`); a run writes only what is due, `phoenix sync` everything
-unwritten. A result Phoenix refuses on its own (a span it no longer holds) is given
-up after :data:`GIVE_UP_AFTER` refusals (``write_back_next_at`` ``infinity``; `sync`
-still tries it). A refused key (HTTP 401/403) or an unreachable Phoenix stops the
-write-back at once with one note: what was not tried stays due. A result is marked
-written only if it was not re-scored meanwhile (its ``scored_at`` is unchanged).
+unwritten. A result whose span Phoenix names as one it does not hold is given up
+after :data:`GIVE_UP_AFTER` such refusals (``write_back_next_at`` ``infinity``):
+runs no longer try it, `phoenix sync` does. A refusal of the whole request (the
+key: HTTP 401/403; a URL that is not Phoenix's API: 404/405 naming no span) or an
+unreachable Phoenix stops the write-back at once with one note naming Phoenix's
+scheme, host and port only: no result counts a try for it, and every unwritten
+result of the source records it as its last error, so `status`, `show` and the
+``phoenix_unwritten`` alert rule keep saying so until a write succeeds. A result
+is marked written only if it was not re-scored meanwhile (its ``scored_at`` is
+unchanged).
 """
 
 from __future__ import annotations
@@ -71,7 +76,24 @@ _FAILED = text(
 _COUNTS = text(
     f"""
     SELECT count(*), count(*) FILTER (WHERE write_back_next_at = 'infinity'),
-           count(*) FILTER (WHERE write_back_next_at > now() AND write_back_next_at < 'infinity')
+           count(*) FILTER (WHERE write_back_next_at > now() AND write_back_next_at < 'infinity'),
+           mode() WITHIN GROUP (ORDER BY write_back_error) FILTER (WHERE write_back_error IS NOT NULL),
+           min(scored_at)
+    FROM judgeflow.eval_results WHERE {UNWRITTEN} AND source = :source
+    """
+)
+# a stop (a refused request, Phoenix unreachable) is every waiting result's last error
+_STOPPED = text(
+    f"""
+    UPDATE judgeflow.eval_results SET write_back_error = :error
+    WHERE {UNWRITTEN} AND source = :source AND write_back_next_at IS DISTINCT FROM 'infinity'
+      AND write_back_error IS DISTINCT FROM :error
+    """
+)
+# both through eval_results_unwritten_idx (source, scored_at)
+_STALE = text(
+    f"""
+    SELECT count(*) FILTER (WHERE write_back_error IS NOT NULL AND scored_at < :stale_before), count(*)
     FROM judgeflow.eval_results WHERE {UNWRITTEN} AND source = :source
     """
 )
@@ -83,11 +105,13 @@ class Sync:
 
     written: int = 0
     failed: int = 0  # tried and not written: retried later
-    given_up: int = 0  # refused by Phoenix GIVE_UP_AFTER times: tried again by `phoenix sync` only
+    given_up: int = 0  # given up in this pass (GIVE_UP_AFTER refusals naming their span)
     stop: str | None = None
     auth_refused: bool = False
+    request_refused: bool = False
     errors: list[str] = field(default_factory=list)
     left: int = 0  # still unwritten after this pass
+    left_given_up: int = 0  # of ``left``, given up: runs no longer try them, `phoenix sync` does
 
     @property
     def note(self) -> str:
@@ -96,19 +120,30 @@ class Sync:
             text_ += f", {self.failed} not ({'; '.join(self.errors[:3])})"
         if self.stop:
             text_ += f"; stopped: {self.stop}"
-        if self.left:
-            text_ += (f"; {self.left} score(s) wait unwritten (the next run retries those due, "
+        waiting = self.left - self.left_given_up
+        if waiting:
+            text_ += (f"; {waiting} score(s) wait unwritten (the next run retries those due, "
                       "`judgeflow phoenix sync` all of them now)")
-        if self.given_up:
-            text_ += f"; {self.given_up} given up after Phoenix refused them {GIVE_UP_AFTER} times"
+        if self.left_given_up:
+            text_ += (f"; {self.left_given_up} score(s) given up after Phoenix refused their span "
+                      f"{GIVE_UP_AFTER} times: runs no longer try them, `judgeflow phoenix sync` does")
         return text_ + "; the results table has them all"
 
 
-def unwritten_counts(conn: Connection, source: str) -> dict[str, int]:
+def unwritten_counts(conn: Connection, source: str) -> dict:
     """Scored results of ``source`` Phoenix does not have yet: all of them, those
-    given up, and those waiting for their next try."""
-    total, given_up, waiting = conn.execute(_COUNTS, {"source": source}).one()
-    return {"unwritten": int(total), "given_up": int(given_up), "waiting": int(waiting)}
+    given up, those waiting for their next try; the last write-back error among
+    them (the most common: a stop sets it on all) and when the oldest was scored."""
+    total, given_up, waiting, error, oldest = conn.execute(_COUNTS, {"source": source}).one()
+    return {"unwritten": int(total), "given_up": int(given_up), "waiting": int(waiting), "last_error": error,
+            "oldest_scored_at": None if oldest is None else oldest.isoformat()}
+
+
+def stale_unwritten_counts(conn: Connection, source: str | None, *, stale_before) -> tuple[int, int]:
+    """(stale, unwritten): ``source``'s unwritten results, and of them those a write
+    failed for that were scored before ``stale_before``."""
+    stale, unwritten = conn.execute(_STALE, {"source": source, "stale_before": stale_before}).one()
+    return int(stale), int(unwritten)
 
 
 def sync_phoenix(engine: Engine, source: str, base_url: str, api_key: str | None, *, everything: bool = False,
@@ -129,8 +164,11 @@ def sync_phoenix(engine: Engine, source: str, base_url: str, api_key: str | None
             after = (rows[-1]["trace_id"], rows[-1]["metric"])
             posted = post_annotations(client, rows)
             _record(engine, rows, posted, out, backoff_s=backoff_s, backoff_max_s=backoff_max_s)
-    with engine.connect() as conn:
-        out.left = unwritten_counts(conn, source)["unwritten"]
+    with engine.begin() as conn:
+        if out.stop:
+            conn.execute(_STOPPED, {"source": source, "error": out.stop})
+        counts = unwritten_counts(conn, source)
+    out.left, out.left_given_up = counts["unwritten"], counts["given_up"]
     return out
 
 
@@ -153,3 +191,4 @@ def _record(engine: Engine, rows: list[dict], posted, out: Sync, *, backoff_s: f
     out.errors = list(dict.fromkeys([*out.errors, *posted.refused.values(), *posted.failed.values()]))[:10]
     out.stop = out.stop or posted.stop
     out.auth_refused = out.auth_refused or posted.auth_refused
+    out.request_refused = out.request_refused or posted.request_refused

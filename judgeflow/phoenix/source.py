@@ -221,6 +221,26 @@ class PhoenixSource:
             {"id": trace_id},
         ).scalar())
 
+    def llm_spans_of(self, conn: Connection, some_id: str) -> tuple[str, list[str]] | None:
+        """The Phoenix trace ``some_id`` names (its trace id, or the id of any of its spans)
+        and the ids of its LLM spans, oldest first; None when it names none."""
+        trace = conn.execute(text(
+            f"""
+            SELECT tr.id, tr.trace_id FROM {self.rel('traces')} tr WHERE tr.trace_id = :id
+            UNION ALL
+            SELECT tr.id, tr.trace_id FROM {self.rel('spans')} s JOIN {self.rel('traces')} tr ON tr.id = s.trace_rowid
+            WHERE s.span_id = :id
+            LIMIT 1
+            """
+        ), {"id": some_id}).first()
+        if trace is None:
+            return None
+        spans = conn.execute(text(
+            f"SELECT span_id::text FROM {self.rel('spans')} WHERE trace_rowid = :t AND span_kind = 'LLM' "
+            "ORDER BY start_time, span_id"
+        ), {"t": trace.id}).scalars().all()
+        return str(trace.trace_id), list(spans)
+
     def unusable(self, conn: Connection, *, lo: datetime | None, full: bool, timeout_s: float = 60.0) -> UnusableRows:
         """span_id and start_time are NOT NULL in Phoenix's schema and span_id is unique;
         counted anyway, over the LLM spans of the window (or of everything)."""

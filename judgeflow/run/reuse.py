@@ -78,6 +78,7 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "task_retries", "task_retry_delay_s", "max_runs_per_pair", "max_run_duration", "schedule_timezone",
     "failure_rate_max", "dead_delivery_rate_max",
     "metric_settings",  # each metric's own: its score_fields are hashed, the rest only decide passed or alert
+    "phoenix_unwritten_max_age",  # an alert rule's age on the write-back, not a score
 })
 # whole groups that only alert on stored scores
 SCORE_NEUTRAL_PREFIXES = ("alert_", "regression_")

@@ -14,6 +14,7 @@ from judgeflow.db.epochs import configured, current_epochs
 from judgeflow.errors import ConfigError
 from judgeflow.config.settings import Settings
 from judgeflow.shadow.sample import select_sample, strata
+from judgeflow.sources.identity import result_source
 
 
 def _secret(value: SecretStr | None) -> str | None:
@@ -88,8 +89,9 @@ def plan_shadow(
     migrate.upgrade(engine)
     with engine.connect() as conn:
         pairs = select_sample(conn, SourceTable.parse(settings.traces_table), metrics=metrics, since=since,
-                              segment_by=segment_by, per_segment=per_segment, seed=seed)
-        in_force = current_epochs(conn)
+                              segment_by=segment_by, per_segment=per_segment, seed=seed,
+                              result_source=result_source(settings))
+        in_force = current_epochs(conn, result_source(settings))
     wanted = configured(candidate.judge_model, metrics)
     same = [m for m in metrics if m in in_force and in_force[m].combination == wanted[m]]
     prices = prices_for(candidate)

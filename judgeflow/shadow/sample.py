@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.sources.table import SourceTable
 from judgeflow.db.epochs import current_epochs, in_epoch_sql
+from judgeflow.sources.identity import of_source
 from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.model import TraceWork
 
@@ -55,17 +56,19 @@ def select_sample(
     segment_by: str | None,
     per_segment: int,
     seed: str,
+    result_source: str,
 ) -> list[ShadowPair]:
-    """The stratified sample (see the module doc), oldest trace first."""
+    """The stratified sample (see the module doc) of ``result_source``'s results, oldest trace first."""
     if per_segment < 1:
         raise ConfigError("the sample size per segment must be at least 1")
     available = source.columns(conn)
     select_list = source.select_list(available)
     if segment_by is not None and "metadata" not in available:
         raise ConfigError(f"trace source {source.display!r} has no metadata column to stratify by {segment_by!r}")
-    in_epoch, params = in_epoch_sql(current_epochs(conn), metrics)
+    in_epoch, params = in_epoch_sql(current_epochs(conn, result_source), metrics)
     stratum = "coalesce(to_jsonb(t.metadata) ->> :key, :none)" if segment_by else "''"
-    params.update(metrics=list(metrics), since=since, key=segment_by, none=NO_SEGMENT, n=per_segment, seed=seed)
+    params.update(metrics=list(metrics), since=since, key=segment_by, none=NO_SEGMENT, n=per_segment, seed=seed,
+                  source=result_source)
     try:
         rows = conn.execute(text(
             f"""
@@ -74,7 +77,7 @@ def select_sample(
                        reason, judge_calls, prompt_tokens, completion_tokens, cost_usd
                 FROM judgeflow.eval_results
                 WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :since
-                  AND status = 'scored' AND {in_epoch}
+                  AND status = 'scored' AND {in_epoch} AND {of_source()}
             ), ranked AS (
                 SELECT d.*, {stratum} AS stratum,
                        row_number() OVER (PARTITION BY d.metric, {stratum}

@@ -9,7 +9,8 @@ of every command that reads or writes results. It
 - assigns results stored before judgeflow recorded sources (``source`` NULL,
   from before migration 11_result_sources.py) to the configured source: they were read from it,
   since one results database had one source until then; so are the alert states
-  and alert history of that time;
+  and alert history of that time, and the judge epochs no source could be traced
+  to (judgeflow/db/epochs.py);
 - says so when the results database also holds other sources' results, and
   announces a source it has not seen before beside them (``JUDGEFLOW_SOURCE``
   or the source database switched).
@@ -71,9 +72,12 @@ def adopt_source(conn: Connection, source: str) -> SourceState:
 
 
 def adopt_alert_state(conn: Connection, source: str) -> None:
-    """Alert states and history from before sources were recorded become ``source``'s."""
+    """Alert states, history and judge epochs from before sources were recorded become ``source``'s."""
+    from judgeflow.db.epochs import adopt_epochs
+
     conn.execute(_ADOPT_ALERTS, {"source": source})
     conn.execute(_ADOPT_EVENTS, {"source": source})
+    adopt_epochs(conn, source)
 
 
 def adopt_configured_source(engine, settings) -> SourceState:

@@ -155,3 +155,29 @@ def test_a_receiver_that_never_answers_costs_at_most_the_delivery_budget(engine,
     # one queue was tried and failed; the others were not attempted: pending, no try counted
     assert sorted(tries for *_, status, tries in rows if status == "pending") == [0] * (len(rows) - 1) + [1]
     assert all(status == "pending" for *_, status, _ in rows)
+
+
+def test_dead_deliveries_are_counted_for_their_own_source(engine, database_url):
+    """Two sources in one results database: the table source's dead deliveries page for it
+    alone; the other source's dead_delivery_rate, status line and listing count its own."""
+    from judgeflow.alerts.dead_letters import dead_deliveries, dead_summary
+    from judgeflow.sources.identity import result_source
+
+    with WebhookReceiver(default=410, secret=SECRET) as hook:
+        table = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_secret=SECRET)
+        add_results(engine, not_passed=20)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE judgeflow.eval_results SET source = :s"), {"s": result_source(table)})
+        assert by_rule(evaluate_rules(table, engine=engine))["dead_delivery_rate"].state == "firing"
+        phoenix = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_secret=SECRET,
+                                source="phoenix")
+        other = by_rule(evaluate_rules(phoenix, engine=engine))["dead_delivery_rate"]
+        assert (other.state, other.violations, other.sample_size) == ("ok", 0, 0)
+        again = by_rule(evaluate_rules(table, engine=engine))["dead_delivery_rate"]
+        assert again.state == "firing" and again.violations >= 1
+    dead = [row for row in outbox(engine) if row[2] == "dead"]
+    with engine.connect() as conn:
+        assert dead_summary(conn, result_source(table)).count == len(dead) >= 1
+        assert dead_summary(conn, result_source(phoenix)).count == 0
+        assert dead_deliveries(conn, source=result_source(phoenix)) == []
+        assert len(dead_deliveries(conn, source=result_source(table))) == len(dead)

@@ -32,7 +32,7 @@ def test_rules_from_settings():
     rules = {r.name: r for r in all_rules(settings(alert_window="6h", alert_min_samples=20, alert_renotify="2h"))}
     assert list(rules) == [
         "toxicity_rate", "hallucination_rate", "judge_failure_rate", "toxicity_regression", "hallucination_regression",
-        "dead_delivery_rate",
+        "dead_delivery_rate", "phoenix_unwritten",
     ]
     tox = rules["toxicity_rate"]
     assert (tox.kind, tox.metric, tox.maximum, tox.enabled) == ("not_passed_rate", "toxicity", 0.05, True)
@@ -44,6 +44,15 @@ def test_rules_from_settings():
     dead = rules["dead_delivery_rate"]
     assert (dead.kind, dead.metric, dead.maximum, dead.enabled) == ("dead_deliveries", None, 0.0, True)
     assert (dead.min_samples, dead.segment_by, dead.env_var) == (0, (), "JUDGEFLOW_DEAD_DELIVERY_RATE_MAX")
+    # off but for a Phoenix source writing back; then any result a write failed for, unwritten a day later, fires it
+    unwritten = rules["phoenix_unwritten"]
+    assert (unwritten.kind, unwritten.enabled, unwritten.env_var) == (
+        "unwritten_results", False, "JUDGEFLOW_PHOENIX_UNWRITTEN_MAX_AGE")
+    phoenix = {r.name: r for r in all_rules(settings(source="phoenix", phoenix_write_back=True))}["phoenix_unwritten"]
+    assert (phoenix.maximum, phoenix.max_age_s, phoenix.min_samples, phoenix.segment_by) == (0.0, 86400, 0, ())
+    assert not {r.name: r for r in all_rules(settings(source="phoenix"))}["phoenix_unwritten"].enabled
+    off = settings(source="phoenix", phoenix_write_back=True, phoenix_unwritten_max_age="")
+    assert not {r.name: r for r in all_rules(off)}["phoenix_unwritten"].enabled
 
 
 def test_each_rule_is_enabled_by_its_own_maximum():
@@ -123,8 +132,10 @@ def test_segment_keys_from_settings():
     s = settings(alert_segment_by=" app, model ,app,", alert_segment_top=3)
     assert s.alert_segment_keys == ("app", "model")
     assert all(
-        r.segment_by == ("app", "model") and r.segment_top == 3 for r in all_rules(s) if r.kind != "dead_deliveries"
+        r.segment_by == ("app", "model") and r.segment_top == 3 for r in all_rules(s)
+        if r.kind not in ("dead_deliveries", "unwritten_results")
     )
+    assert [r.segment_by for r in all_rules(s) if r.kind in ("dead_deliveries", "unwritten_results")] == [(), ()]
     assert settings().alert_segment_keys == ()
 
 

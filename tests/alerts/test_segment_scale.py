@@ -106,8 +106,8 @@ def test_per_segment_counts_are_an_index_only_range_scan(db, database_url):
     from judgeflow.db.epochs import current_epochs, record_epochs
 
     with engine.begin() as conn:
-        record_epochs(conn, {"toxicity": ("v1", "judge"), "hallucination": ("h1", "judge")})
-        epochs = current_epochs(conn)
+        record_epochs(conn, rules["toxicity_regression"].source, {"toxicity": ("v1", "judge"), "hallucination": ("h1", "judge")})
+        epochs = current_epochs(conn, rules["toxicity_regression"].source)
     for name in ("toxicity_regression", "judge_failure_rate"):
         plan = _plan(engine, rules[name], "app", epochs=epochs)
         print(f"\n--- {name} per app, judge epochs in force\n{plan}")
@@ -149,9 +149,9 @@ def test_a_million_results_every_rule_per_segment(db, database_url):
     from judgeflow.db.epochs import current_epochs, record_epochs
 
     with engine.begin() as conn:
-        record_epochs(conn, {"toxicity": ("v1", "judge"), "hallucination": ("h1", "judge")})
+        record_epochs(conn, rules["toxicity_regression"].source, {"toxicity": ("v1", "judge"), "hallucination": ("h1", "judge")})
         conn.execute(sa.text("UPDATE judgeflow.judge_epochs SET started_at = now() - interval '1 year'"))
-        epochs = current_epochs(conn)
+        epochs = current_epochs(conn, rules["toxicity_regression"].source)
     plan = _plan(engine, rules["toxicity_regression"], "app", analyze=True, epochs=epochs)
     print(f"--- toxicity_regression per app, judge epochs in force\n{plan}")
     _assert_range_scan(plan)

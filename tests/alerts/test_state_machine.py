@@ -205,7 +205,8 @@ def test_disabled_rules_are_skipped(engine, database_url, hook):
         ("judge_failure_rate", False, "disabled"),
         ("toxicity_regression", False, "disabled"),
         ("hallucination_regression", False, "disabled"),
-        ("dead_delivery_rate", False, "disabled"),
+        ("phoenix_unwritten", False, "disabled"),  # off: not a Phoenix source writing back
+        ("dead_delivery_rate", False, "disabled"),  # evaluated after the others' deliveries
     ]
     # by default toxicity and dead deliveries are on
     default = make_settings(database_url, alert_webhook_url=hook.url)

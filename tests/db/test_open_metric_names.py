@@ -1,4 +1,4 @@
-"""Migration 0013 (13_open_metric_names.py): eval_results takes any registered
+"""Migration 13_open_metric_names.py: eval_results takes any registered
 metric's results; a database at 0012 migrates with its rows, and the
 downgrade puts the old check back."""
 

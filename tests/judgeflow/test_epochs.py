@@ -14,6 +14,9 @@ from judgeflow.alerts.trend import compute_trend, render_markdown, render_text
 from judgeflow.db.epochs import current_epochs, record_epochs
 from tests.alerts.helpers import add_results, make_settings, migrated
 
+# what make_settings' results are read from (results without a source count as its)
+SOURCE = "table:llm_traces@results-db"
+
 
 def _set(engine, sql: str, **params) -> None:
     with engine.begin() as conn:
@@ -23,15 +26,15 @@ def _set(engine, sql: str, **params) -> None:
 def test_an_epoch_is_recorded_once_per_change_of_model_or_version(db):
     engine = migrated(db)
     with engine.begin() as conn:
-        [first] = record_epochs(conn, {"toxicity": ("toxicity/3+aa", "gpt-4o")}, flow_run_id="r1")
+        [first] = record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+aa", "gpt-4o")}, flow_run_id="r1")
         assert first.previous is None
-        assert record_epochs(conn, {"toxicity": ("toxicity/3+aa", "gpt-4o")}) == []  # unchanged: nothing
-        [model] = record_epochs(conn, {"toxicity": ("toxicity/3+aa", "gpt-4o-mini")})
-        [version] = record_epochs(conn, {"toxicity": ("toxicity/3+bb", "gpt-4o-mini")})
+        assert record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+aa", "gpt-4o")}) == []  # unchanged: nothing
+        [model] = record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+aa", "gpt-4o-mini")})
+        [version] = record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+bb", "gpt-4o-mini")})
         assert "judge model gpt-4o -> gpt-4o-mini" in model.describe()
         assert "metric version toxicity/3+aa -> toxicity/3+bb" in version.describe()
         assert model.epoch.started_at < version.epoch.started_at
-        epochs = current_epochs(conn)
+        epochs = current_epochs(conn, SOURCE)
     assert epochs["toxicity"].combination == ("toxicity/3+bb", "gpt-4o-mini")
     assert "hallucination" not in epochs
 
@@ -47,7 +50,7 @@ def test_the_first_epoch_keeps_the_results_of_its_version_scored_before_epochs_e
     _set(engine, "UPDATE judgeflow.eval_results SET metric_version = 'toxicity/3+new', "
                  "scored_at = now() - interval '4 days' WHERE metric_version IS NULL")
     with engine.begin() as conn:
-        [started] = record_epochs(conn, {"toxicity": ("toxicity/3+new", "gpt-4o")})
+        [started] = record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+new", "gpt-4o")})
         first_new = conn.execute(sa.text(
             "SELECT min(scored_at) FROM judgeflow.eval_results WHERE metric_version = 'toxicity/3+new'")).scalar()
     assert started.epoch.started_at == first_new
@@ -59,12 +62,12 @@ def test_rules_count_only_the_epoch_in_force_and_say_when_the_judge_changed(db, 
                              hallucination_rate_max=None)
     add_results(engine, passed=20, not_passed=20, failed=30, age=timedelta(hours=2))  # the old judge: 50%
     with engine.begin() as conn:
-        record_epochs(conn, {"toxicity": ("v1", "judge-a"), "hallucination": ("h1", "judge-a")})
+        record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-a"), "hallucination": ("h1", "judge-a")})
     # results of the old judge were written before its epoch was recorded here: move them before it
     _set(engine, "UPDATE judgeflow.eval_results SET metric_version = 'v1', scored_at = now() - interval '1 hour'")
     _set(engine, "UPDATE judgeflow.judge_epochs SET started_at = now() - interval '2 hours'")
     with engine.begin() as conn:
-        [changed] = record_epochs(conn, {"toxicity": ("v1", "judge-b")})
+        [changed] = record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-b")})
     fresh = add_results(engine, passed=4, not_passed=1, failed=1, age=timedelta(hours=1))
     _set(engine, "UPDATE judgeflow.eval_results SET metric_version = 'v1' WHERE trace_id = ANY(:ids) "
                  "AND status <> 'failed'", ids=fresh)
@@ -105,10 +108,88 @@ def test_judgeflow_alerts_lists_the_epochs_and_the_reason(db, database_url, monk
     _set(engine, "UPDATE judgeflow.eval_results SET metric_version = 'v1', scored_at = now() - interval '1 hour'")
     with engine.begin() as conn:
         # the first epoch takes the results of its version scored before it: judge-a's
-        record_epochs(conn, {"toxicity": ("v1", "judge-a")}, flow_run_id="run-41")
-        record_epochs(conn, {"toxicity": ("v1", "judge-b")}, flow_run_id="run-42")
+        record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-a")}, flow_run_id="run-41")
+        record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-b")}, flow_run_id="run-42")
     evaluate_rules(make_settings(database_url, alert_min_samples=10), engine=engine)
     result = CliRunner().invoke(alerts_app, [])
     assert result.exit_code == 0, result.output
     assert "Judge epochs" in result.output and "judge-b" in result.output and "run-42" in result.output
     assert "insufficient data: judge changed at " in result.output
+
+
+def test_each_source_records_its_own_epochs(db):
+    engine = migrated(db)
+    other = "phoenix:spans@results-db"
+    with engine.begin() as conn:
+        [a] = record_epochs(conn, SOURCE, {"toxicity": ("v1", "offline")})
+        [b] = record_epochs(conn, other, {"toxicity": ("v1", "openai/x")})  # another source: its first epoch
+        assert (a.previous, b.previous) == (None, None)
+        # taking turns changes nothing for either
+        assert record_epochs(conn, SOURCE, {"toxicity": ("v1", "offline")}) == []
+        assert record_epochs(conn, other, {"toxicity": ("v1", "openai/x")}) == []
+        assert current_epochs(conn, SOURCE)["toxicity"].judge_model == "offline"
+        assert current_epochs(conn, other)["toxicity"].judge_model == "openai/x"
+        assert current_epochs(conn, "litellm:LiteLLM_SpendLogs@results-db") == {}
+
+
+def _epoch_rows(engine) -> list[tuple]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text(
+            "SELECT source, metric, judge_model, flow_run_id FROM judgeflow.judge_epochs ORDER BY started_at, id"))]
+
+
+def _insert_0012_epochs(engine, rows: list[tuple[str, str, str, int]]) -> None:
+    """Epochs as revision 0012 kept them: one table for every source."""
+    with engine.begin() as conn:
+        for metric, model, run, hours_ago in rows:
+            conn.execute(sa.text(
+                "INSERT INTO judgeflow.judge_epochs (metric, metric_version, judge_model, started_at, flow_run_id) "
+                "VALUES (:m, 'v1', :j, now() - make_interval(hours => :h), :r)"),
+                {"m": metric, "j": model, "r": run, "h": hours_ago})
+
+
+def test_existing_shared_epochs_migrate_to_the_source_whose_run_recorded_them(empty_db):
+    """The issue's database: a Phoenix source judged by openai/x and a table source judged
+    offline took turns, each run recording a "change". Each epoch goes to the source its
+    run wrote results of, and the repeats go: each source keeps its first epoch."""
+    from judgeflow.db import migrate
+
+    db = empty_db
+    migrate.upgrade(db, "0012")
+    phoenix = "phoenix:spans@results-db"
+    runs = [("run-t1", SOURCE, "offline", 6), ("run-p1", phoenix, "openai/x", 5), ("run-t2", SOURCE, "offline", 4),
+            ("run-p2", phoenix, "openai/x", 3), ("run-gone", None, "offline", 2)]
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO judgeflow.result_sources (source) VALUES (:a), (:b)"),
+                     {"a": SOURCE, "b": phoenix})
+        for run, source, _, _ in runs:
+            if source is not None:  # run-gone's results were all re-scored since
+                conn.execute(sa.text(
+                    "INSERT INTO judgeflow.eval_results (trace_id, metric, status, flow_run_id, source) "
+                    "VALUES (:t, 'toxicity', 'skipped', :r, :s)"), {"t": f"{run}-trace", "r": run, "s": source})
+    _insert_0012_epochs(db, [("toxicity", model, run, hours) for run, _, model, hours in runs])
+    migrate.upgrade(db)
+    assert _epoch_rows(db) == [(SOURCE, "toxicity", "offline", "run-t1"), (phoenix, "toxicity", "openai/x", "run-p1"),
+                               ("", "toxicity", "offline", "run-gone")]
+    with db.begin() as conn:  # not traceable: the first source without an epoch of the metric takes it
+        from judgeflow.sources.results import adopt_source
+
+        adopt_source(conn, "litellm:LiteLLM_SpendLogs@results-db")
+        adopt_source(conn, SOURCE)
+        in_force = {s: current_epochs(conn, s)["toxicity"].started_at for s in (SOURCE, phoenix)}
+    assert _epoch_rows(db)[-1] == ("litellm:LiteLLM_SpendLogs@results-db", "toxicity", "offline", "run-gone")
+    assert in_force[SOURCE] < in_force[phoenix]  # each since its first run: the baselines kept
+
+
+def test_a_single_source_database_keeps_every_epoch(empty_db):
+    from judgeflow.db import migrate
+
+    db = empty_db
+    migrate.upgrade(db, "0012")
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO judgeflow.result_sources (source) VALUES (:s)"), {"s": SOURCE})
+    _insert_0012_epochs(db, [("toxicity", "judge-a", None, 3), ("toxicity", "judge-b", "run-2", 2),
+                             ("hallucination", "judge-b", "run-2", 2)])
+    migrate.upgrade(db)
+    assert _epoch_rows(db) == [(SOURCE, "toxicity", "judge-a", None), (SOURCE, "toxicity", "judge-b", "run-2"),
+                               (SOURCE, "hallucination", "judge-b", "run-2")]

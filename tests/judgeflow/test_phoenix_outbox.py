@@ -36,6 +36,19 @@ def results(db):
     return db
 
 
+def _counts(conn) -> dict:
+    counts = unwritten_counts(conn, SOURCE)
+    return {k: counts[k] for k in ("unwritten", "given_up", "waiting", "last_error")}
+
+
+def _errors(engine) -> list[str | None]:
+    """The write-back error of each scored result of the Phoenix source."""
+    with engine.connect() as conn:
+        return list(conn.execute(text(
+            "SELECT write_back_error FROM judgeflow.eval_results WHERE source = :s AND status = 'scored' "
+            "ORDER BY trace_id"), {"s": SOURCE}).scalars())
+
+
 def _state(engine, trace_id):
     with engine.connect() as conn:
         return conn.execute(text(
@@ -45,7 +58,7 @@ def _state(engine, trace_id):
 
 def test_results_scored_before_the_write_back_are_written_once_and_a_rescore_again(results):
     with results.connect() as conn:
-        assert unwritten_counts(conn, SOURCE) == {"unwritten": 3, "given_up": 0, "waiting": 0}
+        assert _counts(conn) == {"unwritten": 3, "given_up": 0, "waiting": 0, "last_error": None}
     with PhoenixReceiver() as phoenix:
         first = sync_phoenix(results, SOURCE, phoenix.url, None)
         again = sync_phoenix(results, SOURCE, phoenix.url, None)
@@ -95,18 +108,29 @@ def test_a_refused_key_stops_at_once_with_one_note_and_leaves_the_results_due(re
         assert (refused.written, refused.failed, refused.left) == (0, 0, 3)
         assert "refused the API key (HTTP 401)" in refused.note and "JUDGEFLOW_PHOENIX_API_KEY" in refused.note
         assert _state(results, SPANS[0])["write_back_tries"] == 0  # not counted against the results
+        # ... but every waiting result carries it: status and show say why they wait
+        assert _errors(results) == [refused.stop] * 3 and phoenix.url in refused.stop
+        with results.connect() as conn:
+            assert _counts(conn)["last_error"] == refused.stop
         assert sync_phoenix(results, SOURCE, phoenix.url, "right-key").written == 3
+    assert _errors(results) == [None] * 3
 
 
 def test_a_span_phoenix_does_not_hold_fails_alone_and_is_given_up_after_repeated_refusals(results):
     with PhoenixReceiver(spans=set(SPANS[1:])) as phoenix:
         first = sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0)
         assert (first.written, first.failed) == (2, 1) and SPANS[0] in first.errors[0]
+        # Phoenix names the span it does not hold: the batch is posted again without it, not one by one
+        assert phoenix.posts() == [404, 200]
+        assert first.errors == [f"span {SPANS[0]}: Phoenix does not hold it (HTTP 404)"]
         for _ in range(GIVE_UP_AFTER - 1):
             last = sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0)
         assert last.given_up == 1
+        assert "1 score(s) given up after Phoenix refused their span" in last.note
+        assert "`judgeflow phoenix sync` does" in last.note and "wait unwritten" not in last.note
         with results.connect() as conn:
-            assert unwritten_counts(conn, SOURCE) == {"unwritten": 1, "given_up": 1, "waiting": 0}
+            assert _counts(conn) == {"unwritten": 1, "given_up": 1, "waiting": 0,
+                                     "last_error": f"span {SPANS[0]}: Phoenix does not hold it (HTTP 404)"}
         assert sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0).failed == 0  # not due any more
         phoenix.spans = None  # Phoenix has the span after all
         assert sync_phoenix(results, SOURCE, phoenix.url, None, everything=True).written == 1
@@ -120,7 +144,8 @@ def test_db_checks_access_names_what_is_wrong():
         level, message = check_access(phoenix.url, None)
         assert level == "MISSING" and "Phoenix wants an API key" in message
         level, message = check_access(phoenix.url + "/not-phoenix", "right-key")
-        assert level == "MISSING" and "not Phoenix's REST API" in message
+        assert level == "MISSING" and "with a web page, not the API's JSON" in message
+        assert "not-phoenix" not in message and "JUDGEFLOW_PHOENIX_URL has a path" in message
     level, message = check_access(f"http://127.0.0.1:{free_port()}", None)
     assert level == "MISSING" and "does not answer" in message
 
@@ -138,3 +163,43 @@ def test_db_check_checks_the_write_back_only_when_it_is_on():
         off = CheckReport()
         _check_write_back(off, on.model_copy(update={"phoenix_write_back": False}))
         assert off.ok and off.findings == [] and len(phoenix.requests) == 1
+
+
+def test_db_check_proves_the_write_back_can_write():
+    """Phoenix answers any GET with its web page and 200: only JSON from its API, the key
+    accepted, and the annotations endpoint taking a POST pass."""
+    with PhoenixReceiver(api_key="right-key", read_only_key="viewer-key") as phoenix:
+        level, message = check_access(phoenix.url, "right-key")
+        assert level == "ok" and "takes annotations (the API key accepted for writing)" in message
+        assert [(m, p) for m, p, _ in phoenix.requests] == [("GET", "/v1/projects"), ("POST", "/v1/span_annotations")]
+        assert phoenix.annotations == {}  # the probe writes no annotation
+        # what Phoenix's own banner calls its REST API: every read answers HTML, with any key
+        for key in ("right-key", "wrong-key"):
+            level, message = check_access(phoenix.url + "/v1", key)
+            assert level == "MISSING" and "with a web page, not the API's JSON" in message, message
+        level, message = check_access(phoenix.url, "viewer-key")
+        assert level == "MISSING" and "JUDGEFLOW_PHOENIX_API_KEY was refused for writing annotations (HTTP 403)" in message
+    with PhoenixReceiver(status=503) as phoenix:
+        level, message = check_access(phoenix.url, None)
+        assert level == "MISSING" and "answered HTTP 503" in message
+
+
+@pytest.mark.parametrize("refusal", [405, 404])
+def test_a_url_that_is_not_phoenixs_api_stops_at_once_and_gives_nothing_up(results, refusal):
+    """A wrong prefix: Phoenix answers a POST there 405 (another server 404) for the whole
+    request. One request, one note naming scheme, host and port only, no try counted, so
+    no result is ever given up for it; the error stays on the results until a write works."""
+    with PhoenixReceiver(wrong_post_status=refusal) as phoenix:
+        wrong = phoenix.url + "/v1/secret-path-token?key=query-token"
+        for _ in range(GIVE_UP_AFTER + 2):
+            stopped = sync_phoenix(results, SOURCE, wrong, None, backoff_s=0)
+            assert stopped.request_refused and (stopped.written, stopped.failed, stopped.left) == (0, 0, 3)
+        assert phoenix.posts() == [refusal] * (GIVE_UP_AFTER + 2)  # one request per pass
+        assert f"Phoenix at {phoenix.url} refused the annotation request itself (HTTP {refusal})" in stopped.note
+        assert "3 score(s) wait unwritten" in stopped.note and "given up" not in stopped.note
+        for told in (stopped.note, *_errors(results)):
+            assert "secret-path-token" not in told and "query-token" not in told and "/v1/" not in told
+        with results.connect() as conn:
+            assert _counts(conn) == {"unwritten": 3, "given_up": 0, "waiting": 0, "last_error": stopped.stop}
+        assert _state(results, SPANS[0])["write_back_tries"] == 0
+        assert sync_phoenix(results, SOURCE, phoenix.url, None).written == 3

@@ -1,75 +1,104 @@
-"""A stand-in for Phoenix's REST API, for the write-back's outbox in the default suite
-(the real Phoenix is behind ``--slow``: tests/support/phoenix.py). A stdlib
-ThreadingHTTPServer on 127.0.0.1 speaking the shape judgeflow uses:
+"""A stand-in for Phoenix's REST API, for the write-back's outbox and `db check` in the
+default suite (the real Phoenix is behind ``--slow``: tests/support/phoenix.py). A stdlib
+ThreadingHTTPServer on 127.0.0.1 answering as Phoenix 20.26 does (probed against it):
 
+- ``GET /v1/projects``: ``{"data": [...]}`` (JSON);
+- any other GET: Phoenix's web page (HTML, 200): a URL with a wrong prefix
+  (``http://host:6006/v1``) answers every read;
 - ``POST /v1/span_annotations?sync=true`` with ``{"data": [annotation, ...]}``: each
-  annotation is kept per (span, name, identifier), a second write replacing the first,
-  as Phoenix does; a batch naming a span the receiver does not know is refused whole
-  (404), as Phoenix refuses a batch for one span it does not hold;
-- ``GET /v1/projects``: ``{"data": [...]}``.
+  annotation is kept per (span, name, identifier), a second write replacing the first;
+  a batch naming spans the receiver does not know is refused whole with 404 and a plain
+  text naming every one of them (``Spans with IDs a, b do not exist.``); no annotation
+  at all: ``{"data": []}``;
+- a POST to any other path: 405 ``Method Not Allowed`` (plain text), or
+  ``wrong_post_status`` (404: another server in front of Phoenix).
 
 ``spans`` are the span ids it knows (None: every span). With ``api_key`` set, a request
-without ``Authorization: Bearer <api_key>`` is answered 401. ``status`` forces an
-answer to every request (503, say). ``port`` binds a given port, so a receiver can be
-stopped (nothing listening) and come back on the same URL.
+without ``Authorization: Bearer <api_key>`` is answered 401; ``read_only_key`` reads but
+is refused writing (403). ``status`` forces an answer to every request (503, say).
+``port`` binds a given port, so a receiver can be stopped (nothing listening) and come
+back on the same URL. ``delay_s`` holds every POST that long before answering.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlparse
+
+PAGE = b"<!DOCTYPE html>\n<html><head><title>Phoenix</title></head><body><div id=\"root\"></div></body></html>"
 
 
 class PhoenixReceiver:
     def __init__(self, *, spans: set[str] | None = None, api_key: str | None = None, port: int = 0,
-                 status: int | None = None):
+                 status: int | None = None, read_only_key: str | None = None, wrong_post_status: int = 405,
+                 delay_s: float = 0.0):
         self.spans = spans
         self.api_key = api_key
+        self.read_only_key = read_only_key
         self.status = status
+        self.wrong_post_status = wrong_post_status
+        self.delay_s = delay_s
         self.annotations: dict[tuple[str, str, str], dict] = {}
         self.requests: list[tuple[str, str, int]] = []  # (method, path, status answered)
+        self.answered_at: list[float] = []  # time.time() each POST was answered
         self._lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def _answer(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
+            def _send(self, status: int, data: bytes, kind: str) -> None:
                 with receiver._lock:
                     receiver.requests.append((self.command, urlparse(self.path).path, status))
+                    if self.command == "POST":
+                        receiver.answered_at.append(time.time())
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _refused(self) -> bool:
+            def _answer(self, status: int, body: dict) -> None:
+                self._send(status, json.dumps(body).encode(), "application/json")
+
+            def _text(self, status: int, text: str) -> None:
+                self._send(status, text.encode(), "text/plain; charset=utf-8")
+
+            def _refused(self, writing: bool) -> bool:
                 if receiver.status is not None:
                     self._answer(receiver.status, {"detail": "forced"})
                     return True
-                if receiver.api_key and self.headers.get("Authorization") != f"Bearer {receiver.api_key}":
-                    self._answer(401, {"detail": "Invalid token"})
+                token = self.headers.get("Authorization")
+                if receiver.read_only_key and token == f"Bearer {receiver.read_only_key}":
+                    if writing:
+                        self._text(403, "Forbidden")
+                        return True
+                    return False
+                if receiver.api_key and token != f"Bearer {receiver.api_key}":
+                    self._text(401, "Invalid token")
                     return True
                 return False
 
             def do_GET(self):  # noqa: N802
-                if self._refused():
-                    return
                 if urlparse(self.path).path != "/v1/projects":
-                    return self._answer(404, {"detail": "Not Found"})
+                    return self._send(200, PAGE, "text/html; charset=utf-8")  # the web app, for any other page
+                if self._refused(writing=False):
+                    return
                 self._answer(200, {"data": [{"id": "UHJvamVjdDox", "name": "default"}], "next_cursor": None})
 
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-                if self._refused():
-                    return
+                time.sleep(receiver.delay_s)  # a Phoenix that hangs a while
                 if urlparse(self.path).path != "/v1/span_annotations":
-                    return self._answer(404, {"detail": "Not Found"})
+                    return self._text(receiver.wrong_post_status, "Method Not Allowed"
+                                      if receiver.wrong_post_status == 405 else "Not Found")
+                if self._refused(writing=True):
+                    return
                 data = body.get("data") or []
                 unknown = [a["span_id"] for a in data if receiver.spans is not None and a["span_id"] not in receiver.spans]
                 if unknown:
-                    return self._answer(404, {"detail": f"Span with ID {unknown[0]} not found"})
+                    return self._text(404, f"Spans with IDs {', '.join(unknown)} do not exist.")
                 with receiver._lock:
                     for a in data:
                         receiver.annotations[(a["span_id"], a["name"], a["identifier"])] = a

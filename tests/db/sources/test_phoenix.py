@@ -142,3 +142,64 @@ def test_scores_written_back_as_span_annotations_once_and_updated_by_a_rescore(p
         ("judgeflow.toxicity", "judgeflow", "pass", 0.5)]  # updated in place, not duplicated
     assert on_toxic[0]["result"]["explanation"] == "toxicity 0.5" and on_toxic[0]["annotator_kind"] == "LLM"
     assert sorted(a["name"] for a in annotations("rag-app", grounded)) == ["judgeflow.hallucination", "judgeflow.toxicity"]
+
+
+def test_a_wrong_prefix_is_caught_by_db_check_stops_the_write_back_and_show_takes_the_trace_id(
+        phoenix, database_url):
+    """Against the real Phoenix: `http://host:port/v1` (what Phoenix's banner calls its REST
+    API) answers reads with its web page, so `db check` refuses it, and a POST there with 405,
+    which stops the write-back after one request, naming no path. A span Phoenix does not
+    hold is named in its refusal and fails alone. `show` takes the Phoenix trace id or any
+    span id of the trace."""
+    from judgeflow.config.settings import Settings
+    from judgeflow.db import migrate
+    from judgeflow.db.trace_results import look_up, render_lookup
+    from judgeflow.phoenix.annotations import check_access
+    from judgeflow.phoenix.outbox import sync_phoenix
+    from judgeflow.sources.identity import result_source
+
+    server, url, sent = phoenix
+    level, message = check_access(server.url + "/v1", None)
+    assert level == "MISSING" and "with a web page, not the API's JSON" in message, message
+    level, message = check_access(server.url, None)
+    assert level == "ok" and "takes annotations" in message, message
+
+    settings = Settings(_env_file=None, database_url=database_url, source="phoenix", source_database_url=url,
+                        phoenix_write_back=True, phoenix_url=server.url)
+    source = result_source(settings)
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            trace_rowid, llm_span = conn.execute(text(
+                "SELECT s.trace_rowid, s.span_id FROM spans s JOIN traces t ON t.id = s.trace_rowid "
+                "WHERE t.trace_id = :t AND s.span_kind = 'LLM'"), {"t": sent["grounded"]["trace_id"]}).one()
+            other_span = conn.execute(text(
+                "SELECT span_id FROM spans WHERE trace_rowid = :r AND span_kind <> 'LLM' LIMIT 1"),
+                {"r": trace_rowid}).scalar_one()
+    finally:
+        engine.dispose()
+    results = create_engine(database_url)
+    migrate.upgrade(results)
+    with results.begin() as conn:
+        for span in (llm_span, "0000000000000001"):
+            conn.execute(text(
+                "INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed, threshold, reason, "
+                "judge_model, metric_version, source) VALUES (:t, 'toxicity', 'scored', 0.0, true, 0.5, 'fine', "
+                "'judge', '3', :s)"), {"t": span, "s": source})
+    try:
+        stopped = sync_phoenix(results, source, server.url + "/v1", None)
+        assert stopped.request_refused and (stopped.written, stopped.failed, stopped.left) == (0, 0, 2)
+        assert f"Phoenix at {server.url} refused the annotation request itself (HTTP 405)" in stopped.note
+        written = sync_phoenix(results, source, server.url, None)
+        assert (written.written, written.failed) == (1, 1)
+        assert written.errors == ["span 0000000000000001: Phoenix does not hold it (HTTP 404)"]
+    finally:
+        results.dispose()
+
+    for some_id in (sent["grounded"]["trace_id"], other_span):
+        found = look_up(settings, some_id)
+        assert found.phoenix_trace_id == sent["grounded"]["trace_id"]
+        assert [v.trace_id for v in found.views] == [llm_span]
+        shown = render_lookup(found, ui_url=None, source_name="spans")
+        assert f"LLM span {llm_span}" in shown and "toxicity: score 0.000, passed" in shown
+        assert "in Phoenix: written as a span annotation" in shown
