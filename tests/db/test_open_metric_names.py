@@ -1,5 +1,5 @@
 """Migration 13_open_metric_names.py: eval_results takes any registered
-metric's results; a database at 0012 migrates with its rows, and the
+metric's results; a database at 12_sample_weights.py migrates with its rows, and the
 downgrade puts the old check back."""
 
 from __future__ import annotations

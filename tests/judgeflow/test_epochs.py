@@ -139,7 +139,7 @@ def _epoch_rows(engine) -> list[tuple]:
 
 
 def _insert_0012_epochs(engine, rows: list[tuple[str, str, str, int]]) -> None:
-    """Epochs as revision 0012 kept them: one table for every source."""
+    """Epochs as 12_sample_weights.py kept them: one table for every source."""
     with engine.begin() as conn:
         for metric, model, run, hours_ago in rows:
             conn.execute(sa.text(

@@ -1,7 +1,7 @@
 """any registered metric's results: eval_results.metric is no longer limited to the two built-in names
 
 Revision ID: 0013
-Revises: 0012
+Revises: 0012 (12_sample_weights.py)
 Create Date: 2026-11-27
 """
 

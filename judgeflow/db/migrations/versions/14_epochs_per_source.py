@@ -1,7 +1,7 @@
 """judge epochs per source: each source keeps its own judge history (issue 47)
 
 Revision ID: 0014
-Revises: 0013
+Revises: 0013 (13_open_metric_names.py)
 Create Date: 2026-11-27
 """
 
