@@ -15,8 +15,7 @@ What a spec declares:
   metric's settings (``JUDGEFLOW_<NAME>_THRESHOLD``) and of its alert rules
   (``<name>_rate``, ``<name>_regression``).
 - ``steps``: each judge step and the schema its reply is read with.
-- ``version``: the prompt hash (:mod:`judgeflow.metrics.version`), computed
-  once per process.
+- ``version``: the prompt hash (:mod:`judgeflow.metrics.version`).
 - ``fields``: the trace fields it reads (``input``, ``output``, ``context``).
 - ``cost``: how its prompt and reply sizes follow the trace's
   (:class:`CostEstimate`, used by budgets and estimates).
@@ -31,7 +30,6 @@ What a spec declares:
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -139,9 +137,10 @@ class MetricSpec:
         if unknown or "output" not in self.fields:
             raise ConfigError(f"metric {self.name}: fields must include 'output' and be input/output/context")
 
-    @functools.cached_property
+    @property
     def version(self) -> str:
-        # hashing the prompts renders them all: once per process and spec
+        """The version of its prompts and schemas as the code is now (asked where a run starts and
+        records its epochs; a built metric holds its own)."""
         return self.version_of()
 
     def setting_name(self, field_name: str) -> str:
