@@ -38,7 +38,7 @@ def main() -> None:  # pragma: no cover - console entry point
     # the interpreter's final garbage collection then skips the heap the run
     # leaves (Prefect, SQLAlchemy), which nothing uses any more.
     atexit.register(gc.freeze)
-    from judgeflow.cli.terminal_text import install
+    from judgeflow.terminal_text import install
 
-    install()  # every command's output: no control character from judge or trace text (terminal_text.py)
+    install()  # every command's output: no control character from judge or trace text (judgeflow/terminal_text.py)
     app(prog_name="judgeflow", obj=Program())
