@@ -33,6 +33,11 @@ PRESET_SEGMENT_KEYS: dict[str, tuple[str, ...]] = {
 MAX_DURATION_DAYS = 36500
 
 
+def is_duration(text: str) -> bool:
+    """Whether ``text`` is written as a duration ('7d'), whatever its length."""
+    return bool(_DURATION.match(text or ""))
+
+
 def parse_duration(text: str) -> float:
     """'90s', '15m', '6h', '7d', '2w' -> seconds (at most :data:`MAX_DURATION_DAYS`)."""
     match = _DURATION.match(text or "")

@@ -169,7 +169,7 @@ def _remote_or_skip() -> str:
     {"JUDGEFLOW_JUDGE_API_KEY": "sk-production-key-0001", "base": "OPENAI_API_BASE"},
 ], ids=["OPENAI_API_KEY", "OPENAI_API_BASE"])
 def test_no_key_reaches_a_plain_http_judge_on_another_host_whatever_its_variable(
-    judgeflow_env, db, monkeypatch, variables,
+    judgeflow_env, db, monkeypatch, variables, prefect_server,
 ):
     from tests.support.key_recorder import KeyRecorder
 
@@ -191,6 +191,7 @@ def test_no_key_reaches_a_plain_http_judge_on_another_host_whatever_its_variable
         assert "sk-production-key-0001" not in result.output
         assert remote.arrivals == []
         # the control: with the host named as private, the key does arrive there
+        monkeypatch.setenv("PREFECT_API_URL", prefect_server)
         monkeypatch.setenv("JUDGEFLOW_PLAIN_HTTP_KEY_HOSTS", address)
         monkeypatch.setenv("JUDGEFLOW_JUDGE_MAX_RETRIES", "0")
         runner.invoke(app, ["score", "--no-alerts", "--limit", "1"])

@@ -37,6 +37,7 @@ def test_a_piped_run_against_a_failing_judge_writes_no_escape_byte(judgeflow_env
         assert judge.calls() > 0  # the judge was asked, and failed every call
     out = done.stdout + done.stderr
     assert b"failed" in out, out[-3000:]
+    assert b"database connection: " in out  # the pool mode, shown with -v
     assert out.count(b"\x1b") == 0, [line for line in out.splitlines() if b"\x1b" in line][:5]
     assert b"\x9b" not in out and b"\x07" not in out
     assert b"Give Feedback" not in out  # litellm's banner is off in the workers
