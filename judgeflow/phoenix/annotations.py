@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from judgeflow.config.scrub import origin, without_endpoint_path
+
 IDENTIFIER = "judgeflow"
 BATCH = 100
 # a refusal of the key: stop at once, no other write can succeed
@@ -77,26 +79,28 @@ def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Pos
             reply = client.post("/v1/span_annotations", params={"sync": "true"},
                                 json={"data": [annotation(results[i]) for i in batch]})
         except httpx.HTTPError as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error = without_endpoint_path(f"{type(exc).__name__}: {exc}", str(client.base_url))
             out.failed.update({i: error for i in batch})
             if isinstance(exc, httpx.TransportError):  # Phoenix does not answer: the rest would not either
-                out.stop = f"Phoenix at {client.base_url} did not answer ({error})"
+                out.stop = f"Phoenix at {origin(str(client.base_url))} did not answer ({error})"
                 return out
             continue
         status = reply.status_code
         if status in AUTH_REFUSED:
             out.auth_refused = True
-            out.stop = (f"Phoenix at {client.base_url} refused the API key (HTTP {status}): set "
+            out.stop = (f"Phoenix at {origin(str(client.base_url))} refused the API key (HTTP {status}): set "
                         "JUDGEFLOW_PHOENIX_API_KEY to a key Phoenix accepts")
             return out
         if status < 300:
             out.written += batch
         elif status in TRANSIENT or status >= 500:
-            out.failed.update({i: f"HTTP {status}: {reply.text[:200]}" for i in batch})
+            body = without_endpoint_path(reply.text[:200], str(client.base_url))
+            out.failed.update({i: f"HTTP {status}: {body}" for i in batch})
         elif len(batch) > 1:
             todo = [[i] for i in batch] + todo
         else:
-            out.refused[batch[0]] = f"span {results[batch[0]]['trace_id']}: HTTP {status}: {reply.text[:200]}"
+            body = without_endpoint_path(reply.text[:200], str(client.base_url))
+            out.refused[batch[0]] = f"span {results[batch[0]]['trace_id']}: HTTP {status}: {body}"
     return out
 
 
@@ -107,14 +111,15 @@ def check_access(base_url: str, api_key: str | None, *, timeout_s: float = 10.0)
         with phoenix_client(base_url, api_key, timeout_s=timeout_s) as client:
             reply = client.get("/v1/projects", params={"limit": 1})
     except httpx.HTTPError as exc:
-        return "MISSING", (f"Phoenix write-back: JUDGEFLOW_PHOENIX_URL {base_url} does not answer "
-                           f"({type(exc).__name__}: {exc}); scores wait unwritten until it does")
+        error = without_endpoint_path(f"{type(exc).__name__}: {exc}", base_url)
+        return "MISSING", (f"Phoenix write-back: JUDGEFLOW_PHOENIX_URL {origin(base_url)} does not answer "
+                           f"({error}); scores wait unwritten until it does")
     if reply.status_code in AUTH_REFUSED:
         which = ("JUDGEFLOW_PHOENIX_API_KEY was refused" if api_key
                  else "Phoenix wants an API key: set JUDGEFLOW_PHOENIX_API_KEY")
-        return "MISSING", f"Phoenix write-back: {base_url} answers, but {which} (HTTP {reply.status_code})"
+        return "MISSING", f"Phoenix write-back: {origin(base_url)} answers, but {which} (HTTP {reply.status_code})"
     if reply.status_code != 200:
-        return "MISSING", (f"Phoenix write-back: {base_url}/v1/projects answered HTTP {reply.status_code}, not "
+        return "MISSING", (f"Phoenix write-back: {origin(base_url)} answered HTTP {reply.status_code}, not "
                            "Phoenix's REST API: is JUDGEFLOW_PHOENIX_URL Phoenix's base URL?")
     key = "the API key accepted" if api_key else "no API key needed"
-    return "ok", f"Phoenix write-back: {base_url} answers Phoenix's REST API ({key})"
+    return "ok", f"Phoenix write-back: {origin(base_url)} answers Phoenix's REST API ({key})"

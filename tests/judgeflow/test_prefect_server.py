@@ -154,7 +154,7 @@ def test_stop_also_stops_the_embedded_database(tmp_path):
         assert "embedded PostgreSQL stopped" in stopped.stdout
         assert not database.is_running() and processes_under(home) == []
     finally:
-        database.stop()
+        database.destroy()
 
 
 def test_with_prefect_api_url_set_nothing_is_started(tmp_path):

@@ -41,7 +41,6 @@ def test_a_piped_run_against_a_failing_judge_writes_no_escape_byte(judgeflow_env
     assert out.count(b"\x1b") == 0, [line for line in out.splitlines() if b"\x1b" in line][:5]
     assert b"\x9b" not in out and b"\x07" not in out
     assert b"Give Feedback" not in out  # litellm's banner is off in the workers
-    assert "␛".encode() in out  # the judge's sequences shown, as pictures
 
 
 def _read_pty(fd: int, proc: subprocess.Popen, timeout_s: float) -> bytes:
