@@ -35,8 +35,9 @@ from judgeflow.errors import ConfigError
 # <PROVIDER>_BASE_URL, a few others (watsonx, bedrock)
 _PROVIDER_BASE = re.compile(r"^[A-Z0-9_]+_(API_BASE(_[A-Z0-9]+)?|BASE_URL)$|^(WATSONX|WML|WX)_URL$"
                             r"|^AWS_BEDROCK_RUNTIME_ENDPOINT$")
-# <PROVIDER>_API_KEY, _KEY, _TOKEN, _AD_TOKEN, _SECRET_ACCESS_KEY ...
-_PROVIDER_KEY = re.compile(r"^[A-Z0-9_]+_(API_KEY|KEY|TOKEN|SECRET)$")
+# <PROVIDER>_API_KEY (_APIKEY, AIMLAPI_KEY), _TOKEN (_AD_TOKEN, _AUTH_TOKEN), _API_SECRET, _SECRET_KEY;
+# not any _KEY: images set GPG_KEY and the like
+_PROVIDER_KEY = re.compile(r"^[A-Z0-9_]*(API_?KEY|_TOKEN|_API_SECRET|_SECRET_KEY)$")
 # variables of programs other than litellm (judgeflow's own are settings, checked by name)
 _NOT_LITELLM = ("JUDGEFLOW_", "PREFECT_", "PHOENIX_", "PG", "LITELLM_LOCAL_MODEL_COST_MAP")
 

@@ -135,6 +135,9 @@ def test_the_configured_base_wins_over_the_providers_variables():
     # Prefect's and judgeflow's own variables are not litellm's
     check_key_destinations(_judge_settings(judge_model="openai/x", judge_api_key="sk-operator-0001"),
                            {"PREFECT_API_URL": "http://prefect-server:4200/api"})
+    # nor is every *_KEY: Python's images set GPG_KEY; a key-less judge on a private base stays allowed
+    check_key_destinations(_judge_settings(judge_model="hosted_vllm/x", judge_api_base="http://vllm:8000/v1"),
+                           {"GPG_KEY": "A035C8C19219BA821ECEA86B64E628F8D684696D"})
 
 
 def test_a_key_in_the_dotenv_litellm_loads_counts(monkeypatch, tmp_path):
