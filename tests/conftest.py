@@ -187,7 +187,7 @@ def prefect_server():
     import tempfile
     from pathlib import Path
 
-    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
     from judgeflow.infra.prefect_server import LocalPrefectServer
 
@@ -206,7 +206,9 @@ def prefect_server():
                 os.environ.pop(flush, None)
             else:
                 os.environ[flush] = before
-        with temporary_settings(updates={PREFECT_API_URL: url}):
+        # the server requires its auth string; subprocesses the tests start inherit it
+        os.environ["PREFECT_API_AUTH_STRING"] = server.auth_string()
+        with temporary_settings(updates={PREFECT_API_URL: url, PREFECT_API_AUTH_STRING: server.auth_string()}):
             yield url
             # deliver the in-process runs' queued logs and events while the
             # server is still up: left for interpreter exit, they meet a stopped
@@ -217,6 +219,7 @@ def prefect_server():
             APILogWorker.drain_all(timeout=30)
             EventsWorker.drain_all(timeout=30)
     finally:
+        os.environ.pop("PREFECT_API_AUTH_STRING", None)
         server.stop()
         shutil.rmtree(base, ignore_errors=True)
 

@@ -45,7 +45,7 @@ import httpx
 from judgeflow import __version__
 from judgeflow.alerts.evaluation import iso_utc
 from judgeflow.judge.retry_after import parse_retry_after
-from judgeflow.config.scrub import scrub
+from judgeflow.config.scrub import scrub, without_endpoint_path
 from judgeflow.config.settings import Settings
 
 if TYPE_CHECKING:
@@ -554,6 +554,7 @@ class Notifier:
         )
 
     def _scrubbed(self, text: str, url: str) -> str:
-        """An error text as it may be stored and logged: without the URL (Slack's
-        holds a token) or any other secret."""
-        return scrub(text, (url,))
+        """An error text as it may be stored and logged: the URL named by scheme, host
+        and port only (a webhook's path and query may be its token, and a receiver
+        may echo them), and no other secret."""
+        return without_endpoint_path(text, url)

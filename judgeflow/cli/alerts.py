@@ -261,9 +261,12 @@ def check(
     from judgeflow.db.engine import engine_for
     from judgeflow.config.settings import load_settings
 
+    from judgeflow.cli.command import use_prefect
+
     settings = load_settings()
     engine = engine_for(settings)
     migrate.upgrade(engine)
+    use_prefect(settings)  # dead deliveries' events (and alert events) go to the runs' Prefect server
     results = evaluate_rules(settings, engine=engine, include_disabled=True, redeliver_now=redeliver_now)
     _flush_prefect_events()
 

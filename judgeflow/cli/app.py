@@ -31,12 +31,12 @@ for command in (scoring.score, scoring.backfill, judge_checks.shadow, judge_chec
 
 def main() -> None:  # pragma: no cover - console entry point
     """The ``judgeflow`` console script: the command is the program (:class:`Program`)."""
-    from judgeflow.cli.terminal_text import install
+    from judgeflow.terminal_text import install
     from judgeflow.infra.heap import settle_heap
 
     # the process is judgeflow's: its collector too (judgeflow/infra/heap.py), from before any
     # library registers an exit handler, so the heap is frozen after they all ran
     settle_heap()
 
-    install()  # every command's output: no control character from judge or trace text (terminal_text.py)
+    install()  # every command's output: no control character from judge or trace text (judgeflow/terminal_text.py)
     app(prog_name="judgeflow", obj=Program())

@@ -41,9 +41,16 @@ def announce_database(settings: "Settings") -> None:
 
 def quiet_unless(verbose: bool) -> None:
     """Warnings and errors only on the terminal unless -v; before Prefect is imported."""
+    import logging
+
     from judgeflow.cli.console import set_log_level
 
     set_log_level(verbose)
+    if verbose:
+        # judgeflow's own INFO lines (the database connection's pool mode, each batch): the
+        # root logger Prefect configures lets WARNING through only, and judgeflow's logger
+        # has no level of its own
+        logging.getLogger("judgeflow").setLevel(logging.INFO)
 
 
 VERBOSE_HELP = "print every log line (each batch, each task run), not only warnings and errors"

@@ -89,7 +89,7 @@ class LiveDisplay:
     def __init__(self, stream: TextIO, title: str, ui_url: str | None = None):
         from rich.console import Console
 
-        from judgeflow.cli.terminal_text import unfiltered
+        from judgeflow.terminal_text import unfiltered
 
         self._console = Console(file=unfiltered(stream))  # draws with cursor moves; prints judgeflow's figures
         self._title = title
@@ -201,7 +201,9 @@ class LineDisplay:
 
 def display_for(stream: TextIO, title: str, ui_url: str | None = None) -> LiveDisplay | LineDisplay:
     """A live display on a terminal, lines elsewhere."""
-    if stream.isatty() and os.environ.get("TERM") != "dumb":
+    from judgeflow.terminal_text import is_terminal
+
+    if is_terminal(stream) and os.environ.get("TERM") != "dumb":
         return LiveDisplay(stream, title, ui_url)
     return LineDisplay(stream, title, ui_url)
 

@@ -36,6 +36,8 @@ def ui(
     _, local = use_prefect(settings)
     if local is not None:
         url = local.ui_url
+        typer.echo(f"the UI asks for an auth string: it is the line in {local.auth_file} (readable by your user "
+                   "only); paste it whole", err=True)
     else:
         from judgeflow.infra.prefect_server import configured_ui_url
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from judgeflow.errors import ConfigError
-from judgeflow.config.settings import parse_duration
+from judgeflow.config.settings import is_duration, parse_duration
 
 
 def parse_when(text: str | None, *, now: datetime | None = None) -> datetime | None:
@@ -13,10 +13,8 @@ def parse_when(text: str | None, *, now: datetime | None = None) -> datetime | N
     if text is None or text == "":
         return None
     now = now or datetime.now(timezone.utc)
-    try:
-        return now - timedelta(seconds=parse_duration(text))
-    except ConfigError:
-        pass
+    if is_duration(text):
+        return now - timedelta(seconds=parse_duration(text))  # ConfigError when too long to be a date
     try:
         value = datetime.fromisoformat(text)
     except ValueError:

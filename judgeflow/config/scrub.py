@@ -32,6 +32,8 @@ import threading
 from typing import Iterable
 from urllib.parse import SplitResult, unquote, urlsplit
 
+from judgeflow.terminal_text import visible
+
 MASK = "***"
 # shorter values would blank out ordinary words; no real credential is this short
 MIN_SECRET_CHARS = 6
@@ -81,22 +83,73 @@ def url_credentials(url: str | None) -> list[str]:
 # a path segment that is an identifier or a token: long, or with a digit in it
 # ("services", "hooks" and the like stay readable)
 _TOKEN_SEGMENT = re.compile(r"^(?=.*[0-9]).{%d,}$|^.{16,}$" % MIN_SECRET_CHARS)
+# an ordinary word of a path ("services", "span_annotations", "web-hooks"); anything else of
+# MIN_SECRET_CHARS or more ("ourSecretHook") may be a token chosen by whoever made the URL
+_PLAIN_WORD = re.compile(r"^[a-z]+(?:[-_.][a-z]+)*$")
+
+
+def _secret_segment(segment: str) -> bool:
+    return bool(_TOKEN_SEGMENT.match(segment)) or (
+        len(segment) >= MIN_SECRET_CHARS and not _PLAIN_WORD.match(segment))
 
 
 def url_path_secrets(url: str | None) -> list[str]:
-    """The secret parts of a secret URL's path: each segment that looks like an
-    identifier or a token and, when there is one, the whole path; as written and
-    as decoded."""
+    """The secret parts of a secret URL's path: each segment that may be a token,
+    and, when there is one, the whole path (with its query) and each tail of the path
+    that holds one (a receiver's 404 may echo "/ourSecretHook" without "/hooks");
+    as written and as decoded."""
     if not url or "://" not in url:
         return []
     try:
-        path = urlsplit(url.strip()).path
+        parts = urlsplit(url.strip())
     except ValueError:
         return []
-    found = [seg for seg in path.split("/") if _TOKEN_SEGMENT.match(seg)]
+    segments = parts.path.split("/")
+    found = [seg for seg in segments if _secret_segment(seg)]
     if found:  # a path of plain words ("/judgeflow") is no secret, and masking it would blank file paths
-        found.append(path)
+        tails = ["/".join(segments[i:]) for i in range(len(segments))]
+        found += [t for t in tails if any(_secret_segment(seg) for seg in t.split("/"))
+                  and len(t) >= MIN_SECRET_CHARS]
+        found.append(parts.path)
+        if parts.query:
+            found.append(f"{parts.path}?{parts.query}")
+    if parts.query:  # the query whole and each of its pairs: any of them may be echoed alone
+        found += [q for q in [parts.query, *re.split(r"[&;]", parts.query)] if len(q) >= MIN_SECRET_CHARS]
     return found + [unquote(v) for v in found if unquote(v) != v]
+
+
+def origin(url: str) -> str:
+    """``scheme://host:port`` of ``url``: all an error may say of an endpoint whose
+    path or query may hold its token (a webhook's, Slack's, Phoenix's)."""
+    try:
+        parts = urlsplit(url.strip())
+        port = parts.port or {"https": 443, "http": 80}.get(parts.scheme.lower())
+    except ValueError:
+        return "(an invalid URL)"
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}:{port}" if port else f"{parts.scheme}://{host}"
+
+
+def without_endpoint_path(text: str, url: str) -> str:
+    """``text`` with ``url``, and any URL on its host, cut down to :func:`origin`, and
+    every part of ``url``'s path and query masked (:func:`scrub` with it as ``extra``)."""
+    if not text:
+        return text
+    try:
+        host = (urlsplit(url.strip()).hostname or "").lower()
+    except ValueError:
+        host = ""
+
+    def cut(match: re.Match) -> str:
+        try:
+            same = (urlsplit(match.group(0)).hostname or "").lower() == host
+        except ValueError:
+            same = False
+        return origin(match.group(0)) if same and host else match.group(0)
+
+    text = text.replace(url.strip(), origin(url))
+    return scrub(_URL.sub(cut, text), (url,))
 
 
 def _userinfo(url: str) -> str | None:
@@ -166,6 +219,9 @@ def register_settings(settings) -> None:
             values.append(base64.b64encode(userinfo.encode()).decode())
         if raw.startswith("postgresql+psycopg://"):  # also as the user wrote it
             values.append("postgresql://" + raw.removeprefix("postgresql+psycopg://"))
+    phoenix = getattr(settings, "phoenix_url", None)
+    if phoenix:
+        values += url_path_secrets(phoenix)
     register(values)
 
 
@@ -214,11 +270,13 @@ def install_log_scrubbing() -> None:
             message = record.getMessage()
         except Exception:  # a bad format string: leave it to the handler to report
             return record
-        record.msg, record.args = scrub(message), None
+        # a log line may carry a judge's reply or a receiver's answer: no control character of theirs
+        # reaches a terminal, a pipe or the Prefect UI as one (judgeflow.terminal_text)
+        record.msg, record.args = visible(scrub(message)), None
         if record.exc_info and not record.exc_text:
-            record.exc_text = scrub(logging.Formatter().formatException(record.exc_info))
+            record.exc_text = visible(scrub(logging.Formatter().formatException(record.exc_info)))
         if record.stack_info:
-            record.stack_info = scrub(record.stack_info)
+            record.stack_info = visible(scrub(record.stack_info))
         return record
 
     logging.setLogRecordFactory(factory)

@@ -31,12 +31,25 @@ PRESET_SEGMENT_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+# longer than any history judgeflow keeps, short enough that "that long ago" is a date
+# Python and PostgreSQL can hold
+MAX_DURATION_DAYS = 36500
+
+
+def is_duration(text: str) -> bool:
+    """Whether ``text`` is written as a duration ('7d'), whatever its length."""
+    return bool(_DURATION.match(text or ""))
+
+
 def parse_duration(text: str) -> float:
-    """'90s', '15m', '6h', '7d', '2w' -> seconds."""
+    """'90s', '15m', '6h', '7d', '2w' -> seconds (at most :data:`MAX_DURATION_DAYS`)."""
     match = _DURATION.match(text or "")
     if not match:
         raise ConfigError(f"not a duration: {text!r} (expected e.g. '30m', '6h', '7d')")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if not seconds <= MAX_DURATION_DAYS * 86400:
+        raise ConfigError(f"duration too long: {text!r} (at most {MAX_DURATION_DAYS}d)")
+    return seconds
 
 
 def normalise_database_url(url: str) -> str:

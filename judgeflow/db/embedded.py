@@ -4,7 +4,17 @@ Used when ``JUDGEFLOW_DATABASE_URL`` is unset (the embedded default, under
 ``JUDGEFLOW_HOME``, normally ``.judgeflow/``) and by the test suite. No root,
 no system service: ``initdb`` and ``postgres`` refuse to run as root, so when
 judgeflow itself runs as root the cluster is owned and run by the unprivileged
-``postgres`` account through ``runuser``.
+``postgres`` account through ``runuser`` (found at its absolute path: cron's
+PATH may not name /usr/sbin).
+
+judgeflow never changes the permissions of a directory it did not make: as root,
+the cluster's data and log live under the server account's own home
+(``~postgres/judgeflow/<hash of base_dir>/``), a path that account owns and
+reaches, rather than inside ``base_dir``, whose parents may be private (a 0700
+home holding a ``.env`` must stay closed to other users). ``base_dir`` keeps
+the port, the password file (root's, 0600) and ``server-dir``, naming where the
+cluster is. A cluster made inside ``base_dir`` by an older judgeflow is moved
+there on its next start.
 
 The cluster listens on 127.0.0.1 only, on a port chosen at first start and
 kept in the data directory. Every connection authenticates with scram-sha-256
@@ -23,6 +33,7 @@ before it listens on TCP: started on a private socket only, the password set,
 from __future__ import annotations
 
 import glob
+import hashlib
 import os
 import pwd
 import secrets
@@ -40,6 +51,7 @@ from judgeflow.config.scrub import register
 USER = "judgeflow"
 DATABASE = "judgeflow"
 _RUN_AS_WHEN_ROOT = "postgres"
+RUNUSER_PATHS = ("/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser", "/bin/runuser")
 _HBA_MARK = "# judgeflow: scram-sha-256 for every connection"
 _HBA = f"""{_HBA_MARK} (the password is in the pgpass file beside the data directory)
 local all all scram-sha-256
@@ -81,13 +93,49 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def runuser_path() -> str:
+    """util-linux's runuser, by its absolute path: a root crontab's PATH often lacks /usr/sbin."""
+    for path in RUNUSER_PATHS:
+        if os.access(path, os.X_OK):
+            return path
+    raise ConfigError("running as root needs util-linux's runuser (/usr/sbin/runuser) to start the embedded "
+                      "PostgreSQL as the postgres account; install util-linux or set JUDGEFLOW_DATABASE_URL")
+
+
+def _server_account_dir(base_dir: Path) -> Path:
+    """Where a root judgeflow keeps ``base_dir``'s cluster: under the server account's home."""
+    home = Path(pwd.getpwnam(_RUN_AS_WHEN_ROOT).pw_dir) if _has_account(_RUN_AS_WHEN_ROOT) else Path("/var/lib/postgresql")
+    return home / "judgeflow" / hashlib.sha256(str(base_dir).encode()).hexdigest()[:16]
+
+
+def _has_account(name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False
+
+
+def _prune_orphans(top: Path) -> None:
+    """Remove the clusters whose ``base_dir`` is gone (a deleted JUDGEFLOW_HOME): stopped, and
+    nothing points at them any more."""
+    for directory in top.iterdir():
+        try:
+            base = Path((directory / "base-dir").read_text())
+        except OSError:
+            continue
+        if not base.exists() and not (directory / "data" / "postmaster.pid").exists():
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 class EmbeddedPostgres:
     """One cluster in ``base_dir`` (data in ``base_dir/data``)."""
 
     def __init__(self, base_dir: Path, *, port: int | None = None):
         self.base_dir = Path(base_dir).resolve()
-        self.data_dir = self.base_dir / "data"
-        self.log_file = self.base_dir / "postgres.log"
+        self.server_dir = _server_account_dir(self.base_dir) if self._run_as() else self.base_dir
+        self.data_dir = self.server_dir / "data"
+        self.log_file = self.server_dir / "postgres.log"
         self._port_file = self.base_dir / "port"
         self.password_file = self.base_dir / "pgpass"
         self._requested_port = port
@@ -144,11 +192,11 @@ class EmbeddedPostgres:
         Safe to call from several processes at once. Returns the URL."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
         with locked(self.base_dir):
+            if self._run_as():
+                self._prepare_server_dir()
             if not self.is_initialised():
                 self._initdb()
             if not self.is_running():
-                if self._run_as():
-                    self._let_server_account_reach_it()
                 port = self._requested_port or self._previous_port_if_free() or _free_port()
                 self._port_file.write_text(str(port))
                 if not self.is_secured():
@@ -176,6 +224,8 @@ class EmbeddedPostgres:
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.base_dir, ignore_errors=True)
+        if self.server_dir != self.base_dir:
+            shutil.rmtree(self.server_dir, ignore_errors=True)
 
     def is_secured(self) -> bool:
         """pg_hba.conf is judgeflow's: a password for every connection."""
@@ -219,30 +269,41 @@ class EmbeddedPostgres:
     def _run_as(self) -> str | None:
         return _RUN_AS_WHEN_ROOT if os.geteuid() == 0 else None
 
-    def _let_server_account_reach_it(self) -> None:
-        """The server account must be able to traverse every parent directory.
-        Checked at every start, not only at initdb: something may have tightened
-        a parent since (pytest resets /tmp/pytest-of-<user> to 0700)."""
-        for parent in [self.base_dir, *self.base_dir.parents]:
-            if parent == Path("/"):
-                break
-            mode = parent.stat().st_mode
-            if not mode & 0o001:
-                os.chmod(parent, mode | 0o001)
+    def _server_account(self) -> pwd.struct_passwd:
+        owner = self._run_as()
+        try:
+            return pwd.getpwnam(owner)
+        except KeyError:
+            raise ConfigError(
+                f"running as root needs the unprivileged '{owner}' account to own the embedded "
+                "PostgreSQL cluster (it comes with Debian's postgresql package)"
+            ) from None
+
+    def _prepare_server_dir(self) -> None:
+        """Make the server account's directory for this cluster (0700, its own), note
+        where it is in ``base_dir``, and move in a cluster an older judgeflow made
+        inside ``base_dir``."""
+        entry = self._server_account()
+        top = self.server_dir.parent
+        for directory in (top, self.server_dir):
+            if not directory.exists():
+                directory.mkdir(mode=0o700)
+                os.chown(directory, entry.pw_uid, entry.pw_gid)
+        (self.server_dir / "base-dir").write_text(str(self.base_dir))
+        (self.base_dir / "server-dir").write_text(str(self.server_dir))
+        old = self.base_dir / "data"
+        if (old / "PG_VERSION").exists() and not self.is_initialised():
+            self._run(["pg_ctl", "stop", "-w", "-m", "fast", "-D", str(old)], check=False)
+            shutil.move(str(old), str(self.data_dir))
+            for root, dirs, files in os.walk(self.data_dir):
+                for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                    os.lchown(name, entry.pw_uid, entry.pw_gid)
+        _prune_orphans(top)
 
     def _initdb(self) -> None:
-        owner = self._run_as()
-        if owner:
-            try:
-                entry = pwd.getpwnam(owner)
-            except KeyError:
-                raise ConfigError(
-                    f"running as root needs the unprivileged '{owner}' account to own the embedded "
-                    "PostgreSQL cluster (it comes with Debian's postgresql package)"
-                ) from None
-            self._let_server_account_reach_it()
-            self.data_dir.mkdir(parents=True, exist_ok=True)
-            os.chown(self.base_dir, entry.pw_uid, entry.pw_gid)
+        if self._run_as():
+            entry = self._server_account()
+            self.data_dir.mkdir(exist_ok=True)
             os.chown(self.data_dir, entry.pw_uid, entry.pw_gid)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.data_dir, 0o700)
@@ -272,7 +333,7 @@ class EmbeddedPostgres:
         argv = [str(self._bin / argv[0]), *argv[1:]]
         owner = self._run_as()
         if owner:
-            argv = ["runuser", "-u", owner, "--", *argv]
+            argv = [runuser_path(), "-u", owner, "--", *argv]
         proc = subprocess.run(argv, capture_output=True, text=True, cwd="/")
         if check and proc.returncode != 0:
             log_tail = ""

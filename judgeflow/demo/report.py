@@ -23,10 +23,32 @@ class DemoReport:
     worst: list[dict] = field(default_factory=list)
     judge_models: list[str] = field(default_factory=list)
     database: str = ""
+    psql: str | None = None  # a command that logs in, when there is one to print
+
+
+def _psql_command(settings: Settings) -> str | None:
+    """A psql command line that can log in without printing a password: the embedded
+    database's password file (libpq's format) names it; a configured database's
+    password is the operator's to give, so no line is printed for it."""
+    if not settings.uses_embedded_database:
+        return None
+    from judgeflow.db.embedded import EmbeddedPostgres
+
+    server = EmbeddedPostgres.for_settings(settings)
+    url = server.public_url.replace("postgresql+psycopg://", "postgresql://")
+    return f"PGPASSFILE={server.password_file} psql {url}"
+
+
+def _sample_unit(rule: str) -> str:
+    """What a rule's sample counts: alert deliveries for dead_delivery_rate, traces for the others."""
+    from judgeflow.alerts.rules import RULE_SPECS
+
+    kinds = {spec.name: spec.kind for spec in RULE_SPECS}
+    return "deliveries" if kinds.get(rule) == "dead_deliveries" else "traces"
 
 
 def build_report(settings: Settings) -> DemoReport:
-    report = DemoReport(database=redact(database_url(settings)))
+    report = DemoReport(database=redact(database_url(settings)), psql=_psql_command(settings))
     with engine_for(settings).connect() as conn:
         report.traces = conn.execute(text("SELECT count(*) FROM llm_traces")).scalar_one()
         for metric, status, n, not_passed in conn.execute(
@@ -99,7 +121,8 @@ def render(report: DemoReport, *, judge_note: str, ui_url: str | None, flow_run_
     for alert in report.alerts:
         state = str(alert["state"]).upper()
         lines.append(
-            f"alert {alert['rule']}: {state}  (rate {_pct(alert['value'])} over {alert['sample_size']} traces "
+            f"alert {alert['rule']}: {state}  (rate {_pct(alert['value'])} over {alert['sample_size']} "
+            f"{_sample_unit(alert['rule'])} "
             f"in the window, maximum {_pct(alert['threshold'])})"
         )
     lines += ["", "five worst traces:"]
@@ -110,8 +133,7 @@ def render(report: DemoReport, *, judge_note: str, ui_url: str | None, flow_run_
     lines += [
         "",
         f"results: table judgeflow.eval_results in {report.database}",
-        "  browse:  .venv/bin/judgeflow status   |   psql "
-        + report.database.replace("postgresql+psycopg://", "postgresql://"),
+        "  browse:  .venv/bin/judgeflow status" + (f"   |   {report.psql}" if report.psql else ""),
         _prefect_line(ui_url, flow_run_id),
         "embedded database and Prefect server left running; stop both with: .venv/bin/judgeflow stop",
         f"demo finished in {ran_s:.0f} s",

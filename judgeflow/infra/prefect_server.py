@@ -12,12 +12,23 @@ has not persisted when the command exits, and the UI is gone with it.
 
 With ``PREFECT_API_URL`` set (environment or the active Prefect profile)
 nothing is started: the configured server is used.
+
+The server listens on 127.0.0.1, which every local user can reach, and its API
+hands out Secret blocks and starts runs: it requires Prefect's basic
+authentication (``PREFECT_SERVER_API_AUTH_STRING``). The auth string is made at
+first start and kept in ``<home>/prefect/auth`` (0600, in a 0700 directory that
+also holds the server's sqlite database); every judgeflow command that uses the
+server sets ``PREFECT_API_AUTH_STRING`` from it, and the UI asks for it once.
+A server found running without authentication (started by an older judgeflow)
+is replaced.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -26,14 +37,16 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from judgeflow.config.scrub import register
 from judgeflow.infra.dir_lock import locked
 from judgeflow.errors import PrefectServerError
 from judgeflow.infra.local_process import pid_alive as _pid_alive, runs_in as _is_our_server, terminate
 
 HOST = "127.0.0.1"
+AUTH_USER = "judgeflow"
 # On a busy 2-core machine the server's first start (imports, sqlite
-# migrations) has taken over a minute; a start that gives up early is a bug.
-START_TIMEOUT_S = 120.0
+# migrations) has taken over two minutes (the suite beside other jobs); a start that gives up early is a bug.
+START_TIMEOUT_S = 300.0
 
 
 def _free_port() -> int:
@@ -56,6 +69,7 @@ class LocalPrefectServer:
         self.state_file = self.base_dir / "server.json"
         self.log_file = self.base_dir / "server.log"
         self.database = self.base_dir / "prefect.db"
+        self.auth_file = self.base_dir / "auth"
 
     @classmethod
     def for_settings(cls, settings) -> "LocalPrefectServer":
@@ -92,15 +106,43 @@ class LocalPrefectServer:
             return False
         return _healthy(f"http://{HOST}:{state['port']}/api")
 
+    def auth_string(self) -> str:
+        """The string the server requires (``user:password``), made on first use (0600)."""
+        try:
+            text = self.auth_file.read_text().strip()
+        except FileNotFoundError:
+            text = ""
+        if text:
+            return text
+        self._private_dir()
+        value = f"{AUTH_USER}:{secrets.token_urlsafe(24)}"
+        fd = os.open(self.auth_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(value + "\n")
+        os.chmod(self.auth_file, 0o600)
+        return value
+
+    def _private_dir(self) -> None:
+        """``base_dir`` is judgeflow's own (the server's sqlite database holds Secret
+        blocks): 0700, also when an older judgeflow made it with the umask's mode."""
+        self.base_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.base_dir.stat().st_mode & 0o077 and self.base_dir.stat().st_uid == os.geteuid():
+            os.chmod(self.base_dir, 0o700)
+
     # -- lifecycle ----------------------------------------------------------
     def start(self, timeout_s: float = START_TIMEOUT_S) -> tuple[str, bool]:
         """Start the server unless it is running; returns (API URL, started now).
         Safe to call from several processes at once: one starts, the others wait
         for it and reuse it."""
-        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self._private_dir()
         with locked(self.base_dir):
+            self.auth_string()
+            state = self.state()
             if self.is_healthy():
-                return self.api_url, False
+                if _requires_auth(self.api_url):
+                    return self.api_url, False
+                if _is_our_server(state["pid"], self.base_dir):  # an older judgeflow's, open to every local user
+                    self._terminate(state["pid"])
             state = self.state()
             if state and _pid_alive(state["pid"]) and _is_our_server(state["pid"], self.base_dir):
                 # started earlier but not answering (still starting, or hung): give it
@@ -150,6 +192,8 @@ class LocalPrefectServer:
             PREFECT_SERVER_ANALYTICS_ENABLED="false",
             PREFECT_SERVER_API_HOST=HOST,
             PREFECT_SERVER_API_PORT=str(port),
+            PREFECT_SERVER_API_AUTH_STRING=self.auth_string(),
+            PREFECT_API_AUTH_STRING=self.auth_string(),
             # the UI talks to this API, whatever the shell had configured
             PREFECT_UI_API_URL=f"http://{HOST}:{port}/api",
         )
@@ -182,6 +226,17 @@ class LocalPrefectServer:
         terminate(pid, timeout_s, kill_timeout_s=10.0, group=True)
 
 
+def _requires_auth(api_url: str) -> bool:
+    """Whether the server refuses a request without credentials (its health check never does)."""
+    try:
+        with urllib.request.urlopen(f"{api_url}/admin/version", timeout=5):
+            return False
+    except urllib.error.HTTPError as error:
+        return error.code == 401
+    except (OSError, ValueError):
+        return True  # not answering: not a server to replace for this
+
+
 def _healthy(api_url: str) -> bool:
     try:
         with urllib.request.urlopen(f"{api_url}/health", timeout=5) as response:
@@ -200,6 +255,10 @@ def use_prefect(settings) -> tuple[str, LocalPrefectServer | None, bool]:
     server = LocalPrefectServer.for_settings(settings)
     url, started = server.start()
     os.environ["PREFECT_API_URL"] = url
+    auth = server.auth_string()
+    os.environ["PREFECT_API_AUTH_STRING"] = auth
+    # scrubbed from logs like any secret, also as the Authorization header carries it
+    register([auth, auth.split(":", 1)[1], base64.b64encode(auth.encode()).decode()])
     if "prefect.context" in sys.modules:
         # prefect read its settings at import: have it read them again
         from prefect.context import refresh_global_settings_context

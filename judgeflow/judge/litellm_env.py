@@ -16,6 +16,9 @@ ENVIRONMENT_DEFAULTS = {
     # and Retry-After reach this adapter the same way (tests/judge cover both
     # paths). Set it to false in the environment to go back to the SDK.
     "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "true",
+    # litellm's own log handler: errors only (its default is every level a logger lets through),
+    # uncoloured; judgeflow reports the judge's errors itself
+    "LITELLM_LOG": "ERROR",
 }
 
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import httpx
 
+from judgeflow.config.scrub import origin
+
 IDENTIFIER = "judgeflow"
 BATCH = 100
 # a refusal of the key: stop at once, no other write can succeed
@@ -27,18 +29,6 @@ REQUEST_REFUSED = (404, 405)
 # Phoenix or a proxy in front of it is busy or failing: the batch is retried later
 TRANSIENT = (408, 425, 429)
 DETAIL_CHARS = 200
-
-
-def origin(url: str) -> str:
-    """``scheme://host:port`` of a URL: all judgeflow ever says of Phoenix's URL
-    (its path or query may hold a token)."""
-    try:
-        parsed = httpx.URL(url)
-    except Exception:
-        return "(an unparsable URL)"
-    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-    port = parsed.port or {"http": 80, "https": 443}.get(parsed.scheme)
-    return f"{parsed.scheme}://{host}" + (f":{port}" if port else "")
 
 
 def _detail(reply: httpx.Response) -> str:

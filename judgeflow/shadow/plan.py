@@ -12,6 +12,7 @@ from judgeflow.db.engine import engine_for
 from judgeflow.sources.table import SourceTable
 from judgeflow.db.epochs import configured, current_epochs
 from judgeflow.errors import ConfigError
+from judgeflow.config.key_transport import allowed_hosts, check_judge_destination, litellm_environment
 from judgeflow.config.settings import Settings
 from judgeflow.shadow.sample import select_sample, strata
 from judgeflow.sources.identity import result_source
@@ -46,6 +47,9 @@ def candidate_settings(settings: Settings, judge_model: str | None) -> Settings:
     same_endpoint = base == production_base and (base is not None or _provider(model) == _provider(settings.judge_model))
     if key is None and same_endpoint:
         key = settings.judge_api_key
+    check_judge_destination(model, base, _secret(key), environ=litellm_environment(),
+                            allowed_hosts=allowed_hosts(settings), base_setting="the candidate's API base",
+                            key_setting="the candidate's key")
     return settings.model_copy(update={
         "judge_model": model, "judge_api_base": SecretStr(base) if base else None, "judge_api_key": key,
     })

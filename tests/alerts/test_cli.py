@@ -15,9 +15,10 @@ runner = CliRunner()
 
 
 @pytest.fixture
-def env(monkeypatch, tmp_path, database_url):
+def env(monkeypatch, tmp_path, database_url, prefect_server):
     monkeypatch.chdir(tmp_path)  # no stray .env
     for key, value in {
+        "PREFECT_API_URL": prefect_server,  # `alerts check` uses the runs' Prefect server, never starts its own here
         "JUDGEFLOW_DATABASE_URL": database_url,
         "JUDGEFLOW_ALERT_MIN_SAMPLES": "10",
         "JUDGEFLOW_ALERT_WEBHOOK_BACKOFF_S": "0.01",

@@ -100,3 +100,29 @@ def test_the_slack_message_of_a_resolved_whose_fired_died_says_so():
     assert last.startswith(":warning: this alert's 'fired' notification (2026-11-26T03:00:00Z) never reached")
     assert "HTTP 410: gone" in last
     assert "never reached" not in slack_message(payload)["text"]
+
+
+def test_a_fired_that_dies_inside_alerts_check_emits_its_dead_event(engine, database_url, prefect_server, tmp_path):
+    """`judgeflow alerts check` as its own process: the event is sent before it exits."""
+    import os
+    import subprocess
+    import sys
+
+    import sqlalchemy as sa
+
+    add_results(engine, not_passed=20)
+    with WebhookReceiver(default=404) as hook:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}
+        env.update(JUDGEFLOW_DATABASE_URL=database_url, JUDGEFLOW_ALERT_WEBHOOK_URL=hook.url,
+                   JUDGEFLOW_ALERT_MIN_SAMPLES="10", JUDGEFLOW_ALERT_PREFECT_EVENTS="false",
+                   PREFECT_API_URL=prefect_server)
+        done = subprocess.run([sys.executable, "-m", "judgeflow", "alerts", "check"], env=env, capture_output=True,
+                              text=True, timeout=300, cwd=tmp_path)
+        assert hook.requests, done.stderr
+    assert done.returncode == 0, done.stderr
+    with engine.connect() as conn:
+        [delivery_id] = conn.execute(sa.text(
+            "SELECT e.delivery_id FROM judgeflow.alert_deliveries d JOIN judgeflow.alert_events e ON e.id = d.event_id "
+            "WHERE d.status = 'dead' AND d.channel = 'webhook' AND e.rule = 'toxicity_rate'")).one()
+    event = read_event(str(dead_event_id(str(delivery_id), "webhook")))
+    assert event.event == "judgeflow.alert.delivery.dead" and event.payload["notification"] == "fired"

@@ -184,7 +184,8 @@ def test_a_notification_committed_but_never_sent_goes_out_at_the_next_evaluation
         assert alert_row(engine).delivery_status == "delivered"
 
 
-def test_a_process_killed_while_sending_is_made_good_by_the_next_evaluation(engine, database_url, tmp_path):
+def test_a_process_killed_while_sending_is_made_good_by_the_next_evaluation(engine, database_url, tmp_path,
+                                                                             prefect_server):
     """A real `judgeflow alerts check` is SIGKILLed after its commit, while the
     receiver holds its request unanswered; the next evaluation delivers."""
     add_results(engine, not_passed=20)
@@ -198,6 +199,7 @@ def test_a_process_killed_while_sending_is_made_good_by_the_next_evaluation(engi
             "JUDGEFLOW_ALERT_MIN_SAMPLES": "10",
             "LITELLM_LOCAL_MODEL_COST_MAP": "True",
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_API_URL": prefect_server,  # the runs' Prefect server: `alerts check` starts none of its own
         }
         proc = subprocess.Popen(
             [sys.executable, "-c", "from judgeflow.cli import app; app(['alerts', 'check'])"],

@@ -117,13 +117,14 @@ def test_regression_notification_text_and_event_resource(engine, database_url):
     assert "Fisher" in text and "2.0%" in text
 
 
-def test_cli_and_artifact_show_the_firing_segment(engine, database_url, monkeypatch, tmp_path):
+def test_cli_and_artifact_show_the_firing_segment(engine, database_url, monkeypatch, tmp_path, prefect_server):
     from typer.testing import CliRunner
 
     from judgeflow.cli.alerts import alerts_app
     from judgeflow.alerts.service import render_markdown
 
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PREFECT_API_URL", prefect_server)
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", database_url)
     monkeypatch.setenv("JUDGEFLOW_ALERT_SEGMENT_BY", "app")
     monkeypatch.setenv("JUDGEFLOW_ALERT_MIN_SAMPLES", "10")

@@ -314,3 +314,48 @@ def test_a_token_in_a_slack_url_path_leaks_nowhere(prefect_server, engine, datab
     artifact = read_artifact(state.state_details.flow_run_id, ALERT_STATE_KEY)
     assert "HTTP 404" in artifact.data and token not in artifact.data
     assert "T0A1B2C3D" not in artifact.data + " ".join(errors)  # the other id segments of the path too
+
+
+def test_a_webhook_whose_secret_is_a_plain_path_leaks_nowhere(prefect_server, engine, database_url):
+    """A path token with no digit and under 16 characters ("/hooks/ourSecretHook"),
+    echoed by the receiver's 404: in no stored error, log record or artifact."""
+    from judgeflow.db.alert_tables import alert_deliveries
+    from judgeflow.config.scrub import register_settings
+    from judgeflow.tasks.alerting import ALERT_STATE_KEY
+    from tests.tasks.test_alerting import end_of_scoring_run, read_artifact
+
+    with WebhookReceiver(default=404) as hook:
+        url = hook.url_for("/hooks/ourSecretHook")
+        settings = make_settings(database_url, alert_webhook_url=url)
+        register_settings(settings)
+        add_results(engine, not_passed=20)
+        records = RecordedLogs()
+        logging.getLogger().addHandler(records)
+        try:
+            state = end_of_scoring_run(settings, return_state=True)
+        finally:
+            logging.getLogger().removeHandler(records)
+    assert state.is_completed(), state
+    assert hook.requests and hook.requests[0].path == "/hooks/ourSecretHook"
+    with engine.connect() as conn:
+        errors = [e for (e,) in conn.execute(sa.select(alert_deliveries.c.last_error)) if e]
+    assert errors and all("HTTP 404" in e for e in errors)
+    logged = [r.getMessage() + (r.exc_text or "") for r in records.records]
+    artifact = read_artifact(state.state_details.flow_run_id, ALERT_STATE_KEY).data
+    for text in [*errors, *logged, artifact]:
+        assert "ourSecretHook" not in text and "/hooks/our" not in text, text
+
+
+def test_a_transport_error_names_the_webhook_by_scheme_host_and_port_only():
+    from judgeflow.config.scrub import origin, without_endpoint_path
+
+    url = "https://hooks.example.com:8443/hooks/ourSecretHook?token=abc&team=x"
+    text = ("ConnectError: all connection attempts failed for url "
+            "'https://hooks.example.com:8443/hooks/ourSecretHook?token=abc&team=x'; "
+            "redirected to https://hooks.example.com:8443/other/place?x=1; echoed /ourSecretHook and team=x")
+    out = without_endpoint_path(text, url)
+    assert "url 'https://hooks.example.com:8443';" in out and "redirected to https://hooks.example.com:8443 " in out
+    assert "ourSecretHook" not in out and "token=abc" not in out and "/other/place" not in out
+    assert "team=x" not in out
+    assert origin("https://hooks.slack.com/services/T/B/X") == "https://hooks.slack.com:443"
+    assert origin("http://[::1]:9/x") == "http://[::1]:9"

@@ -91,6 +91,17 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         assert models and all(m.startswith("offline/") for m in models)
         assert alert.state == "firing"
         assert f"alert toxicity_rate: FIRING  (rate {alert.value:.1%} over {alert.sample_size} traces" in first
+        # the dead-delivery rule counts deliveries, not traces
+        assert re.search(r"^alert dead_delivery_rate: \w+  \(rate \S+ over \d+ deliveries in the window", first, re.M), first
+        # the psql line it prints logs in as it is
+        psql_line = re.search(r"^  browse: .*\|   (PGPASSFILE=(\S+) psql (\S+))$", first, re.M)
+        assert psql_line and "***" not in psql_line[1], first
+        from judgeflow.db.embedded import find_pg_bin
+
+        logged_in = subprocess.run([str(find_pg_bin() / "psql"), "--no-psqlrc", "-At", psql_line[3], "-c",
+                                    "SELECT count(*) FROM llm_traces"], env={**os.environ, "PGPASSFILE": psql_line[2]},
+                                   capture_output=True, text=True, timeout=60)
+        assert logged_in.returncode == 0 and logged_in.stdout.strip() == str(traces), logged_in.stderr
         assert len(re.findall(r"^  demo-\d{4}\s", first, re.M)) == 5
         assert "offline" in first
         # the link to the run works right away: the local server is still running
@@ -123,7 +134,7 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         engine.dispose()
     finally:
         prefect.stop()
-        server.stop()
+        server.destroy()
         left = kill_processes_under(top)
         shutil.rmtree(top, ignore_errors=True)
     assert left == []
@@ -166,7 +177,7 @@ def test_the_demo_passes_its_settings_down_and_leaves_the_environment_alone(pref
         assert models and all(m.startswith("offline/") for m in models)
     finally:
         dispose_engines()
-        server.stop()
+        server.destroy()
         left = kill_processes_under(top)
         shutil.rmtree(top, ignore_errors=True)
     assert left == []

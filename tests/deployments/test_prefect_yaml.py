@@ -182,6 +182,9 @@ def prefect_deploy(api_url: str, home: Path, *args: str, **env: str) -> subproce
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "JUDGEFLOW_"))}
     full_env.update(PREFECT_API_URL=api_url, PREFECT_HOME=str(home), PREFECT_SERVER_ANALYTICS_ENABLED="false",
                     LITELLM_LOCAL_MODEL_COST_MAP="True", **env)
+    # the test server asks every client for its auth string (judgeflow's local server does)
+    if os.environ.get("PREFECT_API_AUTH_STRING"):
+        full_env.setdefault("PREFECT_API_AUTH_STRING", os.environ["PREFECT_API_AUTH_STRING"])
     prefect = str(Path(sys.executable).with_name("prefect"))
     return subprocess.run(
         [prefect, "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml", *args],

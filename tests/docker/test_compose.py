@@ -73,11 +73,31 @@ def interpolate(value: str, given: dict[str, str] | None = None) -> str:
     return value
 
 
-def env_of(service: dict, given: dict[str, str] | None = None) -> dict[str, str]:
+def env_file_values(text: str) -> dict[str, str]:
+    """``NAME=value`` lines of an env file, as compose reads them (comments and blanks skipped)."""
+    pairs = [line.split("=", 1) for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return {name.strip(): value for name, value in pairs}
+
+
+def env_files_of(service: dict) -> list[str]:
+    return [e if isinstance(e, str) else e["path"] for e in service.get("env_file", [])]
+
+
+def env_of(service: dict, given: dict[str, str] | None = None, judgeflow_env: str | None = None) -> dict[str, str]:
+    """The service's environment as compose makes it: its env files in order (a later
+    one wins; ``judgeflow.env`` holds ``judgeflow_env``, absent when None), then
+    ``environment:``, which wins over every file."""
+    merged: dict[str, str] = {}
+    for path in env_files_of(service):
+        if path == "judgeflow.env":
+            merged.update(env_file_values(judgeflow_env or ""))
+        else:
+            merged.update(env_file_values((DOCKER / path).read_text()))
     env = service.get("environment") or {}
     if isinstance(env, list):
         env = dict(item.split("=", 1) for item in env)
-    return {k: interpolate(v, given) for k, v in env.items()}
+    merged.update({k: interpolate(v, given) for k, v in env.items()})
+    return merged
 
 
 def command_of(service: dict) -> str:
@@ -91,6 +111,7 @@ SPEC_SERVICE = {
     "image", "build", "command", "entrypoint", "environment", "env_file", "volumes", "depends_on",
     "healthcheck", "restart", "ports", "expose", "profiles", "user", "working_dir", "networks", "labels",
     "stop_grace_period", "init", "read_only", "tmpfs", "pull_policy", "container_name",
+    "cap_drop", "cap_add", "security_opt",
 }
 SPEC_HEALTHCHECK = {"test", "interval", "timeout", "retries", "start_period", "start_interval", "disable"}
 SPEC_CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
@@ -160,8 +181,8 @@ def test_every_judgeflow_variable_is_a_setting(services):
 
     fields = set(setting_fields())
     used = {key for service in services.values() for key in env_of(service) if key.startswith("JUDGEFLOW_")}
-    example = (DOCKER / "env.example").read_text()
-    used |= set(re.findall(r"^#?\s*(JUDGEFLOW_\w+)=", example, flags=re.M))
+    for name in ("env.example", "judgeflow.env.example", "judgeflow.defaults.env"):
+        used |= set(re.findall(r"^#?\s*(JUDGEFLOW_\w+)=", (DOCKER / name).read_text(), flags=re.M))
     assert used, "no JUDGEFLOW_ variables found"
     unknown = {name for name in used if name.removeprefix("JUDGEFLOW_").lower() not in fields}
     assert not unknown, f"not judgeflow settings: {sorted(unknown)}"
@@ -307,12 +328,49 @@ def test_hadolint():
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-def test_the_judge_key_is_passed_under_the_name_judgeflow_scrubs(compose):
-    """A key given as OPENAI_API_KEY reaches the worker as JUDGEFLOW_JUDGE_API_KEY,
-    so judgeflow knows its value and scrubs it; not as OPENAI_API_KEY alone."""
-    env = compose["x-judgeflow-env"]
-    assert env["JUDGEFLOW_JUDGE_API_KEY"] == "${JUDGEFLOW_JUDGE_API_KEY:-${OPENAI_API_KEY:-}}"
-    assert "OPENAI_API_KEY" not in env
+def test_the_judge_key_is_passed_under_the_name_judgeflow_scrubs(compose, services):
+    """The key is JUDGEFLOW_JUDGE_API_KEY in judgeflow.env, so judgeflow knows its value and
+    scrubs it; compose passes no OPENAI_API_KEY."""
+    example = env_file_values((DOCKER / "judgeflow.env.example").read_text())
+    assert "JUDGEFLOW_JUDGE_API_KEY" in example
+    assert "OPENAI_API_KEY" not in (DOCKER / "compose.yaml").read_text()
+    assert "OPENAI_API_KEY=" not in (DOCKER / "env.example").read_text()
+
+
+@pytest.mark.parametrize("name", ["deploy", "worker"])
+def test_judgeflow_env_is_never_overridden_by_compose(services, name):
+    """`environment:` wins over `env_file:` even with an empty value: it sets no judgeflow
+    setting, so a Secret block reference (or any value) in judgeflow.env arrives as written."""
+    service = services[name]
+    assert not [k for k in (service.get("environment") or {}) if k.startswith("JUDGEFLOW_")], name
+    mine = {
+        "JUDGEFLOW_JUDGE_API_KEY": "prefect-secret://judge-api-key",
+        "JUDGEFLOW_DATABASE_URL": "prefect-secret://judgeflow-database-url",
+        "JUDGEFLOW_JUDGE_MODEL": "anthropic/claude-x",
+        "JUDGEFLOW_TRACES_TABLE": "app.traces",
+        "JUDGEFLOW_SCHEDULE_TIMEZONE": "Europe/Berlin",
+    }
+    env = env_of(service, judgeflow_env="\n".join(f"{k}={v}" for k, v in mine.items()))
+    assert {k: env[k] for k in mine} == mine
+    # without judgeflow.env: the stack's defaults
+    defaults = env_of(service)
+    assert defaults["JUDGEFLOW_DATABASE_URL"] == "postgresql://judgeflow@postgres:5432/judgeflow"
+    assert "JUDGEFLOW_JUDGE_API_KEY" not in defaults
+
+
+def test_every_service_drops_its_capabilities(services):
+    for name, service in services.items():
+        assert service.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+    # only the PostgreSQL image's entrypoint (root, then the postgres user) takes a few back
+    assert {n for n, s in services.items() if s.get("cap_add")} == {"postgres"}
+    assert set(services["postgres"]["cap_add"]) <= {"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETGID", "SETUID"}
+    # the long-running judgeflow services write nowhere but their volumes and tmpfs
+    for name in ("prefect-server", "worker", "demo-traces"):
+        assert services[name].get("read_only") is True, name
+        assert "/tmp" in services[name]["tmpfs"], name
+    assert "/home/judgeflow" in services["prefect-server"]["tmpfs"]  # PREFECT_HOME (Dockerfile)
+    assert "judgeflow-home:/home/judgeflow" in services["worker"]["volumes"]
 
 
 # --- the locked-down stack ---------------------------------------------------------
@@ -373,10 +431,13 @@ def test_the_worker_gets_only_the_environment_it_needs(services):
         leaked = [k for k, v in env.items() for secret in stack_only if STACK_ENV[secret] in v]
         assert not leaked, (name, leaked)
         # no env_file holding the stack's secrets: docker/.env is for compose's ${...} only
-        files = [e if isinstance(e, str) else e["path"] for e in service.get("env_file", [])]
-        assert files == ["judgeflow.env"], (name, files)
+        assert env_files_of(service) == ["judgeflow.defaults.env", "judgeflow.env"], name
         assert set(env) <= {"PREFECT_API_URL", "PREFECT_API_AUTH_STRING", "PREFECT_UI_URL", "PGPASSWORD"} | {
             k for k in env if k.startswith("JUDGEFLOW_")}, name
+    defaults = env_file_values((DOCKER / "judgeflow.defaults.env").read_text())
+    assert defaults and all(n.startswith("JUDGEFLOW_") for n in defaults)
+    assert not [v for v in defaults.values() if any(s in v for s in STACK_ENV.values())] and \
+        not [n for n in defaults if "PASSWORD" in n or "KEY" in n or "SECRET" in n]
     example = (DOCKER / "judgeflow.env.example").read_text()
     names = re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", example, flags=re.M)
     assert names and all(n.startswith("JUDGEFLOW_") for n in names), names
@@ -386,15 +447,15 @@ def test_the_worker_gets_only_the_environment_it_needs(services):
 
 def test_the_demo_profile_refuses_a_database_outside_the_stack(services):
     demo = services["demo-traces"]
-    # its database is the stack's, as the superuser (it writes the source); not taken from docker/.env
+    # its database is the stack's, as the superuser (it writes the source): in its own code, not from a file
     inside = env_of(demo)
-    assert inside["JUDGEFLOW_DATABASE_URL"] == "postgresql://postgres@postgres:5432/judgeflow"
-    assert "${JUDGEFLOW_DATABASE_URL" not in str(demo["environment"]["JUDGEFLOW_DATABASE_URL"])
     assert inside["PGPASSWORD"] == STACK_ENV["POSTGRES_PASSWORD"]
-    # with JUDGEFLOW_DATABASE_URL set in docker/.env, the command refuses before loading anything
-    outside = env_of(demo, {**STACK_ENV, "JUDGEFLOW_DATABASE_URL": "postgresql://app@db.example.com/prod"})
-    assert outside["OUTSIDE_DATABASE_URL"] == "postgresql://app@db.example.com/prod"
     code = demo["command"][-1]
+    assert 'database_url="postgresql://postgres@postgres:5432/judgeflow"' in code
+    assert env_files_of(demo) == ["judgeflow.defaults.env", "judgeflow.env"]
+    # with JUDGEFLOW_DATABASE_URL in judgeflow.env pointing elsewhere, the command refuses before loading anything
+    outside = env_of(demo, judgeflow_env="JUDGEFLOW_DATABASE_URL=postgresql://app@db.example.com/prod")
+    assert outside["JUDGEFLOW_DATABASE_URL"] == "postgresql://app@db.example.com/prod"
     env = {"PATH": "/usr/bin:/bin", "LITELLM_LOCAL_MODEL_COST_MAP": "True", **outside}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -72,6 +73,7 @@ def test_concurrent_first_commands_start_one_server_later_commands_reuse_it_and_
             assert json.loads(response.read()) is True
         with urllib.request.urlopen(server.ui_url, timeout=10) as response:  # the UI is served too
             assert b"<html" in response.read().lower()
+        _assert_the_api_wants_the_auth_string(server, first)
         pid = server.pid
 
         # a later command that needs Prefect reuses it: same process, no second server
@@ -102,6 +104,44 @@ def test_concurrent_first_commands_start_one_server_later_commands_reuse_it_and_
         kill_processes_under(home)
 
 
+def _api_status(server: LocalPrefectServer, path: str, body: dict, auth: str | None) -> int:
+    import base64
+    import urllib.error
+
+    request = urllib.request.Request(f"{server.api_url}{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    if auth is not None:
+        request.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def _assert_the_api_wants_the_auth_string(server: LocalPrefectServer, ui_runs) -> None:
+    """What another local user could do with the port alone: nothing."""
+    import stat
+
+    secrets_query = {"include_secrets": True}
+    assert _api_status(server, "/block_documents/filter", secrets_query, None) == 401
+    assert _api_status(server, "/block_documents/filter", secrets_query, "judgeflow:guessed") == 401
+    assert _api_status(server, "/deployments/filter", {}, None) == 401
+    auth = server.auth_file.read_text().strip()
+    assert _api_status(server, "/block_documents/filter", secrets_query, auth) == 200
+    # made at first start, for this user only, in a directory (with the server's sqlite) for this user only
+    assert stat.S_IMODE(server.auth_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(server.base_dir.stat().st_mode) == 0o700
+    if os.geteuid() == 0:
+        read = subprocess.run(["/usr/sbin/runuser", "-u", "nobody", "--", "cat", str(server.auth_file)],
+                              capture_output=True, text=True)
+        assert read.returncode != 0 and auth not in read.stdout
+    # `judgeflow ui` says how to log in, without printing the string itself
+    for proc in ui_runs:
+        assert f"the UI asks for an auth string: it is the line in {server.auth_file}" in proc.stderr
+        assert auth not in proc.stderr + proc.stdout
+
+
 def test_stop_also_stops_the_embedded_database(tmp_path):
     from judgeflow.db.embedded import EmbeddedPostgres
 
@@ -115,7 +155,7 @@ def test_stop_also_stops_the_embedded_database(tmp_path):
         assert "embedded PostgreSQL stopped" in stopped.stdout
         assert not database.is_running() and processes_under(home) == []
     finally:
-        database.stop()
+        database.destroy()
 
 
 def test_with_prefect_api_url_set_nothing_is_started(tmp_path):

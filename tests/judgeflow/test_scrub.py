@@ -142,3 +142,12 @@ def test_an_extra_urls_path_is_masked_too():
 def test_a_secret_url_whose_path_is_plain_words_leaves_those_words_readable():
     register_settings(Settings(_env_file=None, alert_webhook_url="https://alerts.example.com/judgeflow"))
     assert scrub("home is /home/judgeflow/.judgeflow") == "home is /home/judgeflow/.judgeflow"
+
+
+def test_a_phoenix_url_is_named_by_scheme_host_and_port_only():
+    from judgeflow.phoenix.annotations import check_access
+
+    # nothing listens on port 9: the error names the endpoint without its path or query
+    level, message = check_access("http://127.0.0.1:9/phoenix-pr3fix/?token=zzsecret1", None, timeout_s=2)
+    assert level == "MISSING" and "http://127.0.0.1:9" in message
+    assert "phoenix-pr3fix" not in message and "zzsecret1" not in message

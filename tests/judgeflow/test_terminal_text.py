@@ -1,4 +1,4 @@
-"""Terminal-safe output (judgeflow/cli/terminal_text.py): control characters from
+"""Terminal-safe output (judgeflow/terminal_text.py): control characters from
 untrusted text never reach the terminal as control characters."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from judgeflow.cli.terminal_text import TerminalSafeStream, visible
+from judgeflow.terminal_text import TerminalSafeStream, visible
 
 OSC_TITLE = "\x1b]0;owned\x07"
 OSC_LINK = "\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\"
@@ -40,24 +40,37 @@ def test_the_stream_replaces_controls_written_through_it(raw):
     stream.flush()
     assert _controls(raw.getvalue()) == set()
     assert raw.getvalue().startswith("reason: ␛]0;owned␇")
-    assert stream.isatty() == raw.isatty()
+    # it says it is no terminal, so that nothing writes colour through it
+    assert stream.isatty() is False
+    from judgeflow.terminal_text import is_terminal
+
+    assert is_terminal(stream) == raw.isatty()
 
 
-def test_on_a_terminal_colour_passes_and_nothing_else_does():
+def test_on_a_terminal_colour_is_replaced_like_any_other_sequence():
+    """Colour from a trace (black on black) hides text: no SGR passes, on a terminal either."""
     raw = _Tty()
     stream = TerminalSafeStream(raw)
-    stream.write("\x1b[31mjudgeflow: error\x1b[0m " + "\x1b[8mhidden\x1b[0m " + CSI_CLEAR)
-    assert raw.getvalue() == "\x1b[31mjudgeflow: error\x1b[0m ␛[8mhidden\x1b[0m ␛[2J␛[1A␛[2K"
-    raw = _Tty()
-    TerminalSafeStream(raw).write("\x1b[38;5;8mgrey\x1b[0m \x1b[1;38;2;8;8;8mdark\x1b[0m \x1b[1;8m")
-    assert raw.getvalue() == "\x1b[38;5;8mgrey\x1b[0m \x1b[1;38;2;8;8;8mdark\x1b[0m ␛[1;8m"
+    stream.write("\x1b[31mjudgeflow: error\x1b[0m " + "\x1b[30;40mhidden\x1b[0m " + CSI_CLEAR)
+    assert raw.getvalue() == "␛[31mjudgeflow: error␛[0m ␛[30;40mhidden␛[0m ␛[2J␛[1A␛[2K"
     piped = io.StringIO()
     TerminalSafeStream(piped).write("\x1b[31mred\x1b[0m")
-    assert piped.getvalue() == "␛[31mred␛[0m"  # nothing of judgeflow's colours a pipe
+    assert piped.getvalue() == "␛[31mred␛[0m"
+
+
+def test_log_records_carry_no_control_character():
+    import logging
+
+    from judgeflow.config.scrub import install_log_scrubbing
+
+    install_log_scrubbing()
+    record = logging.getLogger("judgeflow.test").makeRecord(
+        "judgeflow.test", logging.ERROR, __file__, 1, "judge said %s", ("\x1b[30;40mhidden" + OSC_TITLE,), None)
+    assert _controls(record.getMessage()) == set() and "␛[30;40mhidden" in record.getMessage()
 
 
 def test_installing_twice_wraps_once():
-    from judgeflow.cli.terminal_text import install
+    from judgeflow.terminal_text import install
 
     class Holder:
         stdout = io.StringIO()

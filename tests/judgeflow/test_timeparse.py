@@ -23,3 +23,19 @@ def test_empty_is_none_and_garbage_is_a_clear_error():
     assert parse_when(None) is None and parse_when("") is None
     with pytest.raises(ConfigError, match="not a time"):
         parse_when("last tuesday")
+
+
+@pytest.mark.parametrize("text", ["3000000d", "99999999d", "1e400s".replace("e400", "0" * 20)])
+def test_a_duration_too_long_for_a_date_is_one_clear_config_error(text):
+    from judgeflow.config.settings import parse_duration
+
+    with pytest.raises(ConfigError, match="duration too long"):
+        parse_duration(text)
+    with pytest.raises(ConfigError, match="duration too long"):
+        parse_when(text)
+
+
+def test_the_longest_duration_is_still_a_date():
+    from judgeflow.config.settings import MAX_DURATION_DAYS
+
+    assert parse_when(f"{MAX_DURATION_DAYS}d").year >= 1900

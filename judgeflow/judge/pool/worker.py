@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 from typing import Any
 
 from judgeflow import errors
@@ -35,6 +36,7 @@ from judgeflow.judge.base import JudgeReply, Usage
 from judgeflow.judge.retry import AttemptFailed
 from judgeflow.judge.send_gate import Call, FreshUntil
 from judgeflow.infra.heap import settle_heap
+from judgeflow.terminal_text import TerminalSafeStream
 
 HELLO = -1  # call id of a worker's first message: (HELLO, True, its pid), once it can take calls
 
@@ -82,8 +84,13 @@ def serve(requests: Any, replies: Any, config: Any) -> None:
     # connection, which ends this worker; a KeyboardInterrupt here would only
     # print a traceback per worker over the run's own message
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # nothing a worker prints (a library's banner on an error) belongs on the run's stdout
-    os.dup2(2, 1)
+    # a worker answers through its pipes only: what a library prints (litellm's
+    # coloured banner on every failed call) goes nowhere, and its log lines reach
+    # the run's stderr without a control character (judge text may be in them)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    sys.stdout = open(os.devnull, "w")
+    sys.stderr = TerminalSafeStream(sys.stderr)
 
     from judgeflow.judge.litellm_judge import LiteLLMJudge
     from judgeflow.config.scrub import install_log_scrubbing, register

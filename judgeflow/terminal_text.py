@@ -11,12 +11,14 @@ U+FFFD. ``install`` wraps ``sys.stdout`` and ``sys.stderr`` once (the CLI's
 ``main``), so every command's output goes through it, typer's, click's and
 Prefect's log lines included.
 
-One exception, on a terminal only: colour and weight (SGR sequences, ``ESC [
-digits ; ... m``, without the "conceal" attribute) pass, because typer, click
-and Prefect's log handler colour their own lines that way. Nothing colours a
-pipe, so there every sequence is replaced. The live progress display draws with
-cursor moves; it writes to ``TerminalSafeStream.unfiltered`` and prints only
-judgeflow's own figures.
+No exception for colour, on a terminal either: a trace or a judge's reply can
+carry colour codes as well as anything else (black on black hides text). The
+wrapped streams say they are not terminals (``isatty()`` is False), so typer,
+click, rich and Prefect's log handler write no colour of their own there; the
+live progress display draws with cursor moves on ``TerminalSafeStream.unfiltered``
+and prints only judgeflow's own figures. Judge worker processes wrap their
+streams the same way (``judgeflow.judge.pool.worker``), and every log record's
+text goes through :func:`visible` where it is made (``judgeflow.config.scrub``).
 """
 
 from __future__ import annotations
@@ -26,8 +28,6 @@ import sys
 from typing import Any, TextIO
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab (09) and newline (0a)
-# ESC [ params m: colour and weight; "8" (conceal) hides text, so it is not let through
-_SGR = re.compile(r"\x1b\[([0-9;]*)m")
 
 
 def _picture(match: re.Match[str]) -> str:
@@ -44,41 +44,15 @@ def visible(text: str) -> str:
     return _CONTROL.sub(_picture, text)
 
 
-def _colour_only(params: str) -> bool:
-    """No "conceal" (8) among the SGR attributes; 38/48/58 take a colour as 5;n or 2;r;g;b, skipped."""
-    parts, i = params.split(";"), 0
-    while i < len(parts):
-        if parts[i] in ("38", "48", "58"):
-            i += {"5": 3, "2": 5}.get(parts[i + 1] if i + 1 < len(parts) else "", 1)
-            continue
-        if parts[i] == "8":
-            return False
-        i += 1
-    return True
-
-
-def visible_but_colour(text: str) -> str:
-    """Like :func:`visible`, but SGR colour sequences pass (for a terminal)."""
-    out, start = [], 0
-    for match in _SGR.finditer(text):
-        if _colour_only(match.group(1)):
-            out.append(visible(text[start:match.start()]))
-            out.append(match.group(0))
-            start = match.end()
-    out.append(visible(text[start:]))
-    return "".join(out)
-
-
 class TerminalSafeStream:
-    """A text stream that writes through :func:`visible` (or :func:`visible_but_colour`
-    when the stream it wraps is a terminal) and delegates everything else."""
+    """A text stream that writes through :func:`visible` and delegates everything
+    else, but says it is no terminal (see the module doc)."""
 
     def __init__(self, stream: TextIO):
         self.unfiltered = stream
-        self._clean = visible_but_colour if _is_terminal(stream) else visible
 
     def write(self, text: str) -> int:
-        self.unfiltered.write(self._clean(text))
+        self.unfiltered.write(visible(text))
         return len(text)
 
     def writelines(self, lines) -> None:
@@ -86,15 +60,16 @@ class TerminalSafeStream:
             self.write(line)
 
     def isatty(self) -> bool:
-        return _is_terminal(self.unfiltered)
+        return False  # so that nothing writes colour codes through it
 
     def __getattr__(self, name: str) -> Any:  # flush, fileno, encoding, buffer, ...
         return getattr(self.unfiltered, name)
 
 
-def _is_terminal(stream: TextIO) -> bool:
+def is_terminal(stream: TextIO) -> bool:
+    """Whether what ``stream`` writes to (under a :class:`TerminalSafeStream`) is a terminal."""
     try:
-        return bool(stream.isatty())
+        return bool(unfiltered(stream).isatty())
     except (AttributeError, ValueError):  # no isatty, or a closed stream
         return False
 
