@@ -162,15 +162,6 @@ def _maximum(spec: RuleSpec, settings: Settings) -> float | None:
     if spec.kind == "unwritten_results":  # its setting is the age; past it, no result may wait
         on = settings.source == "phoenix" and settings.phoenix_write_back
         return 0.0 if on and getattr(settings, spec.setting) else None
-    return getattr(settings, spec.setting)
-
-
-def _maximum(spec: RuleSpec, settings: Settings) -> float | None:
-    if spec.kind == "regression":
-        return None
-    if spec.kind == "unwritten_results":  # its setting is the age; past it, no result may wait
-        on = settings.source == "phoenix" and settings.phoenix_write_back
-        return 0.0 if on and getattr(settings, spec.setting) else None
     return _limit(settings, spec)
 
 
