@@ -18,6 +18,8 @@ from judgeflow.db.engine import engine_for
 from judgeflow.sources.table import SourceTable
 from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.judge.factory import build_judge
+from judgeflow.judge.base import BoundJudge
+from judgeflow.judge.send_gate import Call
 from judgeflow.judge.retry import RetryPolicy
 from judgeflow.run.entry import run_stop
 from judgeflow.run.gate import RunGate
@@ -115,14 +117,20 @@ def score_shadow_sample(
         judge.close()
 
 
+async def _judge_one(work, candidate: Settings, metrics, judge, gate, shadow_run_id: str, delays: list[float]):
+    """One shadow pair through the pair level's loop, its calls carrying its gate (a stop) to the judge."""
+    return await judge_pair(work, candidate, metrics, judge=BoundJudge(judge, Call(gate)), gate=gate,
+                            flow_run_id=shadow_run_id, rerun_delays=delays)
+
+
 def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retries: RetryPolicy,
                   judge) -> dict[str, int]:
     metrics = build_metrics(candidate, judge)
     loop = judge_loop()
     gate = RunGate(candidate, None, stop=run_stop())  # nothing claimed, no budgets: a stop only
     futures = {  # every pair at once: their calls wait for the judge's bound
-        loop.submit(judge_pair, p.work, candidate, metrics, gate=gate.pair(p.work, None), flow_run_id=shadow_run_id,
-                    rerun_delays=retries.rerun_delays()): p
+        loop.submit(_judge_one, p.work, candidate, metrics, judge, gate.pair(p.work, None), shadow_run_id,
+                    retries.rerun_delays()): p
         for p in pairs
     }
     counts: dict[str, int] = {}

@@ -41,9 +41,9 @@ def _psql_command(settings: Settings) -> str | None:
 
 def _sample_unit(rule: str) -> str:
     """What a rule's sample counts: alert deliveries for dead_delivery_rate, traces for the others."""
-    from judgeflow.alerts.rules import RULE_SPECS
+    from judgeflow.alerts.rules import rule_specs
 
-    kinds = {spec.name: spec.kind for spec in RULE_SPECS}
+    kinds = {spec.name: spec.kind for spec in rule_specs()}
     return "deliveries" if kinds.get(rule) == "dead_deliveries" else "traces"
 
 

@@ -68,7 +68,7 @@ def test_every_spec_names_a_setting():
 
     assert [spec.name for spec in rule_specs()] == [
         "toxicity_rate", "hallucination_rate", "judge_failure_rate", "toxicity_regression",
-        "hallucination_regression", "dead_delivery_rate",
+        "hallucination_regression", "dead_delivery_rate", "phoenix_unwritten",
     ]
     for spec in rule_specs():
         assert spec.setting in setting_fields()

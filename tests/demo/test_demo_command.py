@@ -3,6 +3,7 @@ summary it prints must match what is in the database."""
 
 from __future__ import annotations
 
+import base64
 import math
 import os
 import re
@@ -11,9 +12,11 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from judgeflow.db.embedded import EmbeddedPostgres
@@ -108,7 +111,14 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         link = re.search(r"^this run in the Prefect UI: (http://127\.0\.0\.1:(\d+))/runs/flow-run/([0-9a-f-]{36})$",
                          first, re.M)
         assert link and link[1] == prefect.ui_url, first
-        with urllib.request.urlopen(f"{prefect.api_url}/flow_runs/{link[3]}", timeout=10) as response:
+        # the local server wants its auth string (judgeflow/infra/prefect_server.py): without it, 401
+        api = f"{prefect.api_url}/flow_runs/{link[3]}"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(api, timeout=10)
+        assert refused.value.code == 401
+        basic = base64.b64encode(prefect.auth_string().encode()).decode()
+        with urllib.request.urlopen(urllib.request.Request(api, headers={"Authorization": f"Basic {basic}"}),
+                                    timeout=10) as response:
             assert response.status == 200
         page = urllib.request.Request(f"{link[1]}/runs/flow-run/{link[3]}", headers={"Accept": "text/html"})
         with urllib.request.urlopen(page, timeout=10) as response:  # the UI's page, as a browser asks for it
