@@ -24,7 +24,7 @@ from judgeflow.db.watermark import ReadPlan
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.run.budget import RunBudget
-from judgeflow.sampling.decisions import record_spend, reweigh
+from judgeflow.sampling.decisions import record_spend, reweigh, settle
 from judgeflow.sampling.planner import NightPlan, plan_night, spent_per_stratum
 from judgeflow.sampling.table import plan_markdown
 from judgeflow.config.settings import Settings
@@ -79,12 +79,13 @@ def night_run_budget(settings: Settings, night: NightPlan | None, budget: RunBud
 @task(name="publish-sample-plan", cache_policy=NO_CACHE, persist_result=False)
 def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str, *, spent_usd: float = 0.0
                         ) -> NightPlan:
-    """Enter what the run billed (every attempt) in the night's ledger, and
-    publish the plan's table with what the run spent per stratum as the
+    """Enter what the run billed (every attempt) in the night's ledger, settle
+    the night's sample weights on what was judged, and publish the plan's table with what the run spent per stratum as the
     ``judgeflow-sample-plan`` artifact."""
     if night.budget_usd is not None:
         with engine_for(settings).begin() as conn:
             record_spend(conn, night.night, flow_run_id, night.budget_usd, spent_usd)
+            settle(conn, [night.night])
     spent = spent_per_stratum(engine_for(settings), night.night, flow_run_id)
     night.rows = [replace(r, spent_usd=spent.get(r.stratum, 0.0)) for r in night.rows]
     create_markdown_artifact(markdown=plan_markdown(night), key=ARTIFACT_KEY,

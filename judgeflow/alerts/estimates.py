@@ -15,8 +15,10 @@ their inclusion probability, ``p_h`` their failing share.
 - The interval is Wilson's on the effective size ``n* = p (1 - p) / V`` the
   variance implies; where a sampled class holds few results, or few events
   are expected, it is the exact Clopper-Pearson interval on ``n*``
-  (Korn-Graubard's). A window judged in full has no variance: its interval is
-  the rate itself. Bounds are clamped to [0, 1] and hold the rate.
+  (Korn-Graubard's). Bounds are clamped to [0, 1] and hold the rate.
+- A window judged in full (every weight 1) is not an estimate: its rate is
+  the plain share, its interval Wilson's on ``n`` as always (what the rate
+  says of the process), and the rules read the rate itself.
 - ``n_eff``, what every rule's minimum-samples check reads, is Kish's
   effective size ``sum(w)**2 / sum(w**2)``: the judged count when every weight
   is 1, less when unequal weights make some results stand for many.
@@ -104,7 +106,7 @@ class Estimate:
     eff_n: int  # effective counts for Fisher's test
     eff_bad: int
     sampled: bool = False  # some result stands for more than itself: rules decide on the interval
-    interval_n: float | None = None  # the effective size the interval is computed on (None: no variance)
+    interval_n: float | None = None  # the effective size the interval is computed on
 
 
 def wilson(rate: float, n: float, z: float = Z95) -> tuple[float, float]:
@@ -190,13 +192,11 @@ def stratified_variance(strata: tuple[StratumCounts, ...], rate: float) -> float
     return v
 
 
-def _interval(counts: WeightedCounts, rate: float, n_kish: float) -> tuple[float, float, float | None]:
+def _interval(counts: WeightedCounts, rate: float, n_kish: float) -> tuple[float, float, float]:
     """(low, high, the effective size they were computed on) of a stratified rate."""
     strata = counts.strata
     traffic = counts.sum_w
     v = stratified_variance(strata, rate)
-    if v <= 0.0 and not any(s.prob < 1.0 for s in strata):
-        return rate, rate, None  # judged in full: the rate is the window's rate
     if v > 0.0 and 0.0 < rate < 1.0:
         n_star = rate * (1 - rate) / v
     else:  # no failing (or no passing) result in any sampled class: the design's size, corrected
@@ -218,10 +218,8 @@ def estimate(counts: WeightedCounts) -> Estimate:
         # every weight 1: exactly the plain share and today's counts
         rate = counts.bad / counts.n
         low, high = _clamped(rate, *wilson(rate, counts.n))
-        if counts.strata:  # classes judged in full: the window's rate, no variance
-            low = high = rate
         return Estimate(rate, low, high, counts.n, float(counts.n), float(counts.n), counts.n, counts.bad,
-                        interval_n=None if counts.strata else float(counts.n))
+                        interval_n=float(counts.n))
     rate = min(1.0, max(0.0, counts.sum_w_bad / counts.sum_w))
     n_eff = counts.sum_w**2 / counts.sum_w2 if counts.sum_w2 > 0 else 0.0
     if counts.strata:

@@ -8,8 +8,11 @@ the night; ``judgeflow.sample_ledger``: what each run of a night billed.
 - A trace not selected is neither pending nor failed for nightly runs
   (judgeflow/db/pairs.py) and does not hold the watermark back; `judgeflow
   status` counts it.
-- A trace that arrives after its stratum's plan keeps the stratum's inclusion
-  probability (judgeflow/sampling/selection.py), so the weights account for it.
+- A trace that arrives after its stratum's plan is selected against the
+  stratum's planned probability (judgeflow/sampling/selection.py). After each
+  run, :func:`settle` sets a stratum's sample weights to what its judged
+  results stand for (its traces over those judged), so late traces, and
+  selected ones the budget left unjudged, stay in the stratum's population.
 - A backfill can still judge traces not selected. :func:`reweigh` then puts
   them, and every trace of their stratum created within the span they cover,
   in the stratum's *certainty* phase (weight 1: judged in full); the rest of
@@ -87,7 +90,36 @@ def reweigh(conn: Connection) -> int:
             ),
             {"n": night, "s": stratum, "lo": lo, "hi": hi},
         )
+    settle(conn, [night for night, *_ in spans])
     return sum(n for *_, n in spans)
+
+
+def settle(conn: Connection, nights: Sequence[date]) -> None:
+    """The sample phase of each (night, stratum) of ``nights`` weighs what it
+    stands for: its inclusion probability becomes the share of its traces that
+    have a scored result. Selected traces not judged (the budget ran out) and
+    traces that arrived late are so counted in the stratum's population, and
+    its judged results weigh for them; a class with nothing judged keeps its
+    planned probability."""
+    if not nights:
+        return
+    conn.execute(
+        text(
+            """
+            UPDATE judgeflow.sample_decisions d SET inclusion_prob = s.p
+            FROM (SELECT x.night, x.stratum,
+                         (count(*) FILTER (WHERE EXISTS (SELECT 1 FROM judgeflow.eval_results r
+                                                         WHERE r.trace_id = x.trace_id AND r.status = 'scored'))
+                         )::float / count(*) AS p
+                  FROM judgeflow.sample_decisions x
+                  WHERE x.night = ANY(CAST(:nights AS date[])) AND x.phase = 'sample'
+                  GROUP BY 1, 2) s
+            WHERE d.night = s.night AND d.stratum = s.stratum AND d.phase = 'sample' AND s.p > 0
+              AND d.inclusion_prob IS DISTINCT FROM s.p
+            """
+        ),
+        {"nights": sorted(set(nights))},
+    )
 
 
 def stratum_probs(conn: Connection, night: date) -> dict[str, float]:
