@@ -45,6 +45,7 @@ from judgeflow.alerts.estimates import WeightedCounts, estimate
 from judgeflow.alerts.evaluation import OVERALL, Segment, figures_from_counts
 from judgeflow.alerts.lifecycle import correct_for_family, decide
 from judgeflow.alerts.rules import all_rules
+from judgeflow.alerts.stats import fisher_greater
 from judgeflow.sampling.allocation import Detect, StratumInput, allocate
 from judgeflow.sampling.selection import select
 from judgeflow.config.settings import Settings
@@ -186,6 +187,57 @@ def simulate(strategy: str, seed: int, total: int, regressed_rate: float | None,
     return out
 
 
+def nights_report(nights: int, base_seed: int) -> None:
+    """Issue 46's measurements over ``nights`` fresh seeds per scenario
+    (bench/sampled_nights.py): billed spend against the budget, interval
+    coverage per stratum size, maximum-rule pages on a quiet night, and
+    detection at the plan's claimed rise and at the rule's minimum."""
+    from bench.sampled_nights import LONG, covered, maximum_rule, mixed_strata, pages, quiet_strata, run_night
+    from judgeflow.sampling.power import min_detectable_rise, rule_power, segment_alpha
+
+    print(f"\n-- simulated nights: {nights} per scenario, seeds {base_seed}+, 6-10 strata of 0.5-50%, "
+          "failing 0.5-40%, short ($0.001) or long ($0.004) traces, budget 12% of the full cost")
+    for late, bias in ((0.0, 1.0), (0.1, 1.0), (0.2, 0.7), (0.1, 1.47)):
+        ratios, over, hit, by_size = [], 0, 0, {}
+        for seed in range(base_seed, base_seed + nights):
+            night = run_night(mixed_strata(random.Random(seed), 3000), seed=seed, budget_share=0.12,
+                              late_share=late, estimate_bias=bias)
+            ratios.append(night.billed / night.budget)
+            over += night.billed > night.budget + LONG
+            hit += covered(estimate(night.counts()), night.truth())
+            for name in {t.stratum for t in night.traces}:
+                size = sum(1 for t in night.traces if t.stratum == name)
+                band = "<50" if size < 50 else "50-299" if size < 300 else ">=300"
+                got = by_size.setdefault(band, [0, 0])
+                got[0] += covered(estimate(night.counts(name)), night.truth(name))
+                got[1] += 1
+        bands = ", ".join(f"{b} traces {h / n:.1%} of {n}" for b, (h, n) in sorted(by_size.items()))
+        print(f"late {late:.0%}, estimates x{bias}: billed/budget mean {statistics.mean(ratios):.3f} "
+              f"max {max(ratios):.3f}; over budget + one trace: {over}; overall coverage {hit / nights:.1%}; "
+              f"per stratum: {bands}")
+    rule = maximum_rule(0.05, 50)
+    sampled = full = overall = 0
+    for seed in range(base_seed + 50_000, base_seed + 50_000 + nights):
+        night = run_night(quiet_strata(3000), seed=seed, budget_share=0.12)
+        got = pages(rule, night, full=False)
+        sampled, overall = sampled + bool(got), overall + ("overall" in got)
+        full += bool(pages(rule, night, full=True))
+    print(f"every app at 3%, maximum 5%, 12% budget: nights with a false maximum page {sampled / nights:.1%} "
+          f"(overall page {overall / nights:.1%}); judging everything {full / nights:.1%}")
+    alpha = segment_alpha(0.05, 3)
+    for n, p0 in ((60, 0.02), (150, 0.05), (400, 0.10)):
+        d = min_detectable_rise(n, 7 * n, p0, alpha=alpha, min_increase=0.05)
+        for rise, label in ((d, "claimed rise"), (0.05, "the rule's minimum")):
+            rng, fired = random.Random(base_seed + n), 0
+            for _ in range(nights):
+                x = sum(rng.random() < p0 + rise for _ in range(n))
+                y = sum(rng.random() < p0 for _ in range(7 * n))
+                fired += (x / n - y / (7 * n) + 1e-12 >= 0.05) and fisher_greater(x, n, y, 7 * n) <= alpha
+            exact = rule_power(n, 7 * n, p0, p0 + rise, alpha=alpha, min_increase=0.05)
+            print(f"n {n}, baseline {7 * n}, rate {p0:.0%}: {label} +{rise * 100:.1f} pts fires on the first night "
+                  f"in {fired / nights:.1%} of seeds (exact power {exact:.1%})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -196,9 +248,16 @@ def main() -> None:
                         help="leave out the Holm correction or the planner's power step, to measure each")
     parser.add_argument("--regressed-rate", type=float, default=REGRESSED_RATE,
                         help=f"{TARGET}'s failing rate from day {REGRESSION_DAY} on")
+    parser.add_argument("--nights", type=int, default=0,
+                        help="also run the simulated-night measurements (issue 46) over this many seeds per scenario")
+    parser.add_argument("--nights-seed", type=int, default=460_000, help="the first seed of those nights")
     args = parser.parse_args()
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if args.nights:
+        nights_report(args.nights, args.nights_seed)
+        if args.seeds == 0:
+            return
     print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= {args.alpha:g} "
           f"{'per segment, uncorrected' if args.ablate == 'holm' else 'Holm-adjusted over the segments tested'}, "
           ">= 50 judged in the night and in the 7 nights before, per app and overall"

@@ -56,7 +56,7 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
-from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights
+from judgeflow.tasks.sampling import night_run_budget, plan_night_sample, publish_sample_plan, reweigh_sampled_nights
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.metrics.registry import check_names, chosen
@@ -229,6 +229,7 @@ def score_traces(
     budget = _run_budget(settings)
     run = _start(settings, metrics, limit=limit, since=since, until=until, sample_rate=sample_rate,
                  rescore=rescore, retry_failed=retry_failed)
+    budget = night_run_budget(settings, run.sample, budget)  # a sample budget: what is left of the night's
     get_run_logger().info("%d (trace, metric) pairs pending in %s", run.pending, trace_source(settings).display)
     # a new judge model or metric version starts a judge epoch: before the first result is written
     run.epochs = record_judge_epochs(settings, metrics, flow_run_id=run.run_id) if run.pending else []
@@ -271,7 +272,8 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     """The run's last words: its summary completed, published and announced."""
     summary.stopped = ended == STOPPED
     if run.sample is not None:
-        summary.notes.extend(publish_sample_plan(run.settings, run.sample, run.run_id).notes())
+        summary.notes.extend(publish_sample_plan(run.settings, run.sample, run.run_id,
+                                                 spent_usd=budget.spent_usd if budget else 0.0).notes())
     elif run.ranged and summary.scored:
         reweigh_sampled_nights(run.settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:

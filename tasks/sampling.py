@@ -1,6 +1,12 @@
-"""The sample budget's task: plan the night's sample before any judge call,
-record which traces are judged (judgeflow/sampling/), and publish the plan
-with what was spent."""
+"""The sample budget's tasks: plan the night's sample before any judge call,
+record which traces are judged (judgeflow/sampling/), and, at the end, enter
+what the run billed in the night's ledger and publish the plan with what was
+spent.
+
+The run's stop at the budget is the run's own spend budget
+(judgeflow/run/budget.py), given what is left of the night's sample budget:
+every billed attempt counts, and no pair starts once the bill plus what is in
+flight reaches it (:func:`night_run_budget`)."""
 
 from __future__ import annotations
 
@@ -17,7 +23,8 @@ from judgeflow.sources.trace_source import KeyFilter, source_engine, trace_sourc
 from judgeflow.db.watermark import ReadPlan
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices
-from judgeflow.sampling.decisions import reweigh
+from judgeflow.run.budget import RunBudget
+from judgeflow.sampling.decisions import record_spend, reweigh, settle
 from judgeflow.sampling.planner import NightPlan, plan_night, spent_per_stratum
 from judgeflow.sampling.table import plan_markdown
 from judgeflow.config.settings import Settings
@@ -58,9 +65,27 @@ def reweigh_sampled_nights(settings: Settings) -> int:
         return reweigh(conn)
 
 
+def night_run_budget(settings: Settings, night: NightPlan | None, budget: RunBudget | None) -> RunBudget | None:
+    """The run's spend budget under a sample budget: what is left of the
+    night's (its budget less what its earlier runs billed), or the run's own
+    ``--budget-usd`` when that is smaller."""
+    limit = None if night is None else night.run_limit_usd
+    if limit is None or (budget is not None and budget.limit_usd <= limit):
+        return budget
+    prices = require_prices(settings, why=f"a sample budget of ${night.budget_usd:g} is set")
+    return RunBudget(limit, prices, max_field_chars=settings.max_field_chars)
+
+
 @task(name="publish-sample-plan", cache_policy=NO_CACHE, persist_result=False)
-def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str) -> NightPlan:
-    """The plan's table with what the run spent per stratum, as the ``judgeflow-sample-plan`` artifact."""
+def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str, *, spent_usd: float = 0.0
+                        ) -> NightPlan:
+    """Enter what the run billed (every attempt) in the night's ledger, settle
+    the night's sample weights on what was judged, and publish the plan's table with what the run spent per stratum as the
+    ``judgeflow-sample-plan`` artifact."""
+    if night.budget_usd is not None:
+        with engine_for(settings).begin() as conn:
+            record_spend(conn, night.night, flow_run_id, night.budget_usd, spent_usd)
+            settle(conn, [night.night])
     spent = spent_per_stratum(engine_for(settings), night.night, flow_run_id)
     night.rows = [replace(r, spent_usd=spent.get(r.stratum, 0.0)) for r in night.rows]
     create_markdown_artifact(markdown=plan_markdown(night), key=ARTIFACT_KEY,

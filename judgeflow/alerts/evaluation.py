@@ -29,7 +29,7 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.rules import Rule
-from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
+from judgeflow.alerts.estimates import Estimate, StratumCounts, WeightedCounts, estimate
 from judgeflow.alerts.stats import fisher_greater
 from judgeflow.sources.identity import of_source
 from judgeflow.db.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
@@ -245,15 +245,54 @@ def _periods(rule: Rule, now: datetime) -> tuple[datetime, datetime]:
     return start, start - timedelta(seconds=rule.baseline_s)
 
 
-def _period_counts(row, prefix: str) -> WeightedCounts:
-    """A period's counts from a row of the counting statement (``prefix`` '' or 'base_')."""
+def _period_counts(row, prefix: str, strata: list[StratumCounts] | None = None) -> WeightedCounts:
+    """A period's counts from a row of the counting statement (``prefix`` '' or
+    'base_'), with the period's sample classes when the periods were sampled."""
     samples = int(getattr(row, f"{prefix}samples") or 0)
     bad = int(getattr(row, f"{prefix}bad") or 0)
+    if strata is not None:
+        return WeightedCounts.from_strata(strata)
     sum_w = getattr(row, f"{prefix}w_samples", None)
     if sum_w is None:
         return WeightedCounts.unweighted(samples, bad)
     return WeightedCounts(samples, bad, float(sum_w), float(getattr(row, f"{prefix}w_bad") or 0.0),
                           float(getattr(row, f"{prefix}w2_samples") or 0.0))
+
+
+def class_statement(rule: Rule, key: str | None, in_epoch: str = "TRUE") -> str:
+    """Per value of ``key`` (NULL overall), period and sample class (night,
+    stratum, inclusion probability): the results counted and the bad ones,
+    which the stratified estimate's variance needs (judgeflow/alerts/estimates.py)."""
+    counted, bad = _conditions(rule)
+    value = "NULL::text" if key is None else "segment ->> :key"
+    has_key = "" if key is None else " AND (segment ->> :key) IS NOT NULL"
+    return f"""
+        SELECT {value} AS value, trace_created_at >= :start AS in_window,
+               coalesce(d.inclusion_prob, 1.0) AS prob,
+               count(*) FILTER (WHERE {counted}) AS n, count(*) FILTER (WHERE {bad}) AS bad
+        FROM judgeflow.eval_results{WEIGHT_JOIN}
+        WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :base_start AND {of_source()}
+          AND {in_epoch}{has_key}
+        GROUP BY 1, 2, d.night, d.stratum, 3
+    """
+
+
+def _classes(conn: Connection, rule: Rule, key: str | None, in_epoch: str, params: dict,
+             ) -> dict[tuple[str | None, bool], list[StratumCounts]]:
+    """(value, in the window) -> the classes of its results."""
+    out: dict[tuple[str | None, bool], list[StratumCounts]] = {}
+    for r in conn.execute(text(class_statement(rule, key, in_epoch)), params):
+        if r.n:
+            out.setdefault((r.value, bool(r.in_window)), []).append(StratumCounts(int(r.n), int(r.bad), float(r.prob)))
+    return out
+
+
+def _row_classes(classes, value: str | None, named: tuple[str, ...] | None, window: bool) -> list[StratumCounts]:
+    """The classes of a segment's row: its own value's, or (``named`` given: the
+    'other' group) those of every value outside ``named``."""
+    if named is None:
+        return classes.get((value, window), [])
+    return [c for (v, w), cs in classes.items() if w == window and v not in named for c in cs]
 
 
 def figures_from_counts(
@@ -291,10 +330,13 @@ def figures_from_counts(
 
 def _figures(
     rule: Rule, row, segment: Segment, now: datetime, start: datetime, base_start: datetime,
-    epoch_started_at: datetime | None = None,
+    epoch_started_at: datetime | None = None, classes: dict | None = None,
 ) -> Figures:
+    strata = (None, None) if classes is None else tuple(
+        _row_classes(classes, row.value, segment.named if segment.is_other else None, w) for w in (True, False))
     return figures_from_counts(
-        _period_counts(row, ""), _period_counts(row, "base_"), failed=int(row.failed or 0), evaluated_at=now,
+        _period_counts(row, "", strata[0]), _period_counts(row, "base_", strata[1]), failed=int(row.failed or 0),
+        evaluated_at=now,
         window_start=start, segment=segment, baseline_start=base_start, epoch_started_at=epoch_started_at,
         other_epoch=int(row.other_epoch or 0), other_epoch_baseline=int(row.other_base or 0),
     )
@@ -338,14 +380,16 @@ def segment_figures(
     weighted = any_in_range(conn, base_start)
     if key is None:
         row = conn.execute(text(window_statement(rule, None, in_epoch, weighted)), params).one()
-        return [_figures(rule, row, OVERALL, now, start, base_start, epoch_start)]
+        classes = _classes(conn, rule, None, in_epoch, params) if weighted else None
+        return [_figures(rule, row, OVERALL, now, start, base_start, epoch_start, classes)]
     params.update(key=key, top=rule.segment_top, keep=list(keep), other=OTHER)
     rows = conn.execute(text(window_statement(rule, key, in_epoch, weighted)), params).all()
+    classes = _classes(conn, rule, key, in_epoch, params) if weighted else None
     named = tuple(r.value for r in rows if not r.grouped)
     return [
         _figures(
             rule, r, Segment(key, r.value, named=named if r.grouped else (), is_other=bool(r.grouped)),
-            now, start, base_start, epoch_start,
+            now, start, base_start, epoch_start, classes,
         )
         for r in rows
     ]

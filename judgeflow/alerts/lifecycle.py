@@ -3,7 +3,13 @@
 Hysteresis keeps a rate that hovers at the line from paging on every run:
 
 - a maximum rule fires above ``maximum`` and, once firing, resolves only at or
-  below ``maximum * (1 - JUDGEFLOW_ALERT_HYSTERESIS)``;
+  below ``maximum * (1 - JUDGEFLOW_ALERT_HYSTERESIS)``. Over a sampled window
+  (some result stands for more traces than itself, judgeflow/alerts/estimates.py)
+  the rate is an estimate, and the rule reads its 95% interval: it fires only
+  when the lower bound is above the maximum and, once firing, resolves only
+  when the upper bound is at or below the resolve line. A window judged in
+  full has no such uncertainty, and the rule reads the rate itself, as it
+  always did;
 - a regression rule fires when the increase over the baseline is at least
   ``min_increase`` *and* Fisher's one-sided p-value, Holm-adjusted over the
   rule's family, is at most ``JUDGEFLOW_REGRESSION_ALPHA``; once firing it
@@ -18,7 +24,9 @@ evaluation raises *any* false regression alert for the rule, however many
 segments it tests; a rule with no segments is one test, unchanged.
 
 Too few samples (in the window, or for a regression in either period) neither
-fires nor resolves: the state stays what it was. Only results of the judge
+fires nor resolves. Samples are the effective sample size of the period
+(Kish's, the judged count when every weight is 1): ten judged results that
+stand for hundreds of traces are not fifty samples: the state stays what it was. Only results of the judge
 epoch in force are samples (:mod:`judgeflow.db.epochs`); when the periods hold
 results of an earlier judge that were left out, the outcome is
 ``insufficient_data`` ("judge changed at ..."), else ``not_enough_data``.
@@ -39,11 +47,28 @@ Outcome = Literal["ok", "firing", "not_enough_data", "insufficient_data"]
 Transition = Literal["fired", "reminder", "resolved"]
 
 
+def effective_samples(sample_size: int, estimate) -> float:
+    """What a period's minimum-samples check counts: its effective sample size
+    when it was sampled, else its judged results."""
+    return estimate.n_eff if estimate is not None and estimate.sampled else sample_size
+
+
+def evidence(figures: Figures) -> dict[str, float | None]:
+    """The rate's evidence as the alert tables record it: its 95% interval, the
+    traffic its judged results stand for, and the effective sample size."""
+    e = figures.estimate
+    if e is None or e.rate is None:
+        return {"ci_low": None, "ci_high": None, "traffic": None, "effective_n": None}
+    return {"ci_low": e.ci_low, "ci_high": e.ci_high, "traffic": e.traces,
+            "effective_n": effective_samples(figures.sample_size, e)}
+
+
 def enough_data(rule: Rule, figures: Figures) -> bool:
-    if figures.value is None or figures.sample_size < rule.min_samples:
+    if figures.value is None or effective_samples(figures.sample_size, figures.estimate) < rule.min_samples:
         return False
     if rule.is_regression:
-        return figures.baseline_value is not None and figures.baseline_sample_size >= rule.min_samples
+        return figures.baseline_value is not None and effective_samples(
+            figures.baseline_sample_size, figures.baseline_estimate) >= rule.min_samples
     return True
 
 
@@ -77,6 +102,10 @@ def breaching(rule: Rule, figures: Figures, *, firing: bool) -> bool:
         alpha = max(rule.resolve_alpha, rule.alpha) if firing else rule.alpha
         # a tiny epsilon: 0.03 - 0.01 is 0.019999999999999997 in floating point
         return increase + 1e-12 >= rule.limit * keep and p <= alpha
+    e = figures.estimate
+    if e is not None and e.sampled and e.ci_low is not None:
+        # an estimate pages on evidence: fire on its lower bound, stay firing on its upper
+        return (e.ci_high if firing else e.ci_low) > rule.limit * keep
     return figures.value > rule.limit * keep
 
 

@@ -49,6 +49,7 @@ from judgeflow.config.scrub import scrub, without_endpoint_path
 from judgeflow.config.settings import Settings
 
 if TYPE_CHECKING:
+    from judgeflow.alerts.evaluation import Figures
     from judgeflow.alerts.state import Decision
 
 log = logging.getLogger("judgeflow.alerts")
@@ -146,6 +147,7 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
         "evaluated_at": iso_utc(figures.evaluated_at),
         "sample_size": figures.sample_size,
         "violations": figures.violations,
+        **sample_fields(figures),
         "baseline_sample_size": figures.baseline_sample_size,
         "baseline_violations": figures.baseline_violations,
         "failed_count": figures.failed,
@@ -156,6 +158,34 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
         "run_url": run_url,
         "worst_traces": [w.as_json() for w in figures.worst],
     }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+def sample_fields(figures: "Figures") -> dict[str, Any]:
+    """The rate's evidence (judgeflow/alerts/estimates.py): its 95% interval, the
+    results judged and the traffic they stand for, the effective sample size the
+    minimum-samples check read, and whether the window was sampled (then
+    ``violations``/``sample_size`` are judged counts, not the traffic's)."""
+    e = figures.estimate
+    return {
+        "ci_low": _rounded(e.ci_low) if e else None,
+        "ci_high": _rounded(e.ci_high) if e else None,
+        "judged": figures.sample_size,
+        "traffic": round(e.traces) if e else figures.sample_size,
+        "effective_n": round(e.n_eff, 1) if e else float(figures.sample_size),
+        "sampled": bool(e and e.sampled),
+    }
+
+
+def _evidence(payload: dict[str, Any]) -> str:
+    """How many results the rate rests on; over a sampled window, its interval and the traffic judged."""
+    if not payload.get("sampled"):
+        return f"{payload['sample_size']} results"
+    return (f"95% CI {_pct(payload.get('ci_low'))}-{_pct(payload.get('ci_high'))}, {payload['judged']} judged of "
+            f"~{payload['traffic']} traces, effective n {payload['effective_n']:g}")
 
 
 def _adjusted(payload: dict[str, Any]) -> str:
@@ -266,7 +296,7 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
         lines = [
             head,
             f"{label} {_pct(payload['rate'])} {relation} the maximum {_pct(payload['threshold'])} "
-            f"over the last {payload['window']} ({payload['sample_size']} results"
+            f"over the last {payload['window']} ({_evidence(payload)}"
             + (f"; {payload['failed_count']} failed scorings not counted" if payload.get("metric") and payload["failed_count"] else "")
             + ")." + baseline,
         ]

@@ -11,6 +11,7 @@ from datetime import datetime
 from pydantic import BaseModel
 from sqlalchemy import Engine
 
+from judgeflow.alerts.lifecycle import evidence
 from judgeflow.alerts.notify import Notifier, configured_channels
 from judgeflow.alerts.outbox import Sent, deliver_pending
 from judgeflow.alerts.rules import Rule, all_rules
@@ -43,6 +44,12 @@ class RuleEvaluation(BaseModel):
     baseline_sample_size: int = 0
     baseline_violations: int = 0
     p_value: float | None = None
+    # the rate's evidence (judgeflow/alerts/lifecycle.py: evidence): its 95% interval,
+    # the traffic its results stand for and the effective n the minimum-samples check read
+    ci_low: float | None = None
+    ci_high: float | None = None
+    traffic: float | None = None
+    effective_n: float | None = None
     # regression rules: the p-value Holm-adjusted over the segments tested in
     # this evaluation (``tests``), which the decision compared with the alphas
     p_adjusted: float | None = None
@@ -86,6 +93,7 @@ class RuleEvaluation(BaseModel):
             baseline_sample_size=f.baseline_sample_size,
             baseline_violations=f.baseline_violations,
             p_value=f.p_value,
+            **evidence(f),
             p_adjusted=f.decision_p if d.rule.is_regression else None,
             tests=f.family_size if d.rule.is_regression else None,
             evaluated_at=f.evaluated_at,
@@ -129,8 +137,10 @@ class RuleEvaluation(BaseModel):
                 + (f", baseline {self.baseline_sample_size}" if self.is_regression else "") + ")"
             )
         if self.outcome == "not_enough_data":
+            effective = ("" if self.effective_n is None or self.effective_n >= self.sample_size
+                         else f"effective n {self.effective_n:.1f} of ")
             return (
-                f"not enough data ({self.sample_size}/{self.min_samples} samples"
+                f"not enough data ({effective}{self.sample_size}/{self.min_samples} samples"
                 + (f", baseline {self.baseline_sample_size}" if self.is_regression else "") + ")"
             )
         if self.is_regression:

@@ -34,7 +34,7 @@ from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from judgeflow.alerts.evaluation import Figures, Segment, all_segment_figures, rule_metrics, with_worst
-from judgeflow.alerts.lifecycle import Outcome, State, Transition, correct_for_family, decide
+from judgeflow.alerts.lifecycle import Outcome, State, Transition, correct_for_family, decide, evidence
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
 from judgeflow.db.schema import SCHEMA
@@ -160,6 +160,7 @@ def _measured(rule: Rule, figures: Figures, state: str) -> dict:
         baseline_sample_size=figures.baseline_sample_size,
         baseline_violations=figures.baseline_violations,
         p_value=figures.p_value,
+        **evidence(figures),
     )
 
 

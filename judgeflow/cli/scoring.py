@@ -50,7 +50,8 @@ def score(
         False, "--retry-failed",
         help="also retry pairs given up after failing in JUDGEFLOW_MAX_RUNS_PER_PAIR runs",
     ),
-    sample_budget_usd: Optional[float] = typer.Option(None, help=SAMPLE_BUDGET_HELP),
+    # read as text: the settings refuse a bad amount in one line (judgeflow.config.settings.usd_budget)
+    sample_budget_usd: Optional[str] = typer.Option(None, help=SAMPLE_BUDGET_HELP),
     plan: bool = typer.Option(False, "--plan", help=PLAN_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
@@ -82,7 +83,7 @@ def score(
         batch_size=batch_size, limit=limit, since=start, until=end,
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
-        retry_failed=retry_failed, sample_budget_usd=sample_budget_usd,
+        retry_failed=retry_failed, sample_budget_usd=settings.sample_budget_usd,
     ), judge=judge)
     typer.echo(summary.markdown())
     exit_if_stopped(summary)

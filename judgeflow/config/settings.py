@@ -5,6 +5,7 @@ deployment's flow run) by :func:`load_settings` and passed down
 from __future__ import annotations
 
 import logging
+import math
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -373,6 +374,11 @@ class Settings(BaseSettings):
             raise ConfigError(f"JUDGEFLOW_SOURCE_SCHEMA must be a plain schema name; refusing {value!r}")
         return value
 
+    @field_validator("sample_budget_usd", mode="before")
+    @classmethod
+    def _check_sample_budget(cls, value):
+        return usd_budget("JUDGEFLOW_SAMPLE_BUDGET_USD (--sample-budget-usd)", value)
+
     @field_validator("alert_segment_by", "stratify_by")
     @classmethod
     def _check_segment_by(cls, value):
@@ -444,6 +450,24 @@ class Settings(BaseSettings):
     @property
     def phoenix_unwritten_max_age_s(self) -> float | None:
         return parse_duration(self.phoenix_unwritten_max_age) if self.phoenix_unwritten_max_age else None
+
+
+# a budget above this is not a budget: it is refused rather than taken to mean "no limit"
+MAX_BUDGET_USD = 1_000_000.0
+
+
+def usd_budget(name: str, value):
+    """``value`` as a budget in US dollars, or one clear line naming ``name``
+    (a number above 0, finite, at most ``MAX_BUDGET_USD``)."""
+    if value is None:
+        return None
+    try:
+        usd = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name} must be an amount of US dollars, such as 2.50; got {value!r}") from None
+    if not math.isfinite(usd) or usd <= 0 or usd > MAX_BUDGET_USD:
+        raise ConfigError(f"{name} must be above $0 and at most ${MAX_BUDGET_USD:,.0f}; got {value!r}")
+    return usd
 
 
 def load_settings(**overrides) -> Settings:

@@ -8,20 +8,23 @@ When judging every new trace costs more than the budget ``B``:
    stratum is raised to the same count until the money runs out) and the
    strata left below the minimum are named, with why.
 2. **Power** (with a :class:`Detect`: the regression rule's minimum rise and
-   alpha). A stratum's regression test sees its rule's minimum rise with 80%
-   power only from a number of judged results that grows as its failing
-   rate does (:func:`judgeflow.sampling.power.required_n`, at the alpha a
-   segment's Holm-adjusted test needs). The money left after the minimums
+   alpha). A stratum's regression rule fires on a true rise of
+   ``SIZED_RISE x`` its minimum with 80% power only from a number of judged
+   results that grows as its failing rate does
+   (:func:`judgeflow.sampling.power.required_n`: the power of the rule that
+   fires, Fisher's test at the alpha a segment's Holm-adjusted test needs
+   *and* an observed rise of at least the minimum). The money left after the minimums
    raises strata to that number, cheapest first (the order that gives the
    most segments that power), while it fits; a stratum it does not reach, or
    whose whole traffic is fewer, is named, with how many it needed. A stratum
    with no recent failing rate has no such number.
-3. **Neyman allocation** of the rest: stratum ``h`` is judged
-   ``n_h = clamp(k * N_h * S_h, floor_h, N_h)`` traces, ``N_h`` its
-   traffic and ``S_h = sqrt(p_h (1 - p_h))`` the standard deviation of its
-   failing rate from recent history, with ``k`` the largest that fits ``B``
-   (the variance-minimising split for a fixed total, kept above the floors
-   the first two steps set).
+3. **Cost-aware Neyman allocation** of the rest: stratum ``h`` is judged
+   ``n_h = clamp(k * N_h * S_h / sqrt(c_h), floor_h, N_h)`` traces, ``N_h``
+   its traffic, ``S_h = sqrt(p_h (1 - p_h))`` the standard deviation of its
+   failing rate from recent history and ``c_h`` the cost of judging one of
+   its traces, with ``k`` the largest that fits ``B`` (the split that
+   minimises the variance for a fixed spend, kept above the floors the first
+   two steps set): a stratum of long, dear traces gets fewer of them.
 
 Integer counts: each ``n_h`` is floored, then single traces are added in the
 order of the largest remainder while they fit, so the plan never exceeds ``B``.
@@ -32,7 +35,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from judgeflow.sampling.power import POWER, required_n, segment_alpha
+from judgeflow.sampling.power import POWER, SIZED_RISE, required_n, segment_alpha
 
 # a stratum with no history, or one that never failed, still gets a share:
 # its failing rate is taken to be at least this
@@ -63,11 +66,16 @@ class Detect:
     tests: int
     ratio: float
 
+    @property
+    def target(self) -> float:
+        """The true rise a stratum is sized to see (see :mod:`judgeflow.sampling.power`)."""
+        return SIZED_RISE * self.min_increase
+
     def needed(self, stratum: StratumInput) -> int | None:
         """Judged results the stratum needs a window (None: no recent failing rate to size it, or no rise to see)."""
         if stratum.fail_rate is None:
             return None
-        return required_n(max(stratum.fail_rate, MIN_RATE), self.min_increase,
+        return required_n(max(stratum.fail_rate, MIN_RATE), self.target, min_increase=self.min_increase,
                           alpha=segment_alpha(self.alpha, self.tests), ratio=self.ratio)
 
 
@@ -175,7 +183,7 @@ def allocate(strata: list[StratumInput], *, budget_usd: float | None, min_sample
         if detect is not None:
             floors, targets = _power_floors(strata, minimums, budget_usd - min_cost, detect)
         counts = _fill(strata, [s.traffic for s in strata], floors, budget_usd,
-                       [s.traffic * s.sd for s in strata])
+                       [s.traffic * s.sd / math.sqrt(max(s.cost_usd, 1e-12)) for s in strata])
         reason = None
     needs = [None if detect is None or t is None else detect.needed(s) for s, t in zip(strata, targets)]
     allocations = [
@@ -189,8 +197,8 @@ def allocate(strata: list[StratumInput], *, budget_usd: float | None, min_sample
 def _power_short(detect: Detect | None, stratum: StratumInput, judged: int, needed: int | None) -> str | None:
     if detect is None or needed is None or judged >= needed:
         return None
-    wanted = (f"{needed} judged results are needed to see a rise of {detect.min_increase * 100:.1f} pts "
-              f"with {POWER:.0%} power")
+    wanted = (f"{needed} judged results are needed to see a rise of {detect.target * 100:.1f} pts "
+              f"with {POWER:.0%} power (the rule pages from {detect.min_increase * 100:.1f})")
     if judged >= stratum.traffic:
         return f"{wanted}; the stratum has only {stratum.traffic} new traces, all judged"
     return f"{wanted}; the sample budget left after the cheaper strata could not pay for them"

@@ -1,12 +1,23 @@
 """``judgeflow.sample_decisions``: one row per trace a sample budget decided
-on, with its night, stratum, inclusion probability and whether it is judged.
+on, with its night, stratum, phase, inclusion probability and whether it is
+judged; ``judgeflow.sample_strata``: each stratum's inclusion probability for
+the night; ``judgeflow.sample_ledger``: what each run of a night billed.
 
 - A selected trace's results weigh ``1 / inclusion_prob`` in every rate
   (judgeflow/alerts/estimates.py).
 - A trace not selected is neither pending nor failed for nightly runs
   (judgeflow/db/pairs.py) and does not hold the watermark back; `judgeflow
-  status` counts it; a backfill can still judge it, and :func:`reweigh` then
-  counts it as selected and lowers its stratum's weights to match.
+  status` counts it.
+- A trace that arrives after its stratum's plan is selected against the
+  stratum's planned probability (judgeflow/sampling/selection.py). After each
+  run, :func:`settle` sets a stratum's sample weights to what its judged
+  results stand for (its traces over those judged), so late traces, and
+  selected ones the budget left unjudged, stay in the stratum's population.
+- A backfill can still judge traces not selected. :func:`reweigh` then puts
+  them, and every trace of their stratum created within the span they cover,
+  in the stratum's *certainty* phase (weight 1: judged in full); the rest of
+  the stratum stays a sample at its own probability. Giving the whole stratum
+  one new probability instead would weigh a backfilled hour like the night.
 - Traces never planned have no row and weigh 1.
 """
 
@@ -48,41 +59,122 @@ def record(conn: Connection, night: date, stratum: str, keys: Sequence[TraceKey]
     return result.rowcount or 0
 
 
-def committed_usd(conn: Connection, night: date) -> float:
-    """What the night's earlier plans committed: the estimated cost of the traces they selected."""
+def reweigh(conn: Connection) -> int:
+    """Traces not selected that have since been judged (by a backfill), and
+    every trace of their (night, stratum) created within the span they cover,
+    move to the certainty phase: selected, inclusion probability 1. Returns
+    the traces not selected that moved."""
+    spans = conn.execute(
+        text(
+            """
+            WITH judged AS (
+                UPDATE judgeflow.sample_decisions d SET selected = true, phase = 'certainty', inclusion_prob = 1.0
+                WHERE NOT d.selected
+                  AND EXISTS (SELECT 1 FROM judgeflow.eval_results r
+                              WHERE r.trace_id = d.trace_id AND r.status = 'scored')
+                RETURNING night, stratum, created_at
+            )
+            SELECT night, stratum, min(created_at) AS lo, max(created_at) AS hi, count(*) AS n
+            FROM judged GROUP BY 1, 2
+            """
+        )
+    ).all()
+    for night, stratum, lo, hi, _ in spans:
+        conn.execute(
+            text(
+                """
+                UPDATE judgeflow.sample_decisions SET phase = 'certainty', inclusion_prob = 1.0
+                WHERE night = :n AND stratum = :s AND selected AND phase = 'sample'
+                  AND created_at BETWEEN :lo AND :hi
+                """
+            ),
+            {"n": night, "s": stratum, "lo": lo, "hi": hi},
+        )
+    settle(conn, [night for night, *_ in spans])
+    return sum(n for *_, n in spans)
+
+
+def settle(conn: Connection, nights: Sequence[date]) -> None:
+    """The sample phase of each (night, stratum) of ``nights`` weighs what it
+    stands for: its inclusion probability becomes the share of its traces that
+    have a scored result. Selected traces not judged (the budget ran out) and
+    traces that arrived late are so counted in the stratum's population, and
+    its judged results weigh for them; a class with nothing judged keeps its
+    planned probability."""
+    if not nights:
+        return
+    conn.execute(
+        text(
+            """
+            UPDATE judgeflow.sample_decisions d SET inclusion_prob = s.p
+            FROM (SELECT x.night, x.stratum,
+                         (count(*) FILTER (WHERE EXISTS (SELECT 1 FROM judgeflow.eval_results r
+                                                         WHERE r.trace_id = x.trace_id AND r.status = 'scored'))
+                         )::float / count(*) AS p
+                  FROM judgeflow.sample_decisions x
+                  WHERE x.night = ANY(CAST(:nights AS date[])) AND x.phase = 'sample'
+                  GROUP BY 1, 2) s
+            WHERE d.night = s.night AND d.stratum = s.stratum AND d.phase = 'sample' AND s.p > 0
+              AND d.inclusion_prob IS DISTINCT FROM s.p
+            """
+        ),
+        {"nights": sorted(set(nights))},
+    )
+
+
+def stratum_probs(conn: Connection, night: date) -> dict[str, float]:
+    """The night's strata planned so far, with their inclusion probabilities."""
+    rows = conn.execute(text("SELECT stratum, inclusion_prob FROM judgeflow.sample_strata WHERE night = :n"),
+                        {"n": night}).all()
+    return {s: float(p) for s, p in rows}
+
+
+def record_stratum(conn: Connection, night: date, stratum: str, prob: float, cost_per_trace: float) -> None:
+    """A stratum's probability for the night; the first plan of it stands."""
+    conn.execute(
+        text(
+            """
+            INSERT INTO judgeflow.sample_strata (night, stratum, inclusion_prob, cost_per_trace)
+            VALUES (:n, :s, :p, :c) ON CONFLICT (night, stratum) DO NOTHING
+            """
+        ),
+        {"n": night, "s": stratum, "p": prob, "c": cost_per_trace},
+    )
+
+
+def night_spent_usd(conn: Connection, night: date) -> float:
+    """What the night's runs under the sample budget billed (every billed attempt)."""
     return float(conn.execute(
-        text("SELECT coalesce(sum(est_cost_usd), 0) FROM judgeflow.sample_decisions WHERE night = :n AND selected"),
+        text("SELECT coalesce(sum(spent_usd), 0) FROM judgeflow.sample_ledger WHERE night = :n"), {"n": night}
+    ).scalar_one())
+
+
+def pending_selected_usd(conn: Connection, night: date) -> float:
+    """The estimated cost of the night's selected traces still without a result: money already promised."""
+    return float(conn.execute(
+        text(
+            """
+            SELECT coalesce(sum(est_cost_usd), 0) FROM judgeflow.sample_decisions d
+            WHERE d.night = :n AND d.selected
+              AND NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = d.trace_id)
+            """
+        ),
         {"n": night},
     ).scalar_one())
 
 
-def reweigh(conn: Connection) -> int:
-    """Traces not selected that have since been judged (by a backfill) count as
-    selected, and their (night, stratum)'s inclusion probability becomes
-    selected / traffic again. Returns the traces moved."""
-    moved = conn.execute(
+def record_spend(conn: Connection, night: date, flow_run_id: str, budget_usd: float, spent_usd: float) -> None:
+    """What one run billed under the night's sample budget (its last figure stands)."""
+    conn.execute(
         text(
             """
-            UPDATE judgeflow.sample_decisions d SET selected = true
-            WHERE NOT d.selected
-              AND EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = d.trace_id AND r.status = 'scored')
-            RETURNING night, stratum
+            INSERT INTO judgeflow.sample_ledger (night, flow_run_id, budget_usd, spent_usd)
+            VALUES (:n, :r, :b, :s)
+            ON CONFLICT (night, flow_run_id) DO UPDATE SET spent_usd = EXCLUDED.spent_usd, recorded_at = now()
             """
-        )
-    ).all()
-    for night, stratum in set(moved):
-        conn.execute(
-            text(
-                """
-                UPDATE judgeflow.sample_decisions d SET inclusion_prob = s.p
-                FROM (SELECT (count(*) FILTER (WHERE selected))::float / count(*) AS p
-                      FROM judgeflow.sample_decisions WHERE night = :n AND stratum = :s) s
-                WHERE d.night = :n AND d.stratum = :s
-                """
-            ),
-            {"n": night, "s": stratum},
-        )
-    return len(moved)
+        ),
+        {"n": night, "r": flow_run_id, "b": budget_usd, "s": spent_usd},
+    )
 
 
 def not_sampled_waiting(conn: Connection) -> int:

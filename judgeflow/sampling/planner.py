@@ -1,7 +1,15 @@
 """Planning one night's sample on the database: count the new traces per
-stratum, price them, allocate the budget, select and record. Called by the
-task ``plan-night-sample`` (judgeflow/tasks/sampling.py) and by `judgeflow
-score --plan` (which records nothing)."""
+stratum, price them, allocate what is left of the night's budget, select and
+record. Called by the task ``plan-night-sample`` (judgeflow/tasks/sampling.py)
+and by `judgeflow score --plan` (which records nothing).
+
+The night's budget holds across all its runs: what is left for a run is the
+budget less what earlier runs of the night billed (``judgeflow.sample_ledger``)
+and less the estimated cost of selected traces still waiting. New strata share
+what is left; a stratum planned earlier in the night keeps its inclusion
+probability for the traces that arrived since (judgeflow/sampling/selection.py).
+A stratum is priced per metric from its own recent results, or else from its
+traces' length (judgeflow/sampling/strata.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +23,13 @@ from judgeflow.sources.trace_source import KeyFilter, TraceSource, read_bodies
 from judgeflow.judge.pricing import Prices, estimate_pair_cost
 from judgeflow.metrics.registry import metric_names
 from judgeflow.sampling import decisions
-from judgeflow.sampling.allocation import Detect, SamplePlan, StratumInput, allocate
+from judgeflow.sampling.allocation import Allocation, Detect, SamplePlan, StratumInput, allocate
 from judgeflow.sampling.power import min_detectable_rise, segment_alpha
-from judgeflow.sampling.selection import select
-from judgeflow.sampling.strata import Traffic, recent_cost_per_trace, recent_fail_rates, stratify, undecided_new_keys
+from judgeflow.sampling.selection import select, select_below
+from judgeflow.sampling.strata import (Traffic, recent_fail_rates, recent_stratum_costs, stratify, undecided_new_keys,
+                                      unknown_keys)
 from judgeflow.config.settings import Settings
+from judgeflow.errors import ConfigError
 
 PAGE = 5000
 # recent results that price a trace: this far back
@@ -45,11 +55,17 @@ class StratumRow:
 class NightPlan:
     night: date
     budget_usd: float | None
-    committed_before_usd: float  # the night's earlier runs' selected traces
+    committed_before_usd: float  # the night's earlier runs: billed, and selected traces still waiting
     full_cost_usd: float
     sampled: bool
     rows: list[StratumRow] = field(default_factory=list)
     recorded: int = 0
+    spent_before_usd: float = 0.0  # what the night's earlier runs billed (the ledger)
+
+    @property
+    def run_limit_usd(self) -> float | None:
+        """What this run may bill: the night's budget less what its earlier runs billed."""
+        return None if self.budget_usd is None else max(self.budget_usd - self.spent_before_usd, 0.0)
 
     @property
     def not_sampled(self) -> int:
@@ -101,57 +117,117 @@ def detect_for(settings: Settings, strata: list[str]) -> Detect | None:
 
 
 def count_traffic(settings: Settings, source: TraceSource, source_engine: Engine, engine: Engine,
-                  key_filter: KeyFilter, metrics: list[str], costs: dict[str, float], prices: Prices) -> Traffic:
-    """The new, undecided traces of the read window, by stratum, priced per trace."""
-    def cost_of(body) -> float:
-        return sum(costs[m] if m in costs else estimate_pair_cost(
-            prices, m, input=body.input, output=body.output, context=body.context,
-            max_field_chars=settings.max_field_chars) for m in metrics)
+                  key_filter: KeyFilter, metrics: list[str], prices: Prices) -> Traffic:
+    """The new, undecided traces of the read window, by stratum, priced per trace and metric by their tokens."""
+    def cost_of(body) -> dict[str, float]:
+        return {m: estimate_pair_cost(prices, m, input=body.input, output=body.output, context=body.context,
+                                      max_field_chars=settings.max_field_chars) for m in metrics}
 
     traffic = Traffic()
     for keys in key_pages(source, source_engine, key_filter, page=PAGE):
         with engine.connect() as conn:
             new = undecided_new_keys(conn, keys, metrics)
-        if not new:
-            continue
-        bodies = read_bodies(source, source_engine, new).bodies
-        part = stratify(bodies, new, settings.stratify_keys, cost_of)
-        for stratum, ks in part.keys.items():
-            traffic.keys.setdefault(stratum, []).extend(ks)
-            traffic.token_cost[stratum] = traffic.token_cost.get(stratum, 0.0) + part.token_cost[stratum]
+        if new:
+            traffic.merge(stratify(read_bodies(source, source_engine, new).bodies, new, settings.stratify_keys,
+                                   cost_of))
     return traffic
+
+
+@dataclass
+class _Night:
+    """What the database says of the night before it is planned."""
+
+    now: datetime
+    night: date
+    spent: float  # billed by the night's earlier runs
+    promised: float  # the estimated cost of its selected traces still waiting
+    probs: dict[str, float]  # strata planned earlier tonight
+    costs: dict[tuple[str, str], float]  # (stratum, metric) -> recent mean cost
+    rates: dict[str, float]
+
+
+def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: bool) -> _Night:
+    keys = settings.stratify_keys
+    with engine.begin() as conn:
+        now: datetime = conn.execute(text("SELECT now()")).scalar_one()
+        if record:
+            decisions.reweigh(conn)
+        night = now.astimezone(timezone.utc).date()  # the night is the UTC day the run plans on
+        # results remember the alert segment keys only: a stratum's own history needs its keys among them
+        own = set(keys) <= set(settings.alert_segment_keys)
+        return _Night(
+            now, night, decisions.night_spent_usd(conn, night), decisions.pending_selected_usd(conn, night),
+            decisions.stratum_probs(conn, night),
+            recent_stratum_costs(conn, metrics, keys, since=now - COST_HISTORY) if own else {},
+            recent_fail_rates(conn, metrics, keys, since=now - timedelta(seconds=settings.regression_baseline_s)),
+        )
+
+
+def _refuse_unknown_keys(settings: Settings, traffic: Traffic) -> None:
+    """A key set in JUDGEFLOW_STRATIFY_BY that no new trace carries is a mistake
+    to name, not one 'other' stratum (unset, the alert segment keys are taken as they come)."""
+    if not settings.stratify_by:
+        return
+    unknown = unknown_keys(traffic, settings.stratify_keys)
+    if unknown:
+        raise ConfigError(
+            f"JUDGEFLOW_STRATIFY_BY names unknown metadata key(s) {', '.join(map(repr, unknown))}: none of the "
+            f"night's {traffic.total} new traces has them, so they would make one 'other' stratum"
+            + (f" (keys seen: {', '.join(sorted(traffic.seen_keys))})" if traffic.seen_keys else ""))
+
+
+def _late(traffic: Traffic, n: _Night, costs: dict[str, float], min_samples: int) -> list[Allocation]:
+    """The strata planned earlier tonight: their new traces at the stratum's probability."""
+    out = []
+    for s in sorted(set(traffic.keys) & set(n.probs)):
+        judged = len(select_below([k.id for k in traffic.keys[s]], n.probs[s], n.night))
+        total = len(traffic.keys[s])
+        out.append(Allocation(s, total, judged, judged * costs[s], min(total, min_samples)))
+    return out
 
 
 def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, engine: Engine,
                key_filter: KeyFilter, metrics: list[str], prices: Prices, *, budget_usd: float | None,
                record: bool, flow_run_id: str | None = None) -> NightPlan:
     """Plan (and with ``record``, select and record) the night's sample."""
-    with engine.begin() as conn:
-        now: datetime = conn.execute(text("SELECT now()")).scalar_one()
-        if record:
-            decisions.reweigh(conn)
-        night = now.astimezone(timezone.utc).date()  # the night is the UTC day the run plans on
-        committed = decisions.committed_usd(conn, night)
-        costs = recent_cost_per_trace(conn, metrics, since=now - COST_HISTORY)
-        rates = recent_fail_rates(conn, metrics, settings.stratify_keys,
-                                  since=now - timedelta(seconds=settings.regression_baseline_s))
-    traffic = count_traffic(settings, source, source_engine, engine, key_filter, metrics, costs, prices)
-    left = None if budget_usd is None else max(budget_usd - committed, 0.0)
-    inputs = [StratumInput(s, len(ks), traffic.token_cost[s] / len(ks), rates.get(s))
-              for s, ks in traffic.keys.items()]
-    detect = detect_for(settings, list(traffic.keys))
-    plan = allocate(inputs, budget_usd=left, min_samples=settings.alert_min_samples, detect=detect)
-    night_plan = _rows(settings, night, budget_usd, committed, plan, rates)
+    n = _read_night(settings, engine, metrics, record)
+    traffic = count_traffic(settings, source, source_engine, engine, key_filter, metrics, prices)
+    _refuse_unknown_keys(settings, traffic)
+    costs = {s: traffic.cost_per_trace(s, metrics, n.costs) for s in traffic.keys}
+    late = _late(traffic, n, costs, settings.alert_min_samples) if budget_usd is not None else []
+    committed = n.spent + n.promised
+    left = None if budget_usd is None else max(budget_usd - committed - sum(a.cost_usd for a in late), 0.0)
+    inputs = [StratumInput(s, len(ks), costs[s], n.rates.get(s)) for s, ks in traffic.keys.items()
+              if s not in {a.name for a in late}]
+    plan = allocate(inputs, budget_usd=left, min_samples=settings.alert_min_samples,
+                    detect=detect_for(settings, list(traffic.keys)))
+    plan = SamplePlan(plan.budget_usd, plan.full_cost_usd + sum(a.traffic * costs[a.name] for a in late),
+                      sorted(plan.strata + late, key=lambda a: a.name), plan.sampled or bool(late))
+    night_plan = _rows(settings, n.night, budget_usd, committed, plan, n.rates)
+    night_plan.spent_before_usd = n.spent
     if record and plan.sampled:
-        with engine.begin() as conn:
-            for a in plan.strata:
-                keys = traffic.keys[a.name]
-                chosen = select([k.id for k in keys], a.judged, night)
-                night_plan.recorded += decisions.record(
-                    conn, night, a.name, keys, chosen, inclusion_prob=max(a.inclusion_prob, 1e-9),
-                    cost_per_trace=a.cost_usd / a.judged if a.judged else 0.0, flow_run_id=flow_run_id,
-                )
+        night_plan.recorded = _record(engine, n, traffic, plan, late, costs, flow_run_id)
     return night_plan
+
+
+def _record(engine: Engine, n: _Night, traffic: Traffic, plan: SamplePlan, late: list[Allocation],
+            costs: dict[str, float], flow_run_id: str | None) -> int:
+    """Select and record the plan's traces; a new stratum's probability is recorded for the rest of the night."""
+    recorded, late_names = 0, {a.name for a in late}
+    with engine.begin() as conn:
+        for a in plan.strata:
+            keys = traffic.keys[a.name]
+            ids = [k.id for k in keys]
+            if a.name in late_names:
+                prob = n.probs[a.name]
+                chosen = select_below(ids, prob, n.night)
+            else:
+                prob = a.inclusion_prob
+                chosen = select(ids, a.judged, n.night)
+                decisions.record_stratum(conn, n.night, a.name, prob, costs[a.name])
+            recorded += decisions.record(conn, n.night, a.name, keys, chosen, inclusion_prob=max(prob, 1e-9),
+                                         cost_per_trace=costs[a.name], flow_run_id=flow_run_id)
+    return recorded
 
 
 def _rows(settings: Settings, night: date, budget_usd: float | None, committed: float, plan: SamplePlan,

@@ -33,18 +33,45 @@ def stratum_of(metadata: Any, keys: Sequence[str]) -> str:
 
 @dataclass
 class Traffic:
-    """The night's candidates: per stratum, their keys and estimated costs by token count."""
+    """The night's candidates: per stratum, their keys and (per metric) their
+    estimated costs by token count, and the stratify keys any of them holds."""
 
     keys: dict[str, list[TraceKey]] = field(default_factory=dict)
-    token_cost: dict[str, float] = field(default_factory=dict)  # summed over the stratum's traces
+    token_cost: dict[str, dict[str, float]] = field(default_factory=dict)  # summed over the stratum's traces
+    seen_keys: set[str] = field(default_factory=set)
 
-    def add(self, stratum: str, key: TraceKey, cost: float) -> None:
+    def add(self, stratum: str, key: TraceKey, costs: dict[str, float]) -> None:
         self.keys.setdefault(stratum, []).append(key)
-        self.token_cost[stratum] = self.token_cost.get(stratum, 0.0) + cost
+        summed = self.token_cost.setdefault(stratum, {})
+        for metric, cost in costs.items():
+            summed[metric] = summed.get(metric, 0.0) + cost
+
+    def merge(self, other: "Traffic") -> None:
+        for stratum, keys in other.keys.items():
+            self.keys.setdefault(stratum, []).extend(keys)
+            summed = self.token_cost.setdefault(stratum, {})
+            for metric, cost in other.token_cost.get(stratum, {}).items():
+                summed[metric] = summed.get(metric, 0.0) + cost
+        self.seen_keys |= other.seen_keys
 
     @property
     def total(self) -> int:
         return sum(len(v) for v in self.keys.values())
+
+    def cost_per_trace(self, stratum: str, metrics: list[str], history: dict[tuple[str, str], float]) -> float:
+        """What judging one trace of ``stratum`` costs, every metric: the
+        stratum's own recent mean for a metric where history has one, else the
+        mean token estimate of its traces tonight."""
+        n = len(self.keys[stratum])
+        own = self.token_cost.get(stratum, {})
+        return sum(history.get((stratum, m), own.get(m, 0.0) / n) for m in metrics)
+
+
+def unknown_keys(traffic: Traffic, stratify_keys: Sequence[str]) -> list[str]:
+    """The stratify keys no trace of the night holds in its metadata: a typo, or a key the traces do not carry."""
+    if not traffic.total:
+        return []
+    return [k for k in stratify_keys if k not in traffic.seen_keys]
 
 
 def undecided_new_keys(conn: Connection, keys: Sequence[TraceKey], metrics: list[str]) -> list[TraceKey]:
@@ -71,30 +98,47 @@ def undecided_new_keys(conn: Connection, keys: Sequence[TraceKey], metrics: list
 def stratify(bodies: dict[str, TraceBody], keys: Sequence[TraceKey], stratify_keys: Sequence[str],
              cost_of) -> Traffic:
     """Group ``keys`` by stratum; a key whose body could not be read is in the
-    stratum of missing values (it is still judged or sampled, never dropped)."""
+    stratum of missing values (it is still judged or sampled, never dropped).
+    ``cost_of(body)``: per metric, the token estimate of judging it."""
     traffic = Traffic()
     for key in keys:
         body = bodies.get(key.id)
-        stratum = stratum_of(body.metadata if body else None, stratify_keys)
-        traffic.add(stratum, key, cost_of(body) if body else 0.0)
+        metadata = body.metadata if body else None
+        stratum = stratum_of(metadata, stratify_keys)
+        traffic.seen_keys.update(segment_values(metadata, list(stratify_keys)))
+        traffic.add(stratum, key, cost_of(body) if body else {})
     return traffic
 
 
-def recent_cost_per_trace(conn: Connection, metrics: list[str], *, since: datetime) -> dict[str, float]:
-    """Per metric with enough recent judged results: their mean ``cost_usd``
-    (copies of identical traces, which cost nothing, left out)."""
+def _stratum_label(stratify_keys: Sequence[str], params: dict[str, Any]) -> str:
+    """SQL: a result's stratum from ``eval_results.segment`` (which holds the
+    alert segment keys: a stratify key that is not one of them reads as ``other``)."""
+    params.update(other=MISSING, all=ALL)
+    parts = []
+    for i, key in enumerate(stratify_keys):
+        params[f"k{i}"], params[f"p{i}"] = key, f"{key}="
+        parts.append(f"CAST(:p{i} AS text) || coalesce(segment ->> CAST(:k{i} AS text), CAST(:other AS text))")
+    return " || ',' || ".join(parts) if parts else "CAST(:all AS text)"
+
+
+def recent_stratum_costs(conn: Connection, metrics: list[str], stratify_keys: Sequence[str], *,
+                         since: datetime) -> dict[tuple[str, str], float]:
+    """Per (stratum, metric) with enough recent judged results: their mean
+    ``cost_usd`` (copies of identical traces, which cost nothing, left out)."""
+    params: dict[str, Any] = {"metrics": list(metrics), "since": since}
+    label = _stratum_label(stratify_keys, params)
     rows = conn.execute(
         text(
-            """
-            SELECT metric, avg(cost_usd), count(*) FROM judgeflow.eval_results
+            f"""
+            SELECT {label} AS stratum, metric, avg(cost_usd), count(*) FROM judgeflow.eval_results
             WHERE metric = ANY(CAST(:metrics AS text[])) AND scored_at >= :since AND status = 'scored'
               AND cost_usd IS NOT NULL AND judge_calls > 0
-            GROUP BY metric
+            GROUP BY 1, 2
             """
         ),
-        {"metrics": list(metrics), "since": since},
+        params,
     ).all()
-    return {m: float(avg) for m, avg, n in rows if n >= MIN_COSTED_RESULTS}
+    return {(s, m): float(avg) for s, m, avg, n in rows if n >= MIN_COSTED_RESULTS}
 
 
 def recent_fail_rates(conn: Connection, metrics: list[str], stratify_keys: Sequence[str], *,
@@ -103,12 +147,8 @@ def recent_fail_rates(conn: Connection, metrics: list[str], stratify_keys: Seque
     that did not pass since ``since``, from ``eval_results.segment`` (which
     holds the alert segment keys: a stratify key that is not one of them reads
     as ``other``)."""
-    params: dict[str, Any] = {"metrics": list(metrics), "since": since, "other": MISSING, "all": ALL}
-    parts = []
-    for i, key in enumerate(stratify_keys):
-        params[f"k{i}"], params[f"p{i}"] = key, f"{key}="
-        parts.append(f"CAST(:p{i} AS text) || coalesce(segment ->> CAST(:k{i} AS text), CAST(:other AS text))")
-    label = " || ',' || ".join(parts) if parts else "CAST(:all AS text)"
+    params: dict[str, Any] = {"metrics": list(metrics), "since": since}
+    label = _stratum_label(stratify_keys, params)
     rows = conn.execute(
         text(
             f"""

@@ -70,7 +70,7 @@ def test_the_power_step_raises_a_small_stratum_that_neyman_leaves_at_its_minimum
     assert without["small"].judged == 50  # Neyman gives a small low-variance stratum no more
     plan = allocate(_skewed(), budget_usd=6.0, min_samples=50, detect=DETECT)
     got = _by_name(plan)
-    needed = required_n(0.02, 0.05, alpha=0.01 / 4, ratio=7)
+    needed = required_n(0.02, 0.075, alpha=0.01 / 4, ratio=7, min_increase=0.05)
     assert needed > 120 and got["small"].power_needed == needed and got["small"].judged == 120  # all of it
     # the plan says the whole stratum is still fewer than its test needs
     assert got["small"].power_short.endswith("the stratum has only 120 new traces, all judged")
@@ -84,8 +84,8 @@ def test_strata_the_budget_cannot_power_are_funded_cheapest_first_and_named():
     got = _by_name(plan)
     assert got["small"].judged == 120
     assert got["mid"].judged < got["mid"].power_needed
-    assert "needed to see a rise of 5.0 pts with 80% power; the sample budget left after the cheaper strata" \
-        in got["mid"].power_short
+    assert "needed to see a rise of 7.5 pts with 80% power (the rule pages from 5.0); the sample budget left " \
+        "after the cheaper strata" in got["mid"].power_short
     assert plan.cost_usd <= 2.8 + 1e-9
 
 
@@ -94,7 +94,7 @@ def test_a_stratum_without_a_recent_rate_has_no_power_target():
                     budget_usd=5.0, min_samples=50, detect=DETECT)
     got = _by_name(plan)
     assert got["new"].power_needed is None and got["new"].power_short is None
-    assert got["old"].power_needed == required_n(0.02, 0.05, alpha=0.01 / 4, ratio=7)
+    assert got["old"].power_needed == required_n(0.02, 0.075, alpha=0.01 / 4, ratio=7, min_increase=0.05)
 
 
 @pytest.mark.parametrize("budget", [0.013, 0.5, 3.3, 17.0, 44.4])

@@ -1,0 +1,72 @@
+"""A backfill is a certainty phase, not a new probability for the whole
+stratum; after a run the sample phase weighs what it stands for (issue 46).
+Real PostgreSQL."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+import sqlalchemy as sa
+
+from judgeflow.db.schema import eval_results
+from judgeflow.sampling.decisions import reweigh, settle
+from tests.alerts.helpers import migrated
+
+NIGHT = date(2026, 11, 20)
+T0 = datetime(2026, 11, 20, 1, 0, tzinfo=timezone.utc)
+
+
+def _decide(conn, n: int, every: int) -> None:
+    conn.execute(sa.text(
+        """
+        INSERT INTO judgeflow.sample_decisions (trace_id, night, stratum, inclusion_prob, selected, created_at)
+        SELECT 'b-' || i, :night, 'app=x', :p, i % :every = 0, CAST(:t0 AS timestamptz) + i * interval '1 minute'
+        FROM generate_series(0, :n - 1) AS i
+        """), {"night": NIGHT, "p": 1 / every, "every": every, "t0": T0, "n": n})
+
+
+def _judge(conn, ids: list[int]) -> None:
+    conn.execute(eval_results.insert(), [dict(
+        trace_id=f"b-{i}", metric="toxicity", status="scored", score=0.0, passed=True, threshold=0.5,
+        trace_created_at=T0 + timedelta(minutes=i), details={}, segment={"app": "x"}) for i in ids])
+
+
+def _rows(conn) -> dict[int, sa.Row]:
+    return {int(r.trace_id[2:]): r for r in conn.execute(sa.text("SELECT * FROM judgeflow.sample_decisions"))}
+
+
+def test_a_partial_backfill_is_a_certainty_phase_and_the_rest_stays_a_sample(db):
+    engine = migrated(db)
+    with engine.begin() as conn:
+        _decide(conn, 100, 10)
+        _judge(conn, list(range(0, 100, 10)))  # the night's sample
+        _judge(conn, [i for i in range(30) if i % 10])  # a backfill of the first half hour
+        assert reweigh(conn) == 27
+        rows = _rows(conn)
+    span = range(1, 30)  # the backfilled traces' span: trace 0, selected before it, lies outside
+    for i, r in rows.items():
+        if i in span:
+            assert (r.phase, r.selected, r.inclusion_prob) == ("certainty", True, 1.0), i
+        else:
+            assert r.phase == "sample" and r.selected == (i % 10 == 0), i
+    sample = [r for r in rows.values() if r.phase == "sample"]
+    judged = sum(1 for r in sample if r.selected)
+    assert judged == 8 and len(sample) == 71
+    assert all(r.inclusion_prob == pytest.approx(judged / len(sample)) for r in sample)
+
+
+def test_settle_counts_selected_traces_left_unjudged_in_the_population(db):
+    engine = migrated(db)
+    with engine.begin() as conn:
+        _decide(conn, 200, 4)  # 50 selected at 0.25
+        _judge(conn, list(range(0, 120, 4)))  # the budget stopped after 30 of them
+        settle(conn, [NIGHT])
+        rows = _rows(conn)
+    assert len(rows) == 200 and all(r.inclusion_prob == pytest.approx(30 / 200) for r in rows.values())
+    # nothing judged keeps the planned probability (no weight from nothing)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM judgeflow.eval_results"))
+        conn.execute(sa.text("UPDATE judgeflow.sample_decisions SET inclusion_prob = 0.25"))
+        settle(conn, [NIGHT])
+        assert {r.inclusion_prob for r in _rows(conn).values()} == {0.25}
