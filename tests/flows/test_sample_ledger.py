@@ -38,13 +38,13 @@ def _traces(prefix: str, n: int, app: str, age: timedelta) -> list[dict]:
 
 def _full_cost() -> float:
     from judgeflow.config.settings import load_settings
-    from judgeflow.model import METRIC_NAMES
+    from judgeflow.metrics.registry import metric_names
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
 
     settings = load_settings()
-    plan = plan_source_reads.fn(settings, list(METRIC_NAMES))
-    return night_plan(settings, plan, list(METRIC_NAMES), since=None, until=None, sample_rate=1.0, record=False,
+    plan = plan_source_reads.fn(settings, list(metric_names()))
+    return night_plan(settings, plan, list(metric_names()), since=None, until=None, sample_rate=1.0, record=False,
                       flow_run_id=None).full_cost_usd
 
 
