@@ -46,7 +46,7 @@ def _segment_columns(*, key: bool = True) -> list[Column]:
         Column("baseline_sample_size", Integer),
         Column("baseline_violations", Integer),
         Column("p_value", Float),
-        # the rate's evidence (migration 0013): its 95% interval, the traffic the
+        # the rate's evidence (migration 15_sample_ledger.py): its 95% interval, the traffic the
         # judged results stand for and the effective sample size the rule read
         Column("ci_low", Float),
         Column("ci_high", Float),
