@@ -57,7 +57,10 @@ def test_a_batch_judges_its_longest_chains_of_calls_first(run, db, judge_server)
     # one call at a time (plus the one the judge holds ready): toxicity pairs
     # (opinions, verdicts, reason) take their slots before the batch's
     # single-call hallucination pairs, whatever the claim order, so a batch (and
-    # the run) ends on single calls
+    # the run) ends on single calls. Each call takes 50 ms at the judge: a toxicity
+    # pair's next call is queued while the call that took the freed slot is on the
+    # wire, not raced against it by a reply parsed on a loaded machine
+    judge_server.latency_mean_s = 0.05
     insert_traces(db, [scripted_trace(i)[0] for i in range(6)])
 
     run(batch_size=12, max_concurrency=1, judge_processes=1)
