@@ -181,6 +181,8 @@ class LeaseKeeper:
         unknown) may have moved to another run, so must be checked before
         judging: its lock or lease lapsed since, or its lease is not known to
         be renewed now. No database round trip."""
+        if self._lost:  # the lock (or lease) is gone now: until it is back, no claim is sure
+            return True
         since = self._at_risk_since
         lapsed = since is not None and (claimed_at is None or claimed_at < since)
         return lapsed or self.lease_stale()
@@ -190,7 +192,7 @@ class LeaseKeeper:
         are not at risk: ``at_risk(claimed_at)`` is ``time.monotonic() >=
         fresh_until(claimed_at)``; -inf once they are. A clock read."""
         since = self._at_risk_since
-        if since is not None and (claimed_at is None or claimed_at < since):
+        if self._lost or (since is not None and (claimed_at is None or claimed_at < since)):
             return -math.inf
         return self._renewed_at + STALE_SHARE * self._lease_s
 

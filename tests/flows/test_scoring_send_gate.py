@@ -50,14 +50,18 @@ class TakeOverWhileOnTheWire:
        the database before sending a call for a pair it claimed before.
     """
 
-    def __init__(self, db, taken: str) -> None:
-        self.db, self.taken = db, taken
+    def __init__(self, db, rows: list[dict]) -> None:
+        self.db, self.rows = db, rows
+        self.on_the_wire: dict | None = None  # the pair whose call came first: which one is the run's choice
+        self.taken: dict | None = None  # the other one, prepared behind it
         self.first = threading.Lock()
         self.errors: list[BaseException] = []
 
     def __call__(self, req):
         if self.first.acquire(blocking=False):
             try:
+                [self.on_the_wire] = [r for r in self.rows if r["output"] == (req.data or {}).get("output")]
+                [self.taken] = [r for r in self.rows if r is not self.on_the_wire]
                 self._take_over()
             except BaseException as error:  # reported by the test, not swallowed by the server
                 self.errors.append(error)
@@ -73,8 +77,8 @@ class TakeOverWhileOnTheWire:
             moved = conn.execute(sa.text(
                 "UPDATE judgeflow.claims SET owner = 'run-b:1', owner_key = :k, "
                 "lease_expires_at = now() + interval '15 minutes' WHERE trace_id = :t"
-            ), {"k": RUN_B_KEY, "t": self.taken}).rowcount
-        assert moved == 1, f"{self.taken} was not claimed"
+            ), {"k": RUN_B_KEY, "t": self.taken["id"]}).rowcount
+        assert moved == 1, f"{self.taken['id']} was not claimed"
         _eventually(lambda: _run_lock_backends(self.db), "the run to take its lock back")
         time.sleep(0.5)  # the keeper marks its claims as at risk as it takes the lock back
 
@@ -84,14 +88,14 @@ def test_a_pair_taken_over_after_its_check_gets_no_call_from_the_run_that_lost_i
 ):
     rows = [scripted_trace(i)[0] for i in range(2)]
     insert_traces(db, rows)
-    on_the_wire, prepared = rows[0], rows[1]  # claimed in this order; one call in flight at a time
-    takeover = TakeOverWhileOnTheWire(db, prepared["id"])
+    takeover = TakeOverWhileOnTheWire(db, rows)  # one call in flight at a time: the other pair's waits behind it
     judge_server.responder = takeover
 
     with _run_lock(db, RUN_B_KEY), caplog.at_level(logging.WARNING, logger="judgeflow.scoring"):
         # one call on the wire, one prepared behind it: both pairs are checked and started at once
         run_a = score_new_traces(metrics=["toxicity"], max_concurrency=1, judge_processes=1, evaluate_alerts=False)
     assert not takeover.errors, takeover.errors
+    on_the_wire, prepared = takeover.on_the_wire, takeover.taken
     assert (run_a.scored, run_a.taken_over) == (1, 1)
     # it was the send gate that held the prepared call back, not the check before judging
     assert any("its next judge call was not sent" in r.getMessage() and prepared["id"] in r.getMessage()
