@@ -49,7 +49,7 @@ from judgeflow.tasks.claims import (
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.epochs import record_judge_epochs
 from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
-from judgeflow.tasks.preparation import prepare_metrics
+from judgeflow.tasks.preparation import prepare_metrics, unprepared
 from judgeflow.tasks.reporting import (
     Progress,
     RunSummary,
@@ -265,7 +265,7 @@ def _prepare(run: _Run, limit: int | None) -> None:
     """Metrics that need something from the judge once (G-Eval steps) get it before
     the run's epochs are recorded; one the judge could not prepare is left out of
     this run, its pairs pending (the watermark keeps waiting for them)."""
-    if not run.pending:
+    if not run.pending or not unprepared(run.metrics):
         return
     prepared = prepare_metrics(run.settings, run.metrics)
     run.notes.extend(prepared.notes)
