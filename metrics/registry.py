@@ -249,9 +249,11 @@ def _load_entry_points() -> None:
     if _loaded[0]:
         return
     _loaded[0] = True
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        dist = entry.dist.metadata["Name"] if entry.dist is not None else None
-        origin: Origin = "built-in" if dist == OWN_DISTRIBUTION else "plugin"
+    entries = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    # the built-ins first, whatever the order of the path: the order of status and reports
+    entries.sort(key=lambda entry: _distribution(entry) != OWN_DISTRIBUTION)
+    for entry in entries:
+        origin: Origin = "built-in" if _distribution(entry) == OWN_DISTRIBUTION else "plugin"
         try:
             loaded = entry.load()
         except Exception as error:
@@ -263,6 +265,10 @@ def _load_entry_points() -> None:
                 raise ConfigError(f"metric {spec.name!r} is given by two plugins ({entry.value} and another)")
             _REGISTERED[spec.name] = spec
             _ORIGINS[spec.name] = origin
+
+
+def _distribution(entry: importlib.metadata.EntryPoint) -> str | None:
+    return entry.dist.metadata["Name"] if entry.dist is not None else None
 
 
 def registered() -> dict[str, MetricSpec]:
