@@ -223,3 +223,40 @@ def test_the_offline_judge_skips_a_file_metric_with_its_reason(file_env, db, mon
         ("helpfulness", "skipped")] * 2
     assert {r["reason"] for r in rows} == {NO_RUBRIC.format(name="grounded"), NO_RUBRIC.format(name="helpfulness")}
     assert _rows(db, "SELECT count(*) AS n FROM judgeflow.eval_results WHERE status = 'scored'") == [{"n": 4}]
+
+
+def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
+    """A night with file metrics costs the built-ins' pairs plus exactly the file metrics' pairs, stratum by
+    stratum (the night's plan, without judging)."""
+    from judgeflow.config.settings import load_settings
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+    from judgeflow.judge.pricing import estimate_pair_cost, prices_for
+    from judgeflow.tasks.claims import plan_source_reads
+    from judgeflow.tasks.sampling import night_plan
+
+    now = datetime.now(timezone.utc)
+    rows = [{"id": f"s{i}", "created_at": now - timedelta(hours=2, seconds=i), "input": "q" * (10 + i),
+             "output": "an answer " * (1 + i), "context": ["doc"], "metadata": {"app": "ab"[i % 2]}} for i in range(8)]
+    insert_traces(db, rows)
+    settings = load_settings()
+    migrate.upgrade(engine_for(settings))
+
+    def night(metrics: list[str]):
+        plan = plan_source_reads.fn(settings, metrics)
+        return night_plan(settings, plan, metrics, since=None, until=None, sample_rate=1.0, record=False,
+                          flow_run_id=None)
+
+    every, builtins = night(list(registered())), night(["toxicity", "hallucination"])
+    prices = prices_for(settings)
+    for stratum in ("app=a", "app=b"):
+        mine = [r for r in rows if f"app={r['metadata']['app']}" == stratum]
+        extra = sum(estimate_pair_cost(prices, metric, input=r["input"], output=r["output"], context=r["context"],
+                                       max_field_chars=settings.max_field_chars)
+                    for r in mine for metric in ("helpfulness", "grounded"))
+        assert extra > 0
+        (with_file,) = [s for s in every.rows if s.stratum == stratum]
+        (without,) = [s for s in builtins.rows if s.stratum == stratum]
+        assert (with_file.traffic, without.traffic) == (4, 4)
+        assert with_file.est_cost_usd == pytest.approx(without.est_cost_usd + extra)
+    assert every.full_cost_usd > builtins.full_cost_usd
