@@ -31,7 +31,7 @@ class Prepared:
 
     ready: list[str]
     notes: list[str] = field(default_factory=list)
-    cost_usd: float = 0.0
+    cost_usd: float = 0.0  # what asking the judge cost (a one-off call, not a pair's)
 
 
 def unprepared(metrics: list[str]) -> list[str]:
@@ -85,5 +85,6 @@ def _make(settings: Settings, engine, judge: Judge, spec: MetricSpec, result: Pr
     with engine.begin() as conn:
         kept = store(conn, spec.name, spec.prepare.key, value, usage.model or judge.model)
     spec.prepare.accept(kept)
-    result.notes.append(f"{spec.name}: its evaluation steps were written by the judge once ({usage.calls} call(s)) "
-                        "and stored; later runs score with the same steps")
+    cost = "" if usage.cost_usd is None else f", ${usage.cost_usd:.4f}"
+    result.notes.append(f"{spec.name}: its evaluation steps were written by the judge once ({usage.calls} call(s)"
+                        f"{cost}, outside the run's figures) and stored; later runs score with the same steps")
