@@ -260,3 +260,21 @@ def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
         assert (with_file.traffic, without.traffic) == (4, 4)
         assert with_file.est_cost_usd == pytest.approx(without.est_cost_usd + extra)
     assert every.full_cost_usd > builtins.full_cost_usd
+
+
+def test_a_metric_whose_steps_the_judge_cannot_write_waits_and_the_others_are_scored(file_env, db, judge_server):
+    from judgeflow.flows.scoring import score_new_traces
+
+    file_env.write_text(FILE + '\n[metrics.broken]\ncriteria = "Never writable. [steps-fail]"\n', encoding="utf-8")
+    insert_traces(db, [{"id": f"w{i}", "created_at": datetime.now(timezone.utc) - timedelta(minutes=5),
+                        "input": "q", "output": f"An answer {i}.", "context": ["doc"]} for i in range(2)])
+    alone = score_new_traces(evaluate_alerts=False, metrics=["broken"])
+    assert (alone.scored, alone.failed) == (0, 0)
+    assert any(n.startswith("broken: not scored this run: the judge could not write what it needs first")
+               for n in alone.notes), alone.notes
+    summary = score_new_traces(evaluate_alerts=False)
+    assert (summary.scored, summary.failed) == (8, 0)  # four metrics, two traces; broken waits
+    assert _rows(db, "SELECT count(*) AS n FROM judgeflow.eval_results WHERE metric = 'broken'") == [{"n": 0}]
+    assert _rows(db, "SELECT metric FROM judgeflow.metric_steps ORDER BY metric") == [{"metric": "grounded"}]
+    status = json.loads((out := _cli("status", "--json"))[out.index("{"):])
+    assert status["metrics"]["broken"]["pending"] == 2 and status["metrics"]["helpfulness"]["pending"] == 0

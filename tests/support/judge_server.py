@@ -193,12 +193,16 @@ def scripted_responder(req: ChatRequest) -> Reply:
     * ``ToxicityReason``: "The score is <score> because ...".
     * ``HallucinationJudgement``: score from a ``[halluc=0.75]`` marker in ``output``, else 0.0.
     * ``GEvalScore`` (a file metric): the score of a ``[geval=N]`` marker in ``output`` (11 and up: an invalid
-      reply), else 10; ``GEvalSteps``: two steps, the second quoting the criteria.
+      reply), else 10; ``GEvalSteps``: two steps, the second quoting the criteria (a 400 for criteria
+      holding ``[steps-fail]``).
     * ``RudenessJudgement`` (a test's own metric): 1.0 for ``[rude]`` in ``output``, else 0.0.
     * ``[judge-fail:500|429|garbage|400]`` in ``output`` (or in an opinion) always fails that way.
     """
     if req.step == "GEvalSteps":  # a G-Eval metric's steps, written from its criteria (no trace data)
-        return json_reply({"steps": geval_steps(req)})
+        steps = geval_steps(req)
+        if "[steps-fail]" in steps[-1]:
+            return error_reply(400, "forced bad request [steps-fail]")
+        return json_reply({"steps": steps})
     data = req.data
     if data is None:
         return error_reply(400, f"rule_responder: no data block ({BEGIN}) in the last user message")
