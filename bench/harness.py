@@ -398,6 +398,9 @@ class Stack:
             JUDGEFLOW_HOME=str(self.home),
             LITELLM_LOCAL_MODEL_COST_MAP="True",
         )
+        # a metrics file given to the bench: its metrics are scored beside the built-ins (docs/benchmark.md)
+        if os.environ.get("JUDGEFLOW_METRICS_FILE"):
+            env["JUDGEFLOW_METRICS_FILE"] = os.environ["JUDGEFLOW_METRICS_FILE"]
         env.update(extra)
         return env
 

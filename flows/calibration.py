@@ -8,6 +8,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from judgeflow.calibration.labelled import load_labelled, render, table
 from judgeflow.run.entry import run_settings
 from judgeflow.tasks.calibration import judge_labelled_items
+from judgeflow.tasks.database import ensure_schema
+from judgeflow.tasks.preparation import prepare_metrics, unprepared
 
 REPORT_KEY = "judgeflow-calibration-report"
 TABLE_KEY = "judgeflow-calibration"
@@ -20,6 +22,10 @@ def calibrate_judge(path: str, budget_usd: float | None = None) -> str:
     with ``budget_usd``, pairs that do not fit it are not judged."""
     settings = run_settings()
     items = load_labelled(path)
+    labelled = list(dict.fromkeys(metric for item in items for metric in item.labels))
+    if unprepared(labelled):  # its steps are the ones runs score with: stored, or written once now
+        ensure_schema(settings)
+        prepare_metrics(settings, labelled)
     reports = judge_labelled_items(settings, items, budget_usd)
     markdown = render(reports, judge_model=settings.judge_model, source=path)
     create_table_artifact(key=TABLE_KEY, table=table(reports), description="judge vs human labels")

@@ -49,6 +49,7 @@ from judgeflow.tasks.claims import (
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.epochs import record_judge_epochs
 from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
+from judgeflow.tasks.preparation import prepare_metrics, unprepared
 from judgeflow.tasks.reporting import (
     Progress,
     RunSummary,
@@ -231,8 +232,9 @@ def score_traces(
                  rescore=rescore, retry_failed=retry_failed)
     budget = night_run_budget(settings, run.sample, budget)  # a sample budget: what is left of the night's
     get_run_logger().info("%d (trace, metric) pairs pending in %s", run.pending, trace_source(settings).display)
+    _prepare(run, limit)
     # a new judge model or metric version starts a judge epoch: before the first result is written
-    run.epochs = record_judge_epochs(settings, metrics, flow_run_id=run.run_id) if run.pending else []
+    run.epochs = record_judge_epochs(settings, run.metrics, flow_run_id=run.run_id) if run.pending else []
     # the judge (litellm's import, judge worker processes: seconds) only when
     # there is work for it, built while the first batch is claimed
     judge_started = start_judge.submit(settings) if run.pending else None
@@ -257,6 +259,19 @@ def score_traces(
         close_judge(judge_started.result())  # an entry point's judge stays open for it to close
     reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
     return _finish(run, _summary(run, totals, left, _end_notes(run, ended)), ended, budget, progress)
+
+
+def _prepare(run: _Run, limit: int | None) -> None:
+    """Metrics that need something from the judge once (G-Eval steps) get it before
+    the run's epochs are recorded; one the judge could not prepare is left out of
+    this run, its pairs pending (the watermark keeps waiting for them)."""
+    if not run.pending or not unprepared(run.metrics):
+        return
+    prepared = prepare_metrics(run.settings, run.metrics)
+    run.notes.extend(prepared.notes)
+    if prepared.ready != run.metrics:
+        run.metrics = prepared.ready
+        run.pending = count_pending_work(run.settings, run.metrics, run.filters, limit=limit) if run.metrics else 0
 
 
 def _end_notes(run: _Run, ended: str) -> list[str]:

@@ -14,6 +14,7 @@ from judgeflow.run.entry import run_settings
 from judgeflow.shadow.plan import candidate_settings
 from judgeflow.shadow.report import ShadowReport
 from judgeflow.tasks.database import ensure_schema
+from judgeflow.tasks.preparation import prepare_metrics, unprepared
 from judgeflow.tasks.shadow import (
     build_shadow_report,
     publish_shadow_report,
@@ -49,7 +50,10 @@ def shadow_score(
     candidate = candidate_settings(settings, judge_model)
     ensure_schema(settings)
     run_id = str(flow_run.get_id())
-    pairs = select_shadow_sample(settings, chosen(metrics), since, segment_by, per_segment, seed)
+    # the candidate judges with the steps the judge in force scores with (stored by its runs)
+    names = chosen(metrics)
+    ready = prepare_metrics(settings, names).ready if unprepared(names) else names
+    pairs = select_shadow_sample(settings, ready, since, segment_by, per_segment, seed)
     score_shadow_sample(pairs, candidate, run_id, RetryPolicy.from_settings(settings))
     report = build_shadow_report(settings, run_id, candidate.judge_model, segment_by, per_segment)
     publish_shadow_report(report)

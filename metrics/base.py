@@ -44,6 +44,8 @@ def keep_extras(details: dict[str, Any], step: str, reply: BaseModel) -> None:
 
 class JudgeMetric:
     name: ClassVar[str]
+    # a score at or below the threshold passes; a metric whose higher score is better passes at or above it
+    higher_is_better: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -116,7 +118,7 @@ class JudgeMetric:
         return MetricResult(
             name=self.name,
             score=outcome.score,
-            passed=outcome.score <= threshold,
+            passed=outcome.score >= threshold if self.higher_is_better else outcome.score <= threshold,
             threshold=threshold,
             reason=outcome.reason,
             details=outcome.details,

@@ -26,6 +26,15 @@ What a spec declares:
 - ``offline``: what the offline judge answers for each of its steps
   (``"module:function"``, resolved by :mod:`judgeflow.judge.offline.judge`).
 - ``label_words``: how people may write its labels in a calibration set.
+- ``higher_is_better``: a score at or above the threshold passes (a G-Eval
+  metric's); otherwise at or below it (the built-ins').
+- ``prepare``: what the metric needs from the judge once before it can score
+  (:class:`Preparation`: a G-Eval metric's steps written from its criteria);
+  the trunk stores it and hands it back on every later run.
+
+Each metric has an origin: ``built-in`` (judgeflow's own entry point),
+``plugin`` (another distribution's entry point, or :func:`register` from
+code) or ``file`` (``JUDGEFLOW_METRICS_FILE``, :func:`serve_file_metrics`).
 """
 
 from __future__ import annotations
@@ -33,7 +42,7 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -41,7 +50,13 @@ from judgeflow.errors import ConfigError
 from judgeflow.judge.base import Judge
 from judgeflow.metrics.result import MetricResult
 
+if TYPE_CHECKING:
+    from judgeflow.metrics.steps import Flow
+
 ENTRY_POINT_GROUP = "judgeflow.metrics"
+# the distribution whose entry points are the built-ins
+OWN_DISTRIBUTION = "judgeflow"
+Origin = Literal["built-in", "plugin", "file"]
 TraceField = Literal["input", "output", "context"]
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
@@ -116,6 +131,20 @@ class ScoringMetric(Protocol):
                      judge: Judge | None = None) -> MetricResult: ...
 
 
+@dataclass(frozen=True)
+class Preparation:
+    """What a metric needs from the judge once, before it scores anything:
+    ``make(max_repairs)`` is the flow of judge requests that makes it (its
+    value JSON), ``accept(value)`` hands a made or stored value to the metric,
+    ``ready()`` says whether it has one. ``key`` is what the value depends on:
+    a stored value is used again while its key is the same."""
+
+    key: str
+    make: Callable[[int], "Flow[Any]"]
+    accept: Callable[[Any], None]
+    ready: Callable[[], bool]
+
+
 @dataclass(frozen=True, eq=False)
 class MetricSpec:
     name: str
@@ -129,6 +158,8 @@ class MetricSpec:
     # words a calibration label may be written as (lower case) -> whether it means "fails the metric"
     label_words: Mapping[str, bool] = field(default_factory=dict)
     description: str = ""
+    higher_is_better: bool = False
+    prepare: Preparation | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not set(self.name) <= _NAME_CHARS or self.name[0].isdigit():
@@ -143,6 +174,10 @@ class MetricSpec:
         records its epochs; a built metric holds its own)."""
         return self.version_of()
 
+    def passes(self, score: float, threshold: float) -> bool:
+        """The metric's rule: at or below the threshold passes, or at or above it when higher is better."""
+        return score >= threshold if self.higher_is_better else score <= threshold
+
     def setting_name(self, field_name: str) -> str:
         """The Settings name (``JUDGEFLOW_`` + upper case in the environment) of one of its fields."""
         return field_name if field_name in self.settings.unprefixed else f"{self.name}_{field_name}"
@@ -156,6 +191,9 @@ class MetricSpec:
 # purpose: it is the extension point, filled once per process (the entry
 # points) and by explicit register() calls, and read-only afterwards.
 _REGISTERED: dict[str, MetricSpec] = {}
+_ORIGINS: dict[str, Origin] = {}
+# the file whose metrics are served now (None: none)
+_FILE: list[str | None] = [None]
 _loaded = [False]
 
 
@@ -168,19 +206,54 @@ def register(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
     if spec.name in _REGISTERED and not replace and _REGISTERED[spec.name] is not spec:
         raise ConfigError(f"metric {spec.name!r} is registered already")
     _REGISTERED[spec.name] = spec
+    _ORIGINS.setdefault(spec.name, "plugin")
     return spec
 
 
 def unregister(name: str) -> None:
     """Serve ``name`` no more (a test's own metric, once it is done)."""
     _REGISTERED.pop(name, None)
+    _ORIGINS.pop(name, None)
+
+
+def origin_of(name: str) -> Origin:
+    """Where metric ``name`` came from: built-in, plugin or file."""
+    spec_of(name)
+    return _ORIGINS.get(name, "plugin")
+
+
+def serve_file_metrics(specs: Sequence[MetricSpec], path: str | None) -> None:
+    """Serve ``specs`` as the metrics of file ``path`` from now on, in place of
+    the file metrics served before (a metric no longer in the file is no longer
+    scored; its results stay). A name a built-in or plugin already has is a
+    ConfigError naming the file."""
+    _load_entry_points()
+    for spec in specs:
+        if spec.name in _REGISTERED and _ORIGINS.get(spec.name) != "file":
+            raise ConfigError(f"{path}: metric {spec.name!r} clashes with the {_ORIGINS.get(spec.name, 'plugin')} "
+                              f"metric of that name; choose another name")
+    for name in [name for name, origin in _ORIGINS.items() if origin == "file"]:
+        unregister(name)
+    for spec in specs:
+        _REGISTERED[spec.name] = spec
+        _ORIGINS[spec.name] = "file"
+    _FILE[0] = path if specs else None
+
+
+def served_file() -> str | None:
+    """The metrics file whose metrics are served now, if any."""
+    return _FILE[0]
 
 
 def _load_entry_points() -> None:
     if _loaded[0]:
         return
     _loaded[0] = True
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+    entries = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    # the built-ins first, whatever the order of the path: the order of status and reports
+    entries.sort(key=lambda entry: _distribution(entry) != OWN_DISTRIBUTION)
+    for entry in entries:
+        origin: Origin = "built-in" if _distribution(entry) == OWN_DISTRIBUTION else "plugin"
         try:
             loaded = entry.load()
         except Exception as error:
@@ -191,6 +264,11 @@ def _load_entry_points() -> None:
             if spec.name in _REGISTERED and _REGISTERED[spec.name] is not spec:
                 raise ConfigError(f"metric {spec.name!r} is given by two plugins ({entry.value} and another)")
             _REGISTERED[spec.name] = spec
+            _ORIGINS[spec.name] = origin
+
+
+def _distribution(entry: importlib.metadata.EntryPoint) -> str | None:
+    return entry.dist.metadata["Name"] if entry.dist is not None else None
 
 
 def registered() -> dict[str, MetricSpec]:

@@ -11,7 +11,7 @@ A label says whether a person judged the trace to *fail* the metric;
 ``1``/``0``, ``"yes"``/``"no"``, ``"fail"``/``"pass"`` are read too, and the
 words each registered metric declares (its spec's ``label_words``).
 A line may label one metric or several. The judge's decision is the metric's own:
-a score above the threshold fails. The figures treat "fails" as the positive
+a score above the threshold fails (below it, for a metric whose higher score is better). The figures treat "fails" as the positive
 class: precision is the share of the judge's failures a person agrees with,
 recall the share of the people's failures the judge finds, and Cohen's kappa
 the agreement beyond what two raters with those base rates reach by chance.
@@ -22,12 +22,12 @@ This module is pure: judging the items is :mod:`judgeflow.tasks.calibration`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from judgeflow.errors import ConfigError
-from judgeflow.metrics.registry import registered
+from judgeflow.metrics.registry import registered, spec_of
 
 _WORDS = {"true": True, "1": True, "yes": True, "fail": True, "failed": True,
           "false": False, "0": False, "no": False, "pass": False, "passed": False}
@@ -195,14 +195,26 @@ class MetricReport:
     best: Agreement | None = None
     best_upto: float | None = None
     over_budget: int = 0  # not judged: the calibration's budget was spent
+    # the metric passes at or above its threshold (a G-Eval metric): the figures are reckoned on 1 - score
+    # and its thresholds told back on the metric's own scale
+    higher_is_better: bool = False
 
 
 def build_report(metric: str, threshold: float, scored: list[tuple[float, bool]], *, labelled: int,
                  skipped: int, failed: int, errors: list[str], over_budget: int = 0) -> MetricReport:
-    report = MetricReport(metric, threshold, labelled, skipped, failed, errors[:5], over_budget=over_budget)
-    if scored:
+    report = MetricReport(metric, threshold, labelled, skipped, failed, errors[:5], over_budget=over_budget,
+                          higher_is_better=spec_of(metric).higher_is_better)
+    if not scored:
+        return report
+    if not report.higher_is_better:
         report.at_threshold = agreement(scored, threshold)
         report.best, report.best_upto = best_threshold(scored, threshold)
+        return report
+    # fails when score < threshold is fails when 1 - score > 1 - threshold: the same rule on the flipped scale
+    flipped = [(1.0 - score, fails) for score, fails in scored]
+    report.at_threshold = replace(agreement(flipped, 1.0 - threshold), threshold=threshold)
+    best, upto = best_threshold(flipped, 1.0 - threshold)
+    report.best, report.best_upto = replace(best, threshold=round(1.0 - best.threshold, 12)), round(1.0 - upto, 12)
     return report
 
 
@@ -240,12 +252,14 @@ def render(reports: list[MetricReport], *, judge_model: str, source: str) -> str
         if a is None:
             lines.append("- no item was judged: no figures")
         else:
-            lines.append(f"- at the configured threshold {r.threshold:g} (fails when score > threshold): "
+            rule = "score < threshold" if r.higher_is_better else "score > threshold"
+            lines.append(f"- at the configured threshold {r.threshold:g} (fails when {rule}): "
                          f"kappa {_fmt(a.kappa)}, precision {_fmt(a.precision)}, recall {_fmt(a.recall)}, "
                          f"F1 {_fmt(a.f1)}, accuracy {_fmt(a.accuracy)} (tp {a.tp}, fp {a.fp}, tn {a.tn}, fn {a.fn})")
             b = r.best
-            lines.append(f"- best agreement: threshold {b.threshold:g} (any value from {b.threshold:g} up to "
-                         f"{r.best_upto:g} decides the same): kappa {_fmt(b.kappa)}, precision {_fmt(b.precision)}, "
+            same = (f"any value above {r.best_upto:g} up to {b.threshold:g}" if r.higher_is_better else
+                    f"any value from {b.threshold:g} up to {r.best_upto:g}")
+            lines.append(f"- best agreement: threshold {b.threshold:g} ({same} decides the same): kappa {_fmt(b.kappa)}, precision {_fmt(b.precision)}, "
                          f"recall {_fmt(b.recall)}, F1 {_fmt(b.f1)} (tp {b.tp}, fp {b.fp}, tn {b.tn}, fn {b.fn})")
         for error in r.errors:
             lines.append(f"- error: {error}")

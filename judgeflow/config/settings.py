@@ -19,7 +19,8 @@ from judgeflow.errors import ConfigError
 from judgeflow.config.key_transport import check_key_destinations
 from judgeflow.config.scrub import install_log_scrubbing, register_settings
 from judgeflow.config.secrets import resolve_secrets
-from judgeflow.metrics.registry import MetricSettings, registered
+from judgeflow.metrics.geval.file import serve_metrics_file
+from judgeflow.metrics.registry import MetricSettings, origin_of, registered
 
 log = logging.getLogger("judgeflow.config.settings")
 
@@ -88,6 +89,8 @@ class _MetricVariables(PydanticBaseSettingsSource):
         found: dict[str, dict[str, Any]] = {}
         values, prefix = self._variables.env_vars, self._variables.env_prefix
         for spec in registered().values():
+            if origin_of(spec.name) == "file":
+                continue  # its file gives its settings: which file is only known once these are read
             for setting, name in spec.setting_names().items():
                 given.pop(setting, None)
                 key = f"{prefix}{setting}"
@@ -186,6 +189,10 @@ class Settings(BaseSettings):
     )
 
     # --- metrics ---------------------------------------------------------
+    metrics_file: Path | None = Field(
+        None, description="a TOML file of your own metrics (G-Eval: criteria, evaluation steps, inputs, threshold, "
+        "alert rules), served beside the built-ins (docs/metrics.md, \"Your own metrics\")",
+    )
     include_reason: bool = True
     max_field_chars: int = Field(20_000, ge=100, description="per-field truncation budget")
     # Each registered metric's own settings (judgeflow/metrics/registry.py: its threshold, its alert
@@ -350,6 +357,9 @@ class Settings(BaseSettings):
     def _fill_metric_settings(cls, data):
         if isinstance(data, dict):
             data = dict(data)
+            # the file's metrics are registered before their settings are read (a run serves those of the
+            # file its settings name, and no other file's)
+            serve_metrics_file(data.get("metrics_file") or None)
             data["metric_settings"] = _metric_values(data)
         return data
 

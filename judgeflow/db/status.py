@@ -78,6 +78,7 @@ def work_status(settings: Settings) -> dict:
     out, runs = _per_metric(read["results"], read["claims"], read["superseded"], pending)
     return {
         "metrics": out,
+        "no_longer_scored": no_longer_scored(read["results"]),
         "dead_deliveries": read["dead"].as_json(),
         "source": sourced.source,
         "other_sources": sourced.others,
@@ -136,13 +137,16 @@ def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict,
         for m in metric_names()
     }
     for metric, status, n, passed, given_up in results:
+        if metric not in out:
+            continue  # no longer served: no_longer_scored() counts its results
         out[metric][status] = n
         out[metric]["given_up"] += given_up
         if status == "scored":
             out[metric]["passed"] = passed
     runs: dict[str, dict] = {}
     for metric, owner, is_held, n, lease_until in claims:
-        out[metric]["in_progress" if is_held else "stranded"] += n
+        if metric in out:
+            out[metric]["in_progress" if is_held else "stranded"] += n
         run = runs.setdefault(
             owner,
             {"flow_run_id": owner.split(":", 1)[0], "live": bool(is_held), "pairs": {}, "lease_expires_at": None},
@@ -156,6 +160,16 @@ def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict,
         for run in sorted(runs.values(), key=lambda r: (not r["live"], r["flow_run_id"]))
     ]
     return out, ordered
+
+
+def no_longer_scored(results) -> dict[str, int]:
+    """Results kept of metrics no longer served (removed from the metrics file, a plugin uninstalled)."""
+    served = set(metric_names())
+    out: dict[str, int] = {}
+    for metric, _status, n, _passed, _given_up in results:
+        if metric not in served:
+            out[metric] = out.get(metric, 0) + n
+    return out
 
 
 _PRESET_SKIPS = text(
@@ -186,6 +200,9 @@ def status_notes(report: dict) -> list[str]:
     """`judgeflow status`'s lines about the source, its preset's skips and the Phoenix write-back."""
     lines = [f"source: {report['source']} (status counts only its results)", *report["source_notes"]]
     preset = report["source"].split(":", 1)[0]
+    for metric, n in report.get("no_longer_scored", {}).items():
+        lines.append(f"{metric}: no longer scored (not a served metric: removed from JUDGEFLOW_METRICS_FILE, or its "
+                     f"plugin is gone); its {n} stored result(s) are kept")
     for metric, reasons in report["skipped_by_preset"].items():
         total = sum(reasons.values())
         why = "; ".join(f"{n}: {reason}" for reason, n in list(reasons.items())[:5])

@@ -19,6 +19,7 @@ class DemoReport:
     failed: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     fail_rate: dict[str, float | None] = field(default_factory=dict)
+    skip_reasons: dict[str, str] = field(default_factory=dict)  # the most frequent, per metric
     alerts: list[dict] = field(default_factory=list)
     worst: list[dict] = field(default_factory=list)
     judge_models: list[str] = field(default_factory=list)
@@ -60,6 +61,9 @@ def build_report(settings: Settings) -> DemoReport:
             getattr(report, status)[metric] = n
             if status == "scored":
                 report.fail_rate[metric] = not_passed / n if n else None
+        report.skip_reasons = dict(conn.execute(text(
+            "SELECT DISTINCT ON (metric) metric, reason FROM judgeflow.eval_results WHERE status = 'skipped' "
+            "GROUP BY metric, reason ORDER BY metric, count(*) DESC, reason")).all())
         report.judge_models = [
             m for (m,) in conn.execute(text("SELECT DISTINCT judge_model FROM judgeflow.eval_results "
                                             "WHERE judge_model IS NOT NULL ORDER BY 1"))
@@ -115,6 +119,8 @@ def render(report: DemoReport, *, judge_note: str, ui_url: str | None, flow_run_
             f"{metric:<14} scored {report.scored.get(metric, 0):>4}   failed {report.failed.get(metric, 0):>3}   "
             f"skipped {report.skipped.get(metric, 0):>4}   failing rate {_pct(report.fail_rate.get(metric))}"
         )
+        if report.skipped.get(metric) and not report.scored.get(metric) and report.skip_reasons.get(metric):
+            lines.append(f"{'':<14} skipped: {report.skip_reasons[metric]}")
     lines.append("")
     if not report.alerts:
         lines.append("alerts: no rule evaluated yet")

@@ -35,6 +35,8 @@ _LLM_TRACES = table(
 )
 
 
+DEMO_METRICS = Path(__file__).with_name("metrics.toml")
+
 OFFLINE_NOTE = (
     "offline (no judge configured: a trained profanity classifier and a context-overlap check; "
     "set JUDGEFLOW_JUDGE_MODEL for an LLM judge)"
@@ -49,6 +51,10 @@ def demo_settings(settings: Settings) -> tuple[Settings, str]:
     note = f"{settings.judge_model} (JUDGEFLOW_JUDGE_MODEL)"
     if "judge_model" not in settings.model_fields_set:
         update["judge_model"], note = "offline", OFFLINE_NOTE
+    if settings.metrics_file is None:
+        # a metric of a file beside the built-ins; validated again so its settings are built
+        values = {**settings.model_dump(exclude={"metric_settings"}), **update, "metrics_file": DEMO_METRICS}
+        return Settings.model_validate(values), note
     return settings.model_copy(update=update), note
 
 

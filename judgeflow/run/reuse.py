@@ -39,6 +39,7 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.db.engine import engine_for
 from judgeflow.errors import DatabaseError
 from judgeflow.config.settings import Settings
+from judgeflow.metrics.registry import spec_of
 from judgeflow.model import TraceWork
 
 # The predicate of the partial index, written out so the planner matches it.
@@ -79,6 +80,7 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "failure_rate_max", "dead_delivery_rate_max",
     "metric_settings",  # each metric's own: its score_fields are hashed, the rest only decide passed or alert
     "phoenix_unwritten_max_age",  # an alert rule's age on the write-back, not a score
+    "metrics_file",  # which metrics are served: each one's prompts are in its metric version, hashed
 })
 # whole groups that only alert on stored scores
 SCORE_NEUTRAL_PREFIXES = ("alert_", "regression_")
@@ -192,9 +194,10 @@ def copied_row(work: TraceWork, source: dict[str, Any], *, threshold: float, flo
     details.setdefault("reused_from", source["trace_id"])
     score = source["score"]
     scored = source["status"] == "scored" and score is not None
+    passed = spec_of(work.metric).passes(score, threshold) if scored else None
     return {
         "trace_id": work.trace_id, "metric": work.metric, "metric_version": source["metric_version"],
-        "status": source["status"], "score": score, "passed": (score <= threshold) if scored else None,
+        "status": source["status"], "score": score, "passed": passed,
         "threshold": threshold, "reason": source["reason"], "details": details,
         "judge_model": source["judge_model"], "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0,
         "latency_ms": 0.0, "judge_calls": 0, "error": None, "error_kind": None, "attempts": 1,

@@ -91,6 +91,11 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
             assert abs(figures[metric]["rate"] - float(db[(metric, "scored")][1])) < 0.001
             assert figures[metric]["scored"] + figures[metric]["skipped"] + figures[metric]["failed"] == traces
         assert figures["toxicity"]["scored"] == traces  # every trace got a toxicity score
+        # the file metric beside them: the offline judge has no rubric, so every trace is skipped, with the reason
+        assert db[("helpfulness", "skipped")][0] == traces and ("helpfulness", "failed") not in db
+        assert re.search(rf"^helpfulness\s+scored\s+0\s+failed\s+0\s+skipped\s+{traces}\s", first, re.M), first
+        assert (" skipped: the offline judge has no rubric for the G-Eval metric helpfulness: it is not scored "
+                "offline") in first
         assert models and all(m.startswith("offline/") for m in models)
         assert alert.state == "firing"
         assert f"alert toxicity_rate: FIRING  (rate {alert.value:.1%} over {alert.sample_size} traces" in first
@@ -130,7 +135,8 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         # the default fan-out's task runs, as the README states them: claim-traces and
         # score-batch per batch of 100 pairs, one more claim-traces, twelve once per run (record-judge-epochs,
         # plan-source-reads and advance-watermark among them, as tests/flows/test_scoring_flow.py counts them)
-        assert set(recorded) == {"COMPLETED"} and recorded["COMPLETED"] == 2 * math.ceil(2 * traces / 100) + 12
+        # three metrics: the built-ins and the demo's file metric (judgeflow/demo/metrics.toml)
+        assert set(recorded) == {"COMPLETED"} and recorded["COMPLETED"] == 2 * math.ceil(3 * traces / 100) + 12
 
         # idempotent: nothing re-scored, same figures
         second_run = _run_demo(home)

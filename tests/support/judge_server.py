@@ -127,6 +127,8 @@ def garbage_reply() -> Reply:
 # sentence ends are [.!?] followed by whitespace or the end, so "0.25" stays whole
 _SENTENCE = re.compile(r"[.!?](?=\s|$)")
 _HALLUC = re.compile(r"\[halluc=([0-9]*\.?[0-9]+)\]")
+_GEVAL = re.compile(r"\[geval=([0-9]+)\]")
+_CRITERIA = re.compile(r"Evaluation criteria:\n(.*?)\n\n", re.DOTALL)
 _FORCED = re.compile(r"\[judge-fail:(500|429|garbage|400)\]", re.IGNORECASE)
 
 
@@ -175,6 +177,14 @@ def rule_responder(req: ChatRequest) -> Reply:
     return reply
 
 
+def geval_steps(req: ChatRequest) -> list[str]:
+    """Steps naming the criteria they were written from: other criteria, other steps."""
+    text = " ".join(_text_of(m.get("content")) for m in req.messages if isinstance(m, dict))
+    match = _CRITERIA.search(text)
+    criteria = match.group(1).strip() if match else "?"
+    return ["Read what the user sent.", f"Check the reply against the criteria: {criteria}"]
+
+
 def scripted_responder(req: ChatRequest) -> Reply:
     """A deterministic judge scripted by the content of the data block.
 
@@ -182,9 +192,17 @@ def scripted_responder(req: ChatRequest) -> Reply:
     * ``Verdicts``: "yes" for opinions containing ``[toxic]`` (any case), else "no".
     * ``ToxicityReason``: "The score is <score> because ...".
     * ``HallucinationJudgement``: score from a ``[halluc=0.75]`` marker in ``output``, else 0.0.
+    * ``GEvalScore`` (a file metric): the score of a ``[geval=N]`` marker in ``output`` (11 and up: an invalid
+      reply), else 10; ``GEvalSteps``: two steps, the second quoting the criteria (a 400 for criteria
+      holding ``[steps-fail]``).
     * ``RudenessJudgement`` (a test's own metric): 1.0 for ``[rude]`` in ``output``, else 0.0.
     * ``[judge-fail:500|429|garbage|400]`` in ``output`` (or in an opinion) always fails that way.
     """
+    if req.step == "GEvalSteps":  # a G-Eval metric's steps, written from its criteria (no trace data)
+        steps = geval_steps(req)
+        if "[steps-fail]" in steps[-1]:
+            return error_reply(400, "forced bad request [steps-fail]")
+        return json_reply({"steps": steps})
     data = req.data
     if data is None:
         return error_reply(400, f"rule_responder: no data block ({BEGIN}) in the last user message")
@@ -222,6 +240,12 @@ def scripted_responder(req: ChatRequest) -> Reply:
             else ["The output agrees with the context."]
         )
         return json_reply({"score": score, "reason": reasons})
+
+    if req.step == "GEvalScore":  # a file metric (metrics/geval/): 0-10 from a [geval=N] marker, else 10
+        match = _GEVAL.search(str(data.get("output") or ""))
+        if match is None:
+            return json_reply({"score": 10, "reason": "The reply does what the criteria ask."})
+        return json_reply({"score": int(match.group(1)), "reason": f"The reply carries the marker [geval={match.group(1)}]."})
 
     if req.step == "RudenessJudgement":  # tests/flows/test_metric_registry.py's own metric
         rude = "[rude]" in str(data.get("output") or "").lower()

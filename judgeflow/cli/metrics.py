@@ -1,0 +1,68 @@
+"""``judgeflow metrics``: every metric served, where it comes from, its version,
+what it reads and its alert rules; ``--check FILE`` validates a metrics file
+without judging anything."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from judgeflow.cli.errors import clear_errors
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:g}%"
+
+
+def metric_rows(settings) -> list[dict]:
+    """One row per registered metric, in registration order."""
+    from judgeflow.alerts.rules import all_rules
+    from judgeflow.metrics.registry import origin_of, registered
+
+    rules: dict[str, list[str]] = {}
+    for rule in all_rules(settings):
+        if rule.metric is not None and rule.enabled:
+            limit = f"+{_pct(rule.limit)}" if rule.is_regression else f"max {_pct(rule.limit)}"
+            rules.setdefault(rule.metric, []).append(f"{rule.name} {limit}")
+    rows = []
+    for name, spec in registered().items():
+        own = settings.metric(name)
+        rows.append({
+            "name": name, "origin": origin_of(name), "version": spec.version, "inputs": list(spec.fields),
+            "passes": f"score {'>=' if spec.higher_is_better else '<='} {own.threshold:g}",
+            "rules": rules.get(name, []), "description": spec.description,
+        })
+    return rows
+
+
+@clear_errors
+def metrics(
+    check: Path = typer.Option(None, "--check", metavar="FILE",
+                               help="validate a metrics file (TOML) without judging; exit 0 when it is usable, 2 "
+                                    "with one line naming the problem"),
+    as_json: bool = typer.Option(False, "--json", help="the list as JSON"),
+) -> None:
+    """List every metric: its origin (built-in, file, plugin), version, inputs and alert rules."""
+    if check is not None:
+        from judgeflow.metrics.geval.file import load_metrics_file
+
+        specs = load_metrics_file(check)
+        names = ", ".join(spec.name for spec in specs) or "none"
+        typer.echo(f"{check}: {len(specs)} metric(s) usable: {names}")
+        return
+    from judgeflow.cli.command import command_settings
+    from judgeflow.metrics.registry import served_file
+
+    settings = command_settings()
+    rows = metric_rows(settings)
+    if as_json:
+        typer.echo(json.dumps({"metrics_file": served_file(), "metrics": rows}, indent=2))
+        return
+    if served_file():
+        typer.echo(f"metrics file: {served_file()}")
+    for row in rows:
+        rules = "; ".join(row["rules"]) or "no alert rule on"
+        typer.echo(f"{row['name']:<16} {row['origin']:<9} {row['version']:<28} reads {', '.join(row['inputs'])}; "
+                   f"passes at {row['passes']}; {rules}")

@@ -1,0 +1,193 @@
+"""Metrics declared in a file (``JUDGEFLOW_METRICS_FILE``, TOML)::
+
+    [metrics.helpfulness]
+    criteria = "The reply helps the user with what they asked instead of refusing."
+    evaluation_steps = ["Read what the user asked.", "Decide whether the reply helps with it or refuses it."]
+    inputs = ["input", "output"]
+    threshold = 0.5
+    rate_max = 0.10
+
+Every field is checked before anything is judged; a problem is one
+:class:`ConfigError` line naming the file, the metric and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from judgeflow.errors import ConfigError
+from judgeflow.metrics.geval.metric import DEFAULT_REGRESSION_MIN_INCREASE, GEvalDefinition, geval_spec
+from judgeflow.metrics.geval.schema import MAX_STEP_CHARS, MAX_STEPS
+from judgeflow.metrics.registry import MetricSpec, origin_of, registered, serve_file_metrics
+
+ALLOWED_INPUTS = ("input", "output", "context")
+MAX_NAME_CHARS = 40
+MAX_CRITERIA_CHARS = 4000
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
+# fields a metric may have; model and segment_by are named so their line says why they are refused
+FIELDS = frozenset({"criteria", "evaluation_steps", "inputs", "threshold", "rate_max", "regression", "strict_mode",
+                    "description"})
+NOT_YET = {
+    "model": "a judge model of its own per metric is not supported yet; every metric uses JUDGEFLOW_JUDGE_MODEL",
+    "segment_by": "per-metric segments are not supported yet; JUDGEFLOW_ALERT_SEGMENT_BY segments every metric's "
+                  "rules",
+}
+
+# the specs of a file's content, so a file read again (a second settings object in one process) keeps the
+# steps its metrics were handed
+_SPECS: dict[str, tuple[MetricSpec, ...]] = {}
+
+
+class _Where:
+    def __init__(self, path: str, metric: str | None = None):
+        self.path, self.metric = path, metric
+
+    def error(self, field: str | None, problem: str) -> ConfigError:
+        parts = [self.path] + ([f"metric {self.metric}"] if self.metric else []) + ([field] if field else [])
+        return ConfigError(f"{': '.join(parts)}: {problem}")
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    """The file's TOML; unreadable or not TOML is one line naming it."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as error:
+        raise ConfigError(f"JUDGEFLOW_METRICS_FILE {path}: cannot read it: {error.strerror or error}") from None
+    try:
+        return tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text; save the metrics file as UTF-8") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+
+
+def definitions(path: str | Path, document: Mapping[str, Any]) -> list[GEvalDefinition]:
+    """Every metric of a parsed file, each field checked."""
+    where = _Where(str(path))
+    unknown = sorted(set(document) - {"metrics"})
+    if unknown:
+        raise where.error(unknown[0], "unknown key; a metrics file holds [metrics.<name>] tables only")
+    metrics = document.get("metrics", {})
+    if not isinstance(metrics, dict):
+        raise where.error("metrics", "must be tables: [metrics.<name>]")
+    taken = {name for name in registered() if name not in _file_names()}
+    return [_definition(_Where(str(path), name), name, table, taken) for name, table in metrics.items()]
+
+
+def _file_names() -> set[str]:
+    return {name for name in registered() if origin_of(name) == "file"}
+
+
+def _definition(where: _Where, name: str, table: Any, taken: set[str]) -> GEvalDefinition:
+    _check_name(where, name, taken)
+    if not isinstance(table, dict):
+        raise where.error(None, "must be a table of fields: [metrics." + name + "]")
+    for key in table:
+        if key in NOT_YET:
+            raise where.error(key, NOT_YET[key])
+        if key not in FIELDS:
+            raise where.error(key, f"unknown field; the fields are {', '.join(sorted(FIELDS))}")
+    if "criteria" not in table:
+        raise where.error("criteria", "missing: say what the judge is to check")
+    return GEvalDefinition(
+        name=name, criteria=_text(where, "criteria", table["criteria"], MAX_CRITERIA_CHARS),
+        inputs=_inputs(where, table.get("inputs", ["input", "output"])),
+        evaluation_steps=_steps(where, table.get("evaluation_steps")),
+        threshold=_share(where, "threshold", table.get("threshold", 0.5)),
+        rate_max=None if "rate_max" not in table else _share(where, "rate_max", table["rate_max"]),
+        regression_min_increase=_regression(where, table.get("regression", False)),
+        strict_mode=_strict(where, table.get("strict_mode", 0)),
+        description=_text(where, "description", table.get("description", ""), 500, empty=True),
+    )
+
+
+def _check_name(where: _Where, name: str, taken: set[str]) -> None:
+    if not name or not set(name) <= _NAME_CHARS or not name[0].isalpha() or len(name) > MAX_NAME_CHARS:
+        raise where.error(None, f"bad metric name: lowercase letters, digits and '_', starting with a letter, at "
+                                f"most {MAX_NAME_CHARS} characters")
+    if name in taken:
+        raise where.error(None, "clashes with a built-in or plugin metric of that name; choose another name")
+
+
+def _text(where: _Where, field: str, value: Any, limit: int, *, empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise where.error(field, f"must be text, got {_kind(value)}")
+    if not value.strip() and not empty:
+        raise where.error(field, "must not be empty")
+    if len(value) > limit:
+        raise where.error(field, f"at most {limit} characters, got {len(value)}")
+    return value.strip()
+
+
+def _inputs(where: _Where, value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise where.error("inputs", f"must be a list of {', '.join(ALLOWED_INPUTS)}")
+    unknown = [v for v in value if v not in ALLOWED_INPUTS]
+    if unknown:
+        raise where.error("inputs", f"unknown input {unknown[0]!r}; choose from {', '.join(ALLOWED_INPUTS)}")
+    if len(set(value)) != len(value):
+        raise where.error("inputs", "names an input twice")
+    if "output" not in value:
+        raise where.error("inputs", "must include 'output': the reply is what every metric judges")
+    return tuple(name for name in ALLOWED_INPUTS if name in value)
+
+
+def _steps(where: _Where, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) and v.strip() for v in value):
+        raise where.error("evaluation_steps", "must be a list of non-empty sentences")
+    if len(value) > MAX_STEPS or any(len(v) > MAX_STEP_CHARS for v in value):
+        raise where.error("evaluation_steps", f"at most {MAX_STEPS} steps of at most {MAX_STEP_CHARS} characters")
+    return tuple(v.strip() for v in value)
+
+
+def _share(where: _Where, field: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise where.error(field, f"must be a number from 0 to 1, got {_kind(value)}")
+    if not 0 <= value <= 1:
+        raise where.error(field, f"must be from 0 to 1, got {value!r}")
+    return float(value)
+
+
+def _regression(where: _Where, value: Any) -> float | None:
+    """``true``: the rule on, paging at the default rise; a number: the rise; ``false``: off."""
+    if value is True:
+        return DEFAULT_REGRESSION_MIN_INCREASE
+    if value is False:
+        return None
+    share = _share(where, "regression", value)
+    if share == 0:
+        raise where.error("regression", "a rise of 0 would page on noise; give true or a rise above 0")
+    return share
+
+
+def _strict(where: _Where, value: Any) -> bool:
+    if value in (0, 1) and isinstance(value, (bool, int)):
+        return bool(value)
+    raise where.error("strict_mode", f"must be 0 or 1, got {value!r}")
+
+
+def _kind(value: Any) -> str:
+    return {bool: "true/false", int: "a number", float: "a number", str: "text", list: "a list",
+            dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def load_metrics_file(path: str | Path) -> tuple[MetricSpec, ...]:
+    """The specs of the metrics in ``path``, every field checked; nothing is registered."""
+    document = read_file(path)
+    digest = hashlib.sha256(repr(sorted(document.items())).encode() + str(path).encode()).hexdigest()
+    if digest not in _SPECS:
+        _SPECS[digest] = tuple(geval_spec(d) for d in definitions(path, document))
+    return _SPECS[digest]
+
+
+def serve_metrics_file(path: str | Path | None) -> tuple[MetricSpec, ...]:
+    """Serve the metrics of ``path`` (None: no file metrics) in place of any served before."""
+    specs = () if path is None or str(path) == "" else load_metrics_file(path)
+    serve_file_metrics(specs, None if path is None else str(path))
+    return specs

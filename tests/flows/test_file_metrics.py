@@ -1,0 +1,280 @@
+"""Metrics declared in JUDGEFLOW_METRICS_FILE are served like the built-ins,
+through the real flow (PostgreSQL, Prefect, litellm over HTTP to the local
+judge server answering G-Eval prompts): results with cost and tokens,
+identical content judged once, generated steps written once and stored, the
+version and its epochs, the alert rules, status, show, report, calibrate,
+shadow, backfill --rescore, the run's artifacts, the offline judge."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from judgeflow.metrics.geval.metric import NO_RUBRIC
+from judgeflow.metrics.registry import registered
+from tests.support.traces import insert_traces
+
+runner = CliRunner()
+
+FILE = '''
+[metrics.helpfulness]
+criteria = "The reply helps the user with what they asked instead of refusing."
+evaluation_steps = ["Read what the user asked.", "Decide whether the reply helps with it or refuses it."]
+inputs = ["input", "output"]
+threshold = 0.5
+rate_max = 0.10
+regression = true
+
+[metrics.grounded]
+criteria = "Every claim of the reply is supported by the context."
+inputs = ["output", "context"]
+'''
+# helpfulness: 0.2 and 0.3 fail, the rest pass; t5 is t4 again (judged once)
+OUTPUTS = ["I will not help with that. [geval=2]", "Ask someone else. [geval=3]", "Mostly: boil it. [geval=7]",
+           "Sure, here is how.", "Boil it for 7 minutes.", "Boil it for 7 minutes."]
+
+
+def _rows(db, sql: str, **params) -> list[dict]:
+    with db.connect() as conn:
+        return [dict(r) for r in conn.execute(sa.text(sql), params).mappings()]
+
+
+def _cli(*args: str):
+    from judgeflow.cli import app
+
+    result = runner.invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture
+def file_env(prefect_server, judgeflow_env, monkeypatch, tmp_path):
+    from judgeflow.metrics.geval.file import serve_metrics_file
+
+    path = tmp_path / "metrics.toml"
+    path.write_text(FILE, encoding="utf-8")
+    monkeypatch.setenv("PREFECT_API_URL", prefect_server)
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(path))
+    monkeypatch.setenv("JUDGEFLOW_ALERT_MIN_SAMPLES", "4")
+    monkeypatch.setenv("JUDGEFLOW_ALERT_SEGMENT_BY", "app")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "1.0")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "2.0")
+    yield path
+    serve_metrics_file(None)
+    assert list(registered()) == ["toxicity", "hallucination"]
+
+
+def _first_night(db, judge_server):
+    from judgeflow.flows.scoring import score_new_traces
+
+    before = judge_server.calls("GEvalScore")
+    recent = datetime.now(timezone.utc) - timedelta(minutes=5)
+    insert_traces(db, [{"id": f"t{i}", "created_at": recent + timedelta(seconds=i), "input": "How do I boil an egg?",
+                        "output": out, "context": ["Eggs boil in 7 minutes."], "metadata": {"app": "ab"[i >= 2]}}
+                       for i, out in enumerate(OUTPUTS)])
+    summary = score_new_traces()
+    # four metrics, six traces; t5 copies t4's result for every metric
+    assert (summary.scored, summary.failed, summary.reused) == (24, 0, 4)
+    # 5 judged per file metric; the steps of `grounded` written once
+    assert (judge_server.calls("GEvalScore") - before, judge_server.calls("GEvalSteps")) == (10, 1)
+    return summary
+
+
+def test_a_file_metric_is_served_like_the_built_ins(file_env, db, judge_server):
+    summary = _first_night(db, judge_server)
+    helpfulness, grounded = registered()["helpfulness"], registered()["grounded"]
+    rows = _rows(db, "SELECT trace_id, status, score, passed, reason, cost_usd, prompt_tokens, completion_tokens, "
+                     "latency_ms, judge_calls, metric_version, details FROM judgeflow.eval_results "
+                     "WHERE metric = 'helpfulness' ORDER BY trace_id")
+    assert [(r["trace_id"], r["score"], r["passed"]) for r in rows] == [
+        ("t0", 0.2, False), ("t1", 0.3, False), ("t2", 0.7, True), ("t3", 1.0, True), ("t4", 1.0, True),
+        ("t5", 1.0, True)]
+    judged, copy = rows[:5], rows[5]
+    assert all(r["status"] == "scored" and r["judge_calls"] == 1 and r["cost_usd"] > 0 and r["prompt_tokens"] > 0
+               and r["completion_tokens"] > 0 and r["latency_ms"] > 0 for r in judged)
+    assert rows[0]["reason"] == "The reply carries the marker [geval=2]." and rows[0]["details"]["raw_score"] == 2
+    assert (copy["judge_calls"], copy["cost_usd"], copy["details"]["reused_from"]) == (0, 0.0, "t4")
+    assert {r["metric_version"] for r in rows} == {helpfulness.version}
+
+    # the generated steps: stored, quoting the criteria, part of the version
+    (stored,) = _rows(db, "SELECT metric, value FROM judgeflow.metric_steps")
+    assert stored["metric"] == "grounded" and "supported by the context" in stored["value"][1]
+    assert "pending" not in grounded.version
+    assert {r["metric_version"] for r in _rows(db, "SELECT metric_version FROM judgeflow.eval_results "
+                                                   "WHERE metric = 'grounded'")} == {grounded.version}
+    epochs = {r["metric"]: r["metric_version"] for r in _rows(db, "SELECT metric, metric_version FROM "
+                                                                  "judgeflow.judge_epochs")}
+    assert (epochs["helpfulness"], epochs["grounded"]) == (helpfulness.version, grounded.version)
+    assert any(n.startswith("grounded: its evaluation steps were written by the judge once") for n in summary.notes)
+    assert summary.by_metric["helpfulness"]["scored"] == 6 and summary.pass_rate["helpfulness"] == pytest.approx(4 / 6)
+
+    # its alert rule: 2 of 6 did not pass, over the 10% maximum; per segment too
+    alerts = {(r["rule"], json.dumps(r["segment"])): r for r in _rows(
+        db, "SELECT rule, segment, state, value, sample_size FROM judgeflow.alerts WHERE rule LIKE 'helpfulness%'")}
+    overall = alerts[("helpfulness_rate", "{}")]
+    assert (overall["state"], overall["sample_size"]) == ("firing", 6) and overall["value"] == pytest.approx(2 / 6)
+    assert alerts[("helpfulness_rate", '{"app": "b"}')]["sample_size"] == 4  # its segments are evaluated too
+
+    # the run's artifacts: its batch table names the metric's pairs
+    table = asyncio.run(_artifacts(summary.flow_run_id))
+    assert {"figure": "judge calls", "value": summary.judge_calls} in table
+
+    status = json.loads((out := _cli("status", "--json"))[out.index("{"):])
+    assert status["metrics"]["helpfulness"] | {} == {**status["metrics"]["helpfulness"], "scored": 6, "passed": 4,
+                                                     "pending": 0, "failed": 0}
+    assert "helpfulness: score 0.200, FAILED (threshold 0.5)" in _cli("show", "t0")
+    report = _cli("report", "--since", "1d")
+    assert any(line.lstrip().startswith("helpfulness") for line in report.splitlines()), report
+
+    _stored_steps_are_not_written_again(db, judge_server, grounded.version)
+    _editing_the_criteria_starts_an_epoch_and_pages_nothing(db, file_env)
+    _removed_from_the_file_its_results_stay(db, file_env)
+
+
+async def _artifacts(flow_run_id: str) -> list[dict]:
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        response = await client._client.post("/artifacts/filter", json={
+            "artifacts": {"key": {"any_": ["judgeflow-run-summary"]}, "flow_run_id": {"any_": [flow_run_id]}}})
+        response.raise_for_status()
+        return json.loads(response.json()[0]["data"])
+
+
+def _stored_steps_are_not_written_again(db, judge_server, version: str) -> None:
+    """A new process (the file read afresh) finds the stored steps: backfill --rescore judges every pair again
+    with the same steps and version, and asks for no steps."""
+    from judgeflow.metrics.geval import file
+
+    file._SPECS.clear()
+    _cli("backfill", "--since", "1d", "--until", "0s", "--rescore", "--yes")
+    assert (judge_server.calls("GEvalScore"), judge_server.calls("GEvalSteps")) == (20, 1)
+    assert registered()["grounded"].version == version
+    rows = _rows(db, "SELECT metric_version, flow_run_id FROM judgeflow.eval_results WHERE metric = 'grounded'")
+    assert {r["metric_version"] for r in rows} == {version} and len({r["flow_run_id"] for r in rows}) == 1
+
+
+def _editing_the_criteria_starts_an_epoch_and_pages_nothing(db, path: Path) -> None:
+    path.write_text(FILE.replace("instead of refusing.", "instead of refusing, and politely."), encoding="utf-8")
+    insert_traces(db, [{"id": "t6", "created_at": datetime.now(timezone.utc) - timedelta(minutes=1),
+                        "input": "Hi", "output": "Hello! [geval=1]", "metadata": {"app": "a"}}])
+    _cli("score")
+    epochs = _rows(db, "SELECT metric_version FROM judgeflow.judge_epochs WHERE metric = 'helpfulness' ORDER BY id")
+    assert len(epochs) == 2 and epochs[1]["metric_version"] == registered()["helpfulness"].version
+    assert epochs[0]["metric_version"] != epochs[1]["metric_version"]
+    (t6,) = _rows(db, "SELECT metric_version, score FROM judgeflow.eval_results WHERE trace_id = 't6' AND "
+                      "metric = 'helpfulness'")
+    assert t6 == {"metric_version": epochs[1]["metric_version"], "score": 0.1}
+    fired = _rows(db, "SELECT rule FROM judgeflow.alert_events WHERE rule = 'helpfulness_regression'")
+    assert fired == []
+
+
+def _removed_from_the_file_its_results_stay(db, path: Path) -> None:
+    path.write_text(FILE.split("[metrics.grounded]")[0], encoding="utf-8")
+    status = _cli("status")
+    assert "grounded: no longer scored" in status and "its 7 stored result(s) are kept" in status, status
+    assert len(_rows(db, "SELECT 1 FROM judgeflow.eval_results WHERE metric = 'grounded'")) == 7  # t0-t6
+    assert not any(line.startswith("grounded ") for line in status.splitlines())  # not in the table of served
+
+
+def test_calibrate_and_shadow_judge_a_file_metric(file_env, db, judge_server, tmp_path):
+    from judgeflow.flows.calibration import calibrate_judge
+    from judgeflow.flows.shadow import shadow_score
+
+    labelled = tmp_path / "labelled.jsonl"
+    labelled.write_text("\n".join(json.dumps(x) for x in [
+        {"input": "q", "output": "No. [geval=1]", "labels": {"helpfulness": "fail"}},
+        {"input": "q", "output": "Partly. [geval=4]", "labels": {"helpfulness": True}},
+        {"input": "q", "output": "Yes, like this. [geval=6]", "labels": {"helpfulness": "pass"}},
+        {"input": "q", "output": "Here you go.", "labels": {"helpfulness": False}},
+    ]) + "\n")
+    markdown = calibrate_judge(str(labelled))
+    assert "## helpfulness" in markdown and "(fails when score < threshold)" in markdown
+    assert "kappa 1.000, precision 1.000, recall 1.000" in markdown
+    assert "best agreement: threshold 0.6 (any value above 0.4 up to 0.6 decides the same)" in markdown
+
+    _first_night(db, judge_server)
+    report = shadow_score(since=datetime.now(timezone.utc) - timedelta(days=1), judge_model="openai/judge-b",
+                          metrics=["helpfulness", "grounded"], per_segment=10)
+    by_metric = {m.metric: m for m in report.metrics}
+    assert (by_metric["helpfulness"].compared, by_metric["grounded"].compared) == (6, 6)
+    assert by_metric["helpfulness"].confusion == {"both_pass": 4, "only_candidate_fails": 0,
+                                                  "only_current_fails": 0, "both_fail": 2}
+    assert judge_server.calls("GEvalSteps") == 1  # the candidate judges with the stored steps
+
+
+def test_the_offline_judge_skips_a_file_metric_with_its_reason(file_env, db, monkeypatch):
+    from judgeflow.flows.scoring import score_new_traces
+
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "offline")
+    insert_traces(db, [{"id": f"o{i}", "created_at": datetime.now(timezone.utc) - timedelta(minutes=5),
+                        "input": "q", "output": f"A plain answer {i}.", "context": ["doc"]} for i in range(2)])
+    summary = score_new_traces(evaluate_alerts=False)
+    assert summary.failed == 0
+    rows = _rows(db, "SELECT metric, status, reason FROM judgeflow.eval_results WHERE metric IN "
+                     "('helpfulness', 'grounded') ORDER BY metric, trace_id")
+    assert [(r["metric"], r["status"]) for r in rows] == [("grounded", "skipped")] * 2 + [
+        ("helpfulness", "skipped")] * 2
+    assert {r["reason"] for r in rows} == {NO_RUBRIC.format(name="grounded"), NO_RUBRIC.format(name="helpfulness")}
+    assert _rows(db, "SELECT count(*) AS n FROM judgeflow.eval_results WHERE status = 'scored'") == [{"n": 4}]
+
+
+def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
+    """A night with file metrics costs the built-ins' pairs plus exactly the file metrics' pairs, stratum by
+    stratum (the night's plan, without judging)."""
+    from judgeflow.config.settings import load_settings
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+    from judgeflow.judge.pricing import estimate_pair_cost, prices_for
+    from judgeflow.tasks.claims import plan_source_reads
+    from judgeflow.tasks.sampling import night_plan
+
+    now = datetime.now(timezone.utc)
+    rows = [{"id": f"s{i}", "created_at": now - timedelta(hours=2, seconds=i), "input": "q" * (10 + i),
+             "output": "an answer " * (1 + i), "context": ["doc"], "metadata": {"app": "ab"[i % 2]}} for i in range(8)]
+    insert_traces(db, rows)
+    settings = load_settings()
+    migrate.upgrade(engine_for(settings))
+
+    def night(metrics: list[str]):
+        plan = plan_source_reads.fn(settings, metrics)
+        return night_plan(settings, plan, metrics, since=None, until=None, sample_rate=1.0, record=False,
+                          flow_run_id=None)
+
+    every, builtins = night(list(registered())), night(["toxicity", "hallucination"])
+    prices = prices_for(settings)
+    for stratum in ("app=a", "app=b"):
+        mine = [r for r in rows if f"app={r['metadata']['app']}" == stratum]
+        extra = sum(estimate_pair_cost(prices, metric, input=r["input"], output=r["output"], context=r["context"],
+                                       max_field_chars=settings.max_field_chars)
+                    for r in mine for metric in ("helpfulness", "grounded"))
+        assert extra > 0
+        (with_file,) = [s for s in every.rows if s.stratum == stratum]
+        (without,) = [s for s in builtins.rows if s.stratum == stratum]
+        assert (with_file.traffic, without.traffic) == (4, 4)
+        assert with_file.est_cost_usd == pytest.approx(without.est_cost_usd + extra)
+    assert every.full_cost_usd > builtins.full_cost_usd
+
+
+def test_a_metric_whose_steps_the_judge_cannot_write_waits_and_the_others_are_scored(file_env, db, judge_server):
+    from judgeflow.flows.scoring import score_new_traces
+
+    file_env.write_text(FILE + '\n[metrics.broken]\ncriteria = "Never writable. [steps-fail]"\n', encoding="utf-8")
+    insert_traces(db, [{"id": f"w{i}", "created_at": datetime.now(timezone.utc) - timedelta(minutes=5),
+                        "input": "q", "output": f"An answer {i}.", "context": ["doc"]} for i in range(2)])
+    alone = score_new_traces(evaluate_alerts=False, metrics=["broken"])
+    assert (alone.scored, alone.failed) == (0, 0)
+    assert any(n.startswith("broken: not scored this run: the judge could not write what it needs first")
+               for n in alone.notes), alone.notes
+    summary = score_new_traces(evaluate_alerts=False)
+    assert (summary.scored, summary.failed) == (8, 0)  # four metrics, two traces; broken waits
+    assert _rows(db, "SELECT count(*) AS n FROM judgeflow.eval_results WHERE metric = 'broken'") == [{"n": 0}]
+    assert _rows(db, "SELECT metric FROM judgeflow.metric_steps ORDER BY metric") == [{"metric": "grounded"}]
+    status = json.loads((out := _cli("status", "--json"))[out.index("{"):])
+    assert status["metrics"]["broken"]["pending"] == 2 and status["metrics"]["helpfulness"]["pending"] == 0

@@ -1,0 +1,171 @@
+"""JUDGEFLOW_METRICS_FILE: every field checked (one line naming the file,
+the metric and the field, exit 2, nothing judged), the metrics served beside
+the built-ins with their origin, and `judgeflow metrics [--check FILE]`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from judgeflow.errors import ConfigError
+from judgeflow.metrics.geval.file import load_metrics_file, serve_metrics_file
+from judgeflow.metrics.registry import metric_names, origin_of, registered, served_file
+
+runner = CliRunner()
+
+GOOD = '''
+[metrics.helpfulness]
+criteria = "The reply helps the user with what they asked instead of refusing."
+evaluation_steps = ["Read what the user asked.", "Decide whether the reply helps with it or refuses it."]
+inputs = ["input", "output"]
+threshold = 0.5
+rate_max = 0.10
+
+[metrics.grounded]
+criteria = "Every claim of the reply is supported by the context."
+inputs = ["output", "context"]
+regression = true
+strict_mode = 1
+'''
+
+
+@pytest.fixture(autouse=True)
+def no_file_metrics_after():
+    yield
+    serve_metrics_file(None)
+    assert list(metric_names()) == ["toxicity", "hallucination"]
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "metrics.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def with_field(field: str, value: str, *, drop: str | None = None) -> str:
+    lines = ['[metrics.helpfulness]', 'criteria = "Helps."', 'inputs = ["input", "output"]']
+    lines = [line for line in lines if drop is None or not line.startswith(drop)]
+    return "\n".join(lines + ([f"{field} = {value}"] if field else [])) + "\n"
+
+
+@pytest.mark.parametrize("text, expected", [
+    (with_field("", "", drop="criteria"), "metric helpfulness: criteria: missing"),
+    (with_field("", "", drop="inputs") + 'inputs = ["input", "answer"]\n',
+     "metric helpfulness: inputs: unknown input 'answer'; choose from input, output, context"),
+    (with_field("", "", drop="inputs") + 'inputs = ["input"]\n', "metric helpfulness: inputs: must include 'output'"),
+    (with_field("threshold", "1.5"), "metric helpfulness: threshold: must be from 0 to 1, got 1.5"),
+    (with_field("threshold", "-0.1"), "metric helpfulness: threshold: must be from 0 to 1"),
+    (with_field("threshold", '"high"'), "metric helpfulness: threshold: must be a number from 0 to 1, got text"),
+    (with_field("rate_max", "2"), "metric helpfulness: rate_max: must be from 0 to 1, got 2"),
+    (with_field("strict_mode", "2"), "metric helpfulness: strict_mode: must be 0 or 1, got 2"),
+    (with_field("regression", "0"), "metric helpfulness: regression: a rise of 0 would page on noise"),
+    (with_field("evaluation_steps", "[]"), "metric helpfulness: evaluation_steps: must be a list of non-empty"),
+    (with_field("evaluation_steps", '"one step"'), "metric helpfulness: evaluation_steps: must be a list"),
+    (with_field("criteria_", '"x"'), "metric helpfulness: criteria_: unknown field; the fields are criteria,"),
+    (with_field("model", '"gpt-4o-mini"'), "metric helpfulness: model: a judge model of its own per metric is not "
+                                           "supported yet"),
+    (with_field("", "", drop="criteria") + 'criteria = 3\n', "metric helpfulness: criteria: must be text, got a "
+                                                            "number"),
+    (with_field("", "", drop="criteria") + 'criteria = "  "\n', "metric helpfulness: criteria: must not be empty"),
+    ('[metrics.toxicity]\ncriteria = "x"\n', "metric toxicity: clashes with a built-in or plugin metric"),
+    ('[metrics.Helpful-ness]\ncriteria = "x"\n', "metric Helpful-ness: bad metric name"),
+    ('[metrics.helpfulness]\ncriteria = "x"\n[other]\na = 1\n', "other: unknown key; a metrics file holds"),
+    ('[metrics.helpfulness\ncriteria = "x"\n', "not valid TOML:"),
+    ('metrics = 3\n', "metrics: must be tables"),
+])
+def test_each_bad_field_is_one_line_naming_the_file_metric_and_field(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as error:
+        load_metrics_file(path)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith(f"{path}: ") and expected in message, message
+
+
+def test_an_unreadable_file_is_one_line(tmp_path):
+    with pytest.raises(ConfigError, match=r"JUDGEFLOW_METRICS_FILE .*missing.toml: cannot read it"):
+        load_metrics_file(tmp_path / "missing.toml")
+
+
+def test_settings_serve_the_file_metrics_beside_the_built_ins_with_the_files_values(tmp_path):
+    from judgeflow.config.settings import Settings
+
+    path = write(tmp_path, GOOD)
+    settings = Settings(metrics_file=path)
+    assert list(metric_names()) == ["toxicity", "hallucination", "helpfulness", "grounded"]
+    assert [origin_of(n) for n in metric_names()] == ["built-in", "built-in", "file", "file"]
+    assert served_file() == str(path)
+    helpfulness, grounded = settings.metric("helpfulness"), settings.metric("grounded")
+    assert (helpfulness.threshold, helpfulness.rate_max, helpfulness.regression_min_increase,
+            helpfulness.strict_mode) == (0.5, 0.10, None, False)
+    assert (grounded.threshold, grounded.rate_max, grounded.regression_min_increase, grounded.strict_mode) == (
+        0.5, None, 0.05, True)
+    assert registered()["grounded"].fields == ("output", "context")
+    assert registered()["helpfulness"].higher_is_better and not registered()["toxicity"].higher_is_better
+    # keyword arguments win over the file, as over the environment
+    assert Settings(metrics_file=path, helpfulness_threshold=0.8).metric("helpfulness").threshold == 0.8
+    # a settings object without the file serves none of its metrics
+    Settings()
+    assert list(metric_names()) == ["toxicity", "hallucination"]
+
+
+def test_a_metric_removed_from_the_file_is_no_longer_served(tmp_path):
+    from judgeflow.config.settings import Settings
+
+    path = write(tmp_path, GOOD)
+    Settings(metrics_file=path)
+    path.write_text(GOOD.split("[metrics.grounded]")[0], encoding="utf-8")
+    Settings(metrics_file=path)
+    assert list(metric_names()) == ["toxicity", "hallucination", "helpfulness"]
+
+
+def test_a_bad_file_stops_a_command_before_anything_is_judged(tmp_path, monkeypatch, judge_server):
+    from judgeflow.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(write(tmp_path, with_field("threshold", "1.5"))))
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_API_BASE", judge_server.url)
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", "postgresql://nobody@127.0.0.1:1/none")
+    result = runner.invoke(app, ["score", "--limit", "1"])
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert "metrics.toml: metric helpfulness: threshold: must be from 0 to 1, got 1.5" in line
+    assert judge_server.calls() == 0
+
+
+def test_metrics_check_validates_without_judging(tmp_path):
+    from judgeflow.cli import app
+
+    good = runner.invoke(app, ["metrics", "--check", str(write(tmp_path, GOOD))])
+    assert good.exit_code == 0, good.output
+    assert good.output.strip() == f"{tmp_path / 'metrics.toml'}: 2 metric(s) usable: helpfulness, grounded"
+    assert list(metric_names()) == ["toxicity", "hallucination"]  # checked, not served
+    bad = runner.invoke(app, ["metrics", "--check", str(write(tmp_path, '[metrics.toxicity]\ncriteria = "x"\n'))])
+    assert bad.exit_code == 2
+    (line,) = bad.output.strip().splitlines()
+    assert "metric toxicity: clashes with a built-in or plugin metric" in line
+
+
+def test_metrics_lists_every_metric_with_origin_version_inputs_and_rules(tmp_path, monkeypatch):
+    from judgeflow.cli import app
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(write(tmp_path, GOOD)))
+    result = runner.invoke(app, ["metrics", "--json"])
+    assert result.exit_code == 0, result.output
+    listing = json.loads(result.output)
+    rows = {row["name"]: row for row in listing["metrics"]}
+    assert list(rows) == ["toxicity", "hallucination", "helpfulness", "grounded"]
+    assert rows["toxicity"]["origin"] == "built-in" and rows["toxicity"]["rules"] == ["toxicity_rate max 5%"]
+    helpfulness = rows["helpfulness"]
+    assert (helpfulness["origin"], helpfulness["inputs"], helpfulness["rules"], helpfulness["passes"]) == (
+        "file", ["input", "output"], ["helpfulness_rate max 10%"], "score >= 0.5")
+    assert helpfulness["version"] == registered()["helpfulness"].version
+    assert helpfulness["version"].startswith("helpfulness/1+") and "pending" not in helpfulness["version"]
+    assert rows["grounded"]["rules"] == ["grounded_regression +5%"]
+    assert rows["grounded"]["version"] == "grounded/1+steps-pending"  # written by the judge at the first run
+    text = runner.invoke(app, ["metrics"]).output
+    assert f"metrics file: {tmp_path / 'metrics.toml'}" in text
+    assert any(line.startswith("helpfulness") and " file " in line and "helpfulness_rate max 10%" in line
+               for line in text.splitlines()), text
