@@ -259,8 +259,9 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int) -> tuple[dict[str, int], float, float]:
-    """Per metric, the pairs to score; and the prompt and completion tokens they
+def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int
+                      ) -> tuple[dict[str, int], dict[str, tuple[float, float]]]:
+    """Per metric, the pairs to score and the prompt and completion tokens they
     are expected to take, from the mean size of the sampled ``bodies``."""
     from judgeflow.judge.pricing import estimate_tokens
 
@@ -270,7 +271,7 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int) -> tuple[d
         "context": _mean(min(len("" if b.context is None else json.dumps(b.context)), cap) for b in bodies),
     }
     per_metric = {m: 0 for m in metric_names()}
-    prompt_tokens = completion_tokens = 0.0
+    tokens: dict[str, tuple[float, float]] = {}
     for metric in metric_names():
         n = counts.get(metric, 0)
         if not n:
@@ -279,16 +280,15 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int) -> tuple[d
         # the estimate is linear in the characters, so the per-pair mean times n gives the total
         prompt, completion = estimate_tokens(metric, input_chars=chars["input"], output_chars=chars["output"],
                                              context_chars=chars["context"])
-        prompt_tokens += prompt * n
-        completion_tokens += completion * n
-    return per_metric, prompt_tokens, completion_tokens
+        tokens[metric] = (prompt * n, completion * n)
+    return per_metric, tokens
 
 
 def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, rescore: bool) -> BackfillEstimate:
     """Pairs a backfill would score and what they would cost under the run
     budget's cost model (judgeflow.judge.pricing): the judge's prices times
     the tokens the pairs' text is expected to take."""
-    from judgeflow.judge.pricing import prices_for
+    from judgeflow.judge.pricing import prices_for, unpriced_model
 
     from judgeflow.db.pairs import Done, key_pages
     from judgeflow.db.pending_work import count_plan_pending
@@ -316,14 +316,15 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
         bodies = list(read_bodies(source, reader, sample).bodies.values())
     except DBAPIError as exc:
         raise DatabaseError(f"could not estimate the backfill: {exc.orig}") from None
-    per_metric, prompt_tokens, completion_tokens = _estimated_tokens(counts, bodies, cap)
+    per_metric, tokens = _estimated_tokens(counts, bodies, cap)
+    prompt_tokens, completion_tokens = (sum(t[i] for t in tokens.values()) for i in (0, 1))
     pairs = sum(per_metric.values())
     prices = prices_for(settings)
     if prices is None:
-        cost, basis = None, (f"litellm has no price for {settings.judge_model}; set "
+        cost, basis = None, (f"litellm has no price for {unpriced_model(settings)}; set "
                              "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK")
-    else:
-        cost = prices.cost(prompt_tokens, completion_tokens)
+    else:  # each metric at its judge model's prices
+        cost = sum(prices.of(m).cost(*t) for m, t in tokens.items())
         basis = (f"~{prompt_tokens / 1e6:.2f}M prompt + {completion_tokens / 1e6:.2f}M completion tokens "
                  f"estimated from the text of {len(bodies)} of the range's traces, at {prices.source}")
         if settings.reuse_identical:
