@@ -47,7 +47,8 @@ class Prices:
         return self.per_metric.get(metric, self)
 
 
-def _map_prices(model: str) -> Prices | None:
+def map_prices(model: str) -> Prices | None:
+    """``model``'s prices in litellm's price map, or None when it has none."""
     from judgeflow.judge.litellm_judge import model_prices  # imports litellm
 
     per_token = model_prices(model)
@@ -62,7 +63,7 @@ def _judge_prices(settings: "Settings") -> Prices | None:
                       "JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK")
     if is_offline_model(settings.judge_model):
         return Prices(0.0, 0.0, "the offline judge is free")
-    return _map_prices(settings.judge_model)
+    return map_prices(settings.judge_model)
 
 
 def unpriced_model(settings: "Settings", *, own_models: bool = True) -> str | None:
@@ -70,7 +71,7 @@ def unpriced_model(settings: "Settings", *, own_models: bool = True) -> str | No
     if _judge_prices(settings) is None:
         return settings.judge_model
     models = judge_models(settings.judge_model).values() if own_models else ()
-    return next((m for m in dict.fromkeys(models) if m != settings.judge_model and _map_prices(m) is None), None)
+    return next((m for m in dict.fromkeys(models) if m != settings.judge_model and map_prices(m) is None), None)
 
 
 def prices_for(settings: "Settings", *, own_models: bool = True) -> Prices | None:
@@ -82,7 +83,7 @@ def prices_for(settings: "Settings", *, own_models: bool = True) -> Prices | Non
     per_metric = {}
     for metric, model in judge_models(settings.judge_model).items():
         if model != settings.judge_model:
-            own = _map_prices(model)
+            own = map_prices(model)
             if own is None:
                 return None
             per_metric[metric] = own
