@@ -14,6 +14,7 @@ from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
 from judgeflow.db.pending import held
 from judgeflow.errors import DatabaseError
+from judgeflow.judge.config import judge_models
 from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import metric_names
 
@@ -90,6 +91,7 @@ def work_status(settings: Settings) -> dict:
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": runs,
+        "judge_models": judge_models(settings.judge_model),  # the model that judges each metric now
     }
 
 
@@ -200,6 +202,11 @@ def status_notes(report: dict) -> list[str]:
     """`judgeflow status`'s lines about the source, its preset's skips and the Phoenix write-back."""
     lines = [f"source: {report['source']} (status counts only its results)", *report["source_notes"]]
     preset = report["source"].split(":", 1)[0]
+    by_model: dict[str, list[str]] = {}
+    for metric, model in report.get("judge_models", {}).items():
+        by_model.setdefault(model, []).append(metric)
+    if len(by_model) > 1:  # a metric judged by a model of its own
+        lines.append("judged by: " + "; ".join(f"{model} ({', '.join(ms)})" for model, ms in by_model.items()))
     for metric, n in report.get("no_longer_scored", {}).items():
         lines.append(f"{metric}: no longer scored (not a served metric: removed from JUDGEFLOW_METRICS_FILE, or its "
                      f"plugin is gone); its {n} stored result(s) are kept")
