@@ -307,7 +307,7 @@ def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
     from judgeflow.config.settings import load_settings
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.judge.pricing import estimate_pair_cost, prices_for
+    from judgeflow.judge.pricing import estimate_pair_cost, map_prices, prices_for
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
 
@@ -325,6 +325,9 @@ def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
 
     every, builtins = night(list(registered())), night(["toxicity", "hallucination"])
     prices = prices_for(settings)
+    # grounded at its own model's price in litellm's map; the others at the run judge's configured 1/2 USD per Mtok
+    assert prices.of("grounded") == map_prices("openai/gpt-4o") and prices.of("grounded").input_per_mtok != 1.0
+    assert (prices.of("helpfulness").input_per_mtok, prices.of("helpfulness").output_per_mtok) == (1.0, 2.0)
     for stratum in ("app=a", "app=b"):
         mine = [r for r in rows if f"app={r['metadata']['app']}" == stratum]
         extra = sum(estimate_pair_cost(prices, metric, input=r["input"], output=r["output"], context=r["context"],
