@@ -333,7 +333,8 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
     else:  # each metric at its judge model's prices
         cost = sum(prices.of(m).cost(*t) for m, t in tokens.items())
         basis = (f"~{prompt_tokens / 1e6:.2f}M prompt + {completion_tokens / 1e6:.2f}M completion tokens "
-                 f"estimated from the text of {len(bodies)} of the range's traces, at {prices.source}")
+                 f"estimated from the text of {len(bodies)} of the range's traces, at {prices.source}"
+                 + "".join(f"; {m} at {p.source}" for m, p in prices.per_metric.items() if m in tokens))
         if settings.reuse_identical:
             basis += "; identical traces are judged once, so repeats cost less than this"
     scored_traces = traces if rescore else min(traces, max(per_metric.values(), default=0))
