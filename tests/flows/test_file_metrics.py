@@ -229,7 +229,9 @@ def _stored_steps_are_not_written_again(db, judge_server, version: str) -> None:
     from judgeflow.metrics.geval import file
 
     file._SPECS.clear()
-    _cli("backfill", "--since", "1d", "--until", "0s", "--rescore", "--yes")
+    out = _cli("backfill", "--since", "1d", "--until", "0s", "--rescore", "--yes")
+    # its estimate prices grounded at its own model's price
+    assert "at JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK; grounded at litellm's price map for openai/gpt-4o;" in out
     assert (judge_server.calls("GEvalScore"), judge_server.calls("GEvalSteps")) == (20, 1)
     assert registered()["grounded"].version == version
     rows = _rows(db, "SELECT metric_version, flow_run_id FROM judgeflow.eval_results WHERE metric = 'grounded'")
