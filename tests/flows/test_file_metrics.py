@@ -278,6 +278,7 @@ def test_calibrate_and_shadow_judge_a_file_metric(file_env, db, judge_server, tm
     assert "best agreement: threshold 0.6 (any value above 0.4 up to 0.6 decides the same)" in markdown
 
     _first_night(db, judge_server)
+    asked = len(judge_server.requests)
     report = shadow_score(since=datetime.now(timezone.utc) - timedelta(days=1), judge_model="openai/judge-b",
                           metrics=["helpfulness", "grounded"], per_segment=10)
     by_metric = {m.metric: m for m in report.metrics}
@@ -285,6 +286,10 @@ def test_calibrate_and_shadow_judge_a_file_metric(file_env, db, judge_server, tm
     assert by_metric["helpfulness"].confusion == {"both_pass": 4, "only_candidate_fails": 0,
                                                   "only_current_fails": 0, "both_fail": 2}
     assert judge_server.calls("GEvalSteps") == 1  # the candidate judges with the stored steps
+    # the candidate judges every metric, grounded (judged by its own gpt-4o in the run) included
+    shadowed = [r.model for r in judge_server.requests[asked:]
+                if any("supported by the context" in str(m.get("content")) for m in r.messages)]
+    assert shadowed == ["judge-b"] * 6
 
 
 def test_the_offline_judge_skips_a_file_metric_with_its_reason(file_env, db, monkeypatch):
