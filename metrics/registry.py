@@ -31,6 +31,9 @@ What a spec declares:
 - ``prepare``: what the metric needs from the judge once before it can score
   (:class:`Preparation`: a G-Eval metric's steps written from its criteria);
   the trunk stores it and hands it back on every later run.
+- ``judge_model``: a litellm model that judges this metric instead of the
+  run's (same endpoint, key, slots and retry loop; priced at its own price);
+  None: the run's judge model (:func:`judgeflow.judge.config.metric_judge_model`).
 
 Each metric has an origin: ``built-in`` (judgeflow's own entry point),
 ``plugin`` (another distribution's entry point, or :func:`register` from
@@ -160,6 +163,7 @@ class MetricSpec:
     description: str = ""
     higher_is_better: bool = False
     prepare: Preparation | None = None
+    judge_model: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not set(self.name) <= _NAME_CHARS or self.name[0].isdigit():

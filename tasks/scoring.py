@@ -46,6 +46,7 @@ from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import BoundJudge, Judge, Usage
 from judgeflow.run.entry import current_entry
+from judgeflow.judge.config import own_judge_model
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.retry import RetryPolicy
 from judgeflow.judge.send_gate import Call
@@ -69,12 +70,15 @@ Scored = tuple[dict | None, ScoreOutcome]
 
 
 def build_metrics(settings: Settings, judge: Judge) -> Metrics:
-    """Every registered metric over ``judge`` with its own settings, built once
-    per batch (building one hashes its prompts and schemas for the metric
-    version); a pair may hand its own judge to ``ascore(..., judge=...)``."""
+    """Every registered metric over ``judge`` (asking the metric's own judge
+    model, if it has one) with its own settings, built once per batch (building
+    one hashes its prompts and schemas for the metric version); a pair may hand
+    its own judge to ``ascore(..., judge=...)``."""
     options = BuildOptions(include_reason=settings.include_reason, max_field_chars=settings.max_field_chars,
                            max_repairs=RetryPolicy.from_settings(settings).repairs)
-    return {name: spec.build(judge, settings.metric(name), options) for name, spec in registered().items()}
+    return {name: spec.build(BoundJudge(judge, None, own_judge_model(settings.judge_model, name)),
+                             settings.metric(name), options)
+            for name, spec in registered().items()}
 
 
 @task(name="start-judge", cache_policy=NO_CACHE, persist_result=False)
@@ -227,10 +231,11 @@ class PairRun:
 
     async def judge_one(self, work: TraceWork, digest: str | None, priority: tuple) -> Scored:
         """:func:`judge_pair` under the pair's own gate (made from the run's),
-        its calls carrying that gate and ``priority`` to the judge; its spend
-        charged to the budget as it ends."""
+        its calls carrying that gate and ``priority`` (and the metric's own judge
+        model, if it has one) to the run's judge, whose slots and retry loop
+        every model shares; its spend charged to the budget as it ends."""
         gate = self.gate.pair(work, self.claimed_at)
-        judge = BoundJudge(self.judge, Call(gate, priority))
+        judge = BoundJudge(self.judge, Call(gate, priority), own_judge_model(self.settings.judge_model, work.metric))
         row, outcome = await judge_pair(work, self.settings, self.metrics, judge=judge, gate=gate, flow_run_id=self.flow_run_id,
                                         rerun_delays=self.rerun_delays, digest=digest, budget=self.budget)
         if self.budget is not None:

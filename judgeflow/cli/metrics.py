@@ -1,6 +1,6 @@
 """``judgeflow metrics``: every metric served, where it comes from, its version,
-what it reads and its alert rules; ``--check FILE`` validates a metrics file
-without judging anything."""
+the model that judges it, what it reads and its alert rules; ``--check FILE``
+validates a metrics file without judging anything."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ def _pct(value: float) -> str:
 def metric_rows(settings) -> list[dict]:
     """One row per registered metric, in registration order."""
     from judgeflow.alerts.rules import all_rules
+    from judgeflow.judge.config import judge_models
     from judgeflow.metrics.registry import origin_of, registered
 
     rules: dict[str, list[str]] = {}
@@ -27,10 +28,12 @@ def metric_rows(settings) -> list[dict]:
             limit = f"+{_pct(rule.limit)}" if rule.is_regression else f"max {_pct(rule.limit)}"
             rules.setdefault(rule.metric, []).append(f"{rule.name} {limit}")
     rows = []
+    models = judge_models(settings.judge_model)
     for name, spec in registered().items():
         own = settings.metric(name)
         rows.append({
-            "name": name, "origin": origin_of(name), "version": spec.version, "inputs": list(spec.fields),
+            "name": name, "origin": origin_of(name), "version": spec.version, "judge_model": models[name],
+            "inputs": list(spec.fields),
             "passes": f"score {'>=' if spec.higher_is_better else '<='} {own.threshold:g}",
             "rules": rules.get(name, []), "description": spec.description,
         })
@@ -51,6 +54,8 @@ def metrics(
         specs = load_metrics_file(check)
         names = ", ".join(spec.name for spec in specs) or "none"
         typer.echo(f"{check}: {len(specs)} metric(s) usable: {names}")
+        for line in _unpriced_models(check, specs):
+            typer.echo(line, err=True)
         return
     from judgeflow.cli.command import command_settings
     from judgeflow.metrics.registry import served_file
@@ -64,5 +69,15 @@ def metrics(
         typer.echo(f"metrics file: {served_file()}")
     for row in rows:
         rules = "; ".join(row["rules"]) or "no alert rule on"
-        typer.echo(f"{row['name']:<16} {row['origin']:<9} {row['version']:<28} reads {', '.join(row['inputs'])}; "
-                   f"passes at {row['passes']}; {rules}")
+        typer.echo(f"{row['name']:<16} {row['origin']:<9} {row['version']:<28} judged by {row['judge_model']}; "
+                   f"reads {', '.join(row['inputs'])}; passes at {row['passes']}; {rules}")
+
+
+def _unpriced_models(path: Path, specs) -> list[str]:
+    """A warning line per metric whose own judge model litellm cannot price: it is
+    judged all the same (as an unpriced JUDGEFLOW_JUDGE_MODEL is), its cost unknown."""
+    from judgeflow.judge.pricing import map_prices  # imports litellm: only for a file that names a model
+
+    return [f"{path}: metric {spec.name}: model: warning: litellm has no price for {spec.judge_model!r}: its "
+            "results' cost stays unknown, and a run, sample or calibration budget refuses to start"
+            for spec in specs if spec.judge_model and map_prices(spec.judge_model) is None]

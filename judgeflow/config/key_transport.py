@@ -18,6 +18,13 @@ litellm, so it judges what litellm could use, erring towards refusal:
   argument wins over every variable), else every provider base variable set;
 * a key goes along when ``JUDGEFLOW_JUDGE_API_KEY`` is set, or when any provider
   key variable is set (litellm picks the one of the model's provider).
+
+A metric with a judge model of its own (``model`` in a metrics file) is sent to
+the judge's base with the judge's key. Without ``JUDGEFLOW_JUDGE_API_BASE``,
+litellm finds the host from the model's provider prefix: a metric model of
+another provider than ``JUDGEFLOW_JUDGE_MODEL``'s would carry
+``JUDGEFLOW_JUDGE_API_KEY`` to another host, and is refused
+(:func:`check_metric_models`; the shadow candidate's rule).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from judgeflow.errors import ConfigError
+from judgeflow.judge.config import judge_models
 
 # litellm's provider variables: <PROVIDER>_API_BASE (and _API_BASE_IMAGE and the like),
 # <PROVIDER>_BASE_URL, a few others (watsonx, bedrock)
@@ -113,6 +121,28 @@ def check_judge_destination(model: str, base: str | None, key: str | None, *, en
         refuse_plain_http_key(url, key_setting=" / ".join(keys), url_setting=url_setting, allowed_hosts=allowed_hosts)
 
 
+def provider_of(model: str) -> str:
+    """litellm's provider prefix of a model string ('' for a bare name)."""
+    return model.split("/", 1)[0] if "/" in model else ""
+
+
+def check_metric_models(judge_model: str, base: str | None, key: str | None,
+                        models: Mapping[str, str]) -> None:
+    """ConfigError when a metric's own judge model (``models``: metric -> the model that
+    judges it) would take the judge's key to another host: no judge base, and a provider
+    other than ``judge_model``'s."""
+    if base or not key:
+        return  # one base for every model, or the provider's own key from its variable
+    for metric, model in models.items():
+        if model != judge_model and provider_of(model) != provider_of(judge_model):
+            raise ConfigError(
+                f"metric {metric}: its judge model {model!r} is another provider's than JUDGEFLOW_JUDGE_MODEL "
+                f"{judge_model!r}, and JUDGEFLOW_JUDGE_API_KEY is never sent to another host: set "
+                "JUDGEFLOW_JUDGE_API_BASE (an endpoint serving both), unset JUDGEFLOW_JUDGE_API_KEY (each "
+                "provider's own key variable), or choose a model of the same provider"
+            )
+
+
 def _value(secret) -> str | None:
     return secret.get_secret_value() if secret is not None else None
 
@@ -130,6 +160,8 @@ def check_key_destinations(settings, environ: Mapping[str, str] | None = None) -
     check_judge_destination(settings.judge_model, _value(settings.judge_api_base), _value(settings.judge_api_key),
                             environ=environ, allowed_hosts=allowed, base_setting="JUDGEFLOW_JUDGE_API_BASE",
                             key_setting="JUDGEFLOW_JUDGE_API_KEY")
+    check_metric_models(settings.judge_model, _value(settings.judge_api_base), _value(settings.judge_api_key),
+                        judge_models(settings.judge_model))
     if settings.shadow_judge_api_key is not None:
         refuse_plain_http_key(_value(settings.shadow_judge_api_base), key_setting="the candidate's key",
                               url_setting="--judge-api-base / JUDGEFLOW_SHADOW_JUDGE_API_BASE", allowed_hosts=allowed)

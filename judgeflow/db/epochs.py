@@ -31,6 +31,7 @@ from typing import Iterable
 from sqlalchemy import Connection, text
 
 from judgeflow.db.schema import SCHEMA
+from judgeflow.judge.config import judge_models
 from judgeflow.metrics.registry import current_versions
 
 # results stored before sources were recorded count as the configured source's
@@ -93,10 +94,12 @@ def when(value: datetime | None) -> str:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def configured(judge_model: str, metrics: Iterable[str]) -> dict[str, tuple[str, str]]:
-    """``{metric: (metric_version, judge_model)}`` a run with ``judge_model`` scores with."""
+def configured(judge_model: str, metrics: Iterable[str], *, own_models: bool = True) -> dict[str, tuple[str, str]]:
+    """``{metric: (metric_version, judge model)}`` a run with ``judge_model`` scores with: a metric's
+    own judge model where it has one (``own_models``; a shadow's candidate judges every metric)."""
     versions = current_versions()
-    return {m: (versions[m], judge_model) for m in metrics}
+    models = judge_models(judge_model, list(metrics))
+    return {m: (versions[m], models[m] if own_models else judge_model) for m in models}
 
 
 def _table_exists(conn: Connection) -> bool:

@@ -14,6 +14,7 @@ from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
 from judgeflow.db.pending import held
 from judgeflow.errors import DatabaseError
+from judgeflow.judge.config import judge_models
 from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import metric_names
 
@@ -90,6 +91,7 @@ def work_status(settings: Settings) -> dict:
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": runs,
+        "judge_models": judge_models(settings.judge_model),  # the model that judges each metric now
     }
 
 
@@ -200,6 +202,11 @@ def status_notes(report: dict) -> list[str]:
     """`judgeflow status`'s lines about the source, its preset's skips and the Phoenix write-back."""
     lines = [f"source: {report['source']} (status counts only its results)", *report["source_notes"]]
     preset = report["source"].split(":", 1)[0]
+    by_model: dict[str, list[str]] = {}
+    for metric, model in report.get("judge_models", {}).items():
+        by_model.setdefault(model, []).append(metric)
+    if len(by_model) > 1:  # a metric judged by a model of its own
+        lines.append("judged by: " + "; ".join(f"{model} ({', '.join(ms)})" for model, ms in by_model.items()))
     for metric, n in report.get("no_longer_scored", {}).items():
         lines.append(f"{metric}: no longer scored (not a served metric: removed from JUDGEFLOW_METRICS_FILE, or its "
                      f"plugin is gone); its {n} stored result(s) are kept")
@@ -259,8 +266,9 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int) -> tuple[dict[str, int], float, float]:
-    """Per metric, the pairs to score; and the prompt and completion tokens they
+def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int
+                      ) -> tuple[dict[str, int], dict[str, tuple[float, float]]]:
+    """Per metric, the pairs to score and the prompt and completion tokens they
     are expected to take, from the mean size of the sampled ``bodies``."""
     from judgeflow.judge.pricing import estimate_tokens
 
@@ -270,7 +278,7 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int) -> tuple[d
         "context": _mean(min(len("" if b.context is None else json.dumps(b.context)), cap) for b in bodies),
     }
     per_metric = {m: 0 for m in metric_names()}
-    prompt_tokens = completion_tokens = 0.0
+    tokens: dict[str, tuple[float, float]] = {}
     for metric in metric_names():
         n = counts.get(metric, 0)
         if not n:
@@ -279,16 +287,15 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int) -> tuple[d
         # the estimate is linear in the characters, so the per-pair mean times n gives the total
         prompt, completion = estimate_tokens(metric, input_chars=chars["input"], output_chars=chars["output"],
                                              context_chars=chars["context"])
-        prompt_tokens += prompt * n
-        completion_tokens += completion * n
-    return per_metric, prompt_tokens, completion_tokens
+        tokens[metric] = (prompt * n, completion * n)
+    return per_metric, tokens
 
 
 def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, rescore: bool) -> BackfillEstimate:
     """Pairs a backfill would score and what they would cost under the run
     budget's cost model (judgeflow.judge.pricing): the judge's prices times
     the tokens the pairs' text is expected to take."""
-    from judgeflow.judge.pricing import prices_for
+    from judgeflow.judge.pricing import prices_for, unpriced_model
 
     from judgeflow.db.pairs import Done, key_pages
     from judgeflow.db.pending_work import count_plan_pending
@@ -316,16 +323,18 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
         bodies = list(read_bodies(source, reader, sample).bodies.values())
     except DBAPIError as exc:
         raise DatabaseError(f"could not estimate the backfill: {exc.orig}") from None
-    per_metric, prompt_tokens, completion_tokens = _estimated_tokens(counts, bodies, cap)
+    per_metric, tokens = _estimated_tokens(counts, bodies, cap)
+    prompt_tokens, completion_tokens = (sum(t[i] for t in tokens.values()) for i in (0, 1))
     pairs = sum(per_metric.values())
     prices = prices_for(settings)
     if prices is None:
-        cost, basis = None, (f"litellm has no price for {settings.judge_model}; set "
+        cost, basis = None, (f"litellm has no price for {unpriced_model(settings)}; set "
                              "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK")
-    else:
-        cost = prices.cost(prompt_tokens, completion_tokens)
+    else:  # each metric at its judge model's prices
+        cost = sum(prices.of(m).cost(*t) for m, t in tokens.items())
         basis = (f"~{prompt_tokens / 1e6:.2f}M prompt + {completion_tokens / 1e6:.2f}M completion tokens "
-                 f"estimated from the text of {len(bodies)} of the range's traces, at {prices.source}")
+                 f"estimated from the text of {len(bodies)} of the range's traces, at {prices.source}"
+                 + "".join(f"; {m} at {p.source}" for m, p in prices.per_metric.items() if m in tokens))
         if settings.reuse_identical:
             basis += "; identical traces are judged once, so repeats cost less than this"
     scored_traces = traces if rescore else min(traces, max(per_metric.values(), default=0))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 
 from pydantic import BaseModel
@@ -27,12 +27,16 @@ class JudgeRequest:
     do not read prompts (the offline judge) know what is asked. ``fields`` holds
     the untrusted data the prompt was built from, already normalised and
     truncated. ``response_format`` is the pydantic model the reply must satisfy.
+    ``model``: the model to ask instead of the judge's own (a metric's own
+    judge model, :class:`BoundJudge`); None: the judge's. Same endpoint, key,
+    slots and retry loop: only the model string and its prices change.
     """
 
     step: str
     messages: list[dict[str, str]]
     response_format: type[BaseModel]
     fields: Mapping[str, Any] = field(default_factory=dict)
+    model: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,16 +170,23 @@ class JudgeBase:
 
 class BoundJudge:
     """``judge`` with every call going with ``call`` (its send gate and
-    priority): what one pair of a run is given, so its metric calls a plain
-    :class:`Judge` and the pair's gate and priority still reach the judge.
-    A view: starting and closing are the judge's owner's."""
+    priority) and, when ``model`` is given, asking that model (a metric's own
+    judge model, :attr:`JudgeRequest.model`): what one pair of a run is given,
+    so its metric calls a plain :class:`Judge` and the pair's gate, priority
+    and model still reach the judge. A view: starting and closing are the
+    judge's owner's."""
 
-    def __init__(self, judge: Judge, call: "Call") -> None:
-        self.judge, self.call = judge, call
+    def __init__(self, judge: Judge, call: "Call | None", model: str | None = None) -> None:
+        self.judge, self.call, self._model = judge, call, model
 
     @property
     def model(self) -> str:
-        return self.judge.model
+        return self._model or self.judge.model
+
+    def _request(self, request: JudgeRequest) -> JudgeRequest:
+        if self._model is None or request.model is not None:
+            return request
+        return replace(request, model=self._model)
 
     def start(self) -> None:
         """The judge's owner starts it."""
@@ -184,10 +195,10 @@ class BoundJudge:
         """The judge's owner closes it."""
 
     def complete(self, request: JudgeRequest, call: "Call | None" = None) -> JudgeReply:
-        return self.judge.complete(request, call or self.call)
+        return self.judge.complete(self._request(request), call or self.call)
 
     async def acomplete(self, request: JudgeRequest, call: "Call | None" = None) -> JudgeReply:
-        return await self.judge.acomplete(request, call or self.call)
+        return await self.judge.acomplete(self._request(request), call or self.call)
 
 
 def queue_ahead_for(max_concurrency: int) -> int:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from judgeflow.judge.base import queue_ahead_for
 from judgeflow.judge.retry import CallRetry, RetryPolicy
+from judgeflow.metrics.registry import MetricSpec, registered, spec_of
 
 if TYPE_CHECKING:
     from judgeflow.config.settings import Settings
@@ -28,6 +29,33 @@ CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
 
 def is_offline_model(model: str) -> bool:
     return model == "offline" or model.startswith("offline/")
+
+
+def metric_judge_model(run_model: str, spec: MetricSpec) -> str:
+    """The model that judges ``spec``'s metric in a run whose judge is
+    ``run_model``: the metric's own (``MetricSpec.judge_model``), else the
+    run's. An offline run judges every metric offline: it sends nothing."""
+    if is_offline_model(run_model) or not spec.judge_model:
+        return run_model
+    return spec.judge_model
+
+
+def own_judge_model(run_model: str, metric: str) -> str | None:
+    """The model a pair of ``metric`` asks instead of the run's judge model, or
+    None when the run's judges it (its requests then name no model)."""
+    model = metric_judge_model(run_model, spec_of(metric))
+    return None if model == run_model else model
+
+
+def judge_models(run_model: str, metrics: "list[str] | tuple[str, ...] | None" = None) -> dict[str, str]:
+    """``{metric: the model that judges it}``, every registered metric or ``metrics``."""
+    specs = registered()
+    return {name: metric_judge_model(run_model, specs[name]) for name in (specs if metrics is None else metrics)}
+
+
+def metric_models(run_model: str) -> tuple[str, ...]:
+    """The models the registered metrics ask besides the run's, each once, in order."""
+    return tuple(dict.fromkeys(m for m in judge_models(run_model).values() if m != run_model))
 
 
 def cpu_quota_cores(path: str = CGROUP_CPU_MAX) -> int | None:
@@ -74,6 +102,9 @@ class JudgeConfig:
     # USD per million (prompt, completion) tokens; None: litellm's price map
     prices_per_mtok: tuple[float, float] | None = None
     processes: int = 1
+    # the models metrics ask instead of ``model`` (their own judge model): each priced from litellm's map,
+    # never at ``prices_per_mtok``, which are ``model``'s
+    metric_models: tuple[str, ...] = ()
 
     @classmethod
     def from_settings(cls, settings: "Settings") -> "JudgeConfig":
@@ -87,6 +118,7 @@ class JudgeConfig:
             max_concurrency=int(settings.max_concurrency),
             prices_per_mtok=None if None in prices else (float(prices[0]), float(prices[1])),
             processes=judge_process_count(settings),
+            metric_models=metric_models(settings.judge_model),
         )
 
     @property

@@ -61,6 +61,11 @@ Behaviour, decided here once for every metric:
   when the model is not priced (e.g. a self-hosted or test model). Prices
   given in the settings (``JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK`` /
   ``..._OUTPUT_COST_PER_MTOK``, passed as ``prices_per_mtok``) win over the map.
+* **A metric's own model.** A request that names a model
+  (:attr:`~judgeflow.judge.base.JudgeRequest.model`) asks that model on the
+  same endpoint with the same key, slots, retry loop and cool-down; its
+  replies carry that model and are priced from the map for it (the configured
+  prices are the judge's own model's).
 """
 
 from __future__ import annotations
@@ -387,6 +392,7 @@ class LiteLLMJudge(JudgeBase):
         extra_kwargs: dict | None = None,
         prices_per_mtok: tuple[float, float] | None = None,
         pace: Pace | None = None,
+        metric_models: tuple[str, ...] = (),
     ):
         if not model:
             raise ValueError("model is required")
@@ -412,15 +418,16 @@ class LiteLLMJudge(JudgeBase):
         self._slots = CallSlots(self.max_concurrency)
         # the wire-bound HTTP client per event loop (litellm's clients are per loop too)
         self._wire_clients: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-        self._wire_provider: bool | None = None  # whether the model's provider allows it; checked once
-        self._map_prices: tuple[float, float] | None | bool = False  # False: not looked up yet
+        self._wire_providers: dict[str, bool] = {}  # model -> whether its provider allows it; checked once
+        self._map_prices: dict[str, tuple[float, float] | None] = {}  # model -> its price map prices
+        self.metric_models = tuple(metric_models)  # the models requests may name besides the judge's own
 
     @classmethod
     def from_config(cls, config: "JudgeConfig") -> "LiteLLMJudge":
         return cls(
             config.model, api_base=config.api_base, api_key=config.api_key, timeout_s=config.timeout_s,
             retry=config.retry, max_concurrency=config.max_concurrency,
-            prices_per_mtok=config.prices_per_mtok,
+            prices_per_mtok=config.prices_per_mtok, metric_models=config.metric_models,
         )
 
     @property
@@ -437,7 +444,11 @@ class LiteLLMJudge(JudgeBase):
 
     # ---- the call -----------------------------------------------------------
 
-    def _response_format(self, response_format: Any) -> Any:
+    def model_of(self, request: JudgeRequest) -> str:
+        """The model ``request`` asks: its own (a metric's judge model), else the judge's."""
+        return request.model or self._model
+
+    def _response_format(self, response_format: Any, model: str) -> Any:
         """The wire form of a pydantic ``response_format``, built once per class.
 
         litellm turns a pydantic class into a JSON schema on *every* call
@@ -446,7 +457,7 @@ class LiteLLMJudge(JudgeBase):
         passed through unchanged, so converting once with that same function
         sends byte-identical requests. Providers with their own conversion
         (Anthropic, Gemini/Vertex, Databricks) keep getting the class."""
-        if not (isinstance(response_format, type) and _passes_schema_dicts(self._model, self._api_base)):
+        if not (isinstance(response_format, type) and _passes_schema_dicts(model, self._api_base)):
             return response_format
         converted = _SCHEMA_DICTS.get(response_format)
         if converted is None:
@@ -457,10 +468,11 @@ class LiteLLMJudge(JudgeBase):
     def _call_kwargs(self, request: JudgeRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"temperature": 0}
         kwargs.update(self._extra_kwargs)
+        model = self.model_of(request)
         kwargs.update(
-            model=self._model,
+            model=model,
             messages=list(request.messages),
-            response_format=self._response_format(request.response_format),
+            response_format=self._response_format(request.response_format, model),
             timeout=self.timeout_s,
             # Our loop owns retries: neither litellm nor the OpenAI client may retry.
             num_retries=0,
@@ -472,7 +484,7 @@ class LiteLLMJudge(JudgeBase):
             kwargs["api_key"] = self._api_key
         return kwargs
 
-    def _reply(self, response: Any, latency_s: float) -> JudgeReply:
+    def _reply(self, response: Any, latency_s: float, model: str) -> JudgeReply:
         content = ""
         try:
             content = response.choices[0].message.content or ""
@@ -481,15 +493,15 @@ class LiteLLMJudge(JudgeBase):
         usage = getattr(response, "usage", None)
         return JudgeReply(
             content=content if isinstance(content, str) else str(content),
-            model=self._model,
+            model=model,
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
-            cost_usd=self._cost(response, usage),
+            cost_usd=self._cost(response, usage, model),
             latency_s=latency_s,
         )
 
-    def _cost(self, response: Any, usage: Any) -> float | None:
-        if self._prices_per_mtok is None:
+    def _cost(self, response: Any, usage: Any, model: str) -> float | None:
+        if self._prices_per_mtok is None or model != self._model:
             return completion_cost_usd(response)
         prompt = getattr(usage, "prompt_tokens", None)
         completion = getattr(usage, "completion_tokens", None)
@@ -497,8 +509,8 @@ class LiteLLMJudge(JudgeBase):
             return None  # no usage reported: unknown, not free
         return (prompt * self._prices_per_mtok[0] + completion * self._prices_per_mtok[1]) / 1_000_000
 
-    def _error(self, exc: Exception) -> JudgeError:
-        return _translate(exc, model=self._model, api_key=self._secrets, timeout_s=self.timeout_s)
+    def _error(self, exc: Exception, model: str) -> JudgeError:
+        return _translate(exc, model=model, api_key=self._secrets, timeout_s=self.timeout_s)
 
     async def acomplete(self, request: JudgeRequest, call: Call | None = None) -> JudgeReply:
         """The call: attempts (:meth:`_attempt`) in the one retry loop,
@@ -506,7 +518,7 @@ class LiteLLMJudge(JudgeBase):
         ``call``'s gate allows it; every attempt sent is counted
         (:class:`~judgeflow.judge.spend.CallSpend`) on the reply or the error."""
         kwargs, client = self._prepared(request)
-        spend = CallSpend(self._model, self.estimate_prices(), request)
+        spend = CallSpend(kwargs["model"], self.estimate_prices(kwargs["model"]), request)
         call = call or ANY_CALL
         return await send_with_retries(lambda: self._attempt(kwargs, client, call), policy=self.retry,
                                        spend=spend, pace=self._pace)
@@ -519,7 +531,7 @@ class LiteLLMJudge(JudgeBase):
 
     def _prepared(self, request: JudgeRequest) -> tuple[dict, AsyncHTTPHandler | None]:
         kwargs = self._call_kwargs(request)
-        client = self._wire_client()
+        client = self._wire_client(kwargs["model"])
         if client is not None:
             kwargs["client"] = client
         return kwargs, client
@@ -529,6 +541,7 @@ class LiteLLMJudge(JudgeBase):
         """One attempt holding a slot: the reply, or how it failed. The send
         gate is asked once the slot is held: by the wire-bound transport, else here."""
         wired = client is not None
+        model = kwargs["model"]
         if not wired:
             await self._slots.acquire_async(call.priority)
         try:
@@ -536,36 +549,42 @@ class LiteLLMJudge(JudgeBase):
                 started = time.perf_counter()
                 try:
                     if not wired and not await call.may_send():
-                        return AttemptFailed(self._withheld())
+                        return AttemptFailed(self._withheld(model))
                     response = await litellm.acompletion(**kwargs)
                 except Exception as exc:
                     if ticket.refused:
-                        return AttemptFailed(self._withheld())
-                    err = self._error(exc)
+                        return AttemptFailed(self._withheld(model))
+                    err = self._error(exc, model)
                     return AttemptFailed(err, exc, _reached_provider(err, exc, ticket.marks if wired else None),
                                          chain=not _is_http_error(exc))
-            return self._reply(response, time.perf_counter() - (ticket.marks[-1] if ticket.marks else started))
+            return self._reply(response, time.perf_counter() - (ticket.marks[-1] if ticket.marks else started), model)
         finally:
             if not wired:
                 self._slots.release()
 
-    def _withheld(self) -> CallWithheld:
-        return CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair")
+    def _withheld(self, model: str) -> CallWithheld:
+        return CallWithheld(f"judge {model}: not sent, the run no longer owns the pair")
 
-    def estimate_prices(self) -> tuple[float, float] | None:
-        """USD per million (prompt, completion) tokens for attempts without
-        usage: the configured prices, else litellm's price map; None unpriced."""
-        if self._prices_per_mtok is not None:
+    def estimate_prices(self, model: str | None = None) -> tuple[float, float] | None:
+        """USD per million (prompt, completion) tokens of ``model`` (None: the
+        judge's own) for attempts without usage: the configured prices for the
+        judge's own model, else litellm's price map; None unpriced."""
+        model = model or self._model
+        if self._prices_per_mtok is not None and model == self._model:
             return self._prices_per_mtok
-        if self._map_prices is False:
-            per_token = model_prices(self._model)
-            self._map_prices = None if per_token is None else (per_token[0] * 1e6, per_token[1] * 1e6)
-        return self._map_prices
+        if model not in self._map_prices:
+            per_token = model_prices(model)
+            self._map_prices[model] = None if per_token is None else (per_token[0] * 1e6, per_token[1] * 1e6)
+        return self._map_prices[model]
 
-    def _wire_client(self) -> AsyncHTTPHandler | None:
+    def prices_by_model(self) -> dict[str, tuple[float, float] | None]:
+        """:meth:`estimate_prices` of the judge's own model and of each model its metrics ask."""
+        return {model: self.estimate_prices(model) for model in (self._model, *self.metric_models)}
+
+    def _wire_client(self, model: str) -> AsyncHTTPHandler | None:
         """The running loop's wire-bound client, or None where the slot must be
         held around the whole litellm call (see the module doc)."""
-        if not self._wire_bound():
+        if not self._wire_bound(model):
             return None
         loop = asyncio.get_running_loop()
         client = self._wire_clients.get(loop)
@@ -580,19 +599,19 @@ class LiteLLMJudge(JudgeBase):
             _close_at_exit(client)
         return client
 
-    def _wire_bound(self) -> bool:
+    def _wire_bound(self, model: str) -> bool:
         """Whether this call goes through litellm's own HTTP handler on its
         aiohttp transport, which take a client from the caller: an
         OpenAI-compatible model with litellm's defaults (both switches are read
         on every call, as litellm reads them). The aiohttp transport finds
         proxies itself; litellm's httpx transport needs mounts only litellm sets."""
-        if self._wire_provider is None:
+        if model not in self._wire_providers:
             try:
-                provider = litellm.get_llm_provider(model=self._model, api_base=self._api_base)[1]
+                provider = litellm.get_llm_provider(model=model, api_base=self._api_base)[1]
             except Exception:  # noqa: BLE001 - the call itself will say what is wrong
                 provider = None
-            self._wire_provider = provider == "openai"
-        return (self._wire_provider and bool(get_secret_bool("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"))
+            self._wire_providers[model] = provider == "openai"
+        return (self._wire_providers[model] and bool(get_secret_bool("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"))
                 and AsyncHTTPHandler.should_use_aiohttp_transport())
 
     async def warm_up(self) -> bool:

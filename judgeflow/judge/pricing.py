@@ -4,7 +4,9 @@
 Prices come from ``JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK`` /
 ``JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK`` when set, else from litellm's bundled
 price map (imported only when a price is asked for, never at CLI start-up);
-the offline judge is free. Tokens of a pair not yet scored are estimated from
+the offline judge is free. A metric with its own judge model
+(``MetricSpec.judge_model``) is priced from the map for that model: the
+configured prices are the run's judge model's. Tokens of a pair not yet scored are estimated from
 the length of its text, by each metric's declared cost
 (:class:`judgeflow.metrics.registry.CostEstimate`, measured by rendering its
 prompts for short and long traces), at ~4 characters per token.
@@ -13,10 +15,12 @@ prompts for short and long traces), at ~4 characters per token.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from judgeflow.errors import ConfigError
+from judgeflow.judge.config import judge_models
 from judgeflow.judge.factory import is_offline_model
 from judgeflow.metrics.registry import spec_of
 
@@ -28,32 +32,74 @@ CHARS_PER_TOKEN = 4.0
 
 @dataclass(frozen=True)
 class Prices:
+    """The run's judge model's prices; ``per_metric``: a metric judged by a model of its own at that model's."""
+
     input_per_mtok: float
     output_per_mtok: float
     source: str
+    per_metric: Mapping[str, "Prices"] = field(default_factory=dict)
 
     def cost(self, prompt_tokens: float, completion_tokens: float) -> float:
         return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1_000_000
 
+    def of(self, metric: str) -> "Prices":
+        """The prices ``metric``'s pairs are judged at."""
+        return self.per_metric.get(metric, self)
 
-def prices_for(settings: "Settings") -> Prices | None:
-    """The judge's prices, or None when nobody knows them."""
+
+def map_prices(model: str) -> Prices | None:
+    """``model``'s prices in litellm's price map, or None when it has none."""
+    from judgeflow.judge.litellm_judge import model_prices  # imports litellm
+
+    per_token = model_prices(model)
+    if per_token is None:
+        return None
+    return Prices(per_token[0] * 1_000_000, per_token[1] * 1_000_000, f"litellm's price map for {model}")
+
+
+def _judge_prices(settings: "Settings") -> Prices | None:
     if settings.judge_input_cost_per_mtok is not None and settings.judge_output_cost_per_mtok is not None:
         return Prices(settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok,
                       "JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK")
     if is_offline_model(settings.judge_model):
         return Prices(0.0, 0.0, "the offline judge is free")
-    from judgeflow.judge.litellm_judge import model_prices  # imports litellm
+    return map_prices(settings.judge_model)
 
-    per_token = model_prices(settings.judge_model)
-    if per_token is None:
-        return None
-    return Prices(per_token[0] * 1_000_000, per_token[1] * 1_000_000, f"litellm's price map for {settings.judge_model}")
+
+def unpriced_model(settings: "Settings", *, own_models: bool = True) -> str | None:
+    """The first judge model (the run's, then the metrics' own) nobody knows the prices of; None: all priced."""
+    if _judge_prices(settings) is None:
+        return settings.judge_model
+    models = judge_models(settings.judge_model).values() if own_models else ()
+    return next((m for m in dict.fromkeys(models) if m != settings.judge_model and map_prices(m) is None), None)
+
+
+def prices_for(settings: "Settings", *, own_models: bool = True) -> Prices | None:
+    """The judge's prices, each metric with a judge model of its own at that model's (``own_models``; a
+    shadow's candidate judges every metric), or None when nobody knows one of them."""
+    prices = _judge_prices(settings)
+    if prices is None or not own_models:
+        return prices
+    per_metric = {}
+    for metric, model in judge_models(settings.judge_model).items():
+        if model != settings.judge_model:
+            own = map_prices(model)
+            if own is None:
+                return None
+            per_metric[metric] = own
+    return Prices(prices.input_per_mtok, prices.output_per_mtok, prices.source, per_metric) if per_metric else prices
 
 
 def require_prices(settings: "Settings", *, why: str) -> Prices:
     prices = prices_for(settings)
     if prices is None:
+        model = unpriced_model(settings)
+        if model != settings.judge_model:
+            raise ConfigError(
+                f"{why}, but litellm has no price for judge model {model!r}, the judge model of metric(s) "
+                f"{', '.join(m for m, own in judge_models(settings.judge_model).items() if own == model)} "
+                "(their 'model' in JUDGEFLOW_METRICS_FILE): choose a model litellm prices, or remove the budget"
+            )
         raise ConfigError(
             f"{why}, but litellm has no price for judge model {settings.judge_model!r}: set "
             "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK (USD per million tokens)"
@@ -90,4 +136,4 @@ def estimate_pair_cost(prices: Prices, metric: str, *, input: Any, output: Any, 
         metric, input_chars=_chars(input), output_chars=_chars(output), context_chars=_chars(context),
         max_field_chars=max_field_chars,
     )
-    return prices.cost(prompt, completion)
+    return prices.of(metric).cost(prompt, completion)

@@ -6,6 +6,7 @@
     inputs = ["input", "output"]
     threshold = 0.5
     rate_max = 0.10
+    model = "gpt-4o"          # optional: judged by this litellm model (same endpoint and key as the run's)
 
 Every field is checked before anything is judged; a problem is one
 :class:`ConfigError` line naming the file, the metric and the field.
@@ -27,12 +28,12 @@ from judgeflow.metrics.registry import MetricSpec, origin_of, registered, serve_
 ALLOWED_INPUTS = ("input", "output", "context")
 MAX_NAME_CHARS = 40
 MAX_CRITERIA_CHARS = 4000
+MAX_MODEL_CHARS = 200
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-# fields a metric may have; model and segment_by are named so their line says why they are refused
+# fields a metric may have; segment_by is named so its line says why it is refused
 FIELDS = frozenset({"criteria", "evaluation_steps", "inputs", "threshold", "rate_max", "regression", "strict_mode",
-                    "description"})
+                    "description", "model"})
 NOT_YET = {
-    "model": "a judge model of its own per metric is not supported yet; every metric uses JUDGEFLOW_JUDGE_MODEL",
     "segment_by": "per-metric segments are not supported yet; JUDGEFLOW_ALERT_SEGMENT_BY segments every metric's "
                   "rules",
 }
@@ -102,6 +103,7 @@ def _definition(where: _Where, name: str, table: Any, taken: set[str]) -> GEvalD
         regression_min_increase=_regression(where, table.get("regression", False)),
         strict_mode=_strict(where, table.get("strict_mode", 0)),
         description=_text(where, "description", table.get("description", ""), 500, empty=True),
+        model=None if "model" not in table else _model(where, table["model"]),
     )
 
 
@@ -121,6 +123,17 @@ def _text(where: _Where, field: str, value: Any, limit: int, *, empty: bool = Fa
     if len(value) > limit:
         raise where.error(field, f"at most {limit} characters, got {len(value)}")
     return value.strip()
+
+
+def _model(where: _Where, value: Any) -> str:
+    """A litellm model string; the run's endpoint and key go with it."""
+    model = _text(where, "model", value, MAX_MODEL_CHARS)
+    if any(c.isspace() or not c.isprintable() for c in model):
+        raise where.error("model", f"a litellm model name has no spaces, got {model!r}")
+    if model == "offline" or model.startswith("offline/"):
+        raise where.error("model", "the offline judge has no rubric for a file metric; name a litellm model, or "
+                                   "leave model out to use JUDGEFLOW_JUDGE_MODEL")
+    return model
 
 
 def _inputs(where: _Where, value: Any) -> tuple[str, ...]:

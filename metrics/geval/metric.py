@@ -58,6 +58,7 @@ class GEvalDefinition:
     regression_min_increase: float | None = None
     strict_mode: bool = False
     description: str = ""
+    model: str | None = None  # its own judge model (litellm), None: the run's
 
     @property
     def steps_key(self) -> str:
@@ -227,6 +228,6 @@ def geval_spec(definition: GEvalDefinition) -> MetricSpec:
         fields=definition.inputs, cost=_cost(definition), settings=model, build=build,
         offline={score_step(definition.name): f"{__name__}:offline_abstains",
                  steps_step(definition.name): f"{__name__}:offline_abstains"},
-        label_words={}, higher_is_better=True, prepare=prepare,
+        label_words={}, higher_is_better=True, prepare=prepare, judge_model=definition.model,
     )
 

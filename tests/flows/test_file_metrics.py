@@ -3,7 +3,10 @@ through the real flow (PostgreSQL, Prefect, litellm over HTTP to the local
 judge server answering G-Eval prompts): results with cost and tokens,
 identical content judged once, generated steps written once and stored, the
 version and its epochs, the alert rules, status, show, report, calibrate,
-shadow, backfill --rescore, the run's artifacts, the offline judge."""
+shadow, backfill --rescore, the run's artifacts, the offline judge; a metric
+judged by a model of its own (`model`), priced at that model's price, its
+epochs and reuse keyed on it, in the run's process and through the judge
+workers."""
 
 from __future__ import annotations
 
@@ -34,7 +37,10 @@ regression = true
 [metrics.grounded]
 criteria = "Every claim of the reply is supported by the context."
 inputs = ["output", "context"]
+model = "openai/gpt-4o"
+regression = true
 '''
+RUN_MODEL = "openai/judge-test"  # JUDGEFLOW_JUDGE_MODEL of the suite's judgeflow_env
 # helpfulness: 0.2 and 0.3 fail, the rest pass; t5 is t4 again (judged once)
 OUTPUTS = ["I will not help with that. [geval=2]", "Ask someone else. [geval=3]", "Mostly: boil it. [geval=7]",
            "Sure, here is how.", "Boil it for 7 minutes.", "Boil it for 7 minutes."]
@@ -86,7 +92,7 @@ def _first_night(db, judge_server):
     return summary
 
 
-def test_a_file_metric_is_served_like_the_built_ins(file_env, db, judge_server):
+def test_a_file_metric_is_served_like_the_built_ins(file_env, db, judge_server, monkeypatch):
     summary = _first_night(db, judge_server)
     helpfulness, grounded = registered()["helpfulness"], registered()["grounded"]
     rows = _rows(db, "SELECT trace_id, status, score, passed, reason, cost_usd, prompt_tokens, completion_tokens, "
@@ -132,9 +138,79 @@ def test_a_file_metric_is_served_like_the_built_ins(file_env, db, judge_server):
     report = _cli("report", "--since", "1d")
     assert any(line.lstrip().startswith("helpfulness") for line in report.splitlines()), report
 
+    _grounded_is_judged_by_its_own_model(db, judge_server)
+    assert "judged by: openai/judge-test (toxicity, hallucination, helpfulness); openai/gpt-4o (grounded)" in _cli(
+        "status")
+    assert "judge: openai/gpt-4o, metric version grounded/1+" in _cli("show", "t0")
+
     _stored_steps_are_not_written_again(db, judge_server, grounded.version)
     _editing_the_criteria_starts_an_epoch_and_pages_nothing(db, file_env)
+    _changing_its_model_starts_its_epoch_only(db, file_env, judge_server, monkeypatch)
     _removed_from_the_file_its_results_stay(db, file_env)
+
+
+def _models_asked(judge_server, criteria: str) -> list[str]:
+    """The model of each request the judge server received for the metric with ``criteria``, in order."""
+    return [r.model for r in judge_server.requests
+            if any(criteria in str(m.get("content")) for m in r.messages)]
+
+
+def _grounded_is_judged_by_its_own_model(db, judge_server) -> None:
+    """Its calls (its steps too) go to its model, on the run's endpoint; its results, steps and epoch name that
+    model; its cost is that model's price in litellm's map, not the run judge's configured 1/2 USD per Mtok."""
+    from judgeflow.judge.pricing import map_prices
+
+    assert _models_asked(judge_server, "supported by the context") == ["gpt-4o"] * 6  # its steps, then 5 pairs
+    assert set(_models_asked(judge_server, "instead of refusing")) == {"judge-test"}
+    own = map_prices("openai/gpt-4o")
+    assert own is not None and (own.input_per_mtok, own.output_per_mtok) != (1.0, 2.0)
+    for metric, model, (per_in, per_out) in (("grounded", "openai/gpt-4o", (own.input_per_mtok, own.output_per_mtok)),
+                                              ("helpfulness", RUN_MODEL, (1.0, 2.0))):
+        rows = _rows(db, "SELECT judge_model, cost_usd, prompt_tokens, completion_tokens FROM judgeflow.eval_results "
+                         "WHERE metric = :m AND judge_calls = 1", m=metric)
+        assert len(rows) == 5 and {r["judge_model"] for r in rows} == {model}
+        for r in rows:
+            assert r["cost_usd"] == pytest.approx((r["prompt_tokens"] * per_in + r["completion_tokens"] * per_out) / 1e6)
+    (steps,) = _rows(db, "SELECT judge_model FROM judgeflow.metric_steps WHERE metric = 'grounded'")
+    assert steps["judge_model"] == "openai/gpt-4o"
+    epochs = {r["metric"]: r["judge_model"] for r in _rows(db, "SELECT metric, judge_model FROM judgeflow.judge_epochs")}
+    assert epochs == {"toxicity": RUN_MODEL, "hallucination": RUN_MODEL, "helpfulness": RUN_MODEL,
+                      "grounded": "openai/gpt-4o"}
+
+
+def _changing_its_model_starts_its_epoch_only(db, path: Path, judge_server, monkeypatch) -> None:
+    """Through the judge worker processes: a new epoch for grounded alone, nothing paged; t7 (t6's content again)
+    is copied for the metrics whose judge is unchanged and judged again by grounded's new model."""
+    from judgeflow.judge.pricing import map_prices
+
+    path.write_text(path.read_text(encoding="utf-8").replace('"openai/gpt-4o"', '"openai/gpt-4o-mini"'),
+                    encoding="utf-8")
+    before = {r["metric"]: r["n"] for r in _rows(db, "SELECT metric, count(*) AS n FROM judgeflow.judge_epochs "
+                                                     "GROUP BY metric")}
+    asked = len(judge_server.requests)
+    insert_traces(db, [{"id": "t7", "created_at": datetime.now(timezone.utc) - timedelta(seconds=30),
+                        "input": "Hi", "output": "Hello! [geval=1]", "metadata": {"app": "a"}}])  # t6's content
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_PROCESSES", "2")
+    _cli("score")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_PROCESSES", "1")
+    after = {r["metric"]: r["n"] for r in _rows(db, "SELECT metric, count(*) AS n FROM judgeflow.judge_epochs "
+                                                    "GROUP BY metric")}
+    assert after == {**before, "grounded": before["grounded"] + 1}
+    (latest,) = _rows(db, "SELECT judge_model FROM judgeflow.judge_epochs WHERE metric = 'grounded' "
+                          "ORDER BY id DESC LIMIT 1")
+    assert latest["judge_model"] == "openai/gpt-4o-mini"
+    rows = {r["metric"]: r for r in _rows(db, "SELECT metric, judge_model, judge_calls, cost_usd, prompt_tokens, "
+                                              "completion_tokens, details FROM judgeflow.eval_results "
+                                              "WHERE trace_id = 't7'")}
+    assert {m for m, r in rows.items() if (r["details"] or {}).get("reused_from") == "t6"} == {
+        "toxicity", "hallucination", "helpfulness"}
+    grounded = rows["grounded"]
+    mini = map_prices("openai/gpt-4o-mini")
+    assert (grounded["judge_model"], grounded["judge_calls"]) == ("openai/gpt-4o-mini", 1)
+    assert grounded["cost_usd"] == pytest.approx(
+        (grounded["prompt_tokens"] * mini.input_per_mtok + grounded["completion_tokens"] * mini.output_per_mtok) / 1e6)
+    assert [r.model for r in judge_server.requests[asked:]] == ["gpt-4o-mini"]  # the one call of the night
+    assert _rows(db, "SELECT rule FROM judgeflow.alert_events WHERE rule LIKE 'grounded%'") == []
 
 
 async def _artifacts(flow_run_id: str) -> list[dict]:
@@ -153,7 +229,9 @@ def _stored_steps_are_not_written_again(db, judge_server, version: str) -> None:
     from judgeflow.metrics.geval import file
 
     file._SPECS.clear()
-    _cli("backfill", "--since", "1d", "--until", "0s", "--rescore", "--yes")
+    out = _cli("backfill", "--since", "1d", "--until", "0s", "--rescore", "--yes")
+    # its estimate prices grounded at its own model's price
+    assert "at JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK; grounded at litellm's price map for openai/gpt-4o;" in out
     assert (judge_server.calls("GEvalScore"), judge_server.calls("GEvalSteps")) == (20, 1)
     assert registered()["grounded"].version == version
     rows = _rows(db, "SELECT metric_version, flow_run_id FROM judgeflow.eval_results WHERE metric = 'grounded'")
@@ -178,8 +256,8 @@ def _editing_the_criteria_starts_an_epoch_and_pages_nothing(db, path: Path) -> N
 def _removed_from_the_file_its_results_stay(db, path: Path) -> None:
     path.write_text(FILE.split("[metrics.grounded]")[0], encoding="utf-8")
     status = _cli("status")
-    assert "grounded: no longer scored" in status and "its 7 stored result(s) are kept" in status, status
-    assert len(_rows(db, "SELECT 1 FROM judgeflow.eval_results WHERE metric = 'grounded'")) == 7  # t0-t6
+    assert "grounded: no longer scored" in status and "its 8 stored result(s) are kept" in status, status
+    assert len(_rows(db, "SELECT 1 FROM judgeflow.eval_results WHERE metric = 'grounded'")) == 8  # t0-t7
     assert not any(line.startswith("grounded ") for line in status.splitlines())  # not in the table of served
 
 
@@ -200,6 +278,7 @@ def test_calibrate_and_shadow_judge_a_file_metric(file_env, db, judge_server, tm
     assert "best agreement: threshold 0.6 (any value above 0.4 up to 0.6 decides the same)" in markdown
 
     _first_night(db, judge_server)
+    asked = len(judge_server.requests)
     report = shadow_score(since=datetime.now(timezone.utc) - timedelta(days=1), judge_model="openai/judge-b",
                           metrics=["helpfulness", "grounded"], per_segment=10)
     by_metric = {m.metric: m for m in report.metrics}
@@ -207,6 +286,10 @@ def test_calibrate_and_shadow_judge_a_file_metric(file_env, db, judge_server, tm
     assert by_metric["helpfulness"].confusion == {"both_pass": 4, "only_candidate_fails": 0,
                                                   "only_current_fails": 0, "both_fail": 2}
     assert judge_server.calls("GEvalSteps") == 1  # the candidate judges with the stored steps
+    # the candidate judges every metric, grounded (judged by its own gpt-4o in the run) included
+    shadowed = [r.model for r in judge_server.requests[asked:]
+                if any("supported by the context" in str(m.get("content")) for m in r.messages)]
+    assert shadowed == ["judge-b"] * 6
 
 
 def test_the_offline_judge_skips_a_file_metric_with_its_reason(file_env, db, monkeypatch):
@@ -231,7 +314,7 @@ def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
     from judgeflow.config.settings import load_settings
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.judge.pricing import estimate_pair_cost, prices_for
+    from judgeflow.judge.pricing import estimate_pair_cost, map_prices, prices_for
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
 
@@ -249,6 +332,9 @@ def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
 
     every, builtins = night(list(registered())), night(["toxicity", "hallucination"])
     prices = prices_for(settings)
+    # grounded at its own model's price in litellm's map; the others at the run judge's configured 1/2 USD per Mtok
+    assert prices.of("grounded") == map_prices("openai/gpt-4o") and prices.of("grounded").input_per_mtok != 1.0
+    assert (prices.of("helpfulness").input_per_mtok, prices.of("helpfulness").output_per_mtok) == (1.0, 2.0)
     for stratum in ("app=a", "app=b"):
         mine = [r for r in rows if f"app={r['metadata']['app']}" == stratum]
         extra = sum(estimate_pair_cost(prices, metric, input=r["input"], output=r["output"], context=r["context"],

@@ -67,3 +67,64 @@ def test_the_pair_estimate_grows_with_the_text_and_respects_truncation():
     assert big == pytest.approx(((2050 + 1 + 4000 + 4004) / 4 + 60) / 1e6)
     capped = estimate_tokens("toxicity", input_chars=0, output_chars=50_000, context_chars=0, max_field_chars=1000)
     assert capped == ((5700 + 2 * 1000) / 4, 120 + 1000 / 4)
+
+
+METRIC_FILE = '''
+[metrics.grounded]
+criteria = "Every claim of the reply is supported by the context."
+evaluation_steps = ["Check each claim against the context."]
+inputs = ["output", "context"]
+model = "{model}"
+'''
+
+
+def test_a_request_naming_a_model_asks_it_and_is_priced_at_its_map_price(judge_server):
+    """A metric's own model on the judge's endpoint: the configured prices are the judge's model's, never its."""
+    judge = LiteLLMJudge("openai/judge-test", api_base=judge_server.url, api_key="k", prices_per_mtok=(2.0, 8.0),
+                         metric_models=("openai/gpt-4o-mini", "openai/my-self-hosted"))
+    request = JudgeRequest(step="hallucination", response_format=HallucinationJudgement, model="openai/gpt-4o-mini",
+                           messages=[{"role": "user", "content": render_data_block({"output": "Fact: x."})}])
+    reply = judge.complete(request)
+    assert judge_server.requests[-1].model == "gpt-4o-mini" and reply.model == "openai/gpt-4o-mini"
+    assert reply.cost_usd == pytest.approx((reply.prompt_tokens * 0.15 + reply.completion_tokens * 0.6) / 1e6)
+    own = judge.complete(JudgeRequest(step="hallucination", response_format=HallucinationJudgement,
+                                      messages=request.messages))
+    assert judge_server.requests[-1].model == "judge-test" and own.model == "openai/judge-test"
+    assert own.cost_usd == pytest.approx((own.prompt_tokens * 2.0 + own.completion_tokens * 8.0) / 1e6)
+    # what a judge worker's hello carries: every model it may ask, the unpriced one as None
+    assert judge.prices_by_model() == {"openai/judge-test": (2.0, 8.0),
+                                       "openai/gpt-4o-mini": (pytest.approx(0.15), pytest.approx(0.6)),
+                                       "openai/my-self-hosted": None}
+    judge.close()
+
+
+def test_a_metric_with_its_own_model_is_priced_at_it_and_an_unpriced_one_refuses_a_budget(monkeypatch, tmp_path):
+    from judgeflow.metrics.geval.file import serve_metrics_file
+
+    path = tmp_path / "metrics.toml"
+    path.write_text(METRIC_FILE.format(model="openai/gpt-4o"), encoding="utf-8")
+    try:
+        s = _settings(monkeypatch, tmp_path, judge_model="openai/gpt-4o-mini", metrics_file=str(path))
+        prices = prices_for(s)
+        assert (prices.of("toxicity").input_per_mtok, prices.of("toxicity").output_per_mtok) == (
+            pytest.approx(0.15), pytest.approx(0.6))
+        assert (prices.of("grounded").input_per_mtok, prices.of("grounded").output_per_mtok) == (
+            pytest.approx(2.5), pytest.approx(10.0))
+        pair = {"input": "q", "output": "a" * 400, "context": ["c" * 400]}
+        tokens = estimate_tokens("grounded", input_chars=1, output_chars=400, context_chars=404)
+        assert estimate_pair_cost(prices, "grounded", **pair) == pytest.approx((tokens[0] * 2.5 + tokens[1] * 10) / 1e6)
+        # a shadow's candidate judges every metric: its own prices for all
+        assert prices_for(s, own_models=False).of("grounded").input_per_mtok == pytest.approx(0.15)
+
+        path.write_text(METRIC_FILE.format(model="openai/my-self-hosted"), encoding="utf-8")
+        s = _settings(monkeypatch, tmp_path, judge_model="openai/gpt-4o-mini", metrics_file=str(path))
+        assert prices_for(s) is None
+        with pytest.raises(ConfigError) as error:
+            require_prices(s, why="a run budget is set")
+        assert str(error.value).startswith("a run budget is set, but litellm has no price for judge model "
+                                           "'openai/my-self-hosted', the judge model of metric(s) grounded")
+        # the offline run judges every metric offline, whatever its model: free
+        s = _settings(monkeypatch, tmp_path, judge_model="offline", metrics_file=str(path))
+        assert prices_for(s).of("grounded").cost(1e6, 1e6) == 0.0
+    finally:
+        serve_metrics_file(None)

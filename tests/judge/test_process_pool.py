@@ -408,3 +408,26 @@ def test_large_requests_and_replies_both_ways_at_once_never_deadlock():
             caller.join(30)
             pytest.fail("the run and its judge worker deadlocked on their pipes")
         assert results == [[6] * 8]
+
+
+def test_a_metric_model_goes_through_the_workers_and_its_unanswered_attempt_is_billed_at_its_price(server):
+    """The run's process never imports litellm: a worker's hello carries the price map's prices of every model
+    its metrics ask, so an attempt of the metric's model sent without usage coming back (a 500) is billed at that
+    model's estimate, not at the judge model's configured prices; the call asks that model on the same bound."""
+    from dataclasses import replace
+
+    from judgeflow.judge.spend import attempt_estimate
+
+    config = replace(pool_settings(server, max_concurrency=2, judge_processes=1, judge_input_cost_per_mtok=100.0,
+                                   judge_output_cost_per_mtok=100.0), metric_models=("openai/gpt-4o-mini",))
+    request = replace(opinions_request(), model="openai/gpt-4o-mini")
+    with JudgeProcessPool(config).start() as pool:
+        assert pool.wait_ready(60)  # its hello read: the prices it carries are known
+        server.script(error_reply(500, "overloaded"))
+        reply = pool.complete(request)
+    assert [r.model for r in server.requests] == ["gpt-4o-mini", "gpt-4o-mini"]
+    assert (reply.model, reply.calls) == ("openai/gpt-4o-mini", 2)
+    estimate = attempt_estimate((0.15, 0.6), request)
+    own = (reply.prompt_tokens * 0.15 + reply.completion_tokens * 0.6) / 1e6
+    assert reply.cost_usd == pytest.approx(estimate + own)
+    assert reply.cost_usd < attempt_estimate((100.0, 100.0), request)  # not the judge model's prices

@@ -29,6 +29,7 @@ criteria = "Every claim of the reply is supported by the context."
 inputs = ["output", "context"]
 regression = true
 strict_mode = 1
+model = "openai/gpt-4o"
 '''
 
 
@@ -65,8 +66,11 @@ def with_field(field: str, value: str, *, drop: str | None = None) -> str:
     (with_field("evaluation_steps", "[]"), "metric helpfulness: evaluation_steps: must be a list of non-empty"),
     (with_field("evaluation_steps", '"one step"'), "metric helpfulness: evaluation_steps: must be a list"),
     (with_field("criteria_", '"x"'), "metric helpfulness: criteria_: unknown field; the fields are criteria,"),
-    (with_field("model", '"gpt-4o-mini"'), "metric helpfulness: model: a judge model of its own per metric is not "
-                                           "supported yet"),
+    (with_field("model", '"gpt 4o"'), "metric helpfulness: model: a litellm model name has no spaces, got 'gpt 4o'"),
+    (with_field("model", '""'), "metric helpfulness: model: must not be empty"),
+    (with_field("model", "4"), "metric helpfulness: model: must be text, got a number"),
+    (with_field("model", '"offline"'), "metric helpfulness: model: the offline judge has no rubric for a file metric"),
+    (with_field("segment_by", '"app"'), "metric helpfulness: segment_by: per-metric segments are not supported yet"),
     (with_field("", "", drop="criteria") + 'criteria = 3\n', "metric helpfulness: criteria: must be text, got a "
                                                             "number"),
     (with_field("", "", drop="criteria") + 'criteria = "  "\n', "metric helpfulness: criteria: must not be empty"),
@@ -103,6 +107,8 @@ def test_settings_serve_the_file_metrics_beside_the_built_ins_with_the_files_val
     assert (grounded.threshold, grounded.rate_max, grounded.regression_min_increase, grounded.strict_mode) == (
         0.5, None, 0.05, True)
     assert registered()["grounded"].fields == ("output", "context")
+    # its own judge model; the other is judged by the run's
+    assert (registered()["grounded"].judge_model, registered()["helpfulness"].judge_model) == ("openai/gpt-4o", None)
     assert registered()["helpfulness"].higher_is_better and not registered()["toxicity"].higher_is_better
     # keyword arguments win over the file, as over the environment
     assert Settings(metrics_file=path, helpfulness_threshold=0.8).metric("helpfulness").threshold == 0.8
@@ -148,6 +154,38 @@ def test_metrics_check_validates_without_judging(tmp_path):
     assert "metric toxicity: clashes with a built-in or plugin metric" in line
 
 
+def test_metrics_check_warns_of_a_model_litellm_cannot_price(tmp_path):
+    """As an unpriced JUDGEFLOW_JUDGE_MODEL: usable (exit 0), its cost unknown, one warning line naming it."""
+    from judgeflow.cli import app
+
+    path = write(tmp_path, GOOD.replace('"openai/gpt-4o"', '"openai/our-own-finetune"'))
+    result = runner.invoke(app, ["metrics", "--check", str(path)])
+    assert result.exit_code == 0, result.output
+    usable, warning = result.output.strip().splitlines()
+    assert usable == f"{path}: 2 metric(s) usable: helpfulness, grounded"
+    assert warning == (f"{path}: metric grounded: model: warning: litellm has no price for 'openai/our-own-finetune': "
+                       "its results' cost stays unknown, and a run, sample or calibration budget refuses to start")
+    priced = runner.invoke(app, ["metrics", "--check", str(write(tmp_path, GOOD))])
+    assert len(priced.output.strip().splitlines()) == 1  # gpt-4o is in litellm's price map: no warning
+
+
+def test_a_metric_model_of_another_provider_never_carries_the_judge_key_elsewhere(tmp_path):
+    """Without a judge base, litellm finds the host from the provider: the judge's key would go there."""
+    from judgeflow.config.settings import load_settings
+
+    path = write(tmp_path, GOOD.replace('"openai/gpt-4o"', '"anthropic/claude-3-5-haiku-20241022"'))
+    with pytest.raises(ConfigError) as error:
+        load_settings(metrics_file=path, judge_model="openai/gpt-4o-mini", judge_api_key="sk-test")
+    assert str(error.value).startswith("metric grounded: its judge model 'anthropic/claude-3-5-haiku-20241022' is "
+                                       "another provider's than JUDGEFLOW_JUDGE_MODEL 'openai/gpt-4o-mini'")
+    assert "sk-test" not in str(error.value)
+    # one base for every model (the judge's endpoint), the same provider, or no judge key: allowed
+    load_settings(metrics_file=path, judge_model="openai/gpt-4o-mini", judge_api_key="sk-test",
+                  judge_api_base="https://llm.example.com/v1")
+    load_settings(metrics_file=path, judge_model="anthropic/claude-3-opus-20240229", judge_api_key="sk-test")
+    load_settings(metrics_file=path, judge_model="openai/gpt-4o-mini")
+
+
 def test_metrics_lists_every_metric_with_origin_version_inputs_and_rules(tmp_path, monkeypatch):
     from judgeflow.cli import app
     monkeypatch.chdir(tmp_path)
@@ -165,7 +203,18 @@ def test_metrics_lists_every_metric_with_origin_version_inputs_and_rules(tmp_pat
     assert helpfulness["version"].startswith("helpfulness/1+") and "pending" not in helpfulness["version"]
     assert rows["grounded"]["rules"] == ["grounded_regression +5%"]
     assert rows["grounded"]["version"] == "grounded/1+steps-pending"  # written by the judge at the first run
+    # the model that judges each: the run's, or the metric's own; an offline run judges every metric offline
+    def models() -> dict[str, str]:
+        listed = json.loads(runner.invoke(app, ["metrics", "--json"]).output)["metrics"]
+        return {row["name"]: row["judge_model"] for row in listed}
+
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "offline")
+    assert models() == dict.fromkeys(rows, "offline")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "openai/gpt-4o-mini")
+    assert models() == {"toxicity": "openai/gpt-4o-mini", "hallucination": "openai/gpt-4o-mini",
+                        "helpfulness": "openai/gpt-4o-mini", "grounded": "openai/gpt-4o"}
     text = runner.invoke(app, ["metrics"]).output
     assert f"metrics file: {tmp_path / 'metrics.toml'}" in text
     assert any(line.startswith("helpfulness") and " file " in line and "helpfulness_rate max 10%" in line
-               for line in text.splitlines()), text
+               and "judged by openai/gpt-4o-mini;" in line for line in text.splitlines()), text
+    assert any(line.startswith("grounded") and "judged by openai/gpt-4o;" in line for line in text.splitlines())

@@ -149,7 +149,8 @@ class _Worker:
         self._pending: dict[int, tuple[Any, Any]] = {}  # call id -> (its loop or None, its future)
         self.queued = 0  # calls picked for this slot, not yet sent (the pool's lock guards it)
         self._pid: int | None = None  # from the worker's hello: it can take calls
-        self.prices: tuple[float, float] | None = None  # from the hello: what an attempt without usage costs
+        # from the hello: what an attempt without usage costs, per model it may ask
+        self.prices: dict[str, tuple[float, float] | None] = {}
         self.calls = 0  # calls sent over this slot's lifetime (tests, benchmark)
         self.starts = 0
         self.failed_starts = 0  # processes in a row that exited without answering anything
@@ -373,18 +374,20 @@ class JudgeProcessPool(JudgeBase):
         if not self._started:
             self.start()
 
-    def _estimate_prices(self) -> tuple[float, float] | None:
-        """The configured prices, else the price map's as a worker read it (its hello)."""
-        if self._prices is not None:
+    def _estimate_prices(self, model: str) -> tuple[float, float] | None:
+        """The configured prices of the judge's own model, else ``model``'s in the
+        price map as a worker read it (its hello)."""
+        if self._prices is not None and model == self._model:
             return self._prices
-        return next((w.prices for w in self._workers if w.prices is not None), None)
+        return next((w.prices[model] for w in self._workers if w.prices.get(model) is not None), None)
 
     async def acomplete(self, request: JudgeRequest, call: Call | None = None) -> JudgeReply:
         """The call: its attempts (:meth:`_attempt`, each sent by a worker) in
         the one retry loop, :func:`~judgeflow.judge.retry.send_with_retries`,
         run here; each attempt's spend counted here too."""
         call = call or ANY_CALL
-        spend = CallSpend(self._model, self._estimate_prices(), request)
+        model = request.model or self._model
+        spend = CallSpend(model, self._estimate_prices(model), request)
         return await send_with_retries(lambda: self._attempt(request, call), policy=self.retry, spend=spend,
                                        pace=self._pace)
 
@@ -400,11 +403,13 @@ class JudgeProcessPool(JudgeBase):
         await self._slots.acquire_async(call.priority)
         try:
             if not await call.may_send():
-                return AttemptFailed(CallWithheld(f"judge {self._model}: not sent, the run no longer owns the pair"))
+                return AttemptFailed(CallWithheld(f"judge {request.model or self._model}: not sent, the run no "
+                                                  "longer owns the pair"))
             fresh = call.fresh_until()
             if fresh <= time.monotonic():
-                return AttemptFailed(TransientJudgeError(f"judge {self._model}: not sent, the run's claims could "
-                                                         "not be renewed to hand the call to a judge worker"))
+                return AttemptFailed(TransientJudgeError(
+                    f"judge {request.model or self._model}: not sent, the run's claims could not be renewed to hand "
+                    "the call to a judge worker"))
             try:
                 return await self._dispatch(request, fresh, call.priority)
             except JudgeError as error:  # the worker is gone, or cannot start

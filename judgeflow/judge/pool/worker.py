@@ -9,7 +9,8 @@ fresh until and its place in the queue for a slot. The worker makes each
 attempt once (the retry loop is the run's: judgeflow/judge/retry.py) and
 answers with lists of ``(call id, True, JudgeReply)`` or ``(call id, False,
 (encoded error, sent, handed back))``, after a first
-``[(HELLO, True, (pid, estimate prices))]``:
+``[(HELLO, True, (pid, {model: estimate prices}))]`` (its own model's and each
+metric's own model's, read from litellm's price map, which the run never imports):
 the replies finished in one turn of its event loop go back as one message
 (one pipe write and one wake-up of the reader on the other side instead of one
 per call). The event loop itself watches the request pipe: a reader thread
@@ -157,7 +158,7 @@ class _Answering:
         # litellm's lazy set-up on a canned reply first, so the run's first calls do not pay it
         await self.judge.warm_up()
         settle_heap()
-        self.replies.send([(HELLO, True, (os.getpid(), self.judge.estimate_prices()))])
+        self.replies.send([(HELLO, True, (os.getpid(), self.judge.prices_by_model()))])
         # one call started per turn of the loop: a burst of requests (a run's
         # first batch) goes out as each is prepared, instead of each waiting
         # for litellm to prepare every other one first
