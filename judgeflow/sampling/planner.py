@@ -61,6 +61,9 @@ class NightPlan:
     rows: list[StratumRow] = field(default_factory=list)
     recorded: int = 0
     spent_before_usd: float = 0.0  # what the night's earlier runs billed (the ledger)
+    raised_from_usd: float | None = None  # a larger budget than the night was planned under: the earlier one
+    # the oldest trace a raise selected: the run reads from there (it may be older than the watermark)
+    reads_from: datetime | None = None
 
     @property
     def run_limit_usd(self) -> float | None:
@@ -78,6 +81,9 @@ class NightPlan:
             cost = sum(r.est_cost_usd for r in self.rows)
             out.append(f"sample budget ${self.budget_usd:.4f}: judging {judged} of {traffic} new traces (est. "
                        f"${cost:.4f} of ${self.full_cost_usd:.4f} for all); {self.not_sampled} recorded as not sampled")
+        if self.raised_from_usd is not None:
+            out.append(f"the night was planned under ${self.raised_from_usd:.4f}; with ${self.budget_usd:.4f} the "
+                       "strata planned then judge more of their traces (those selected before stay selected)")
         for r in self.rows:
             if r.short_reason:
                 out.append(f"stratum {r.stratum}: {r.judged} of {r.traffic} judged, fewer than the minimum: "
@@ -144,9 +150,12 @@ class _Night:
     probs: dict[str, float]  # strata planned earlier tonight
     costs: dict[tuple[str, str], float]  # (stratum, metric) -> recent mean cost
     rates: dict[str, float]
+    pools: dict[str, tuple[int, int, float]]  # strata planned earlier: (sample population, selected, cost per trace)
+    planned_budget: float | None  # the largest budget an earlier run of the night planned under
 
 
-def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: bool) -> _Night:
+def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: bool, *,
+                budget_usd: float | None, flow_run_id: str | None) -> _Night:
     keys = settings.stratify_keys
     with engine.begin() as conn:
         now: datetime = conn.execute(text("SELECT now()")).scalar_one()
@@ -155,11 +164,16 @@ def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: 
         night = now.astimezone(timezone.utc).date()  # the night is the UTC day the run plans on
         # results remember the alert segment keys only: a stratum's own history needs its keys among them
         own = set(keys) <= set(settings.alert_segment_keys)
+        planned_budget = decisions.night_budget_usd(conn, night)
+        spent = decisions.night_spent_usd(conn, night, recover=record)
+        if record and budget_usd is not None and flow_run_id is not None:
+            decisions.open_run(conn, night, flow_run_id, budget_usd)
         return _Night(
-            now, night, decisions.night_spent_usd(conn, night), decisions.pending_selected_usd(conn, night),
+            now, night, spent, decisions.pending_selected_usd(conn, night),
             decisions.stratum_probs(conn, night),
             recent_stratum_costs(conn, metrics, keys, since=now - COST_HISTORY) if own else {},
             recent_fail_rates(conn, metrics, keys, since=now - timedelta(seconds=settings.regression_baseline_s)),
+            decisions.sample_pools(conn, night), planned_budget,
         )
 
 
@@ -186,11 +200,29 @@ def _late(traffic: Traffic, n: _Night, costs: dict[str, float], min_samples: int
     return out
 
 
+def _raise(n: _Night, late: list[Allocation], money: float, budget_usd: float | None) -> list[Allocation]:
+    """A budget larger than the one the night was planned under: what is left
+    after the new strata raises the strata planned earlier, as a cost-aware
+    Neyman split of their traces not selected yet (late ones included); each
+    row is the stratum's whole sample phase after the raise, its cost this run's new picks."""
+    if budget_usd is None or n.planned_budget is None or budget_usd <= n.planned_budget or money <= 0:
+        return []
+    late_of = {a.name: a for a in late}
+    pools = {s: (pop + (late_of[s].traffic if s in late_of else 0), sel + (late_of[s].judged if s in late_of else 0),
+                 cost) for s, (pop, sel, cost) in n.pools.items()}
+    inputs = [StratumInput(s, pop - sel, cost, n.rates.get(s)) for s, (pop, sel, cost) in sorted(pools.items())
+              if pop > sel and cost > 0]
+    extra = allocate(inputs, budget_usd=money, min_samples=0).strata
+    return [Allocation(a.name, pools[a.name][0], pools[a.name][1] + a.judged,
+                       a.cost_usd + (late_of[a.name].cost_usd if a.name in late_of else 0.0), 0)
+            for a in extra if a.judged > 0]
+
+
 def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, engine: Engine,
                key_filter: KeyFilter, metrics: list[str], prices: Prices, *, budget_usd: float | None,
                record: bool, flow_run_id: str | None = None) -> NightPlan:
     """Plan (and with ``record``, select and record) the night's sample."""
-    n = _read_night(settings, engine, metrics, record)
+    n = _read_night(settings, engine, metrics, record, budget_usd=budget_usd, flow_run_id=flow_run_id)
     traffic = count_traffic(settings, source, source_engine, engine, key_filter, metrics, prices)
     _refuse_unknown_keys(settings, traffic)
     costs = {s: traffic.cost_per_trace(s, metrics, n.costs) for s in traffic.keys}
@@ -201,33 +233,47 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
               if s not in {a.name for a in late}]
     plan = allocate(inputs, budget_usd=left, min_samples=settings.alert_min_samples,
                     detect=detect_for(settings, list(traffic.keys)))
+    raised = _raise(n, late, (left or 0.0) - plan.cost_usd, budget_usd)
+    shown = {a.name: a for a in late} | {a.name: a for a in raised}
     plan = SamplePlan(plan.budget_usd, plan.full_cost_usd + sum(a.traffic * costs[a.name] for a in late),
-                      sorted(plan.strata + late, key=lambda a: a.name), plan.sampled or bool(late))
+                      sorted(plan.strata + list(shown.values()), key=lambda a: a.name),
+                      plan.sampled or bool(late) or bool(raised))
     night_plan = _rows(settings, n.night, budget_usd, committed, plan, n.rates)
     night_plan.spent_before_usd = n.spent
+    if raised:
+        night_plan.raised_from_usd = n.planned_budget
     if record and plan.sampled:
-        night_plan.recorded = _record(engine, n, traffic, plan, late, costs, flow_run_id)
+        night_plan.recorded, night_plan.reads_from = _record(engine, n, traffic, plan, late, costs, flow_run_id,
+                                                             raised)
     return night_plan
 
 
 def _record(engine: Engine, n: _Night, traffic: Traffic, plan: SamplePlan, late: list[Allocation],
-            costs: dict[str, float], flow_run_id: str | None) -> int:
-    """Select and record the plan's traces; a new stratum's probability is recorded for the rest of the night."""
-    recorded, late_names = 0, {a.name for a in late}
+            costs: dict[str, float], flow_run_id: str | None, raised: list[Allocation]
+            ) -> tuple[int, datetime | None]:
+    """Select and record the plan's traces; a new stratum's probability is
+    recorded for the rest of the night; a raised stratum selects more of its
+    traces not selected yet (the earlier picks stay). Returns the decisions
+    written and when the oldest trace a raise selected was created."""
+    recorded, late_names, oldest = 0, {a.name for a in late}, []
     with engine.begin() as conn:
-        for a in plan.strata:
-            keys = traffic.keys[a.name]
+        for name in sorted(traffic.keys):
+            keys = traffic.keys[name]
             ids = [k.id for k in keys]
-            if a.name in late_names:
-                prob = n.probs[a.name]
+            if name in late_names or name in n.probs:
+                prob = n.probs[name]
                 chosen = select_below(ids, prob, n.night)
             else:
+                a = next(a for a in plan.strata if a.name == name)
                 prob = a.inclusion_prob
                 chosen = select(ids, a.judged, n.night)
-                decisions.record_stratum(conn, n.night, a.name, prob, costs[a.name])
-            recorded += decisions.record(conn, n.night, a.name, keys, chosen, inclusion_prob=max(prob, 1e-9),
-                                         cost_per_trace=costs[a.name], flow_run_id=flow_run_id)
-    return recorded
+                decisions.record_stratum(conn, n.night, name, prob, costs[name])
+            recorded += decisions.record(conn, n.night, name, keys, chosen, inclusion_prob=max(prob, 1e-9),
+                                         cost_per_trace=costs[name], flow_run_id=flow_run_id)
+        for a in raised:
+            oldest.append(decisions.extend(conn, n.night, a.name, a.judged - n.pools[a.name][1]
+                                           - sum(x.judged for x in late if x.name == a.name)))
+    return recorded, min((t for t in oldest if t is not None), default=None)
 
 
 def _rows(settings: Settings, night: date, budget_usd: float | None, committed: float, plan: SamplePlan,
