@@ -215,6 +215,7 @@ class Detection:
     planned: int  # the target's traces the plan judges
     judged: int  # ... and those the run judged
     fired: bool
+    exact: float  # the rule's exact power at the target's true rate, for what was judged (Holm's strictest level)
 
 
 def detection_night(seed: int, *, at: str = "claimed", budget_share: float = 0.12, late_share: float = 0.0,
@@ -229,27 +230,30 @@ def detection_night(seed: int, *, at: str = "claimed", budget_share: float = 0.1
     (``at`` "minimum"), run as :func:`run_night` runs it; the regression rule
     over overall and every stratum, Holm-adjusted as the evaluation does."""
     from judgeflow.alerts.lifecycle import correct_for_family
-    from judgeflow.sampling.power import min_detectable_rise, segment_alpha
+    from judgeflow.sampling.power import min_detectable_rise, rule_power, segment_alpha
 
     rng = random.Random(seed)
     strata = mixed_strata(rng, total)
-    target = rng.choice(strata)
     rates = {s.name: min(max(s.rate * math.exp(rng.gauss(0, 0.3)), 0.0), 1.0) for s in strata}
     budget = budget_share * sum(s.size * s.cost for s in strata)
     tests = 1 + len(strata)
     detect = Detect(min_increase, alpha, tests, baseline_nights)
     plan = {a.name: a for a in night_plan(strata, rates, budget=budget, min_samples=min_samples,
                                           late_share=late_share, estimate_bias=estimate_bias, detect=detect).strata}
-    planned = plan[target.name]
-    claimed = min_detectable_rise(planned.judged, int(planned.judged * baseline_nights), rates[target.name],
-                                  alpha=segment_alpha(alpha, tests), min_increase=min_increase,
-                                  min_samples=min_samples)
-    rise = min_increase if at == "minimum" else (claimed or 0.0)
     base = {}
     for s in strata:
         a = plan[s.name]
         m = a.judged * baseline_nights
         base[s.name] = StratumCounts(m, sum(rng.random() < s.rate for _ in range(m)), a.inclusion_prob or 1.0)
+    # the plan's table claims a rise from each stratum's rate over the baseline period; the target is
+    # one it claims a rise for (a stratum judged fewer than the minimum samples is "n/a")
+    claims = {s.name: min_detectable_rise(plan[s.name].judged, int(plan[s.name].judged * baseline_nights),
+                                          base[s.name].bad / base[s.name].n if base[s.name].n else 0.05,
+                                          alpha=segment_alpha(alpha, tests), min_increase=min_increase,
+                                          min_samples=min_samples) for s in strata}
+    target = rng.choice([s for s in strata if claims[s.name] is not None] or strata)
+    planned, claimed = plan[target.name], claims[target.name]
+    rise = min_increase if at == "minimum" else (claimed or 0.0)
     risen = [Stratum(s.name, s.size, min(s.rate + rise, 1.0), s.cost) if s is target else s for s in strata]
     night = run_night(risen, seed=seed, budget_share=budget_share, min_samples=min_samples, late_share=late_share,
                       estimate_bias=estimate_bias, planned_rates=rates, detect=detect)
@@ -262,4 +266,6 @@ def detection_night(seed: int, *, at: str = "claimed", budget_share: float = 0.1
     figures = next(f for f in correct_for_family(rule, family) if f.segment.label == f"app={target.name[4:]}")
     _, _, transition = decide(rule, figures, state="ok", last_notified_at=None, now=now)
     judged = sum(1 for t in night.traces if t.stratum == target.name and t.id in night.judged)
-    return Detection(target.name, claimed, rise, planned.judged, judged, transition == "fired")
+    exact = rule_power(judged, base[target.name].n, target.rate, min(target.rate + rise, 1.0),
+                       alpha=segment_alpha(alpha, tests), min_increase=min_increase)
+    return Detection(target.name, claimed, rise, planned.judged, judged, transition == "fired", exact)

@@ -13,7 +13,7 @@ traces' length (judgeflow/sampling/strata.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import Engine, text
@@ -24,7 +24,7 @@ from judgeflow.judge.pricing import Prices, estimate_pair_cost
 from judgeflow.metrics.registry import metric_names
 from judgeflow.sampling import decisions
 from judgeflow.sampling.allocation import Allocation, Detect, SamplePlan, StratumInput, allocate
-from judgeflow.sampling.power import min_detectable_rise, segment_alpha
+from judgeflow.sampling.power import POWER, SIZED_RISE, min_detectable_rise, segment_alpha
 from judgeflow.sampling.selection import select, select_below
 from judgeflow.sampling.strata import (Traffic, recent_fail_rates, recent_stratum_costs, stratify, undecided_new_keys,
                                       unknown_keys)
@@ -32,6 +32,8 @@ from judgeflow.config.settings import Settings
 from judgeflow.errors import ConfigError
 
 PAGE = 5000
+# a stratum with no recent results: its rise is claimed from this failing rate
+DEFAULT_RATE = 0.05
 # recent results that price a trace: this far back
 COST_HISTORY = timedelta(days=7)
 
@@ -51,6 +53,24 @@ class StratumRow:
     spent_usd: float | None = None  # filled in after the run
 
 
+@dataclass(frozen=True)
+class Claim:
+    """How the plan's table computes a stratum's smallest rise seen with 80%
+    power, and the rise the power step sizes strata for."""
+
+    alpha: float  # the level a segment's Holm-adjusted test meets, at worst
+    ratio: float  # the baseline's length over the window's
+    min_increase: float | None  # the smallest minimum rise of the regression rules (None: no rule)
+    min_samples: int
+    sized_rise: float | None  # SIZED_RISE x min_increase (None: no regression rule)
+
+    def rise(self, judged: int, rate: float) -> float | None:
+        """The smallest true rise from ``rate`` a window of ``judged`` (against a
+        baseline judged as it is, ``ratio`` times longer) sees with 80% power."""
+        return min_detectable_rise(judged, int(judged * self.ratio), rate, alpha=self.alpha,
+                                   min_increase=self.min_increase, min_samples=self.min_samples)
+
+
 @dataclass
 class NightPlan:
     night: date
@@ -64,6 +84,9 @@ class NightPlan:
     raised_from_usd: float | None = None  # a larger budget than the night was planned under: the earlier one
     # the oldest trace a raise selected: the run reads from there (it may be older than the watermark)
     reads_from: datetime | None = None
+    claim: Claim | None = None
+    rates: dict[str, float] = field(default_factory=dict)  # each stratum's failing rate over the baseline period
+    restated: list[str] = field(default_factory=list)  # after the run: strata judged fewer than planned
 
     @property
     def run_limit_usd(self) -> float | None:
@@ -81,6 +104,12 @@ class NightPlan:
             cost = sum(r.est_cost_usd for r in self.rows)
             out.append(f"sample budget ${self.budget_usd:.4f}: judging {judged} of {traffic} new traces (est. "
                        f"${cost:.4f} of ${self.full_cost_usd:.4f} for all); {self.not_sampled} recorded as not sampled")
+            c = self.claim
+            if c is not None and c.sized_rise is not None and c.min_increase is not None:
+                out.append(f"the regression rule pages on an observed rise of at least {c.min_increase * 100:.1f} "
+                           f"pts; strata are sized to see a true rise of {c.sized_rise * 100:.1f} pts "
+                           f"({c.sized_rise / c.min_increase:g} times that) with {POWER:.0%} power where the budget "
+                           "reaches; each row gives the smallest rise its own sample sees with that power")
         if self.raised_from_usd is not None:
             out.append(f"the night was planned under ${self.raised_from_usd:.4f}; with ${self.budget_usd:.4f} the "
                        "strata planned then judge more of their traces (those selected before stay selected)")
@@ -90,7 +119,7 @@ class NightPlan:
                            f"{r.short_reason}")
             elif r.power_short:
                 out.append(f"stratum {r.stratum}: {r.judged} of {r.traffic} judged: {r.power_short}")
-        return out
+        return out + self.restated
 
 
 def _min_increase(settings: Settings) -> float | None:
@@ -278,20 +307,52 @@ def _record(engine: Engine, n: _Night, traffic: Traffic, plan: SamplePlan, late:
 
 def _rows(settings: Settings, night: date, budget_usd: float | None, committed: float, plan: SamplePlan,
           rates: dict[str, float]) -> NightPlan:
-    ratio = settings.regression_baseline_s / settings.alert_window_s
+    rise = _min_increase(settings)
     # a segment's test meets the rule's alpha Holm-adjusted over the family: at worst alpha / tests
-    alpha = segment_alpha(settings.regression_alpha, family_size(settings, [a.name for a in plan.strata]))
-    rows = [
-        StratumRow(
-            a.name, a.traffic, a.judged, a.cost_usd, a.inclusion_prob,
-            min_detectable_rise(a.judged, int(a.judged * ratio), rates.get(a.name, 0.05),
-                                alpha=alpha, min_increase=_min_increase(settings),
-                                min_samples=settings.alert_min_samples),
-            a.short_reason, a.power_short,
-        )
-        for a in plan.strata
-    ]
-    return NightPlan(night, budget_usd, committed, plan.full_cost_usd, plan.sampled, rows)
+    claim = Claim(segment_alpha(settings.regression_alpha, family_size(settings, [a.name for a in plan.strata])),
+                  settings.regression_baseline_s / settings.alert_window_s, rise, settings.alert_min_samples,
+                  None if rise is None else SIZED_RISE * rise)
+    rows = [StratumRow(a.name, a.traffic, a.judged, a.cost_usd, a.inclusion_prob,
+                       claim.rise(a.judged, rates.get(a.name, DEFAULT_RATE)), a.short_reason, a.power_short)
+            for a in plan.strata]
+    return NightPlan(night, budget_usd, committed, plan.full_cost_usd, plan.sampled, rows, claim=claim,
+                     rates=dict(rates))
+
+
+def restate(plan: NightPlan, judged: dict[str, int]) -> list[str]:
+    """After the run: a stratum judged fewer than planned (the budget ran out
+    first because traces cost more than estimated, or time, or a stop) sees a larger rise than the
+    plan said; its row is restated for what was judged, and a note says so."""
+    if plan.claim is None:
+        return []
+    notes = []
+    for i, r in enumerate(plan.rows):
+        got = judged.get(r.stratum, 0)
+        if got >= r.judged:
+            continue
+        now = plan.claim.rise(got, plan.rates.get(r.stratum, DEFAULT_RATE))
+        plan.rows[i] = replace(r, min_detectable_rise=now)
+        notes.append(f"stratum {r.stratum}: {got} of the {r.judged} planned were judged by the end of the run (the "
+                     "budget, time or a stop ran out first); the smallest rise it sees with 80% power is now "
+                     + ("n/a (too few to decide)" if now is None else f"+{now * 100:.1f} pts"))
+    return notes
+
+
+def judged_per_stratum(engine: Engine, night: date) -> dict[str, int]:
+    """The night's traces with a scored result, per stratum of its sample phase."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                """
+                SELECT d.stratum, count(*) FROM judgeflow.sample_decisions d
+                WHERE d.night = :n AND d.phase = 'sample' AND d.selected
+                  AND EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = d.trace_id AND r.status = 'scored')
+                GROUP BY 1
+                """
+            ),
+            {"n": night},
+        ).all()
+    return {s: int(c) for s, c in rows}
 
 
 def spent_per_stratum(engine: Engine, night: date, flow_run_id: str) -> dict[str, float]:
