@@ -4,10 +4,15 @@ record. Called by the task ``plan-night-sample`` (judgeflow/tasks/sampling.py)
 and by `judgeflow score --plan` (which records nothing).
 
 The night's budget holds across all its runs: what is left for a run is the
-budget less what earlier runs of the night billed (``judgeflow.sample_ledger``)
-and less the estimated cost of selected traces still waiting. New strata share
-what is left; a stratum planned earlier in the night keeps its inclusion
-probability for the traces that arrived since (judgeflow/sampling/selection.py).
+budget less what earlier runs of the night billed (``judgeflow.sample_ledger``;
+a run killed before it entered its figure counts at what its results and the
+claims it still holds recorded, judgeflow/sampling/decisions.py) and less the
+estimated cost of selected traces still waiting. New strata share what is
+left; a stratum planned earlier in the night keeps its inclusion probability
+for the traces that arrived since (judgeflow/sampling/selection.py). Under a
+larger budget than the night's earlier runs had, what the new strata leave
+raises the strata planned earlier (:func:`_raise`): more of their traces are
+selected, the earlier picks kept.
 A stratum is priced per metric from its own recent results, or else from its
 traces' length (judgeflow/sampling/strata.py)."""
 

@@ -202,6 +202,7 @@ def test_a_larger_budget_later_the_same_night_extends_the_sample_it_planned(pref
     small, large = 0.3 * full, 0.7 * full
     score_new_traces(evaluate_alerts=False, sample_budget_usd=small, max_concurrency=CONCURRENCY)
     before, probs_before = _selected(db), _strata_probs(db)
+    judged_before = {t for t, _ in results(db)}
     billed_first = priced.billed_usd
     assert billed_first <= small + _overrun_bound(priced)
     every = {r.trace_id: r for r in _query(db, "SELECT * FROM judgeflow.sample_decisions")}
@@ -227,6 +228,11 @@ def test_a_larger_budget_later_the_same_night_extends_the_sample_it_planned(pref
         left_out = {t for t, r in every.items() if r.stratum == stratum and not r.selected}
         assert after[stratum] - chosen == select(left_out, len(after[stratum] - chosen), night)
     assert sum(len(v) for v in after.values()) > sum(len(v) for v in before.values())
+    # the new picks were read and judged by the second run, though the watermark had passed them
+    picked = set().union(*after.values()) - set().union(*before.values())
+    newly_judged = {t for t, _ in results(db)} - judged_before
+    assert newly_judged <= picked | set().union(*before.values())
+    assert len(newly_judged & picked) >= 0.8 * len(picked), (len(newly_judged & picked), len(picked))
     # the night's bill holds the larger budget, and what the second run could bill is what the first left
     assert priced.billed_usd <= large + 2 * _overrun_bound(priced), (priced.billed_usd, large)
     ledger = {r.budget_usd: r.spent_usd for r in _query(db, "SELECT * FROM judgeflow.sample_ledger")}
@@ -250,7 +256,7 @@ def test_a_run_killed_mid_night_leaves_its_spend_in_the_ledger_for_the_next(pref
     from pathlib import Path
 
     priced.latency_mean_s = 0.05  # slow enough to kill the run mid-way
-    insert_traces(db, _traces("k", 120, "short", timedelta(hours=3)))
+    insert_traces(db, _traces("k", 80, "short", timedelta(hours=3)))
     budget = 0.5 * _full_cost()
     env = dict(os.environ, PREFECT_API_URL=prefect_server)
     proc = subprocess.Popen(
@@ -268,7 +274,7 @@ def test_a_run_killed_mid_night_leaves_its_spend_in_the_ledger_for_the_next(pref
     (opened,) = _query(db, "SELECT flow_run_id, spent_usd, budget_usd FROM judgeflow.sample_ledger")
     assert opened.budget_usd == pytest.approx(budget) and opened.spent_usd == 0  # entered, never closed
     # more traffic arrives: what the second run may spend on it is what the killed run left
-    insert_traces(db, _traces("n", 120, "new", timedelta(hours=2)))
+    insert_traces(db, _traces("n", 80, "new", timedelta(hours=2)))
 
     second = score_new_traces(evaluate_alerts=False, sample_budget_usd=budget, max_concurrency=2)
 
