@@ -197,7 +197,9 @@ def test_a_larger_budget_later_the_same_night_extends_the_sample_it_planned(pref
     from judgeflow.cli import app
     from judgeflow.sampling.selection import select
 
-    insert_traces(db, _traces("a", 60, "short", timedelta(hours=3)) + _traces("b", 60, "long", timedelta(hours=3)))
+    # most of the night hours before its last traces: past the watermark's look-back once the first run is done
+    insert_traces(db, _traces("a", 60, "short", timedelta(hours=5)) + _traces("b", 60, "long", timedelta(hours=5))
+                  + _traces("r", 10, "short", timedelta(minutes=10)))
     full = _full_cost()
     small, large = 0.3 * full, 0.7 * full
     score_new_traces(evaluate_alerts=False, sample_budget_usd=small, max_concurrency=CONCURRENCY)
@@ -206,7 +208,7 @@ def test_a_larger_budget_later_the_same_night_extends_the_sample_it_planned(pref
     billed_first = priced.billed_usd
     assert billed_first <= small + _overrun_bound(priced)
     every = {r.trace_id: r for r in _query(db, "SELECT * FROM judgeflow.sample_decisions")}
-    assert len(every) == 120 and all(p < 1 for p in probs_before.values())
+    assert len(every) == 130 and all(p < 1 for p in probs_before.values())
 
     runner = CliRunner()
     plan = runner.invoke(app, ["score", "--plan", "--sample-budget-usd", f"{large:.6f}"])
