@@ -237,8 +237,9 @@ def nights_report(nights: int, base_seed: int) -> None:
                 y = sum(rng.random() < p0 for _ in range(7 * n))
                 fired += (x / n - y / (7 * n) + 1e-12 >= 0.05) and fisher_greater(x, n, y, 7 * n) <= alpha
             exact = rule_power(n, 7 * n, p0, p0 + rise, alpha=alpha, min_increase=0.05)
+            noise = 1.96 * math.sqrt(exact * (1 - exact) / nights)  # where 95% of such measurements fall
             print(f"n {n}, baseline {7 * n}, rate {p0:.0%}: {label} +{rise * 100:.1f} pts fires on the first night "
-                  f"in {fired / nights:.1%} of seeds (exact power {exact:.1%})")
+                  f"in {fired / nights:.1%} of seeds (exact power {exact:.1%}, +-{noise:.1%} over {nights} seeds)")
 
 
 def _detection_report(nights: int, base_seed: int) -> None:
