@@ -269,7 +269,9 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
                     detect=detect_for(settings, list(traffic.keys)))
     raised = _raise(n, late, (left or 0.0) - plan.cost_usd, budget_usd)
     shown = {a.name: a for a in late} | {a.name: a for a in raised}
-    plan = SamplePlan(plan.budget_usd, plan.full_cost_usd + sum(a.traffic * costs[a.name] for a in late),
+    # a raised stratum's traffic is its whole sample phase: the traces planned earlier tonight count in the full cost
+    earlier = sum((a.traffic - len(traffic.keys.get(a.name, []))) * n.pools[a.name][2] for a in raised)
+    plan = SamplePlan(plan.budget_usd, plan.full_cost_usd + sum(a.traffic * costs[a.name] for a in late) + earlier,
                       sorted(plan.strata + list(shown.values()), key=lambda a: a.name),
                       plan.sampled or bool(late) or bool(raised))
     night_plan = _rows(settings, n.night, budget_usd, committed, plan, n.rates)
