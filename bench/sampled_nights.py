@@ -27,7 +27,7 @@ from judgeflow.alerts.evaluation import OVERALL, Segment, figures_from_counts
 from judgeflow.alerts.lifecycle import decide
 from judgeflow.alerts.rules import Rule, all_rules
 from judgeflow.config.settings import Settings
-from judgeflow.sampling.allocation import StratumInput, allocate
+from judgeflow.sampling.allocation import Detect, SamplePlan, StratumInput, allocate
 from judgeflow.sampling.selection import select, select_below
 
 NIGHT0 = date(2026, 1, 1)
@@ -108,12 +108,14 @@ def _traffic(rng: random.Random, strata: list[Stratum], late_share: float, seed:
 
 def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samples: int = 50,
               late_share: float = 0.0, estimate_bias: float = 1.0, history_noise: float = 0.3,
-              backfill: tuple[str, int] | None = None) -> Night:
+              backfill: tuple[str, int] | None = None, planned_rates: dict[str, float] | None = None,
+              detect: Detect | None = None) -> Night:
     """One night: plan over the traces that arrived in time at ``estimate_bias``
     times their real cost, select, add the late ones at their stratum's
     probability, judge in arrival order until the budget stops the run, settle
     the weights, and optionally backfill the first ``k`` traces of one stratum
-    (``backfill``)."""
+    (``backfill``). ``planned_rates``: the failing rates the plan is given
+    (default: each stratum's rate with ``history_noise``)."""
     rng = random.Random(seed)
     night_day = NIGHT0 + timedelta(days=seed % 3650)
     traces = _traffic(rng, strata, late_share, seed)
@@ -123,9 +125,9 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
     late: dict[str, list[str]] = {s.name: [] for s in strata}
     for t in traces:
         (late if t.late else on_time)[t.stratum].append(t.id)
-    inputs = [StratumInput(s.name, len(on_time[s.name]), s.cost * estimate_bias,
-                           min(max(s.rate * math.exp(rng.gauss(0, history_noise)), 0.0), 1.0)) for s in strata]
-    plan = allocate(inputs, budget_usd=budget, min_samples=min_samples)
+    noisy = {s.name: min(max(s.rate * math.exp(rng.gauss(0, history_noise)), 0.0), 1.0) for s in strata}
+    plan = night_plan(strata, planned_rates or noisy, budget=budget, min_samples=min_samples,
+                      late_share=late_share, estimate_bias=estimate_bias, detect=detect)
     night = Night(traces, budget=budget, plan_cost=plan.cost_usd)
     chosen: set[str] = set()
     for a in plan.strata:
@@ -139,6 +141,14 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
         _backfill(night, *backfill)
     _settle(night)
     return night
+
+
+def night_plan(strata: list[Stratum], rates: dict[str, float], *, budget: float, min_samples: int,
+               late_share: float, estimate_bias: float, detect: Detect | None = None) -> SamplePlan:
+    """The planner's allocation over the traces that arrive in time (those
+    :func:`_traffic` does not mark late), at ``estimate_bias`` times their real cost."""
+    return allocate([StratumInput(s.name, round(s.size * (1 - late_share)), s.cost * estimate_bias, rates[s.name])
+                     for s in strata], budget_usd=budget, min_samples=min_samples, detect=detect)
 
 
 def _settle(night: Night) -> None:
@@ -186,3 +196,76 @@ def pages(rule: Rule, night: Night, *, full: bool) -> list[str]:
 
 def covered(e: Estimate, truth: float) -> bool:
     return e.rate is not None and e.ci_low <= truth <= e.ci_high
+
+
+def regression_rule(min_increase: float, alpha: float, min_samples: int, baseline_nights: int) -> Rule:
+    s = Settings(_env_file=None, toxicity_regression_min_increase=min_increase, regression_alpha=alpha,
+                 alert_min_samples=min_samples, alert_segment_by="app", alert_window="24h",
+                 regression_baseline=f"{baseline_nights}d")
+    return next(r for r in all_rules(s) if r.name == "toxicity_regression")
+
+
+@dataclass(frozen=True)
+class Detection:
+    """One night whose target stratum rose: what the plan claimed for it, and whether the rule fired."""
+
+    target: str
+    claimed: float | None  # the plan's "smallest rise detected (80% power)" for the target (None: n/a)
+    rise: float  # the true rise
+    planned: int  # the target's traces the plan judges
+    judged: int  # ... and those the run judged
+    fired: bool
+    exact: float  # the rule's exact power at the target's true rate, for what was judged (Holm's strictest level)
+
+
+def detection_night(seed: int, *, at: str = "claimed", budget_share: float = 0.12, late_share: float = 0.0,
+                    estimate_bias: float = 1.0, min_increase: float = 0.05, alpha: float = 0.05,
+                    min_samples: int = 50, baseline_nights: int = 7, total: int = 3000) -> Detection:
+    """One night of :func:`mixed_strata` through the planner's own path: the
+    plan (power step included) over rates known from history with noise; the
+    claimed rise of a random target stratum as the plan's table computes it
+    (judgeflow/sampling/planner.py); a baseline of ``baseline_nights`` nights
+    judged at the plan's counts and the strata's true rates; then the night with
+    the target risen by the claim (``at`` "claimed") or by the rule's minimum
+    (``at`` "minimum"), run as :func:`run_night` runs it; the regression rule
+    over overall and every stratum, Holm-adjusted as the evaluation does."""
+    from judgeflow.alerts.lifecycle import correct_for_family
+    from judgeflow.sampling.power import min_detectable_rise, rule_power, segment_alpha
+
+    rng = random.Random(seed)
+    strata = mixed_strata(rng, total)
+    rates = {s.name: min(max(s.rate * math.exp(rng.gauss(0, 0.3)), 0.0), 1.0) for s in strata}
+    budget = budget_share * sum(s.size * s.cost for s in strata)
+    tests = 1 + len(strata)
+    detect = Detect(min_increase, alpha, tests, baseline_nights)
+    plan = {a.name: a for a in night_plan(strata, rates, budget=budget, min_samples=min_samples,
+                                          late_share=late_share, estimate_bias=estimate_bias, detect=detect).strata}
+    base = {}
+    for s in strata:
+        a = plan[s.name]
+        m = a.judged * baseline_nights
+        base[s.name] = StratumCounts(m, sum(rng.random() < s.rate for _ in range(m)), a.inclusion_prob or 1.0)
+    # the plan's table claims a rise from each stratum's rate over the baseline period; the target is
+    # one it claims a rise for (a stratum judged fewer than the minimum samples is "n/a")
+    claims = {s.name: min_detectable_rise(plan[s.name].judged, int(plan[s.name].judged * baseline_nights),
+                                          base[s.name].bad / base[s.name].n if base[s.name].n else 0.05,
+                                          alpha=segment_alpha(alpha, tests), min_increase=min_increase,
+                                          min_samples=min_samples) for s in strata}
+    target = rng.choice([s for s in strata if claims[s.name] is not None] or strata)
+    planned, claimed = plan[target.name], claims[target.name]
+    rise = min_increase if at == "minimum" else (claimed or 0.0)
+    risen = [Stratum(s.name, s.size, min(s.rate + rise, 1.0), s.cost) if s is target else s for s in strata]
+    night = run_night(risen, seed=seed, budget_share=budget_share, min_samples=min_samples, late_share=late_share,
+                      estimate_bias=estimate_bias, planned_rates=rates, detect=detect)
+    rule = regression_rule(min_increase, alpha, min_samples, baseline_nights)
+    now = datetime.now(timezone.utc)
+    family = [figures_from_counts(night.counts(name), WeightedCounts.from_strata(
+                  [base[n] for n in ([name] if name else sorted(base))]), failed=0, evaluated_at=now,
+                  window_start=now, segment=Segment("app", name.split("=", 1)[1]) if name else OVERALL)
+              for name in [None] + sorted(base)]
+    figures = next(f for f in correct_for_family(rule, family) if f.segment.label == f"app={target.name[4:]}")
+    _, _, transition = decide(rule, figures, state="ok", last_notified_at=None, now=now)
+    judged = sum(1 for t in night.traces if t.stratum == target.name and t.id in night.judged)
+    exact = rule_power(judged, base[target.name].n, target.rate, min(target.rate + rise, 1.0),
+                       alpha=segment_alpha(alpha, tests), min_increase=min_increase)
+    return Detection(target.name, claimed, rise, planned.judged, judged, transition == "fired", exact)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import math
 import os
 import platform
 import random
@@ -63,6 +64,7 @@ BASELINE_NIGHTS = 7
 
 
 MIN_INCREASE = 0.05  # the regression rule pages on a rise of 5 points or more
+DETECTION_TRAFFIC = 6000  # traces a night in the detection nights
 ALPHA = 0.01  # JUDGEFLOW_REGRESSION_ALPHA (--alpha)
 
 
@@ -224,8 +226,9 @@ def nights_report(nights: int, base_seed: int) -> None:
         full += bool(pages(rule, night, full=True))
     print(f"every app at 3%, maximum 5%, 12% budget: nights with a false maximum page {sampled / nights:.1%} "
           f"(overall page {overall / nights:.1%}); judging everything {full / nights:.1%}")
+    _detection_report(nights, base_seed)
     alpha = segment_alpha(0.05, 3)
-    for n, p0 in ((60, 0.02), (150, 0.05), (400, 0.10)):
+    for n, p0 in ((50, 0.02), (60, 0.02), (150, 0.05), (400, 0.10)):
         d = min_detectable_rise(n, 7 * n, p0, alpha=alpha, min_increase=0.05)
         for rise, label in ((d, "claimed rise"), (0.05, "the rule's minimum")):
             rng, fired = random.Random(base_seed + n), 0
@@ -234,8 +237,34 @@ def nights_report(nights: int, base_seed: int) -> None:
                 y = sum(rng.random() < p0 for _ in range(7 * n))
                 fired += (x / n - y / (7 * n) + 1e-12 >= 0.05) and fisher_greater(x, n, y, 7 * n) <= alpha
             exact = rule_power(n, 7 * n, p0, p0 + rise, alpha=alpha, min_increase=0.05)
+            noise = 1.96 * math.sqrt(exact * (1 - exact) / nights)  # where 95% of such measurements fall
             print(f"n {n}, baseline {7 * n}, rate {p0:.0%}: {label} +{rise * 100:.1f} pts fires on the first night "
-                  f"in {fired / nights:.1%} of seeds (exact power {exact:.1%})")
+                  f"in {fired / nights:.1%} of seeds (exact power {exact:.1%}, +-{noise:.1%} over {nights} seeds)")
+
+
+def _detection_report(nights: int, base_seed: int) -> None:
+    """Detection through the plan's own path (bench/sampled_nights.py
+    ``detection_night``): a random stratum the plan claims a rise for rises by
+    that claim (or by the rule's minimum); the rule over every segment, Holm-adjusted.
+    6,000 traces a night, so that most nights have a stratum judged enough to claim a rise."""
+    from bench.sampled_nights import detection_night
+
+    for late, bias, at in ((0.0, 1.0, "claimed"), (0.1, 1.0, "claimed"), (0.1, 1.47, "claimed"),
+                           (0.0, 0.7, "claimed"), (0.0, 1.0, "minimum")):
+        rows = [detection_night(seed, at=at, late_share=late, estimate_bias=bias, total=DETECTION_TRAFFIC)
+                for seed in range(base_seed + 70_000, base_seed + 70_000 + nights)]
+        rows = [r for r in rows if r.claimed is not None]
+        if not rows:
+            print(f"detection at the {at} rise, late {late:.0%}, estimates x{bias}: no night with a claim")
+            continue
+        fired = sum(r.fired for r in rows) / len(rows)
+        se = math.sqrt(fired * (1 - fired) / len(rows))
+        small = [r for r in rows if r.planned <= 60]
+        print(f"detection at the {at} rise, late {late:.0%}, estimates x{bias}: {len(rows)} nights with a claim; "
+              f"fires on the first night in {fired:.1%} (+-{1.96 * se:.1%}); exact power at the true rate for "
+              f"what was judged {statistics.mean(r.exact for r in rows):.1%}; strata planned at <= 60: "
+              f"{sum(r.fired for r in small) / max(len(small), 1):.1%} of {len(small)}; judged fewer than planned "
+              f"in {sum(r.judged < r.planned for r in rows)}")
 
 
 def main() -> None:

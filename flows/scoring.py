@@ -137,6 +137,9 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     if settings.sample_budget_usd is not None and not run.ranged:
         run.sample = plan_night_sample(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate,
                                        flow_run_id=run_id)
+        if run.sample.reads_from is not None and plan.lo is not None and run.sample.reads_from < plan.lo:
+            # a larger budget selected traces behind the watermark: the run reads from the oldest
+            run.filters = replace(run.filters, plan=replace(plan, lo=run.sample.reads_from))
     # a report for the summary, not a precondition: counted while the run starts
     # scoring, over the rows the run reads (all of them when it has no window)
     window_start = plan.lo if plan.lo is not None else since

@@ -25,7 +25,7 @@ from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.run.budget import RunBudget
 from judgeflow.sampling.decisions import record_spend, reweigh, settle
-from judgeflow.sampling.planner import NightPlan, plan_night, spent_per_stratum
+from judgeflow.sampling.planner import NightPlan, judged_per_stratum, plan_night, restate, spent_per_stratum
 from judgeflow.sampling.table import plan_markdown
 from judgeflow.config.settings import Settings
 
@@ -88,6 +88,8 @@ def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str, 
             settle(conn, [night.night])
     spent = spent_per_stratum(engine_for(settings), night.night, flow_run_id)
     night.rows = [replace(r, spent_usd=spent.get(r.stratum, 0.0)) for r in night.rows]
+    if night.sampled:
+        night.restated = restate(night, judged_per_stratum(engine_for(settings), night.night))
     create_markdown_artifact(markdown=plan_markdown(night), key=ARTIFACT_KEY,
                              description="the night's sample: traffic, traces judged, estimated and actual spend")
     return night

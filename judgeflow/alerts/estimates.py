@@ -11,7 +11,9 @@ their inclusion probability, ``p_h`` their failing share.
   plain share ``bad / n`` when every weight is 1.
 - Its variance is the stratified one with the finite-population correction,
   ``V = sum(W_h**2 (1 - f_h) s_h**2 / n_h)``, ``W_h = N_h / N`` and ``s_h**2``
-  the class's sample variance: a class judged in full adds nothing.
+  the class's sample variance (a sampled class with no failing, or no
+  passing, result is read as half an event: it has not shown a rate of
+  exactly 0): a class judged in full adds nothing.
 - The interval is Wilson's on the effective size ``n* = p (1 - p) / V`` the
   variance implies; where a sampled class holds few results, or few events
   are expected, it is the exact Clopper-Pearson interval on ``n*``
@@ -186,7 +188,9 @@ def stratified_variance(strata: tuple[StratumCounts, ...], rate: float) -> float
     for s in strata:
         if s.prob >= 1.0 or s.n == 0:
             continue
-        p = s.bad / s.n
+        # a sampled class with no failing (or no passing) result has not shown a
+        # rate of exactly 0 (or 1): it is read as half an event, so it still varies
+        p = (s.bad + 0.5) / (s.n + 1) if s.bad in (0, s.n) else s.bad / s.n
         s2 = p * (1 - p) * s.n / (s.n - 1) if s.n > 1 else rate * (1 - rate)
         v += (s.n * s.weight / total) ** 2 * (1 - s.prob) * s2 / s.n
     return v

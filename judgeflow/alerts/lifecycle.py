@@ -63,12 +63,19 @@ def evidence(figures: Figures) -> dict[str, float | None]:
             "effective_n": effective_samples(figures.sample_size, e)}
 
 
+def _at_least(samples: float, minimum: int) -> bool:
+    # Kish's size of n equal weights is n up to rounding (49.99999999999999 for 50):
+    # that residue is not a missing sample
+    return samples * (1 + 1e-9) >= minimum
+
+
 def enough_data(rule: Rule, figures: Figures) -> bool:
-    if figures.value is None or effective_samples(figures.sample_size, figures.estimate) < rule.min_samples:
+    if figures.value is None or not _at_least(effective_samples(figures.sample_size, figures.estimate),
+                                              rule.min_samples):
         return False
     if rule.is_regression:
-        return figures.baseline_value is not None and effective_samples(
-            figures.baseline_sample_size, figures.baseline_estimate) >= rule.min_samples
+        return figures.baseline_value is not None and _at_least(effective_samples(
+            figures.baseline_sample_size, figures.baseline_estimate), rule.min_samples)
     return True
 
 

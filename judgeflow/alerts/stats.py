@@ -6,8 +6,9 @@ baseline with ``y`` bad of ``m``. Given the margins (``x + y`` bad of
 hypergeometric under "no change". The p-value is the chance of at least ``x``
 there: ``P(X >= x)``. It is exact for small counts, where a normal
 approximation on a handful of events is badly wrong, and needs no scipy: the
-terms are computed in log space with :func:`math.lgamma` and summed with the
-log-sum-exp trick, so a million results neither overflow nor lose the tail.
+first term is computed in log space with :func:`math.lgamma`, the rest from it
+by the ratio of successive terms, summed relative to it and rescaled before
+they could overflow, so a million results neither overflow nor lose the tail.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ import math
 
 # terms smaller than e**-40 of the largest change a double's sum by nothing
 _NEGLIGIBLE = 40.0
+_NEGLIGIBLE_RATIO = math.exp(-_NEGLIGIBLE)
+_RESCALE = 1e200
+_LOG_RESCALE = math.log(_RESCALE)
 
 
 def _log_comb(n: int, k: int) -> float:
@@ -45,15 +49,20 @@ def fisher_greater(x: int, n: int, y: int, m: int) -> float:
     high = min(n, bad)  # the window cannot hold more bad results than it or the total has
     if x > high:  # pragma: no cover - excluded by the checks above
         return 0.0
-    logs: list[float] = []
-    top = -math.inf
+    # the terms relative to the first, each from the one before (the ratio of
+    # successive hypergeometric terms), rescaled before they could overflow
+    first, shift = hypergeom_log_pmf(x, total, bad, n), 0.0
+    term, acc, peak = 1.0, 0.0, 1.0
     for k in range(x, high + 1):
-        v = hypergeom_log_pmf(k, total, bad, n)
-        if v < top - _NEGLIGIBLE:  # past the mode the terms only shrink: the rest cannot matter
+        if term < peak * _NEGLIGIBLE_RATIO:  # past the mode the terms only shrink: the rest cannot matter
             break
-        logs.append(v)
-        top = max(top, v)
-    p = math.exp(top) * math.fsum(math.exp(v - top) for v in logs)
+        acc += term
+        peak = max(peak, term)
+        if k < high:
+            term *= (bad - k) * (n - k) / ((k + 1) * (total - bad - n + k + 1))
+        if term > _RESCALE:
+            term, acc, peak, shift = term / _RESCALE, acc / _RESCALE, peak / _RESCALE, shift + _LOG_RESCALE
+    p = math.exp(first + shift + math.log(acc))
     return min(1.0, max(0.0, p))
 
 

@@ -63,7 +63,7 @@ def calibrate(
         False, "--prefect", help="run as the calibrate-judge flow and publish the report as Prefect artifacts"
     ),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask before judging"),
-    budget_usd: Optional[float] = typer.Option(
+    budget_usd: Optional[str] = typer.Option(  # read as text: a bad amount is refused in one line
         None, help="judge a pair only while spent + in-flight estimated cost stays within this many USD"
     ),
 ) -> None:
@@ -75,5 +75,7 @@ def calibrate(
 
     if (path is None) == (not sample):
         raise typer.BadParameter("give FILE.jsonl or --sample (not both)")
-    run_calibrate(path=str(SAMPLE_PATH) if sample else path, prefect=prefect, yes=yes, budget_usd=budget_usd,
-                  settings=command_settings())
+    from judgeflow.config.settings import usd_budget
+
+    run_calibrate(path=str(SAMPLE_PATH) if sample else path, prefect=prefect, yes=yes,
+                  budget_usd=usd_budget("--budget-usd", budget_usd), settings=command_settings())

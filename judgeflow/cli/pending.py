@@ -24,6 +24,18 @@ def anything_pending(settings: "Settings", *, since: datetime | None, until: dat
 
     try:
         return run_has_pending(settings, list(metric_names()), since=since, until=until, sample_rate=sample_rate,
-                               retry_failed=retry_failed)
+                               retry_failed=retry_failed) or _budget_raised(settings, ranged=since or until)
     except (SQLAlchemyError, JudgeflowError):
         return True
+
+
+def _budget_raised(settings: "Settings", *, ranged) -> bool:
+    """A larger sample budget than tonight's earlier runs had, with traces they
+    left out still waiting: the run judges more of them (judgeflow/sampling/planner.py)."""
+    if settings.sample_budget_usd is None or ranged:
+        return False
+    from judgeflow.db.engine import engine_for
+    from judgeflow.sampling.decisions import could_raise
+
+    with engine_for(settings).connect() as conn:
+        return could_raise(conn, settings.sample_budget_usd)

@@ -45,7 +45,8 @@ def score(
     settle_delay: Optional[str] = typer.Option(
         None, help="only score traces older than this, e.g. 10m (default JUDGEFLOW_SETTLE_DELAY, else 0)"
     ),
-    budget_usd: Optional[float] = typer.Option(None, help=BUDGET_HELP),
+    # read as text, as --sample-budget-usd: the settings refuse a bad amount in one line
+    budget_usd: Optional[str] = typer.Option(None, help=BUDGET_HELP),
     retry_failed: bool = typer.Option(
         False, "--retry-failed",
         help="also retry pairs given up after failing in JUDGEFLOW_MAX_RUNS_PER_PAIR runs",
@@ -82,7 +83,7 @@ def score(
     summary = run_flow(ctx, "score", settings, lambda: score_new_traces(
         batch_size=batch_size, limit=limit, since=start, until=end,
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
-        judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=budget_usd,
+        judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=settings.run_budget_usd,
         retry_failed=retry_failed, sample_budget_usd=settings.sample_budget_usd,
     ), judge=judge)
     typer.echo(summary.markdown())
@@ -134,7 +135,7 @@ def backfill(
     batch_size: Optional[int] = typer.Option(None, help=BATCH_SIZE_HELP),
     max_concurrency: Optional[int] = typer.Option(None),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
-    budget_usd: Optional[float] = typer.Option(None, help="see `judgeflow score --help`"),
+    budget_usd: Optional[str] = typer.Option(None, help="see `judgeflow score --help`"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
@@ -160,6 +161,6 @@ def backfill(
     use_prefect(settings)
     summary = run_flow(ctx, "backfill", settings, lambda: backfill_traces(
         since=start, until=end, rescore=rescore, batch_size=batch_size, max_concurrency=max_concurrency,
-        judge_processes=judge_processes, budget_usd=budget_usd), judge=judge)
+        judge_processes=judge_processes, budget_usd=settings.run_budget_usd), judge=judge)
     typer.echo(summary.markdown())
     exit_if_stopped(summary)

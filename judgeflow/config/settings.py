@@ -389,6 +389,11 @@ class Settings(BaseSettings):
     def _check_sample_budget(cls, value):
         return usd_budget("JUDGEFLOW_SAMPLE_BUDGET_USD (--sample-budget-usd)", value)
 
+    @field_validator("run_budget_usd", mode="before")
+    @classmethod
+    def _check_run_budget(cls, value):
+        return usd_budget("JUDGEFLOW_RUN_BUDGET_USD (--budget-usd)", value)
+
     @field_validator("alert_segment_by", "stratify_by")
     @classmethod
     def _check_segment_by(cls, value):

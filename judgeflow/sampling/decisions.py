@@ -23,11 +23,12 @@ the night; ``judgeflow.sample_ledger``: what each run of a night billed.
 
 from __future__ import annotations
 
-from datetime import date
+from datetime import date, datetime
 from typing import Sequence
 
 from sqlalchemy import Connection, text
 
+from judgeflow.sampling.selection import select
 from judgeflow.sources.types import TraceKey
 
 # SQL: the weight of an eval_results row (joined as ``d``)
@@ -129,6 +130,77 @@ def stratum_probs(conn: Connection, night: date) -> dict[str, float]:
     return {s: float(p) for s, p in rows}
 
 
+def sample_pools(conn: Connection, night: date) -> dict[str, tuple[int, int, float]]:
+    """Per stratum planned tonight: the traces of its sample phase, how many
+    of them are selected, and its cost per trace."""
+    rows = conn.execute(
+        text(
+            """
+            SELECT s.stratum, count(d.trace_id), count(d.trace_id) FILTER (WHERE d.selected), s.cost_per_trace
+            FROM judgeflow.sample_strata s
+            LEFT JOIN judgeflow.sample_decisions d ON d.night = s.night AND d.stratum = s.stratum AND d.phase = 'sample'
+            WHERE s.night = :n GROUP BY s.stratum, s.cost_per_trace
+            """
+        ),
+        {"n": night},
+    ).all()
+    return {s: (int(pop), int(sel), float(c)) for s, pop, sel, c in rows}
+
+
+def extend(conn: Connection, night: date, stratum: str, more: int) -> datetime | None:
+    """Select ``more`` of the stratum's traces not selected and still without a
+    result, smallest selection key first (judgeflow/sampling/selection.py): the
+    traces selected before stay selected. Its probability becomes what it now
+    selects of its sample phase, for its decisions and for traces arriving
+    later. Returns when the oldest trace newly selected was created (None: none)."""
+    waiting = conn.execute(
+        text(
+            """
+            SELECT d.trace_id, d.created_at FROM judgeflow.sample_decisions d
+            WHERE d.night = :n AND d.stratum = :s AND d.phase = 'sample' AND NOT d.selected
+              AND NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = d.trace_id)
+            """
+        ),
+        {"n": night, "s": stratum},
+    ).all()
+    created = dict(waiting)
+    chosen = sorted(select(created, more, night))
+    conn.execute(text("UPDATE judgeflow.sample_decisions SET selected = true "
+                      "WHERE trace_id = ANY(CAST(:ids AS text[]))"), {"ids": chosen})
+    conn.execute(
+        text(
+            """
+            WITH p AS (SELECT (count(*) FILTER (WHERE selected))::float / count(*) AS p
+                       FROM judgeflow.sample_decisions WHERE night = :n AND stratum = :s AND phase = 'sample')
+            , strata AS (UPDATE judgeflow.sample_strata SET inclusion_prob = (SELECT p FROM p)
+                         WHERE night = :n AND stratum = :s)
+            UPDATE judgeflow.sample_decisions SET inclusion_prob = (SELECT p FROM p)
+            WHERE night = :n AND stratum = :s AND phase = 'sample'
+            """
+        ),
+        {"n": night, "s": stratum},
+    )
+    return min((created[t] for t in chosen), default=None)
+
+
+def could_raise(conn: Connection, budget_usd: float) -> bool:
+    """Whether a run under ``budget_usd`` would judge more of tonight's traces
+    than the night's earlier plans: a larger budget than theirs, and traces
+    they did not select still waiting."""
+    return bool(conn.execute(
+        text(
+            """
+            WITH night AS (SELECT (now() AT TIME ZONE 'UTC')::date AS n)
+            SELECT (SELECT max(budget_usd) FROM judgeflow.sample_ledger WHERE night = (SELECT n FROM night)) < :b
+               AND EXISTS (SELECT 1 FROM judgeflow.sample_decisions d
+                           WHERE d.night = (SELECT n FROM night) AND d.phase = 'sample' AND NOT d.selected
+                             AND NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = d.trace_id))
+            """
+        ),
+        {"b": budget_usd},
+    ).scalar_one())
+
+
 def record_stratum(conn: Connection, night: date, stratum: str, prob: float, cost_per_trace: float) -> None:
     """A stratum's probability for the night; the first plan of it stands."""
     conn.execute(
@@ -142,11 +214,67 @@ def record_stratum(conn: Connection, night: date, stratum: str, prob: float, cos
     )
 
 
-def night_spent_usd(conn: Connection, night: date) -> float:
-    """What the night's runs under the sample budget billed (every billed attempt)."""
-    return float(conn.execute(
-        text("SELECT coalesce(sum(spent_usd), 0) FROM judgeflow.sample_ledger WHERE night = :n"), {"n": night}
-    ).scalar_one())
+# Per run of a night, what it is known to have billed over the night's decided
+# traces: what its result rows (and the rows a later write superseded) recorded,
+# plus the estimated cost of each trace it still holds a claim on (a claim is
+# released in the write of its result: a pair claimed and not written was in
+# flight, judged and waiting for its write, or not started). A run killed before
+# it entered its figure in the ledger is known by these.
+_RECORDED_PER_RUN = """
+    WITH recorded AS (
+        SELECT r.flow_run_id AS run, r.cost_usd AS usd FROM judgeflow.sample_decisions d
+        JOIN judgeflow.eval_results r ON r.trace_id = d.trace_id WHERE d.night = :n AND r.cost_usd > 0
+        UNION ALL
+        SELECT s.flow_run_id, s.cost_usd FROM judgeflow.sample_decisions d
+        JOIN judgeflow.superseded_results s ON s.trace_id = d.trace_id WHERE d.night = :n AND s.cost_usd > 0
+        UNION ALL
+        SELECT run, usd FROM (
+            SELECT DISTINCT l.flow_run_id AS run, c.trace_id, d.est_cost_usd AS usd FROM judgeflow.sample_ledger l
+            JOIN judgeflow.claims c ON starts_with(c.owner, l.flow_run_id || ':')
+            JOIN judgeflow.sample_decisions d ON d.trace_id = c.trace_id AND d.night = :n
+            WHERE l.night = :n) held
+    )
+    SELECT l.flow_run_id, GREATEST(l.spent_usd, coalesce((SELECT sum(usd) FROM recorded WHERE run = l.flow_run_id), 0))
+           AS spent
+    FROM judgeflow.sample_ledger l WHERE l.night = :n
+"""
+
+
+def night_spent_usd(conn: Connection, night: date, *, recover: bool = False) -> float:
+    """What the night's runs under the sample budget billed (every billed
+    attempt): per run, its ledger figure, or what its results recorded when
+    that is more (a run killed before it entered its figure). ``recover``:
+    write that back to the ledger, so a later re-score of a killed run's pairs
+    (which replaces their rows) does not lose what the killed run billed."""
+    rows = conn.execute(text(_RECORDED_PER_RUN), {"n": night}).all()
+    if recover:
+        for run, spent in rows:
+            conn.execute(text("UPDATE judgeflow.sample_ledger SET spent_usd = :s "
+                              "WHERE night = :n AND flow_run_id = :r AND spent_usd < :s"),
+                         {"n": night, "r": run, "s": spent})
+    return float(sum(spent for _, spent in rows))
+
+
+def open_run(conn: Connection, night: date, flow_run_id: str, budget_usd: float) -> None:
+    """Enter a run in the night's ledger before it judges anything: killed
+    before it records its figure, it is still known, and what its results
+    recorded counts against the night (:func:`night_spent_usd`)."""
+    conn.execute(
+        text(
+            """
+            INSERT INTO judgeflow.sample_ledger (night, flow_run_id, budget_usd, spent_usd)
+            VALUES (:n, :r, :b, 0) ON CONFLICT (night, flow_run_id) DO NOTHING
+            """
+        ),
+        {"n": night, "r": flow_run_id, "b": budget_usd},
+    )
+
+
+def night_budget_usd(conn: Connection, night: date) -> float | None:
+    """The largest sample budget an earlier run of the night planned under (None: no run yet)."""
+    value = conn.execute(text("SELECT max(budget_usd) FROM judgeflow.sample_ledger WHERE night = :n"),
+                         {"n": night}).scalar_one()
+    return None if value is None else float(value)
 
 
 def pending_selected_usd(conn: Connection, night: date) -> float:
@@ -170,7 +298,8 @@ def record_spend(conn: Connection, night: date, flow_run_id: str, budget_usd: fl
             """
             INSERT INTO judgeflow.sample_ledger (night, flow_run_id, budget_usd, spent_usd)
             VALUES (:n, :r, :b, :s)
-            ON CONFLICT (night, flow_run_id) DO UPDATE SET spent_usd = EXCLUDED.spent_usd, recorded_at = now()
+            ON CONFLICT (night, flow_run_id) DO UPDATE SET spent_usd = EXCLUDED.spent_usd, budget_usd = EXCLUDED.budget_usd,
+                recorded_at = now()
             """
         ),
         {"n": night, "r": flow_run_id, "b": budget_usd, "s": spent_usd},

@@ -4,16 +4,21 @@ record. Called by the task ``plan-night-sample`` (judgeflow/tasks/sampling.py)
 and by `judgeflow score --plan` (which records nothing).
 
 The night's budget holds across all its runs: what is left for a run is the
-budget less what earlier runs of the night billed (``judgeflow.sample_ledger``)
-and less the estimated cost of selected traces still waiting. New strata share
-what is left; a stratum planned earlier in the night keeps its inclusion
-probability for the traces that arrived since (judgeflow/sampling/selection.py).
+budget less what earlier runs of the night billed (``judgeflow.sample_ledger``;
+a run killed before it entered its figure counts at what its results and the
+claims it still holds recorded, judgeflow/sampling/decisions.py) and less the
+estimated cost of selected traces still waiting. New strata share what is
+left; a stratum planned earlier in the night keeps its inclusion probability
+for the traces that arrived since (judgeflow/sampling/selection.py). Under a
+larger budget than the night's earlier runs had, what the new strata leave
+raises the strata planned earlier (:func:`_raise`): more of their traces are
+selected, the earlier picks kept.
 A stratum is priced per metric from its own recent results, or else from its
 traces' length (judgeflow/sampling/strata.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import Engine, text
@@ -24,7 +29,7 @@ from judgeflow.judge.pricing import Prices, estimate_pair_cost
 from judgeflow.metrics.registry import metric_names
 from judgeflow.sampling import decisions
 from judgeflow.sampling.allocation import Allocation, Detect, SamplePlan, StratumInput, allocate
-from judgeflow.sampling.power import min_detectable_rise, segment_alpha
+from judgeflow.sampling.power import POWER, SIZED_RISE, min_detectable_rise, segment_alpha
 from judgeflow.sampling.selection import select, select_below
 from judgeflow.sampling.strata import (Traffic, recent_fail_rates, recent_stratum_costs, stratify, undecided_new_keys,
                                       unknown_keys)
@@ -32,6 +37,8 @@ from judgeflow.config.settings import Settings
 from judgeflow.errors import ConfigError
 
 PAGE = 5000
+# a stratum with no recent results: its rise is claimed from this failing rate
+DEFAULT_RATE = 0.05
 # recent results that price a trace: this far back
 COST_HISTORY = timedelta(days=7)
 
@@ -51,6 +58,24 @@ class StratumRow:
     spent_usd: float | None = None  # filled in after the run
 
 
+@dataclass(frozen=True)
+class Claim:
+    """How the plan's table computes a stratum's smallest rise seen with 80%
+    power, and the rise the power step sizes strata for."""
+
+    alpha: float  # the level a segment's Holm-adjusted test meets, at worst
+    ratio: float  # the baseline's length over the window's
+    min_increase: float | None  # the smallest minimum rise of the regression rules (None: no rule)
+    min_samples: int
+    sized_rise: float | None  # SIZED_RISE x min_increase (None: no regression rule)
+
+    def rise(self, judged: int, rate: float) -> float | None:
+        """The smallest true rise from ``rate`` a window of ``judged`` (against a
+        baseline judged as it is, ``ratio`` times longer) sees with 80% power."""
+        return min_detectable_rise(judged, int(judged * self.ratio), rate, alpha=self.alpha,
+                                   min_increase=self.min_increase, min_samples=self.min_samples)
+
+
 @dataclass
 class NightPlan:
     night: date
@@ -61,6 +86,12 @@ class NightPlan:
     rows: list[StratumRow] = field(default_factory=list)
     recorded: int = 0
     spent_before_usd: float = 0.0  # what the night's earlier runs billed (the ledger)
+    raised_from_usd: float | None = None  # a larger budget than the night was planned under: the earlier one
+    # the oldest trace a raise selected: the run reads from there (it may be older than the watermark)
+    reads_from: datetime | None = None
+    claim: Claim | None = None
+    rates: dict[str, float] = field(default_factory=dict)  # each stratum's failing rate over the baseline period
+    restated: list[str] = field(default_factory=list)  # after the run: strata judged fewer than planned
 
     @property
     def run_limit_usd(self) -> float | None:
@@ -78,13 +109,22 @@ class NightPlan:
             cost = sum(r.est_cost_usd for r in self.rows)
             out.append(f"sample budget ${self.budget_usd:.4f}: judging {judged} of {traffic} new traces (est. "
                        f"${cost:.4f} of ${self.full_cost_usd:.4f} for all); {self.not_sampled} recorded as not sampled")
+            c = self.claim
+            if c is not None and c.sized_rise is not None and c.min_increase is not None:
+                out.append(f"the regression rule pages on an observed rise of at least {c.min_increase * 100:.1f} "
+                           f"pts; strata are sized to see a true rise of {c.sized_rise * 100:.1f} pts "
+                           f"({c.sized_rise / c.min_increase:g} times that) with {POWER:.0%} power where the budget "
+                           "reaches; each row gives the smallest rise its own sample sees with that power")
+        if self.raised_from_usd is not None:
+            out.append(f"the night was planned under ${self.raised_from_usd:.4f}; with ${self.budget_usd:.4f} the "
+                       "strata planned then judge more of their traces (those selected before stay selected)")
         for r in self.rows:
             if r.short_reason:
                 out.append(f"stratum {r.stratum}: {r.judged} of {r.traffic} judged, fewer than the minimum: "
                            f"{r.short_reason}")
             elif r.power_short:
                 out.append(f"stratum {r.stratum}: {r.judged} of {r.traffic} judged: {r.power_short}")
-        return out
+        return out + self.restated
 
 
 def _min_increase(settings: Settings) -> float | None:
@@ -144,9 +184,12 @@ class _Night:
     probs: dict[str, float]  # strata planned earlier tonight
     costs: dict[tuple[str, str], float]  # (stratum, metric) -> recent mean cost
     rates: dict[str, float]
+    pools: dict[str, tuple[int, int, float]]  # strata planned earlier: (sample population, selected, cost per trace)
+    planned_budget: float | None  # the largest budget an earlier run of the night planned under
 
 
-def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: bool) -> _Night:
+def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: bool, *,
+                budget_usd: float | None, flow_run_id: str | None) -> _Night:
     keys = settings.stratify_keys
     with engine.begin() as conn:
         now: datetime = conn.execute(text("SELECT now()")).scalar_one()
@@ -155,11 +198,16 @@ def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: 
         night = now.astimezone(timezone.utc).date()  # the night is the UTC day the run plans on
         # results remember the alert segment keys only: a stratum's own history needs its keys among them
         own = set(keys) <= set(settings.alert_segment_keys)
+        planned_budget = decisions.night_budget_usd(conn, night)
+        spent = decisions.night_spent_usd(conn, night, recover=record)
+        if record and budget_usd is not None and flow_run_id is not None:
+            decisions.open_run(conn, night, flow_run_id, budget_usd)
         return _Night(
-            now, night, decisions.night_spent_usd(conn, night), decisions.pending_selected_usd(conn, night),
+            now, night, spent, decisions.pending_selected_usd(conn, night),
             decisions.stratum_probs(conn, night),
             recent_stratum_costs(conn, metrics, keys, since=now - COST_HISTORY) if own else {},
             recent_fail_rates(conn, metrics, keys, since=now - timedelta(seconds=settings.regression_baseline_s)),
+            decisions.sample_pools(conn, night), planned_budget,
         )
 
 
@@ -186,11 +234,29 @@ def _late(traffic: Traffic, n: _Night, costs: dict[str, float], min_samples: int
     return out
 
 
+def _raise(n: _Night, late: list[Allocation], money: float, budget_usd: float | None) -> list[Allocation]:
+    """A budget larger than the one the night was planned under: what is left
+    after the new strata raises the strata planned earlier, as a cost-aware
+    Neyman split of their traces not selected yet (late ones included); each
+    row is the stratum's whole sample phase after the raise, its cost this run's new picks."""
+    if budget_usd is None or n.planned_budget is None or budget_usd <= n.planned_budget or money <= 0:
+        return []
+    late_of = {a.name: a for a in late}
+    pools = {s: (pop + (late_of[s].traffic if s in late_of else 0), sel + (late_of[s].judged if s in late_of else 0),
+                 cost) for s, (pop, sel, cost) in n.pools.items()}
+    inputs = [StratumInput(s, pop - sel, cost, n.rates.get(s)) for s, (pop, sel, cost) in sorted(pools.items())
+              if pop > sel and cost > 0]
+    extra = allocate(inputs, budget_usd=money, min_samples=0).strata
+    return [Allocation(a.name, pools[a.name][0], pools[a.name][1] + a.judged,
+                       a.cost_usd + (late_of[a.name].cost_usd if a.name in late_of else 0.0), 0)
+            for a in extra if a.judged > 0]
+
+
 def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, engine: Engine,
                key_filter: KeyFilter, metrics: list[str], prices: Prices, *, budget_usd: float | None,
                record: bool, flow_run_id: str | None = None) -> NightPlan:
     """Plan (and with ``record``, select and record) the night's sample."""
-    n = _read_night(settings, engine, metrics, record)
+    n = _read_night(settings, engine, metrics, record, budget_usd=budget_usd, flow_run_id=flow_run_id)
     traffic = count_traffic(settings, source, source_engine, engine, key_filter, metrics, prices)
     _refuse_unknown_keys(settings, traffic)
     costs = {s: traffic.cost_per_trace(s, metrics, n.costs) for s in traffic.keys}
@@ -201,51 +267,99 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
               if s not in {a.name for a in late}]
     plan = allocate(inputs, budget_usd=left, min_samples=settings.alert_min_samples,
                     detect=detect_for(settings, list(traffic.keys)))
-    plan = SamplePlan(plan.budget_usd, plan.full_cost_usd + sum(a.traffic * costs[a.name] for a in late),
-                      sorted(plan.strata + late, key=lambda a: a.name), plan.sampled or bool(late))
+    raised = _raise(n, late, (left or 0.0) - plan.cost_usd, budget_usd)
+    shown = {a.name: a for a in late} | {a.name: a for a in raised}
+    # a raised stratum's traffic is its whole sample phase: the traces planned earlier tonight count in the full cost
+    earlier = sum((a.traffic - len(traffic.keys.get(a.name, []))) * n.pools[a.name][2] for a in raised)
+    plan = SamplePlan(plan.budget_usd, plan.full_cost_usd + sum(a.traffic * costs[a.name] for a in late) + earlier,
+                      sorted(plan.strata + list(shown.values()), key=lambda a: a.name),
+                      plan.sampled or bool(late) or bool(raised))
     night_plan = _rows(settings, n.night, budget_usd, committed, plan, n.rates)
     night_plan.spent_before_usd = n.spent
+    if raised:
+        night_plan.raised_from_usd = n.planned_budget
     if record and plan.sampled:
-        night_plan.recorded = _record(engine, n, traffic, plan, late, costs, flow_run_id)
+        night_plan.recorded, night_plan.reads_from = _record(engine, n, traffic, plan, late, costs, flow_run_id,
+                                                             raised)
     return night_plan
 
 
 def _record(engine: Engine, n: _Night, traffic: Traffic, plan: SamplePlan, late: list[Allocation],
-            costs: dict[str, float], flow_run_id: str | None) -> int:
-    """Select and record the plan's traces; a new stratum's probability is recorded for the rest of the night."""
-    recorded, late_names = 0, {a.name for a in late}
+            costs: dict[str, float], flow_run_id: str | None, raised: list[Allocation]
+            ) -> tuple[int, datetime | None]:
+    """Select and record the plan's traces; a new stratum's probability is
+    recorded for the rest of the night; a raised stratum selects more of its
+    traces not selected yet (the earlier picks stay). Returns the decisions
+    written and when the oldest trace a raise selected was created."""
+    recorded, late_names, oldest = 0, {a.name for a in late}, []
     with engine.begin() as conn:
-        for a in plan.strata:
-            keys = traffic.keys[a.name]
+        for name in sorted(traffic.keys):
+            keys = traffic.keys[name]
             ids = [k.id for k in keys]
-            if a.name in late_names:
-                prob = n.probs[a.name]
+            if name in late_names or name in n.probs:
+                prob = n.probs[name]
                 chosen = select_below(ids, prob, n.night)
             else:
+                a = next(a for a in plan.strata if a.name == name)
                 prob = a.inclusion_prob
                 chosen = select(ids, a.judged, n.night)
-                decisions.record_stratum(conn, n.night, a.name, prob, costs[a.name])
-            recorded += decisions.record(conn, n.night, a.name, keys, chosen, inclusion_prob=max(prob, 1e-9),
-                                         cost_per_trace=costs[a.name], flow_run_id=flow_run_id)
-    return recorded
+                decisions.record_stratum(conn, n.night, name, prob, costs[name])
+            recorded += decisions.record(conn, n.night, name, keys, chosen, inclusion_prob=max(prob, 1e-9),
+                                         cost_per_trace=costs[name], flow_run_id=flow_run_id)
+        for a in raised:
+            oldest.append(decisions.extend(conn, n.night, a.name, a.judged - n.pools[a.name][1]
+                                           - sum(x.judged for x in late if x.name == a.name)))
+    return recorded, min((t for t in oldest if t is not None), default=None)
 
 
 def _rows(settings: Settings, night: date, budget_usd: float | None, committed: float, plan: SamplePlan,
           rates: dict[str, float]) -> NightPlan:
-    ratio = settings.regression_baseline_s / settings.alert_window_s
+    rise = _min_increase(settings)
     # a segment's test meets the rule's alpha Holm-adjusted over the family: at worst alpha / tests
-    alpha = segment_alpha(settings.regression_alpha, family_size(settings, [a.name for a in plan.strata]))
-    rows = [
-        StratumRow(
-            a.name, a.traffic, a.judged, a.cost_usd, a.inclusion_prob,
-            min_detectable_rise(a.judged, int(a.judged * ratio), rates.get(a.name, 0.05),
-                                alpha=alpha, min_increase=_min_increase(settings),
-                                min_samples=settings.alert_min_samples),
-            a.short_reason, a.power_short,
-        )
-        for a in plan.strata
-    ]
-    return NightPlan(night, budget_usd, committed, plan.full_cost_usd, plan.sampled, rows)
+    claim = Claim(segment_alpha(settings.regression_alpha, family_size(settings, [a.name for a in plan.strata])),
+                  settings.regression_baseline_s / settings.alert_window_s, rise, settings.alert_min_samples,
+                  None if rise is None else SIZED_RISE * rise)
+    rows = [StratumRow(a.name, a.traffic, a.judged, a.cost_usd, a.inclusion_prob,
+                       claim.rise(a.judged, rates.get(a.name, DEFAULT_RATE)), a.short_reason, a.power_short)
+            for a in plan.strata]
+    return NightPlan(night, budget_usd, committed, plan.full_cost_usd, plan.sampled, rows, claim=claim,
+                     rates=dict(rates))
+
+
+def restate(plan: NightPlan, judged: dict[str, int]) -> list[str]:
+    """After the run: a stratum judged fewer than planned (the budget ran out
+    first because traces cost more than estimated, or time, or a stop) sees a larger rise than the
+    plan said; its row is restated for what was judged, and a note says so."""
+    if plan.claim is None:
+        return []
+    notes = []
+    for i, r in enumerate(plan.rows):
+        got = judged.get(r.stratum, 0)
+        if got >= r.judged:
+            continue
+        now = plan.claim.rise(got, plan.rates.get(r.stratum, DEFAULT_RATE))
+        plan.rows[i] = replace(r, min_detectable_rise=now)
+        notes.append(f"stratum {r.stratum}: {got} of the {r.judged} planned were judged by the end of the run (the "
+                     "budget, time or a stop ran out first); the smallest rise it sees with 80% power is now "
+                     + ("n/a (too few to decide)" if now is None else f"+{now * 100:.1f} pts"))
+    return notes
+
+
+def judged_per_stratum(engine: Engine, night: date) -> dict[str, int]:
+    """The night's traces with a scored result, per stratum of its sample phase."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                """
+                SELECT d.stratum, count(*) FROM judgeflow.sample_decisions d
+                WHERE d.night = :n AND d.phase = 'sample' AND d.selected
+                  AND EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = d.trace_id AND r.status = 'scored')
+                GROUP BY 1
+                """
+            ),
+            {"n": night},
+        ).all()
+    return {s: int(c) for s, c in rows}
 
 
 def spent_per_stratum(engine: Engine, night: date, flow_run_id: str) -> dict[str, float]:

@@ -91,3 +91,26 @@ def test_maximum_rules_and_a_single_test_are_unchanged():
     assert correct_for_family(rules["toxicity_rate"], family) == family
     [alone] = correct_for_family(rules["toxicity_regression"], family[1:2])
     assert alone.p_adjusted == 0.004 and alone.family_size == 1
+
+
+def test_a_stratum_judged_at_exactly_the_minimum_has_enough_samples_whatever_its_weight():
+    """Kish's size of 50 equal weights is 49.99999999999999 for many weights: the
+    minimum-samples gate kept a stratum the plan sized at the minimum from ever paging."""
+    from judgeflow.alerts.estimates import StratumCounts, WeightedCounts, estimate
+    from judgeflow.alerts.evaluation import figures_from_counts
+    from judgeflow.alerts.lifecycle import enough_data
+
+    rule = _rules()["toxicity_regression"]
+    below = [N for N in range(51, 1200) if estimate(WeightedCounts.from_strata([StratumCounts(50, 9, 50 / N)])).n_eff < 50]
+    assert below, "the float residue this test is about no longer occurs"
+    for N in below[:50]:
+        window = WeightedCounts.from_strata([StratumCounts(50, 9, 50 / N)])
+        base = WeightedCounts.from_strata([StratumCounts(350, 7, 50 / N)])
+        f = figures_from_counts(window, base, failed=0, evaluated_at=NOW, window_start=NOW)
+        assert enough_data(rule, f)
+        assert decide(rule, f, state="ok", last_notified_at=None, now=NOW)[2] == "fired"
+    # one sample short is still short
+    short = figures_from_counts(WeightedCounts.from_strata([StratumCounts(49, 9, 49 / 300)]),
+                                WeightedCounts.from_strata([StratumCounts(350, 7, 50 / 300)]), failed=0,
+                                evaluated_at=NOW, window_start=NOW)
+    assert not enough_data(rule, short)

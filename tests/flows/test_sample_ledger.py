@@ -48,11 +48,11 @@ def _full_cost() -> float:
                       flow_run_id=None).full_cost_usd
 
 
-def _overrun_bound(server) -> float:
+def _overrun_bound(server, concurrency: int = CONCURRENCY) -> float:
     """docs/running.md: the pairs started when the budget is reached, each at
     most every attempt of its costliest chain (toxicity's three calls)."""
     one_call = max(server.bill_of(req) for req in server.requests)
-    started = JudgeConfig("any", max_concurrency=CONCURRENCY, processes=1).dispatch_bound()
+    started = JudgeConfig("any", max_concurrency=concurrency, processes=1).dispatch_bound()
     return started * 3 * one_call
 
 
@@ -131,15 +131,161 @@ def test_an_unknown_stratify_key_is_named_in_one_line(priced, db, monkeypatch):
     assert not priced.requests
 
 
+BUDGET_OPTIONS = {"--sample-budget-usd": "JUDGEFLOW_SAMPLE_BUDGET_USD (--sample-budget-usd)",
+                  "--budget-usd": "JUDGEFLOW_RUN_BUDGET_USD (--budget-usd)"}
+
+
+@pytest.mark.parametrize("option", list(BUDGET_OPTIONS))
 @pytest.mark.parametrize("value", ["inf", "1e308", "0", "nan", "text", "-3"])
-def test_a_bad_sample_budget_is_one_line_and_exit_2(priced, db, value):
+def test_a_bad_budget_is_one_line_and_exit_2(priced, db, option, value):
     from typer.testing import CliRunner
 
     from judgeflow.cli import app
 
-    result = CliRunner().invoke(app, ["score", "--sample-budget-usd", value])
+    result = CliRunner().invoke(app, ["score", option, value])
     assert result.exit_code == 2, result.output
     out = result.output.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith("judgeflow: JUDGEFLOW_SAMPLE_BUDGET_USD (--sample-budget-usd) must "), out
+    assert len(out) == 1 and out[0].startswith(f"judgeflow: {BUDGET_OPTIONS[option]} must "), out
     assert repr(value) in out[0]
     assert not priced.requests
+
+
+@pytest.mark.parametrize("command", [["backfill", "--since", "1d", "--until", "0s", "--yes"],
+                                     ["calibrate", "--sample", "--yes"]])
+@pytest.mark.parametrize("value", ["inf", "nan", "text"])
+def test_the_other_commands_refuse_a_bad_budget_the_same_way(priced, db, command, value):
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    result = CliRunner().invoke(app, [*command, "--budget-usd", value])
+    assert result.exit_code == 2, result.output
+    out = result.output.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith("judgeflow: ") and repr(value) in out[0], out
+    assert "--budget-usd) must " in out[0] or "--budget-usd must " in out[0], out
+    assert not priced.requests
+
+
+def test_the_env_run_budget_is_refused_the_same_way(priced, db, monkeypatch):
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    monkeypatch.setenv("JUDGEFLOW_RUN_BUDGET_USD", "inf")
+    result = CliRunner().invoke(app, ["score"])
+    assert result.exit_code == 2, result.output
+    out = result.output.strip().splitlines()
+    assert out == ["judgeflow: JUDGEFLOW_RUN_BUDGET_USD (--budget-usd) must be above $0 and at most $1,000,000; "
+                   "got 'inf' (see docs/settings.md)"], out
+    assert not priced.requests
+
+
+def _strata_probs(db) -> dict[str, float]:
+    return {r.stratum: r.inclusion_prob for r in _query(db, "SELECT stratum, inclusion_prob FROM judgeflow.sample_strata")}
+
+
+def _selected(db) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for r in _query(db, "SELECT stratum, trace_id FROM judgeflow.sample_decisions WHERE selected"):
+        out.setdefault(r.stratum, set()).add(r.trace_id)
+    return out
+
+
+def test_a_larger_budget_later_the_same_night_extends_the_sample_it_planned(prefect_server, db, priced):
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+    from judgeflow.sampling.selection import select
+
+    # most of the night hours before its last traces: past the watermark's look-back once the first run is done
+    insert_traces(db, _traces("a", 60, "short", timedelta(hours=5)) + _traces("b", 60, "long", timedelta(hours=5))
+                  + _traces("r", 10, "short", timedelta(minutes=10)))
+    full = _full_cost()
+    small, large = 0.3 * full, 0.7 * full
+    score_new_traces(evaluate_alerts=False, sample_budget_usd=small, max_concurrency=CONCURRENCY)
+    before, probs_before = _selected(db), _strata_probs(db)
+    judged_before = {t for t, _ in results(db)}
+    billed_first = priced.billed_usd
+    assert billed_first <= small + _overrun_bound(priced)
+    every = {r.trace_id: r for r in _query(db, "SELECT * FROM judgeflow.sample_decisions")}
+    assert len(every) == 130 and all(p < 1 for p in probs_before.values())
+
+    runner = CliRunner()
+    plan = runner.invoke(app, ["score", "--plan", "--sample-budget-usd", f"{large:.6f}"])
+    assert plan.exit_code == 0, plan.output
+    assert f"the night was planned under ${small:.4f}" in plan.output, plan.output
+    assert priced.billed_usd == billed_first  # --plan judges nothing and records nothing
+    assert _selected(db) == before
+
+    # no new trace has arrived: the command still runs, to judge more of the night's own
+    second = runner.invoke(app, ["score", "--no-alerts", "--sample-budget-usd", f"{large:.6f}",
+                                 "--max-concurrency", str(CONCURRENCY)])
+    assert second.exit_code == 0, second.output
+    after, probs_after = _selected(db), _strata_probs(db)
+    night = next(iter(every.values())).night
+    for stratum, chosen in before.items():
+        assert chosen <= after[stratum], "a trace selected before was dropped"
+        assert probs_after[stratum] > probs_before[stratum]
+        # the new picks are the smallest selection keys among the traces left out before
+        left_out = {t for t, r in every.items() if r.stratum == stratum and not r.selected}
+        assert after[stratum] - chosen == select(left_out, len(after[stratum] - chosen), night)
+    assert sum(len(v) for v in after.values()) > sum(len(v) for v in before.values())
+    # the new picks were read and judged by the second run, though the watermark had passed them
+    picked = set().union(*after.values()) - set().union(*before.values())
+    newly_judged = {t for t, _ in results(db)} - judged_before
+    assert newly_judged <= picked | set().union(*before.values())
+    assert len(newly_judged & picked) >= 0.8 * len(picked), (len(newly_judged & picked), len(picked))
+    # the night's bill holds the larger budget, and what the second run could bill is what the first left
+    assert priced.billed_usd <= large + 2 * _overrun_bound(priced), (priced.billed_usd, large)
+    ledger = {r.budget_usd: r.spent_usd for r in _query(db, "SELECT * FROM judgeflow.sample_ledger")}
+    assert sorted(ledger) == pytest.approx([small, large])
+    assert sum(ledger.values()) == pytest.approx(priced.billed_usd, rel=0.25)
+    # the weights are the final probability: every judged trace of a stratum weighs its traces over those judged
+    judged = {t for (t, _), r in results(db).items() if r["status"] == "scored"}
+    for stratum in after:
+        ids = {t for t, r in every.items() if r.stratum == stratum}
+        probs = {r.inclusion_prob for r in _query(
+            db, "SELECT inclusion_prob FROM judgeflow.sample_decisions WHERE stratum = :s AND selected", s=stratum)}
+        assert len(probs) == 1 and probs.pop() == pytest.approx(len(ids & judged) / len(ids)), (stratum, probs)
+
+
+def test_a_run_killed_mid_night_leaves_its_spend_in_the_ledger_for_the_next(prefect_server, db, priced):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    priced.latency_mean_s = 0.05  # slow enough to kill the run mid-way
+    insert_traces(db, _traces("k", 80, "short", timedelta(hours=3)))
+    budget = 0.5 * _full_cost()
+    env = dict(os.environ, PREFECT_API_URL=prefect_server)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "judgeflow.cli", "score", "--no-alerts", "--sample-budget-usd", f"{budget:.6f}",
+         "--max-concurrency", "2", "--batch-size", "4"],
+        env=env, cwd=Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while priced.billed_usd < 0.4 * budget and proc.poll() is None:
+        assert time.monotonic() < deadline, "the run did not bill 40% of its budget in time"
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    killed_bill = priced.billed_usd
+    assert killed_bill < 0.9 * budget, "the kill must land mid-run"
+    (opened,) = _query(db, "SELECT flow_run_id, spent_usd, budget_usd FROM judgeflow.sample_ledger")
+    assert opened.budget_usd == pytest.approx(budget) and opened.spent_usd == 0  # entered, never closed
+    # more traffic arrives: what the second run may spend on it is what the killed run left
+    insert_traces(db, _traces("n", 80, "new", timedelta(hours=2)))
+
+    second = score_new_traces(evaluate_alerts=False, sample_budget_usd=budget, max_concurrency=2)
+
+    # the killed run's spend was recovered from what it recorded: its results, and its claims left
+    # (pairs in flight or judged and not yet written at the kill, at their estimate)
+    recovered = {r.flow_run_id: r.spent_usd for r in _query(db, "SELECT * FROM judgeflow.sample_ledger")}
+    assert recovered[opened.flow_run_id] >= 0.95 * killed_bill, (recovered, killed_bill)
+    assert second.budget_usd == pytest.approx(budget - recovered[opened.flow_run_id])
+    # docs/running.md: the night bills at most its budget plus the calls in flight when it was reached
+    bound = _overrun_bound(priced, concurrency=2)
+    assert priced.billed_usd <= budget + bound, (priced.billed_usd, budget, bound)
+    assert bound < 0.4 * budget  # a run given the whole budget again would bill ~1.4x it

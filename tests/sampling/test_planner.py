@@ -27,3 +27,26 @@ def test_strata_are_sized_for_the_smallest_minimum_rise_at_the_segment_alpha():
     detect = detect_for(s, ["app=a", "app=b"])
     assert (detect.min_increase, detect.alpha, detect.tests, detect.ratio) == (0.03, 0.01, 3, 7.0)
     assert detect_for(_settings(alert_segment_by="app"), ["app=a"]) is None  # no regression rule enabled
+
+
+def test_a_stratum_judged_fewer_than_planned_has_its_rise_restated_for_what_was_judged():
+    from datetime import date
+
+    from judgeflow.sampling.planner import Claim, NightPlan, StratumRow, restate
+    from judgeflow.sampling.power import min_detectable_rise
+
+    claim = Claim(alpha=0.05 / 3, ratio=7, min_increase=0.05, min_samples=50, sized_rise=0.075)
+    rows = [StratumRow(s, 1000, 200, 2.0, 0.2, claim.rise(200, 0.03)) for s in ("app=a", "app=b", "app=c")]
+    plan = NightPlan(date(2026, 11, 27), 6.0, 0.0, 30.0, True, rows, claim=claim,
+                     rates={"app=a": 0.03, "app=b": 0.03, "app=c": 0.03})
+    notes = restate(plan, {"app=a": 200, "app=b": 120, "app=c": 30})
+    a, b, c = plan.rows
+    assert a.min_detectable_rise == rows[0].min_detectable_rise  # judged as planned: unchanged
+    assert b.min_detectable_rise == min_detectable_rise(120, 840, 0.03, alpha=0.05 / 3, min_increase=0.05,
+                                                        min_samples=50)
+    assert b.min_detectable_rise > a.min_detectable_rise
+    assert c.min_detectable_rise is None  # fewer than the minimum samples: the rule cannot decide
+    assert len(notes) == 2 and "app=b: 120 of the 200 planned" in notes[0] and "n/a" in notes[1]
+    plan.restated = notes
+    assert plan.notes()[-2:] == notes
+    assert "sized to see a true rise of 7.5 pts (1.5 times that)" in plan.notes()[1]
