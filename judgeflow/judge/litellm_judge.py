@@ -101,6 +101,13 @@ from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, attempt_tic
 from judgeflow.judge.retry_after import parse_retry_after  # noqa: E402
 from judgeflow.config.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
 
+# litellm's documented switch for what it prints itself (its "Give Feedback / Get Help" banner
+# on every failed call, "Provider List" on an unknown model): raw print() calls on stdout with
+# colour codes, around errors this adapter already reports. A setting of litellm's configuration,
+# the one assignment to litellm that tests/judgeflow/test_imports.py allows. Its debug output is
+# off already: LITELLM_LOG (judgeflow.judge.litellm_env) sets its log level.
+litellm.suppress_debug_info = True
+
 if TYPE_CHECKING:
     from judgeflow.judge.config import JudgeConfig
 

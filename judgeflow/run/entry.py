@@ -90,7 +90,21 @@ def run_settings(**parameters: Any) -> "Settings":
     entry point) built now, once (:func:`judgeflow.config.settings.run_settings`)."""
     from judgeflow.config.settings import run_settings as built_now, with_parameters
 
+    _info_to_the_runs_log()
     entry = current_entry()
     if entry is None:
         return built_now(**parameters)
     return with_parameters(entry.settings, **parameters)
+
+
+def _info_to_the_runs_log() -> None:
+    """judgeflow's INFO lines (the run done, a pair retried, claims given back) reach the run's
+    logs in the Prefect UI as its flow and task run loggers' do: Prefect hands judgeflow's logger
+    its API handler (PREFECT_LOGGING_EXTRA_LOGGERS) but not a level, and without one the root's
+    WARNING drops them. The terminal is filtered by Prefect's console handler's own level (a
+    command without -v: warnings only); a level set by whoever runs judgeflow is kept."""
+    import logging
+
+    logger = logging.getLogger("judgeflow")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)

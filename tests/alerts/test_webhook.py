@@ -51,8 +51,10 @@ def test_500_twice_then_200_gets_the_alert(engine, database_url):
 
 
 def test_timeout_is_retried(engine, database_url):
-    with WebhookReceiver(script=[(1.0, 200), 200]) as hook:
-        settings = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_timeout_s=0.2)
+    # the first request is answered long after the timeout; the retry at once, well within 1.5 s on a
+    # loaded machine too (a 0.2 s timeout could time the answered retry out as well)
+    with WebhookReceiver(script=[(30.0, 200), 200]) as hook:
+        settings = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_timeout_s=1.5)
         add_results(engine, not_passed=20)
         result = toxicity(evaluate_rules(settings, engine=engine))
     assert len(hook.requests) == 2

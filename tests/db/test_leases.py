@@ -123,15 +123,38 @@ def test_the_pool_mode_setting_is_obeyed_without_a_probe(traces, db, monkeypatch
     assert line.startswith(f"[ok] connection: {TRANSACTION} (JUDGEFLOW_POOL_MODE=transaction)")
 
 
+@pytest.fixture
+def steady_round_robin(pg_server):
+    """A transaction pool that hands idle server connections out in turn and closes
+    none of them on its own (no lifetime or idle timeout within a test): which backend
+    serves each transaction follows from the order of transactions, not from a clock;
+    the test closes them when it wants (RECONNECT on the admin console)."""
+    from tests.support.pgbouncer import PgBouncer
+
+    bouncer = PgBouncer(pg_server, pool_mode="transaction", server_round_robin=True,
+                        server_lifetime_s=3600, server_idle_timeout_s=3600).start()
+    yield bouncer
+    bouncer.stop()
+
+
+def _reconnect_servers(bouncer) -> None:
+    """PgBouncer's RECONNECT: every server connection is closed once released."""
+    import psycopg
+
+    with psycopg.connect(host="127.0.0.1", port=bouncer.port, user="judgeflow", dbname="pgbouncer",
+                         autocommit=True) as admin:
+        admin.execute("RECONNECT")
+
+
 def test_a_run_lock_found_on_another_backend_turns_the_run_to_leases_and_unlocks_nothing_there(
-    traces, db, database_url, monkeypatch, pgbouncer_round_robin
+    traces, db, database_url, monkeypatch, steady_round_robin
 ):
     """Told (wrongly) that the pool keeps sessions, a run behind a transaction
     pool takes its lock on one server connection and finds it on another
     backend at its next check: it holds its claims by lease from then on, and
     its lock goes when the pooler closes that server connection."""
-    url = pgbouncer_round_robin.url(make_url(database_url).database)
-    warm_pool(url, 3)
+    url = steady_round_robin.url(make_url(database_url).database)
+    warm_pool(url, 3)  # three idle server connections, handed out in turn: the next check is on another
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", url)
     monkeypatch.setenv("JUDGEFLOW_POOL_MODE", "session")
     monkeypatch.setenv("JUDGEFLOW_LEASE_TIMEOUT_S", "30")
@@ -139,7 +162,8 @@ def test_a_run_lock_found_on_another_backend_turns_the_run_to_leases_and_unlocks
     with LeaseKeeper(settings, "run-a:1") as keeper:
         assert keeper.owner_key is not None
         claim_traces.fn(settings, "run-a:1", ["toxicity"], 10, owner_key=keeper.owner_key)
-        _eventually(lambda: keeper.pooling.mode == TRANSACTION, "the keeper to see its lock on another backend")
+        _eventually(lambda: keeper.pooling.mode == TRANSACTION, "the keeper to see its lock on another backend",
+                    timeout=120)
         assert "was not on this connection's backend" in keeper.pooling.evidence
         assert keeper.owner_key is None
         with db.connect() as conn:
@@ -148,9 +172,11 @@ def test_a_run_lock_found_on_another_backend_turns_the_run_to_leases_and_unlocks
         assert held == 3  # by lease alone
         # a second run cannot take them
         assert claim_traces.fn(settings, "run-b:1", ["toxicity"], 10, owner_key=None).items == []
-    # the lock left on the pooled server connection goes with it (server_lifetime)
+    # judgeflow unlocked nothing: the lock stays on the pooled server connection until the pooler closes it
+    assert _run_locks(db) == 1
+    _reconnect_servers(steady_round_robin)
     _eventually(lambda: _run_locks(db) == 0, "the pooled server connection holding the lock to close",
-                timeout=pgbouncer_round_robin.server_lifetime_s + 20)
+                timeout=120)
 
 
 def test_behind_a_round_robin_transaction_pool_a_run_takes_no_lock_and_leaves_none(

@@ -114,7 +114,11 @@ def test_backfill_has_no_schedule(deployments):
 
 
 def run_build_steps(config, env: dict[str, str]) -> dict:
-    """Prefect's own step runner on the file's build steps, in the repository root."""
+    """Prefect's own step runner on the file's build steps, in the repository root.
+    Its templating asks a Prefect API for blocks and variables: the callers take the
+    suite's server (prefect_server), whose start waits as long as the machine needs;
+    without one Prefect starts an ephemeral server that gives up after 20 s (it did on
+    a loaded machine)."""
     from prefect.deployments.steps.core import run_steps
 
     saved_env, cwd = dict(os.environ), os.getcwd()
@@ -129,7 +133,7 @@ def run_build_steps(config, env: dict[str, str]) -> dict:
         os.environ.update(saved_env)
 
 
-def test_the_schedule_timezone_defaults_to_utc_and_follows_the_environment(config):
+def test_the_schedule_timezone_defaults_to_utc_and_follows_the_environment(config, prefect_server):
     from prefect.utilities.templating import apply_values
 
     [schedule] = next(d for d in config["deployments"] if d["name"] == "nightly")["schedules"]
@@ -140,7 +144,7 @@ def test_the_schedule_timezone_defaults_to_utc_and_follows_the_environment(confi
     assert serve_module.DEFAULT_TIMEZONE == "UTC"
 
 
-def test_the_worker_runs_the_flows_from_the_checkout_deploy_ran_in(config):
+def test_the_worker_runs_the_flows_from_the_checkout_deploy_ran_in(config, prefect_server):
     from prefect.utilities.templating import apply_values
 
     outputs = run_build_steps(config, {})

@@ -369,7 +369,12 @@ def test_every_service_drops_its_capabilities(services):
     for name in ("prefect-server", "worker", "demo-traces"):
         assert services[name].get("read_only") is True, name
         assert "/tmp" in services[name]["tmpfs"], name
-    assert "/home/judgeflow" in services["prefect-server"]["tmpfs"]  # PREFECT_HOME (Dockerfile)
+    # the server's PREFECT_HOME (the UI's static files in it) is on its /tmp, which every engine makes
+    # writable for all (Podman makes another tmpfs root's): never the read-only root filesystem
+    server_env = services["prefect-server"]["environment"]
+    assert server_env["PREFECT_HOME"].startswith("/tmp/")
+    assert server_env["PREFECT_UI_STATIC_DIRECTORY"].startswith(server_env["PREFECT_HOME"] + "/")
+    assert services["prefect-server"]["tmpfs"] == ["/tmp"]
     assert "judgeflow-home:/home/judgeflow" in services["worker"]["volumes"]
 
 

@@ -37,6 +37,18 @@ def _eventually(predicate, what: str, timeout: float = 30.0):
     return found
 
 
+class _LogLine(logging.Handler):
+    """Sets ``seen`` once judgeflow.claims (the lease keeper's logger) logs a line holding ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.WARNING)
+        self.text, self.seen = text, threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
 class TakeOverWhileOnTheWire:
     """A responder that, on the run's first request, makes the run lose one
     pair it has claimed and already checked, and answers only once the run
@@ -56,6 +68,7 @@ class TakeOverWhileOnTheWire:
         self.taken: dict | None = None  # the other one, prepared behind it
         self.first = threading.Lock()
         self.errors: list[BaseException] = []
+        self.back = _LogLine("holds its claims again")  # the keeper's line once its claims are marked at risk
 
     def __call__(self, req):
         if self.first.acquire(blocking=False):
@@ -79,8 +92,9 @@ class TakeOverWhileOnTheWire:
                 "lease_expires_at = now() + interval '15 minutes' WHERE trace_id = :t"
             ), {"k": RUN_B_KEY, "t": self.taken["id"]}).rowcount
         assert moved == 1, f"{self.taken['id']} was not claimed"
-        _eventually(lambda: _run_lock_backends(self.db), "the run to take its lock back")
-        time.sleep(0.5)  # the keeper marks its claims as at risk as it takes the lock back
+        # the keeper takes its lock back and marks its claims as at risk, then says so
+        assert self.back.seen.wait(120), "the run's keeper never took its lock back"
+        assert _run_lock_backends(self.db)
 
 
 def test_a_pair_taken_over_after_its_check_gets_no_call_from_the_run_that_lost_it(
@@ -90,10 +104,16 @@ def test_a_pair_taken_over_after_its_check_gets_no_call_from_the_run_that_lost_i
     insert_traces(db, rows)
     takeover = TakeOverWhileOnTheWire(db, rows)  # one call in flight at a time: the other pair's waits behind it
     judge_server.responder = takeover
+    keeper_log = logging.getLogger("judgeflow.claims")
+    keeper_log.addHandler(takeover.back)
 
     with _run_lock(db, RUN_B_KEY), caplog.at_level(logging.WARNING, logger="judgeflow.scoring"):
-        # one call on the wire, one prepared behind it: both pairs are checked and started at once
-        run_a = score_new_traces(metrics=["toxicity"], max_concurrency=1, judge_processes=1, evaluate_alerts=False)
+        try:
+            # one call on the wire, one prepared behind it: both pairs are checked and started at once
+            run_a = score_new_traces(metrics=["toxicity"], max_concurrency=1, judge_processes=1,
+                                     evaluate_alerts=False)
+        finally:
+            keeper_log.removeHandler(takeover.back)
     assert not takeover.errors, takeover.errors
     on_the_wire, prepared = takeover.on_the_wire, takeover.taken
     assert (run_a.scored, run_a.taken_over) == (1, 1)

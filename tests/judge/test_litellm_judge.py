@@ -188,8 +188,9 @@ def test_429_retry_after_is_honoured_then_success(server):
     assert elapsed >= 2.0
     gap = server.requests[1].received_at - server.requests[0].received_at
     assert gap >= 2.0
-    # the successful attempt only: a latency that included the wait would be at least the gap
-    assert reply.latency_s < gap
+    # the successful attempt only: it was sent 2 s after the 429 came back, so its latency is at
+    # most what is left of the call after that; one that included the wait would be 2 s more
+    assert reply.latency_s <= started + elapsed - server.requests[0].received_at - 2.0
 
 
 def test_500_then_success_makes_exactly_two_requests(server):
@@ -309,7 +310,10 @@ def test_injected_sleep_sees_full_jitter_delays(server):
 
 
 def test_concurrency_bound(server):
-    server.latency_mean_s = 0.3
+    """Twelve calls from threads, three slots: with the judge's replies held, exactly
+    three are on the wire and nine wait for a slot; let go, all twelve are answered,
+    never more than three at once."""
+    server.hold()
     judge = make_judge(server, max_concurrency=3)
     errors: list[BaseException] = []
 
@@ -322,9 +326,13 @@ def test_concurrency_bound(server):
     threads = [threading.Thread(target=call) for _ in range(12)]
     for t in threads:
         t.start()
+    server.wait_until(lambda s: s.held == 3, "three calls on the wire")
+    _eventually(lambda: judge._slots._waiting == 9, "nine calls waiting for a slot")
+    assert server.in_flight == 3 and server.calls() == 3
+    server.release()
     for t in threads:
-        t.join(timeout=20)
-    assert not errors
+        t.join(timeout=120)
+    assert not errors and not any(t.is_alive() for t in threads)
     assert server.calls() == 12
     assert server.max_in_flight == 3
 
@@ -358,30 +366,77 @@ async def test_the_bound_holds_only_on_the_wire_on_the_default_path(server, monk
     """Calls handed over beyond the bound wait prepared: the judge sees
     exactly max_concurrency at once, and a call's latency is its own wire
     time, not its wait for a slot."""
-    server.latency_mean_s = 0.25
     judge = make_judge(server, max_concurrency=2)
-    replies = await asyncio.gather(*(judge.acomplete(opinions_request()) for _ in range(6)))
+    replies = await _two_held_then_four(server, judge)
     assert server.calls() == 6 and server.max_in_flight == 2
     assert len(judge._wire_clients) == 1  # litellm was given the slot-holding client
-    # the last two calls waited ~0.5 s for a slot; their latency is still one call's
-    assert all(0.2 <= reply.latency_s < 0.45 for reply in replies), [r.latency_s for r in replies]
     assert judge._slots.acquire(blocking=False) and judge._slots.acquire(blocking=False)
+
+
+async def _until(predicate, what: str, timeout_s: float = 120.0) -> None:
+    """Poll ``predicate`` on the running loop (other tasks progress meanwhile); fail naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+def _eventually(predicate, what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+async def _two_held_then_four(server, judge) -> list:
+    """Six calls, two slots: the first two held on the wire by the judge until four
+    wait for a slot and at least 0.3 s passed; then every reply let go. Checks that a
+    call's latency holds its own time on the wire, not its wait for a slot: the two held
+    ones at least their hold, and the four that waited at most the time from the
+    release to their end (their wait ended after it)."""
+    server.hold()
+    ended: dict[int, float] = {}
+
+    async def call(i: int):
+        reply = await judge.acomplete(opinions_request(f"I think call {i} is fine."))
+        ended[i] = time.monotonic()
+        return reply
+
+    tasks = [asyncio.ensure_future(call(i)) for i in range(6)]
+    await _until(lambda: server.held == 2, "two calls on the wire")
+    await _until(lambda: judge._slots._waiting == 4, "four calls waiting for a slot")
+    held_from = max(req.received_at for req in server.requests)
+    await asyncio.sleep(0.3)  # the held calls' time on the wire, at least (any length: bounds are measured)
+    assert server.calls() == 2 and server.in_flight == 2
+    released = time.monotonic()
+    server.release()
+    replies = await asyncio.gather(*tasks)
+    sent = {req.data["output"]: req for req in server.requests}
+    first_two = [i for i in range(6) if sent[f"I think call {i} is fine."].received_at <= held_from]
+    assert len(first_two) == 2
+    for i, reply in enumerate(replies):
+        if i in first_two:
+            assert reply.latency_s >= released - held_from, (i, reply.latency_s)
+        else:
+            assert 0 < reply.latency_s <= ended[i] - released, (i, reply.latency_s, ended[i] - released)
+    return replies
 
 
 @both_http_paths
 async def test_calls_waiting_for_a_slot_go_in_their_priority_order(server):
     """The priority of the Call a caller hands in decides which waiting call a
     freed slot goes to (tasks/scoring.py gives one per pair), on either HTTP path."""
-    server.latency_mean_s = 0.05
+    server.hold()
     judge = make_judge(server, max_concurrency=1)
 
     async def call(name: str, priority: tuple) -> None:
         await judge.acomplete(opinions_request(f"I think {name} is best."), Call(priority=priority))
 
     first = asyncio.create_task(call("first", ()))
-    while not server.calls():  # it holds the only slot
-        await asyncio.sleep(0.005)
+    await _until(lambda: server.held == 1, "the first call to hold the only slot on the wire")
     waiting = [asyncio.create_task(call(f"p{rank}", (rank,))) for rank in (4, 2, 5, 1, 3)]
+    await _until(lambda: judge._slots._waiting == 5, "five calls waiting for the slot")
+    server.release()
     await asyncio.gather(first, *waiting)
 
     sent = [req.data["output"] for req in server.requests]
@@ -390,12 +445,10 @@ async def test_calls_waiting_for_a_slot_go_in_their_priority_order(server):
 
 async def test_the_sdk_path_holds_the_slot_around_the_whole_call(server, monkeypatch):
     monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "false")
-    server.latency_mean_s = 0.25
     judge = make_judge(server, max_concurrency=2)
-    replies = await asyncio.gather(*(judge.acomplete(opinions_request()) for _ in range(4)))
-    assert server.calls() == 4 and server.max_in_flight == 2
+    await _two_held_then_four(server, judge)
+    assert server.calls() == 6 and server.max_in_flight == 2
     assert len(judge._wire_clients) == 0  # litellm builds the SDK's client itself
-    assert all(0.2 <= reply.latency_s < 0.45 for reply in replies), [r.latency_s for r in replies]
 
 
 @both_http_paths
@@ -446,20 +499,24 @@ def test_retry_after_starts_a_cooldown_shared_by_other_calls(server):
 
 @both_http_paths
 async def test_cancelled_async_calls_do_not_leak_slots(server):
-    server.latency_mean_s = 0.3
+    server.hold()
     judge = make_judge(server, max_concurrency=1)
     running = asyncio.create_task(judge.acomplete(opinions_request()))
+    await _until(lambda: server.held == 1, "the first call on the wire")
     waiting = asyncio.create_task(judge.acomplete(opinions_request()))
-    await asyncio.sleep(0.1)
+    await _until(lambda: judge._slots._waiting == 1, "the second call waiting for the slot")
     waiting.cancel()  # cancelled while waiting for the slot
     with pytest.raises(asyncio.CancelledError):
         await waiting
     in_flight = asyncio.create_task(judge.acomplete(opinions_request()))
+    await _until(lambda: judge._slots._waiting == 1, "the third call waiting for the slot")
+    server.release(1)
     await running
-    await asyncio.sleep(0.1)
+    await _until(lambda: server.held == 1, "the third call on the wire")
     in_flight.cancel()  # cancelled during the HTTP call
     with pytest.raises(asyncio.CancelledError):
         await in_flight
+    server.release()
     assert judge._slots.acquire(blocking=False)  # the one slot is free again
     judge._slots.release()
 

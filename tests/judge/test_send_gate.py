@@ -44,14 +44,16 @@ async def _gated(judge, gate: Gate):
 
 @both_http_paths
 async def test_a_call_waiting_for_a_slot_asks_its_gate_when_it_gets_one_and_is_not_sent(server):
-    server.latency_mean_s = 0.4
+    server.hold()
     judge = make_judge(server, max_concurrency=1)
     gate = Gate(allowed=True)
     first = asyncio.ensure_future(judge.acomplete(opinions_request()))
-    await asyncio.sleep(0.1)
+    await _until(lambda: server.held == 1, "the first call to hold the only slot on the wire")
     waiting = asyncio.ensure_future(_gated(judge, gate))
-    await asyncio.sleep(0.1)
+    await _until(lambda: judge._slots._waiting == 1, "the gated call to wait for the slot")
+    assert gate.asked == 0  # not asked while it waits for a slot
     gate.allowed = False  # the pair was taken over while its call waited for the slot
+    server.release()
     await first
     with pytest.raises(CallWithheld) as withheld:
         await waiting

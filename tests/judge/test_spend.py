@@ -21,19 +21,21 @@ PRICES = (1.0, 4.0)  # USD per million prompt / completion tokens, the server's 
 
 @pytest.fixture
 def server():
-    with JudgeServer(prices_per_mtok=PRICES, stall_s=5.0) as srv:
+    with JudgeServer(prices_per_mtok=PRICES, stall_s=600.0) as srv:
         yield srv
 
 
 def judge_for(server: JudgeServer, *, max_retries: int = 2, **kwargs) -> LiteLLMJudge:
-    opts = dict(api_base=server.url, api_key=API_KEY, timeout_s=0.5, prices_per_mtok=PRICES,
+    # the stalled replies never come while the client waits (the server's stop wakes them); an answered
+    # attempt has 1.5 s, which no loaded machine needs for a local reply (0.5 s timed answers out too)
+    opts = dict(api_base=server.url, api_key=API_KEY, timeout_s=1.5, prices_per_mtok=PRICES,
                 retry=CallRetry(max_retries=max_retries, backoff_base_s=0.01, backoff_max_s=0.02))
     opts.update(kwargs)
     return LiteLLMJudge(MODEL, **opts)
 
 
 def stalled() -> Reply:
-    return json_reply({"opinions": ["late"]}, delay_s=5.0)
+    return json_reply({"opinions": ["late"]}, delay_s=600.0)
 
 
 def test_timed_out_attempts_before_an_answer_are_counted_at_their_estimate(server):

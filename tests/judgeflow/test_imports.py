@@ -11,6 +11,12 @@ REPO = Path(__file__).resolve().parents[2]
 ROOTS = {"judgeflow": REPO / "judgeflow", "judgeflow.metrics": REPO / "metrics",
          "judgeflow.tasks": REPO / "tasks", "judgeflow.flows": REPO / "flows"}
 PATCHED_PACKAGES = ("prefect", "litellm")
+# The only assignments allowed, each to a setting litellm documents as its configuration (set on the
+# module, as its docs and dspy/OpenHands do; no environment variable controls it), with the one value
+# allowed: suppress_debug_info stops the banner litellm print()s on every failed call and on an
+# unknown provider (judgeflow/judge/litellm_judge.py). Anything else assigned to Prefect or litellm,
+# or this setting given another value, is still a patch.
+DOCUMENTED_SETTINGS = {"litellm.suppress_debug_info": True}
 
 
 def judgeflow_modules() -> dict[str, Path]:
@@ -148,8 +154,23 @@ def _patch_targets(tree: ast.AST) -> list[tuple[int, str]]:
             expr = expr.value
         return expr.id if isinstance(expr, ast.Name) else None
 
+    plain_modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for alias in node.names if alias.asname is None and alias.name in PATCHED_PACKAGES}
+
+    def documented_setting(node: ast.AST) -> bool:
+        """``litellm.<setting> = <its allowed value>``, on the module imported under its own name."""
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            return False
+        target, value = node.targets[0], node.value
+        return (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)
+                and target.value.id in plain_modules and ast.unparse(target) in DOCUMENTED_SETTINGS
+                and isinstance(value, ast.Constant)
+                and value.value is DOCUMENTED_SETTINGS[ast.unparse(target)])
+
     found = []
     for node in ast.walk(tree):
+        if documented_setting(node):
+            continue
         targets: list[ast.expr] = []
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
@@ -168,10 +189,30 @@ def _patch_targets(tree: ast.AST) -> list[tuple[int, str]]:
 
 def test_the_patch_finder_finds_assignments_and_setattr():
     code = ("import litellm\nfrom prefect import flow_engine as fe\nimport prefect.logging.configuration\n"
-            "litellm.suppress_debug_info = True\nfe._send_heartbeats = None\n"
+            "litellm.drop_params = True\nfe._send_heartbeats = None\n"
             "prefect.logging.configuration.load_logging_config = None\nsetattr(litellm, 'x', 1)\n"
             "import os\nos.environ['A'] = '1'\n")
     assert [line for line, _ in _patch_targets(ast.parse(code))] == [4, 5, 6, 7]
+
+
+def test_the_patch_finder_allows_only_the_named_settings_with_their_value():
+    code = ("import litellm\nimport litellm as ll\nfrom litellm import utils\n"
+            "litellm.suppress_debug_info = True\n"  # the one documented setting allowed
+            "litellm.suppress_debug_info = False\n"  # another value
+            "ll.suppress_debug_info = True\n"  # through an alias
+            "utils.suppress_debug_info = True\n"  # on another module of litellm's
+            "litellm.set_verbose = True\n"  # a documented setting not in the list
+            "litellm.suppress_debug_info = x = True\n"  # chained: x is not litellm's, but not one plain setting
+            "setattr(litellm, 'suppress_debug_info', True)\n"
+            "litellm.suppress_debug_info += True\n")
+    assert sorted(line for line, _ in _patch_targets(ast.parse(code))) == [5, 6, 7, 8, 9, 10, 11]
+    assert DOCUMENTED_SETTINGS == {"litellm.suppress_debug_info": True}
+
+
+def test_litellm_adapter_sets_the_documented_setting():
+    adapter = REPO / "judgeflow" / "judge" / "litellm_judge.py"
+    assert "litellm.suppress_debug_info = True" in [line.strip() for line in adapter.read_text().splitlines()]
+    assert _patch_targets(ast.parse(adapter.read_text())) == []
 
 
 def test_no_judgeflow_module_assigns_to_prefect_or_litellm():

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.support.judge_server import JudgeServer, error_reply
 from tests.support.traces import insert_traces, scripted_trace
 
@@ -23,24 +25,43 @@ def _env(judgeflow_env: dict, prefect_server: str, **extra: str) -> dict[str, st
     return env
 
 
-def test_a_piped_run_against_a_failing_judge_writes_no_escape_byte(judgeflow_env, db, prefect_server):
+@pytest.mark.parametrize("processes", ["1", "2"], ids=["in-process", "workers"])
+def test_a_piped_run_against_a_failing_judge_writes_no_escape_byte(judgeflow_env, db, prefect_server, processes):
     insert_traces(db, [scripted_trace(i)[0] for i in range(3)])
 
     def failing(req):  # the judge's error text carries control sequences of its own
         return error_reply(400, f"bad request {HOSTILE}")
 
     with JudgeServer(failing) as judge:
-        env = _env(judgeflow_env, prefect_server, JUDGEFLOW_JUDGE_API_BASE=judge.url, JUDGEFLOW_JUDGE_PROCESSES="2",
-                   JUDGEFLOW_JUDGE_MAX_RETRIES="0")
+        env = _env(judgeflow_env, prefect_server, JUDGEFLOW_JUDGE_API_BASE=judge.url,
+                   JUDGEFLOW_JUDGE_PROCESSES=processes, JUDGEFLOW_JUDGE_MAX_RETRIES="0")
         done = subprocess.run([sys.executable, "-m", "judgeflow", "score", "--no-alerts", "-v"], env=env,
                               cwd=os.getcwd(), capture_output=True, timeout=400)
         assert judge.calls() > 0  # the judge was asked, and failed every call
     out = done.stdout + done.stderr
     assert b"failed" in out, out[-3000:]
     assert b"database connection: " in out  # the pool mode, shown with -v
-    assert out.count(b"\x1b") == 0, [line for line in out.splitlines() if b"\x1b" in line][:5]
-    assert b"\x9b" not in out and b"\x07" not in out
-    assert b"Give Feedback" not in out  # litellm's banner is off in the workers
+    for stream in (done.stdout, done.stderr):
+        assert stream.count(b"\x1b") == 0, [line for line in stream.splitlines() if b"\x1b" in line][:5]
+        text = stream.decode("utf-8", "replace")  # C1 CSI as a character (0x9b is also a byte of UTF-8's "␛")
+        assert "\x9b" not in text and "\x07" not in text
+    # litellm's banner is off, in the command's own process as in the workers (not just made visible)
+    assert b"Give Feedback" not in out and b"LiteLLM.Info" not in out, out[-3000:]
+
+
+@pytest.mark.parametrize("processes", ["1", "2"], ids=["in-process", "workers"])
+def test_an_unknown_provider_prints_no_litellm_provider_list(judgeflow_env, db, prefect_server, processes):
+    insert_traces(db, [scripted_trace(0)[0]])
+    with JudgeServer() as judge:
+        env = _env(judgeflow_env, prefect_server, JUDGEFLOW_JUDGE_API_BASE=judge.url,
+                   JUDGEFLOW_JUDGE_PROCESSES=processes, JUDGEFLOW_JUDGE_MODEL="no-such-provider-model",
+                   JUDGEFLOW_JUDGE_MAX_RETRIES="0")
+        done = subprocess.run([sys.executable, "-m", "judgeflow", "score", "--no-alerts"], env=env,
+                              cwd=os.getcwd(), capture_output=True, timeout=400)
+        assert judge.calls() == 0  # litellm refused the model before any request
+    out = done.stdout + done.stderr
+    assert b"Provider List" not in out and b"Give Feedback" not in out, out[-3000:]
+    assert out.count(b"\x1b") == 0, out[-3000:]
 
 
 def _read_pty(fd: int, proc: subprocess.Popen, timeout_s: float) -> bytes:

@@ -21,6 +21,13 @@ What a request gets, in this order:
 Every request also waits ``latency_mean_s +- latency_jitter_s`` (uniform,
 seeded) plus the reply's own ``delay_s``.
 
+Tests that need an order of events rather than a duration (a call holds a slot
+while others queue, N requests are in flight at once) hold replies instead:
+after :meth:`JudgeServer.hold`, every request is received and counted in flight
+but answered only once :meth:`JudgeServer.release` lets it go (oldest first);
+:meth:`JudgeServer.wait_until` waits for a state of the counters (``held``,
+``in_flight``, ``calls()``) without a fixed sleep.
+
 Also runs as a process (the benchmark uses this)::
 
     python -m tests.support.judge_server --port 0 --latency-mean 0.2 --fault 429=0.05
@@ -534,7 +541,11 @@ class JudgeServer:
         self._rng = random.Random(seed)
         self._host = host
         self._port = port
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by wait_until's predicate reading the counters
+        self._changed = threading.Condition(self._lock)  # notified whenever a counter or a hold changes
+        self._holding = False
+        self._held: list[int] = []  # id() of each request held, oldest first
+        self._let_go: set[int] = set()  # held requests released, not yet answered
         self._stopping = threading.Event()
         self._script: list[Reply] = []
         self._server: _HTTPServer | None = None
@@ -563,6 +574,8 @@ class JudgeServer:
         if server is None:
             return
         self._stopping.set()  # wakes stalled handlers
+        with self._changed:
+            self._changed.notify_all()  # and held ones
         server.shutdown()
         server.server_close()
         server.close_connections()
@@ -579,6 +592,51 @@ class JudgeServer:
     @property
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1].split("/", 1)[0]) if self.url else 0
+
+    # ---- holding replies ----------------------------------------------------
+
+    def hold(self) -> None:
+        """From now on, answer no request until :meth:`release` lets it go
+        (it is received, counted and in flight meanwhile)."""
+        with self._changed:
+            self._holding = True
+
+    def release(self, count: int | None = None) -> None:
+        """Let the ``count`` oldest held requests answer; None: every one held,
+        and stop holding."""
+        with self._changed:
+            waiting = [key for key in self._held if key not in self._let_go]
+            if count is None:
+                self._holding = False
+                count = len(waiting)
+            self._let_go.update(waiting[:count])
+            self._changed.notify_all()
+
+    @property
+    def held(self) -> int:
+        """Requests received and held, not yet released."""
+        with self._lock:
+            return sum(1 for key in self._held if key not in self._let_go)
+
+    def wait_until(self, predicate: Callable[["JudgeServer"], bool], what: str, timeout_s: float = 120.0) -> None:
+        """Block until ``predicate(self)`` holds (checked at every change of the
+        counters); fail naming ``what`` after ``timeout_s``, which only bounds a test
+        that would otherwise hang."""
+        with self._changed:
+            if not self._changed.wait_for(lambda: predicate(self), timeout_s):
+                raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}: {self.stats()}")
+
+    def _wait_for_release(self, req: ChatRequest) -> None:
+        with self._changed:
+            if not self._holding:
+                return
+            key = id(req)
+            self._held.append(key)
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: key in self._let_go or self._stopping.is_set())
+            self._held.remove(key)
+            self._let_go.discard(key)
+            self._changed.notify_all()
 
     # ---- scripting and inspection ----------------------------------------
 
@@ -608,9 +666,13 @@ class JudgeServer:
         """Time-weighted mean of requests in flight, from the first request
         (since start/reset) to the last time the count changed."""
         with self._lock:
-            self._advance_area(time.monotonic())
-            span = self._last_change - self._first_request if self._first_request is not None else 0.0
-            return self._area / span if span > 0 else 0.0
+            if self._first_request is None:
+                return 0.0
+            # read without moving the count's last change: idle time after the last reply is not counted
+            now = time.monotonic()
+            area = self._area + self._in_flight * (now - self._last_change)
+            span = (now if self._in_flight else self._last_change) - self._first_request
+            return area / span if span > 0 else 0.0
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -701,12 +763,14 @@ class JudgeServer:
             self.requests.append(req)
             self._in_flight += 1
             self._max_in_flight = max(self._max_in_flight, self._in_flight)
+            self._changed.notify_all()
 
     def _leave(self, status: int) -> None:
         with self._lock:
             self._advance_area(time.monotonic())
             self._in_flight = max(0, self._in_flight - 1)
             self._statuses[str(status)] = self._statuses.get(str(status), 0) + 1
+            self._changed.notify_all()
 
     def _choose(self, req: ChatRequest) -> tuple[Reply, float]:
         """The reply for ``req`` and the latency to add: script, then faults, then responder."""
@@ -747,6 +811,7 @@ class JudgeServer:
             reply, latency = self._choose(req)
             status = reply.status
             self._bill(req, reply)
+            self._wait_for_release(req)
             delay = latency + max(0.0, reply.delay_s)
             if delay > 0:
                 self._stopping.wait(delay)

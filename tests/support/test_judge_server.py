@@ -165,20 +165,83 @@ def test_stall_and_stop_wakes_stalled_handlers():
 
 
 def test_in_flight_counters():
-    with JudgeServer(latency_mean_s=0.3) as server:
-        threads = [threading.Thread(target=post, args=(server.url, body("Opinions", {"output": "x"})))
-                   for _ in range(4)]
+    """Four requests held in flight together (an order of events, not a latency): the
+    counters see exactly four at once, and the time-weighted mean lies within what the
+    spans the test observed allow."""
+    with JudgeServer() as server:
+        server.hold()
+        threads = [threading.Thread(target=post, args=(server.url, body("Opinions", {"output": "x"})),
+                                    kwargs={"timeout": 120}) for _ in range(4)]
         for t in threads:
             t.start()
+        server.wait_until(lambda s: s.held == 4, "four requests held")
+        all_in = time.monotonic()  # four in flight from at most here ...
+        assert server.in_flight == 4 and server.max_in_flight == 4 and server.calls() == 4
+        first = server._first_request
+        ramp = all_in - first
+        time.sleep(max(0.2, 9 * ramp))  # ... until the test lets them go (any length: the bounds are measured)
+        released = time.monotonic()
+        server.release()
         for t in threads:
-            t.join()
-        assert server.max_in_flight == 4
-        assert server.in_flight == 0
-        assert 2.5 <= server.mean_in_flight <= 4.01
+            t.join(timeout=120)
+        assert not any(t.is_alive() for t in threads)
+        assert server.max_in_flight == 4 and server.in_flight == 0
+        last = server._last_change
+        span = last - first
+        # 1 to 3 in flight while the four arrived, exactly 4 while held, 1 to 4 while answered
+        lowest = (ramp + 4 * (released - all_in) + (last - released)) / span
+        highest = (3 * ramp + 4 * (released - all_in) + 4 * (last - released)) / span
+        mean = server.mean_in_flight
+        assert lowest - 1e-9 <= mean <= min(4.0, highest) + 1e-9, (mean, lowest, highest)
         stats = server.stats()
         assert stats["requests"] == 4 and stats["statuses"] == {"200": 4}
         server.reset()
         assert server.calls() == 0 and server.max_in_flight == 0
+
+
+def test_held_requests_are_answered_when_released_oldest_first():
+    with JudgeServer() as server:
+        server.hold()
+        answers: list[str] = []
+
+        def ask_for(text: str) -> None:
+            status, payload, _ = post(server.url, body("Opinions", {"output": f"I like {text}."}), timeout=120)
+            assert status == 200
+            answers.append(json.loads(content_of(payload))["opinions"][0])
+
+        first = threading.Thread(target=ask_for, args=("tea",))
+        first.start()
+        server.wait_until(lambda s: s.held == 1, "the first request held")
+        second = threading.Thread(target=ask_for, args=("coffee",))
+        second.start()
+        server.wait_until(lambda s: s.held == 2, "the second request held")
+        assert answers == [] and server.in_flight == 2
+        server.release(1)  # the oldest only
+        first.join(timeout=120)
+        assert answers == ["I like tea"] and server.held == 1 and second.is_alive()
+        server.release()
+        second.join(timeout=120)
+        assert answers == ["I like tea", "I like coffee"] and server.held == 0
+        # no longer holding: answered at once
+        assert post(server.url, body("Opinions", {"output": "x."}), timeout=120)[0] == 200
+
+
+def test_stop_wakes_held_requests():
+    server = JudgeServer().start()
+    server.hold()
+
+    def ask() -> None:
+        try:
+            post(server.url, body("Opinions", {"output": "x"}), timeout=120)
+        except OSError:  # the connection dropped by stop()
+            pass
+
+    caller = threading.Thread(target=ask)
+    caller.start()
+    server.wait_until(lambda s: s.held == 1, "the request held")
+    server.stop()
+    caller.join(timeout=30)
+    assert not caller.is_alive() and server.held == 0
 
 
 def test_runs_as_a_process():
