@@ -9,8 +9,9 @@ import time
 from datetime import datetime
 
 from pydantic import BaseModel
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
+from judgeflow.alerts.evaluation import Counts, read_evaluation_counts
 from judgeflow.alerts.notify import Notifier, configured_channels
 from judgeflow.alerts.outbox import Sent, deliver_pending
 from judgeflow.alerts.rules import Rule, all_rules
@@ -169,6 +170,13 @@ def run_url(flow_run_id: str | None) -> str | None:
     return f"{str(ui).rstrip('/')}/runs/flow-run/{flow_run_id}" if ui else None
 
 
+def _read_counts(engine: Engine, rules: list[Rule]) -> Counts:
+    """Every rule's and segment key's counts in one read of the rollup, as of now."""
+    with engine.connect() as conn:
+        now = conn.execute(select(func.clock_timestamp())).scalar_one()
+        return read_evaluation_counts(conn, rules, now=now)
+
+
 def evaluate_rules(
     settings: Settings,
     *,
@@ -197,6 +205,7 @@ def evaluate_rules(
     decisions: list[Decision | Rule] = []
     sent: list[Sent] = []
     rules = all_rules(settings)
+    counts = _read_counts(engine, [r for r in rules if r.enabled])
     for after_delivery in (False, True):
         for rule in rules:
             if (rule.kind == "dead_deliveries") != after_delivery:
@@ -205,7 +214,8 @@ def evaluate_rules(
                 decisions.append(rule)
                 continue
             decisions.extend(
-                evaluate_rule_segments(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url)
+                evaluate_rule_segments(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url,
+                                       counts=counts)
             )
         # after the commits: a crash before or during this leaves the outbox rows pending
         # the second time only the dead-delivery rules' own notifications: the rest was tried just now

@@ -41,6 +41,36 @@ def db_check(
         raise typer.Exit(1)
 
 
+@db_app.command("rollup")
+@clear_errors
+def db_rollup(
+    rebuild: bool = typer.Option(False, "--rebuild", help="recompute every hour from the results"),
+    hours: int = typer.Option(6, "--hours", min=1, max=168, help="trace hours per transaction"),
+) -> None:
+    """Build the result rollup for the hours it does not hold yet (a database
+    upgraded with results), a few hours per short transaction; scoring goes on."""
+    from judgeflow.db import migrate, rollup
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.epochs import when
+    from judgeflow.model import METRIC_NAMES
+
+    settings = command_settings()
+    announce_database(settings)
+    engine = engine_for(settings)
+    migrate.upgrade(engine)
+    if rebuild:
+        rollup.start_over(engine)
+
+    def show(step: rollup.BuildProgress) -> None:
+        if step.done:
+            typer.echo("result rollup built: every trace hour is kept on write")
+        else:
+            typer.echo(f"built down to {when(step.built_from)} ({step.hours_done} hour(s), {step.lines} line(s)); "
+                       f"{step.hours_left} hour(s) left")
+
+    rollup.build(engine, list(METRIC_NAMES), hours=hours, progress=show)
+
+
 @db_app.command("start")
 @clear_errors
 def db_start() -> None:

@@ -1,0 +1,244 @@
+"""the result rollup: counts and weight sums per (source, metric, version, judge epoch, trace hour, status, passed, segment value), kept on write (issue 50)
+
+Revision ID: 0013_rollup
+Revises: 0012
+Create Date: 2026-11-27
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0013_rollup"
+down_revision = "0012"
+branch_labels = None
+depends_on = None
+
+S = "judgeflow"
+DIMS = "source, metric, metric_version, epoch_id, trace_hour, status, passed, seg_key, seg_value"
+
+
+def _contributions(rows: str, sign: str, weight: str = "COALESCE(1.0 / d.inclusion_prob, 1.0)") -> str:
+    """What each result of ``rows`` adds (``sign`` +1) or takes away (-1): one
+    line overall (key '') and one per segment key it has a value for."""
+    return f"""
+        SELECT r.source, r.metric, r.metric_version, judgeflow.rollup_epoch(r.metric, r.scored_at) AS epoch_id,
+               date_trunc('hour', r.trace_created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS trace_hour,
+               r.status, r.passed, s.seg_key, s.seg_value,
+               {sign} AS n, {sign} * {weight} AS w, {sign} * {weight} * {weight} AS w2, r.scored_at
+        FROM {rows} r LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id
+        CROSS JOIN LATERAL (
+            SELECT '' AS seg_key, '' AS seg_value
+            UNION ALL
+            SELECT key, value FROM jsonb_each_text(
+                CASE WHEN jsonb_typeof(r.segment) = 'object' THEN r.segment ELSE '{{}}'::jsonb END)
+            WHERE value IS NOT NULL
+        ) s
+        WHERE r.trace_created_at IS NOT NULL"""
+
+
+def _fold(source: str, *, folded: str = "false") -> str:
+    return f"""
+        INSERT INTO judgeflow.result_rollup ({DIMS}, n, w, w2, folded, written_at)
+        SELECT {DIMS}, sum(n), sum(w), sum(w2), {folded}, max(scored_at) FROM ({source}) c
+        GROUP BY {DIMS} HAVING sum(n) <> 0 OR sum(w) <> 0 OR sum(w2) <> 0"""
+
+
+# A result's judge epoch: the latest of its metric started at or before it was
+# scored (judgeflow/db/epochs.py: the epoch in force is the latest row).
+_EPOCH_FUNCTION = """
+CREATE OR REPLACE FUNCTION judgeflow.rollup_epoch(p_metric text, p_scored timestamptz) RETURNS bigint
+LANGUAGE sql STABLE AS $$
+    SELECT id FROM judgeflow.judge_epochs WHERE metric = p_metric AND started_at <= p_scored
+    ORDER BY started_at DESC, id DESC LIMIT 1
+$$
+"""
+
+# Every rollup line of the metrics and trace hours, recomputed from the results
+# in one statement (one snapshot): a delta committed before it is replaced,
+# one committed after it is kept, and neither is counted twice.
+_RECOMPUTE_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION judgeflow.rollup_recompute(p_metrics text[], p_hours timestamptz[]) RETURNS bigint
+LANGUAGE plpgsql AS $$
+DECLARE
+    written bigint;
+BEGIN
+    WITH gone AS (
+        DELETE FROM judgeflow.result_rollup WHERE metric = ANY(p_metrics) AND trace_hour = ANY(p_hours)
+    ), fresh AS ({_fold(_contributions(
+        "(SELECT x.* FROM unnest(p_hours) h JOIN judgeflow.eval_results x ON x.metric = ANY(p_metrics) "
+        "AND x.trace_created_at >= h AND x.trace_created_at < h + interval '1 hour')", "1"), folded="true")}
+        RETURNING 1
+    ) SELECT count(*) INTO written FROM fresh;
+    RETURN written;
+END $$
+"""
+
+_WRITE_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION judgeflow.rollup_results() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- taken before the statements below read anything: a judge epoch being
+    -- recorded (SHARE ROW EXCLUSIVE) is committed first and seen by them
+    LOCK TABLE judgeflow.result_rollup IN ROW EXCLUSIVE MODE;
+    -- and no sample decision is being written meanwhile: each side sees the other's rows
+    LOCK TABLE judgeflow.sample_decisions IN SHARE MODE;
+    IF TG_OP = 'INSERT' THEN
+        {_fold(_contributions("new_rows", "1"))};
+    ELSIF TG_OP = 'UPDATE' THEN
+        {_fold(_contributions("new_rows", "1") + " UNION ALL " + _contributions("old_rows", "-1"))};
+    ELSIF TG_OP = 'DELETE' THEN
+        {_fold(_contributions("old_rows", "-1"))};
+    ELSE  -- TRUNCATE
+        DELETE FROM judgeflow.result_rollup;
+    END IF;
+    RETURN NULL;
+END $$
+"""
+
+def _decision_delta(new: str | None, old: str | None) -> str:
+    """The change of weight of the results of traces whose decision changed: +
+    under the new decision (``new`` rows), - under the old one (``old`` rows)."""
+    parts = []
+    traces = " UNION ".join(f"SELECT trace_id FROM {t}" for t in (new, old) if t)
+    rows = f"(SELECT x.* FROM judgeflow.eval_results x WHERE x.trace_id IN ({traces}))"
+    for table, sign in ((new, "1"), (old, "-1")):
+        part = _contributions(rows, sign, "COALESCE(1.0 / t.inclusion_prob, 1.0)").replace(
+            "LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id",
+            f"LEFT JOIN {table} t ON t.trace_id = r.trace_id" if table else
+            "LEFT JOIN (SELECT NULL::text AS trace_id, NULL::float8 AS inclusion_prob) t ON false")
+        parts.append(part)
+    return _fold(" UNION ALL ".join(parts))
+
+
+_DECISION_FUNCTION = f"""
+CREATE OR REPLACE FUNCTION judgeflow.rollup_decisions() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    LOCK TABLE judgeflow.result_rollup IN ROW EXCLUSIVE MODE;
+    IF TG_OP = 'INSERT' THEN
+        {_decision_delta("new_rows", None)};
+    ELSIF TG_OP = 'UPDATE' THEN
+        {_decision_delta("new_rows", "old_rows")};
+    ELSIF TG_OP = 'DELETE' THEN
+        {_decision_delta(None, "old_rows")};
+    END IF;
+    RETURN NULL;
+END $$
+"""
+
+# A judge epoch recorded, moved or removed changes the epoch of the results
+# scored since it starts: those hours are recomputed. The lock (taken before
+# the row is written) waits for the writes in flight and holds new ones until
+# this commits, so no write decides its epoch without seeing this one.
+_EPOCH_LOCK_FUNCTION = """
+CREATE OR REPLACE FUNCTION judgeflow.rollup_epoch_lock() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    LOCK TABLE judgeflow.result_rollup IN SHARE ROW EXCLUSIVE MODE;
+    RETURN NULL;
+END $$
+"""
+
+_EPOCH_CHANGE_FUNCTION = """
+CREATE OR REPLACE FUNCTION judgeflow.rollup_epochs_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    changed record;
+BEGIN
+    FOR changed IN EXECUTE format(
+        'SELECT metric, min(started_at) AS since FROM (%s) e GROUP BY metric',
+        CASE TG_OP WHEN 'INSERT' THEN 'SELECT metric, started_at FROM new_rows'
+                   WHEN 'DELETE' THEN 'SELECT metric, started_at FROM old_rows'
+                   ELSE 'SELECT metric, started_at FROM new_rows UNION ALL SELECT metric, started_at FROM old_rows' END)
+    LOOP
+        PERFORM judgeflow.rollup_recompute(ARRAY[changed.metric], ARRAY(
+            SELECT DISTINCT trace_hour FROM judgeflow.result_rollup
+            WHERE metric = changed.metric AND written_at >= changed.since));
+    END LOOP;
+    RETURN NULL;
+END $$
+"""
+
+
+def upgrade() -> None:
+    # One line per (source, metric, metric version, judge epoch, UTC trace hour,
+    # status, passed, segment key, segment value): results counted, and the sums
+    # of their sample weights and squared weights. Key '' is overall. Writes add
+    # lines of deltas (folded = false); judgeflow/db/rollup.py folds them.
+    op.create_table(
+        "result_rollup",
+        sa.Column("source", sa.Text),
+        sa.Column("metric", sa.Text, nullable=False),
+        sa.Column("metric_version", sa.Text),
+        sa.Column("epoch_id", sa.BigInteger),
+        sa.Column("trace_hour", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("status", sa.Text, nullable=False),
+        sa.Column("passed", sa.Boolean),
+        sa.Column("seg_key", sa.Text, nullable=False),
+        sa.Column("seg_value", sa.Text, nullable=False),
+        sa.Column("n", sa.BigInteger, nullable=False),
+        sa.Column("w", sa.Float, nullable=False),
+        sa.Column("w2", sa.Float, nullable=False),
+        sa.Column("folded", sa.Boolean, nullable=False, server_default=sa.false()),
+        # the latest scored_at counted in this line: which hours a judge epoch change recomputes
+        sa.Column("written_at", sa.DateTime(timezone=True), nullable=False),
+        schema=S,
+    )
+    op.create_index("result_rollup_hour_idx", "result_rollup", ["trace_hour", "metric"], schema=S)
+    op.create_index("result_rollup_deltas_idx", "result_rollup", ["metric", "trace_hour"], schema=S,
+                    postgresql_where=sa.text("NOT folded"))
+    op.create_index("result_rollup_written_idx", "result_rollup", ["metric", "written_at"], schema=S)
+    # Hours at or after built_from are kept by the triggers; older ones are
+    # built by `judgeflow db rollup` in batches (readers count them from the
+    # results until then). '-infinity': every hour is built.
+    op.create_table(
+        "rollup_state",
+        sa.Column("id", sa.Integer, primary_key=True),
+        sa.Column("built_from", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("oldest_hour", sa.DateTime(timezone=True)),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False, server_default=sa.func.now()),
+        sa.CheckConstraint("id = 1", name="rollup_state_one_row"),
+        schema=S,
+    )
+    op.execute(_EPOCH_FUNCTION)
+    op.execute(_RECOMPUTE_FUNCTION)
+    op.execute(_WRITE_FUNCTION)
+    op.execute(_DECISION_FUNCTION)
+    op.execute(_EPOCH_LOCK_FUNCTION)
+    op.execute(_EPOCH_CHANGE_FUNCTION)
+    for event, ref in (("INSERT", "NEW TABLE AS new_rows"), ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+                       ("DELETE", "OLD TABLE AS old_rows")):
+        low = event.lower()
+        op.execute(f"CREATE TRIGGER eval_results_rollup_{low} AFTER {event} ON {S}.eval_results "
+                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_results()")
+        op.execute(f"CREATE TRIGGER sample_decisions_rollup_{low} AFTER {event} ON {S}.sample_decisions "
+                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_decisions()")
+        op.execute(f"CREATE TRIGGER judge_epochs_rollup_{low} AFTER {event} ON {S}.judge_epochs "
+                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_epochs_changed()")
+    op.execute(f"CREATE TRIGGER eval_results_rollup_truncate AFTER TRUNCATE ON {S}.eval_results "
+               f"FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_results()")
+    op.execute(f"CREATE TRIGGER judge_epochs_rollup_lock BEFORE INSERT OR UPDATE OR DELETE ON {S}.judge_epochs "
+               f"FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_epoch_lock()")
+    # The triggers hold their lock on eval_results until this commits, so every
+    # result written before them has a trace hour at or before the newest one
+    # read here (the index's end: no scan); later hours are the triggers' alone.
+    op.execute(
+        f"""
+        INSERT INTO {S}.rollup_state (id, built_from, oldest_hour)
+        SELECT 1, CASE WHEN newest IS NULL THEN '-infinity'
+                       ELSE date_trunc('hour', newest AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '1 hour' END,
+                  date_trunc('hour', oldest AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+        FROM (SELECT (SELECT max(trace_created_at) FROM {S}.eval_results) AS newest,
+                     (SELECT min(trace_created_at) FROM {S}.eval_results) AS oldest) e
+        """
+    )
+
+
+def downgrade() -> None:
+    for table in ("eval_results", "sample_decisions", "judge_epochs"):
+        for event in ("insert", "update", "delete"):
+            op.execute(f"DROP TRIGGER IF EXISTS {table}_rollup_{event} ON {S}.{table}")
+    op.execute(f"DROP TRIGGER IF EXISTS eval_results_rollup_truncate ON {S}.eval_results")
+    op.execute(f"DROP TRIGGER IF EXISTS judge_epochs_rollup_lock ON {S}.judge_epochs")
+    for function in ("rollup_results", "rollup_decisions", "rollup_epoch_lock", "rollup_epochs_changed"):
+        op.execute(f"DROP FUNCTION IF EXISTS {S}.{function}()")
+    op.execute(f"DROP FUNCTION IF EXISTS {S}.rollup_recompute(text[], timestamptz[])")
+    op.execute(f"DROP FUNCTION IF EXISTS {S}.rollup_epoch(text, timestamptz)")
+    op.drop_table("rollup_state", schema=S)
+    op.drop_table("result_rollup", schema=S)

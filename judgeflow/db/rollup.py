@@ -1,0 +1,341 @@
+"""The result rollup: what alert rules, the trend, `status`'s rates and
+`report` read instead of the results (migration 0013_rollup).
+
+``judgeflow.result_rollup`` holds, per (source, metric, metric version, judge
+epoch, UTC trace hour, status, passed, segment key, segment value), the results
+counted and the sums of their sample weights and squared weights; key '' is
+overall, and a result adds one line per segment key it has a value for (never
+one per combination of keys). Statement triggers on ``eval_results``,
+``sample_decisions`` and ``judge_epochs`` keep it in the writing transaction,
+as lines of deltas that :func:`compact_rollup` folds.
+
+:func:`read_counts` is the one read an evaluation makes: every whole trace hour
+from the rollup, and the hours a period boundary cuts (and hours the rollup
+does not hold yet, see :func:`build_step`) from ``eval_results`` by its
+``(metric, trace_created_at)`` index, cut at every boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Callable, Iterable
+
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from judgeflow.db.epochs import Epoch
+
+HOUR = timedelta(hours=1)
+NEVER = datetime.min.replace(tzinfo=timezone.utc)
+FOREVER = datetime.max.replace(tzinfo=timezone.utc)
+# hours a backfill step recomputes in one short transaction
+BUILD_HOURS = 6
+# a segment key with more values than this over the rollup is named by `db check`
+EXPLODING_VALUES = 10_000
+
+_WEIGHT = "COALESCE(1.0 / d.inclusion_prob, 1.0)"
+_SEGMENTS = """
+    CROSS JOIN LATERAL (
+        SELECT '' AS seg_key, '' AS seg_value
+        UNION ALL
+        SELECT key, value FROM jsonb_each_text(
+            CASE WHEN jsonb_typeof(r.segment) = 'object' THEN r.segment ELSE '{}'::jsonb END)
+        WHERE value IS NOT NULL
+    ) s"""
+
+
+def floor_hour(at: datetime) -> datetime:
+    at = at.astimezone(timezone.utc)
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True)
+class CountRow:
+    """Results of one group over the trace times ``[lo, hi)``, which no period boundary cuts."""
+
+    source: str | None
+    metric: str
+    in_epoch: bool
+    lo: datetime
+    hi: datetime
+    status: str
+    passed: bool | None
+    seg_key: str
+    seg_value: str
+    n: int
+    w: float
+    w2: float
+
+
+def _epoch_case(epochs: dict[str, Epoch], metrics: Iterable[str], *, by_id: bool) -> tuple[str, dict]:
+    """SQL: the line (``by_id``: a rollup line, by its epoch id; else a result,
+    by its time) belongs to its metric's judge epoch in force."""
+    branches, params = [], {}
+    for i, metric in enumerate(metrics):
+        epoch = epochs.get(metric)
+        if epoch is None:
+            continue
+        test = f"epoch_id = :rep_id_{i}" if by_id else f"scored_at >= :rep_start_{i}"
+        branches.append(f"WHEN :rep_metric_{i} THEN ({test} AND (metric_version = :rep_version_{i} "
+                        "OR metric_version IS NULL))")
+        params.update({f"rep_metric_{i}": metric, f"rep_id_{i}": epoch.id, f"rep_start_{i}": epoch.started_at,
+                       f"rep_version_{i}": epoch.metric_version})
+    if not branches:
+        return "TRUE", {}
+    return f"(CASE metric {' '.join(branches)} ELSE TRUE END)", params
+
+
+@dataclass(frozen=True)
+class RollupState:
+    built_from: datetime  # hours at or after it are in the rollup
+    oldest_hour: datetime | None  # the oldest trace hour there was when the rollup was installed
+
+    @property
+    def built(self) -> bool:
+        return self.built_from == NEVER or (self.oldest_hour is not None and self.built_from <= self.oldest_hour)
+
+    def hours_left(self) -> int:
+        if self.built or self.oldest_hour is None:
+            return 0
+        return int((self.built_from - self.oldest_hour) / HOUR)
+
+
+def rollup_state(conn: Connection) -> RollupState | None:
+    """Where the rollup is built from (None: no rollup, an older schema)."""
+    if not conn.execute(text("SELECT to_regclass('judgeflow.rollup_state') IS NOT NULL")).scalar():
+        return None
+    row = conn.execute(text(
+        "SELECT CASE WHEN isfinite(built_from) THEN built_from END AS built_from, oldest_hour "
+        "FROM judgeflow.rollup_state WHERE id = 1")).one()
+    return RollupState(NEVER if row.built_from is None else row.built_from, row.oldest_hour)
+
+
+def _rollup_rows(conn: Connection, since: datetime, skip: list[datetime], metrics: list[str],
+                 sources: list[str | None], epochs: dict[str, Epoch]) -> list[CountRow]:
+    in_epoch, params = _epoch_case(epochs, metrics, by_id=True)
+    rows = conn.execute(text(
+        f"""
+        SELECT source, metric, {in_epoch} AS in_epoch, trace_hour, status, passed, seg_key, seg_value,
+               sum(n) AS n, sum(w) AS w, sum(w2) AS w2
+        FROM judgeflow.result_rollup
+        WHERE trace_hour >= :since AND metric = ANY(CAST(:metrics AS text[]))
+          AND NOT (trace_hour = ANY(CAST(:skip AS timestamptz[])))
+          AND (source = ANY(CAST(:sources AS text[])) OR source IS NULL)
+        GROUP BY source, metric, metric_version, epoch_id, trace_hour, status, passed, seg_key, seg_value
+        HAVING sum(n) <> 0 OR sum(w) <> 0
+        """
+    ), dict(params, since=since, metrics=metrics, skip=skip, sources=[s for s in sources if s is not None])).all()
+    return [CountRow(r.source, r.metric, bool(r.in_epoch), r.trace_hour, r.trace_hour + HOUR, r.status, r.passed,
+                     r.seg_key, r.seg_value, int(r.n), float(r.w), float(r.w2)) for r in rows]
+
+
+def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds: list[datetime],
+              metrics: list[str], sources: list[str | None], epochs: dict[str, Epoch]) -> list[CountRow]:
+    """The results of ``ranges`` read by the window index, grouped as the
+    rollup is, cut at each of ``bounds`` (slot k: at or after k of them)."""
+    if not ranges:
+        return []
+    in_epoch, params = _epoch_case(epochs, metrics, by_id=False)
+    rows = conn.execute(text(
+        f"""
+        SELECT r.source, r.metric, {in_epoch} AS in_epoch,
+               date_trunc('hour', r.trace_created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
+               (SELECT count(*) FROM unnest(CAST(:bounds AS timestamptz[])) b WHERE b <= r.trace_created_at) AS slot,
+               r.status, r.passed, s.seg_key, s.seg_value,
+               count(*) AS n, sum({_WEIGHT}) AS w, sum({_WEIGHT} * {_WEIGHT}) AS w2
+        FROM unnest(CAST(:lo AS timestamptz[]), CAST(:hi AS timestamptz[])) AS g(lo, hi)
+        JOIN judgeflow.eval_results r ON r.metric = ANY(CAST(:metrics AS text[]))
+             AND r.trace_created_at >= g.lo AND r.trace_created_at < g.hi
+        LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id
+        {_SEGMENTS}
+        WHERE (r.source = ANY(CAST(:sources AS text[])) OR r.source IS NULL)
+        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+        """
+    ), dict(params, bounds=bounds, lo=[a for a, _ in ranges], hi=[b for _, b in ranges], metrics=metrics,
+            sources=[s for s in sources if s is not None])).all()
+    out = []
+    for r in rows:
+        lo = max(r.hour, bounds[r.slot - 1]) if r.slot > 0 else r.hour
+        hi = min(r.hour + HOUR, bounds[r.slot]) if r.slot < len(bounds) else r.hour + HOUR
+        out.append(CountRow(r.source, r.metric, bool(r.in_epoch), lo, hi, r.status, r.passed, r.seg_key,
+                            r.seg_value, int(r.n), float(r.w or 0.0), float(r.w2 or 0.0)))
+    return out
+
+
+def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime], metrics: list[str],
+                sources: Iterable[str | None], epochs: dict[str, Epoch]) -> list[CountRow]:
+    """Every result of ``metrics`` and ``sources`` (or of no source yet) with a
+    trace time at or after ``since``, grouped so that no line straddles one of
+    ``bounds``: whole hours from the rollup, the hours a bound cuts (and hours
+    the rollup is not built for yet) from the results."""
+    bounds = sorted(set(bounds))
+    sources = list(set(sources))
+    since_hour = floor_hour(since)
+    state = rollup_state(conn)
+    built_from = FOREVER if state is None else state.built_from
+    cut = sorted({floor_hour(b) for b in bounds if b >= since_hour} | {since_hour})
+    ranges = [(h, h + HOUR) for h in cut if h >= built_from]
+    if built_from > since_hour:  # hours not built yet: from the results
+        ranges.insert(0, (since_hour, built_from))
+    rows = _raw_rows(conn, ranges, bounds, metrics, sources, epochs)
+    if built_from < FOREVER:
+        rows += _rollup_rows(conn, max(since_hour, built_from), cut, metrics, sources, epochs)
+    return rows
+
+
+def compact_rollup(engine: Engine) -> int:
+    """Fold the deltas of every hour that has some into one line per group.
+    Concurrent writers add deltas it does not see and keeps; a backfill step or
+    another compaction touching the same lines makes one of them give up
+    (REPEATABLE READ): the deltas stay, which readers sum all the same.
+    Returns the lines written (0 when it gave up)."""
+    try:
+        with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+            return conn.execute(text(
+                """
+                WITH hours AS (
+                    SELECT DISTINCT metric, trace_hour FROM judgeflow.result_rollup WHERE NOT folded
+                ), gone AS (
+                    DELETE FROM judgeflow.result_rollup r USING hours h
+                    WHERE r.metric = h.metric AND r.trace_hour = h.trace_hour RETURNING r.*
+                ), kept AS (
+                    INSERT INTO judgeflow.result_rollup
+                        (source, metric, metric_version, epoch_id, trace_hour, status, passed, seg_key, seg_value,
+                         n, w, w2, folded, written_at)
+                    SELECT source, metric, metric_version, epoch_id, trace_hour, status, passed, seg_key, seg_value,
+                           sum(n), sum(w), sum(w2), true, max(written_at)
+                    FROM gone GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+                    HAVING sum(n) <> 0 OR sum(w) <> 0 OR sum(w2) <> 0
+                    RETURNING 1
+                ) SELECT count(*) FROM kept
+                """
+            )).scalar_one()
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) in ("40001", "40P01"):
+            return 0
+        raise
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    built_from: datetime
+    oldest_hour: datetime | None
+    hours_done: int
+    hours_left: int
+    lines: int
+
+    @property
+    def done(self) -> bool:
+        return self.hours_left == 0
+
+
+def build_step(engine: Engine, metrics: list[str], *, hours: int = BUILD_HOURS) -> BuildProgress:
+    """Build the rollup for the ``hours`` trace hours just before where it is
+    built from, newest first, in one short REPEATABLE READ transaction that
+    takes no table lock (writers go on; a clash with a compaction is retried)."""
+    for attempt in range(5):
+        try:
+            with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+                conn.execute(text("SELECT 1 FROM judgeflow.rollup_state WHERE id = 1 FOR UPDATE")).one()
+                current = rollup_state(conn)
+                if current is None or current.built:
+                    return BuildProgress(NEVER, None if current is None else current.oldest_hour, 0, 0, 0)
+                lo = max(current.built_from - hours * HOUR, current.oldest_hour)
+                span = [lo + i * HOUR for i in range(int((current.built_from - lo) / HOUR))]
+                lines = conn.execute(text("SELECT judgeflow.rollup_recompute(CAST(:m AS text[]), "
+                                          "CAST(:h AS timestamptz[]))"), {"m": metrics, "h": span}).scalar_one()
+                done = lo <= current.oldest_hour
+                conn.execute(text("UPDATE judgeflow.rollup_state SET built_from = "
+                                  "CASE WHEN :done THEN '-infinity'::timestamptz ELSE :lo END, updated_at = now() "
+                                  "WHERE id = 1"), {"done": done, "lo": lo})
+                left = 0 if done else int((lo - current.oldest_hour) / HOUR)
+                return BuildProgress(NEVER if done else lo, current.oldest_hour, len(span), left, int(lines))
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) not in ("40001", "40P01") or attempt == 4:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def build(engine: Engine, metrics: list[str], *, hours: int = BUILD_HOURS,
+          progress: Callable[[BuildProgress], None] | None = None) -> BuildProgress:
+    """Build every hour the rollup does not hold yet, a step at a time."""
+    while True:
+        step = build_step(engine, metrics, hours=hours)
+        if progress is not None:
+            progress(step)
+        if step.done:
+            return step
+
+
+def start_over(engine: Engine) -> None:
+    """Every hour is to be built again from the results (by :func:`build`);
+    readers count the hours not built yet from the results meanwhile."""
+    with engine.begin() as conn:
+        conn.execute(text(
+            """
+            UPDATE judgeflow.rollup_state SET updated_at = now(),
+                built_from = COALESCE((SELECT date_trunc('hour', max(trace_created_at) AT TIME ZONE 'UTC')
+                                       AT TIME ZONE 'UTC' + interval '1 hour' FROM judgeflow.eval_results),
+                                      '-infinity'),
+                oldest_hour = (SELECT date_trunc('hour', min(trace_created_at) AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                               FROM judgeflow.eval_results)
+            WHERE id = 1
+            """
+        ))
+
+
+_COMPARE = f"""
+    WITH raw AS (
+        SELECT r.source, r.metric, r.metric_version, judgeflow.rollup_epoch(r.metric, r.scored_at) AS epoch_id,
+               date_trunc('hour', r.trace_created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS trace_hour,
+               r.status, r.passed, s.seg_key, s.seg_value,
+               count(*) AS n, sum({_WEIGHT}) AS w, sum({_WEIGHT} * {_WEIGHT}) AS w2
+        FROM judgeflow.eval_results r LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id
+        {_SEGMENTS}
+        WHERE r.trace_created_at >= :since
+        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
+    ), kept AS (
+        SELECT source, metric, metric_version, epoch_id, trace_hour, status, passed, seg_key, seg_value,
+               sum(n) AS n, sum(w) AS w, sum(w2) AS w2
+        FROM judgeflow.result_rollup WHERE trace_hour >= :since
+        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9 HAVING sum(n) <> 0 OR sum(w) <> 0
+    )
+    SELECT coalesce(raw.metric, kept.metric) AS metric, coalesce(raw.trace_hour, kept.trace_hour) AS trace_hour,
+           coalesce(raw.seg_key, kept.seg_key) AS seg_key, coalesce(raw.n, 0) AS raw_n, coalesce(kept.n, 0) AS kept_n,
+           coalesce(raw.w, 0) AS raw_w, coalesce(kept.w, 0) AS kept_w
+    FROM raw FULL JOIN kept ON raw.source IS NOT DISTINCT FROM kept.source AND raw.metric = kept.metric
+        AND raw.metric_version IS NOT DISTINCT FROM kept.metric_version
+        AND raw.epoch_id IS NOT DISTINCT FROM kept.epoch_id AND raw.trace_hour = kept.trace_hour
+        AND raw.status = kept.status AND raw.passed IS NOT DISTINCT FROM kept.passed
+        AND raw.seg_key = kept.seg_key AND raw.seg_value = kept.seg_value
+    WHERE coalesce(raw.n, 0) <> coalesce(kept.n, 0)
+       OR abs(coalesce(raw.w, 0) - coalesce(kept.w, 0)) > 1e-6 * greatest(1, abs(coalesce(raw.w, 0)))
+       OR abs(coalesce(raw.w2, 0) - coalesce(kept.w2, 0)) > 1e-6 * greatest(1, abs(coalesce(raw.w2, 0)))
+    ORDER BY 2, 1, 3
+"""
+
+
+def differences(conn: Connection) -> list[tuple[str, datetime, str, int, int, float, float]]:
+    """The rollup's lines (over the hours it is built for) that differ from the
+    results counted now: (metric, trace hour, segment key, results, rollup's
+    count, weight sum, rollup's weight sum). Empty: the rollup is exact. Reads
+    every result: for `db check --full`."""
+    state = rollup_state(conn)
+    if state is None:
+        return []
+    # one statement, one snapshot: a write committed meanwhile is not a difference
+    rows = conn.execute(text(_COMPARE), {"since": state.built_from}).all()
+    return [(r.metric, r.trace_hour, r.seg_key, int(r.raw_n), int(r.kept_n), float(r.raw_w), float(r.kept_w))
+            for r in rows]
+
+
+def exploding_keys(conn: Connection, *, limit: int = EXPLODING_VALUES) -> list[tuple[str, int]]:
+    """Segment keys with more than ``limit`` distinct values in the rollup, with
+    their count (read from its lines, not the results)."""
+    rows = conn.execute(text(
+        "SELECT seg_key, count(DISTINCT seg_value) FROM judgeflow.result_rollup WHERE seg_key <> '' "
+        "GROUP BY 1 HAVING count(DISTINCT seg_value) > :limit ORDER BY 2 DESC"), {"limit": limit}).all()
+    return [(k, int(n)) for k, n in rows]
