@@ -138,9 +138,11 @@ def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds:
     if not ranges:
         return []
     in_epoch, params = _epoch_case(epochs, metrics, by_id=False)
-    # each range bound apart: the planner sees how little of the index they cover
-    in_ranges = " OR ".join(f"(r.trace_created_at >= :lo_{i} AND r.trace_created_at < :hi_{i})"
-                            for i in range(len(ranges)))
+    # one index range scan per range, each bounded on both of the index's columns
+    in_ranges = " UNION ALL ".join(
+        "SELECT trace_id, source, metric, metric_version, scored_at, trace_created_at, status, passed, segment "
+        "FROM judgeflow.eval_results WHERE metric = ANY(CAST(:metrics AS text[])) "
+        f"AND trace_created_at >= :lo_{i} AND trace_created_at < :hi_{i}" for i in range(len(ranges)))
     range_params = {k: v for i, (lo, hi) in enumerate(ranges) for k, v in ((f"lo_{i}", lo), (f"hi_{i}", hi))}
     rows = conn.execute(text(
         f"""
@@ -149,11 +151,10 @@ def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds:
                (SELECT count(*) FROM unnest(CAST(:bounds AS timestamptz[])) b WHERE b <= r.trace_created_at) AS slot,
                r.status, r.passed, s.seg_key, s.seg_value,
                count(*) AS n, sum({_WEIGHT}) AS w, sum({_WEIGHT} * {_WEIGHT}) AS w2
-        FROM judgeflow.eval_results r
+        FROM ({in_ranges}) r
         LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id
         {_SEGMENTS}
-        WHERE r.metric = ANY(CAST(:metrics AS text[])) AND ({in_ranges})
-          AND (r.source = ANY(CAST(:sources AS text[])) OR r.source IS NULL)
+        WHERE (r.source = ANY(CAST(:sources AS text[])) OR r.source IS NULL)
         GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
         """
     ), dict(params, **range_params, bounds=bounds, metrics=metrics,
