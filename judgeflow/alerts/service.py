@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from sqlalchemy import Engine, func, select
 
 from judgeflow.alerts.evaluation import Counts, read_evaluation_counts
+from judgeflow.db.rollup import compact_rollup
 from judgeflow.alerts.notify import Notifier, configured_channels
 from judgeflow.alerts.outbox import Sent, deliver_pending
 from judgeflow.alerts.rules import Rule, all_rules
@@ -171,7 +172,9 @@ def run_url(flow_run_id: str | None) -> str | None:
 
 
 def _read_counts(engine: Engine, rules: list[Rule]) -> Counts:
-    """Every rule's and segment key's counts in one read of the rollup, as of now."""
+    """Every rule's and segment key's counts in one read of the rollup, as of now
+    (its lines of deltas folded first: a scoring run's writes come as such)."""
+    compact_rollup(engine)
     with engine.connect() as conn:
         now = conn.execute(select(func.clock_timestamp())).scalar_one()
         return read_evaluation_counts(conn, rules, now=now)

@@ -17,9 +17,17 @@ def db_upgrade() -> None:
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
 
+    from judgeflow.db.rollup import rollup_state
+
     settings = command_settings()
     announce_database(settings)
-    typer.echo(f"judgeflow schema at revision {migrate.upgrade(engine_for(settings))}")
+    engine = engine_for(settings)
+    typer.echo(f"judgeflow schema at revision {migrate.upgrade(engine)}")
+    with engine.connect() as conn:
+        state = rollup_state(conn)
+    if state is not None and not state.built:
+        typer.echo(f"the result rollup holds results written from now on; {state.hours_left()} older trace hour(s) "
+                   "are counted from the results until `judgeflow db rollup` builds them")
 
 
 @db_app.command("check")
