@@ -54,10 +54,10 @@ def _grow(conninfo: str, have: int, want: int) -> float:
                 f"""
                 INSERT INTO judgeflow.eval_results (trace_id, trace_created_at, segment, {_COLUMNS})
                 SELECT s.trace_id || '-c' || g,
-                       now() - interval '8 days' * (((g * 7919 + s.i * 104729) % 1000003) / 1000003.0),
-                       jsonb_build_object('app', 'app-' || ((g + s.i) % 20), 'model', 'model-' || ((g + s.i / 20) % 5)),
+                       now() - interval '8 days' * (((g * 7919 + s.i * 104729) %% 1000003) / 1000003.0),
+                       jsonb_build_object('app', 'app-' || ((g + s.i) %% 20), 'model', 'model-' || ((g + s.i / 20) %% 5)),
                        {", ".join(f"s.{c}" for c in _COLUMNS.split(", "))}
-                FROM public.bench_seed s CROSS JOIN generate_series(%s, %s) g
+                FROM public.bench_seed s CROSS JOIN generate_series(CAST(%s AS int), CAST(%s AS int)) g
                 """,
                 (copy, copy + copies - 1),
             )

@@ -46,6 +46,19 @@ _SEGMENTS = """
     ) s"""
 
 
+# the newest and oldest trace times, from the ends of the window index per metric (as migration 0013_rollup)
+_ENDS = """
+    WITH RECURSIVE metrics AS (
+        SELECT min(metric) AS metric FROM judgeflow.eval_results
+        UNION ALL
+        SELECT (SELECT min(metric) FROM judgeflow.eval_results WHERE metric > m.metric) FROM metrics m
+        WHERE m.metric IS NOT NULL
+    )
+    SELECT max((SELECT max(trace_created_at) FROM judgeflow.eval_results r WHERE r.metric = m.metric)) AS newest,
+           min((SELECT min(trace_created_at) FROM judgeflow.eval_results r WHERE r.metric = m.metric)) AS oldest
+    FROM metrics m WHERE m.metric IS NOT NULL"""
+
+
 def floor_hour(at: datetime) -> datetime:
     at = at.astimezone(timezone.utc)
     return at.replace(minute=0, second=0, microsecond=0)
@@ -180,9 +193,10 @@ def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime]
     state = rollup_state(conn)
     built_from = FOREVER if state is None else state.built_from
     cut = sorted({floor_hour(b) for b in bounds if b >= since_hour} | {since_hour})
-    ranges = [(h, h + HOUR) for h in cut if h >= built_from]
+    # nothing before ``since`` is asked for: the first hour is read from it on
+    ranges = [(max(h, since), h + HOUR) for h in cut if h >= built_from]
     if built_from > since_hour:  # hours not built yet: from the results
-        ranges.insert(0, (since_hour, built_from))
+        ranges.insert(0, (since, built_from))
     rows = _raw_rows(conn, ranges, bounds, metrics, sources, epochs)
     if built_from < FOREVER:
         rows += _rollup_rows(conn, max(since_hour, built_from), cut, metrics, sources, epochs)
@@ -279,13 +293,12 @@ def start_over(engine: Engine) -> None:
     readers count the hours not built yet from the results meanwhile."""
     with engine.begin() as conn:
         conn.execute(text(
-            """
+            f"""
             UPDATE judgeflow.rollup_state SET updated_at = now(),
-                built_from = COALESCE((SELECT date_trunc('hour', max(trace_created_at) AT TIME ZONE 'UTC')
-                                       AT TIME ZONE 'UTC' + interval '1 hour' FROM judgeflow.eval_results),
-                                      '-infinity'),
-                oldest_hour = (SELECT date_trunc('hour', min(trace_created_at) AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-                               FROM judgeflow.eval_results)
+                built_from = COALESCE(date_trunc('hour', e.newest AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                                      + interval '1 hour', '-infinity'),
+                oldest_hour = date_trunc('hour', e.oldest AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+            FROM ({_ENDS}) e
             WHERE id = 1
             """
         ))

@@ -17,6 +17,20 @@ S = "judgeflow"
 DIMS = "source, metric, metric_version, epoch_id, trace_hour, status, passed, seg_key, seg_value"
 
 
+# The newest and oldest trace times, per metric from the ends of the window
+# index (metrics found by skipping through its first column): no scan.
+ENDS = f"""
+    WITH RECURSIVE metrics AS (
+        SELECT min(metric) AS metric FROM {S}.eval_results
+        UNION ALL
+        SELECT (SELECT min(metric) FROM {S}.eval_results WHERE metric > m.metric) FROM metrics m
+        WHERE m.metric IS NOT NULL
+    )
+    SELECT max((SELECT max(trace_created_at) FROM {S}.eval_results r WHERE r.metric = m.metric)) AS newest,
+           min((SELECT min(trace_created_at) FROM {S}.eval_results r WHERE r.metric = m.metric)) AS oldest
+    FROM metrics m WHERE m.metric IS NOT NULL"""
+
+
 def _contributions(rows: str, sign: str, weight: str = "COALESCE(1.0 / d.inclusion_prob, 1.0)") -> str:
     """What each result of ``rows`` adds (``sign`` +1) or takes away (-1): one
     line overall (key '') and one per segment key it has a value for."""
@@ -156,6 +170,28 @@ END $$
 """
 
 
+def _functions_and_triggers() -> None:
+    op.execute(_EPOCH_FUNCTION)
+    op.execute(_RECOMPUTE_FUNCTION)
+    op.execute(_WRITE_FUNCTION)
+    op.execute(_DECISION_FUNCTION)
+    op.execute(_EPOCH_LOCK_FUNCTION)
+    op.execute(_EPOCH_CHANGE_FUNCTION)
+    for event, ref in (("INSERT", "NEW TABLE AS new_rows"), ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
+                       ("DELETE", "OLD TABLE AS old_rows")):
+        low = event.lower()
+        op.execute(f"CREATE TRIGGER eval_results_rollup_{low} AFTER {event} ON {S}.eval_results "
+                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_results()")
+        op.execute(f"CREATE TRIGGER sample_decisions_rollup_{low} AFTER {event} ON {S}.sample_decisions "
+                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_decisions()")
+        op.execute(f"CREATE TRIGGER judge_epochs_rollup_{low} AFTER {event} ON {S}.judge_epochs "
+                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_epochs_changed()")
+    op.execute(f"CREATE TRIGGER eval_results_rollup_truncate AFTER TRUNCATE ON {S}.eval_results "
+               f"FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_results()")
+    op.execute(f"CREATE TRIGGER judge_epochs_rollup_lock BEFORE INSERT OR UPDATE OR DELETE ON {S}.judge_epochs "
+               f"FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_epoch_lock()")
+
+
 def upgrade() -> None:
     # One line per (source, metric, metric version, judge epoch, UTC trace hour,
     # status, passed, segment key, segment value): results counted, and the sums
@@ -196,25 +232,7 @@ def upgrade() -> None:
         sa.CheckConstraint("id = 1", name="rollup_state_one_row"),
         schema=S,
     )
-    op.execute(_EPOCH_FUNCTION)
-    op.execute(_RECOMPUTE_FUNCTION)
-    op.execute(_WRITE_FUNCTION)
-    op.execute(_DECISION_FUNCTION)
-    op.execute(_EPOCH_LOCK_FUNCTION)
-    op.execute(_EPOCH_CHANGE_FUNCTION)
-    for event, ref in (("INSERT", "NEW TABLE AS new_rows"), ("UPDATE", "OLD TABLE AS old_rows NEW TABLE AS new_rows"),
-                       ("DELETE", "OLD TABLE AS old_rows")):
-        low = event.lower()
-        op.execute(f"CREATE TRIGGER eval_results_rollup_{low} AFTER {event} ON {S}.eval_results "
-                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_results()")
-        op.execute(f"CREATE TRIGGER sample_decisions_rollup_{low} AFTER {event} ON {S}.sample_decisions "
-                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_decisions()")
-        op.execute(f"CREATE TRIGGER judge_epochs_rollup_{low} AFTER {event} ON {S}.judge_epochs "
-                   f"REFERENCING {ref} FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_epochs_changed()")
-    op.execute(f"CREATE TRIGGER eval_results_rollup_truncate AFTER TRUNCATE ON {S}.eval_results "
-               f"FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_results()")
-    op.execute(f"CREATE TRIGGER judge_epochs_rollup_lock BEFORE INSERT OR UPDATE OR DELETE ON {S}.judge_epochs "
-               f"FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_epoch_lock()")
+    _functions_and_triggers()
     # The triggers hold their lock on eval_results until this commits, so every
     # result written before them has a trace hour at or before the newest one
     # read here (the index's end: no scan); later hours are the triggers' alone.
@@ -224,8 +242,7 @@ def upgrade() -> None:
         SELECT 1, CASE WHEN newest IS NULL THEN '-infinity'
                        ELSE date_trunc('hour', newest AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' + interval '1 hour' END,
                   date_trunc('hour', oldest AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
-        FROM (SELECT (SELECT max(trace_created_at) FROM {S}.eval_results) AS newest,
-                     (SELECT min(trace_created_at) FROM {S}.eval_results) AS oldest) e
+        FROM ({ENDS}) e
         """
     )
 
