@@ -281,7 +281,8 @@ def read_evaluation_counts(
     metrics = sorted({m for r in counted for m in rule_metrics(r)} or METRIC_NAMES)
     start = min([b for b in bounds] + ([since] if since is not None else []), default=now)
     rows = read_counts(conn, since=start, bounds=bounds, metrics=metrics,
-                       sources=[r.source for r in counted] + list(sources or ()), epochs=epochs)
+                       sources=[r.source for r in counted] + list(sources or ()), epochs=epochs,
+                       by_day=since is not None)
     return Counts(now, epochs, rows)
 
 

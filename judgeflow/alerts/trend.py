@@ -149,7 +149,7 @@ def _series(metric: str, segment: dict[str, str], days: list[WeightedCounts], ch
 def _per_day(rows: list[CountRow], start: datetime, index: dict[date, int],
              source: str) -> dict[tuple[str, str, str], list[WeightedCounts]]:
     """Per (metric, segment key, value; '' overall) and UTC day, every epoch: judged
-    results, bad ones and their weight sums (a line of the read lies within one hour)."""
+    results, bad ones and their weight sums (the read gives lines within one UTC day)."""
     sums: dict[tuple[str, str, str], list[list[float]]] = {}
     for r in rows:
         if r.lo < start or r.source not in (source, None) or (r.n <= 0 and r.status != "scored"):

@@ -125,29 +125,54 @@ def rollup_state(conn: Connection) -> RollupState | None:
     return RollupState(NEVER if row.built_from is None else row.built_from, row.oldest_hour)
 
 
-def _rollup_rows(conn: Connection, since: datetime, skip: list[datetime], metrics: list[str],
-                 sources: list[str | None], epochs: dict[str, Epoch]) -> list[CountRow]:
+def _day(column: str, by_day: bool) -> str:
+    return f"date_trunc('day', {column} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'" if by_day else "NULL::timestamptz"
+
+
+def _slot(column: str) -> str:
+    """SQL: how many of the bounds are at or before ``column``: lines of one slot lie between two bounds."""
+    return f"(SELECT count(*) FROM unnest(CAST(:bounds AS timestamptz[])) b WHERE b <= {column})"
+
+
+def _lines(rows, bounds: list[datetime]) -> list[CountRow]:
+    """Count rows of (source, metric, in_epoch, day, slot, status, passed, seg_key, seg_value, n, w, w2)."""
+    out = []
+    for r in rows:
+        lo = bounds[r.slot - 1] if r.slot > 0 else NEVER
+        hi = bounds[r.slot] if r.slot < len(bounds) else FOREVER
+        if r.day is not None:
+            lo, hi = max(lo, r.day), min(hi, r.day + timedelta(days=1))
+        out.append(CountRow(r.source, r.metric, bool(r.in_epoch), lo, hi, r.status, r.passed, r.seg_key,
+                            r.seg_value, int(r.n), float(r.w or 0.0), float(r.w2 or 0.0)))
+    return out
+
+
+def _rollup_rows(conn: Connection, since: datetime, skip: list[datetime], bounds: list[datetime],
+                 metrics: list[str], sources: list[str | None], epochs: dict[str, Epoch],
+                 by_day: bool) -> list[CountRow]:
     in_epoch, params = _epoch_case(epochs, metrics, by_id=True)
     rows = conn.execute(text(
         f"""
-        SELECT source, metric, {in_epoch} AS in_epoch, trace_hour, status, passed, seg_key, seg_value,
+        SELECT source, metric, {in_epoch} AS in_epoch, {_day("trace_hour", by_day)} AS day,
+               {_slot("trace_hour")} AS slot, status, passed, seg_key, seg_value,
                sum(n) AS n, sum(w) AS w, sum(w2) AS w2
         FROM judgeflow.result_rollup
         WHERE trace_hour >= :since AND metric = ANY(CAST(:metrics AS text[]))
           AND NOT (trace_hour = ANY(CAST(:skip AS timestamptz[])))
           AND (source = ANY(CAST(:sources AS text[])) OR source IS NULL)
-        GROUP BY source, metric, metric_version, epoch_id, trace_hour, status, passed, seg_key, seg_value
+        GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9
         HAVING sum(n) <> 0 OR sum(w) <> 0
         """
-    ), dict(params, since=since, metrics=metrics, skip=skip, sources=[s for s in sources if s is not None])).all()
-    return [CountRow(r.source, r.metric, bool(r.in_epoch), r.trace_hour, r.trace_hour + HOUR, r.status, r.passed,
-                     r.seg_key, r.seg_value, int(r.n), float(r.w), float(r.w2)) for r in rows]
+    ), dict(params, since=since, metrics=metrics, skip=skip, bounds=bounds,
+            sources=[s for s in sources if s is not None])).all()
+    return _lines(rows, bounds)
 
 
 def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds: list[datetime],
-              metrics: list[str], sources: list[str | None], epochs: dict[str, Epoch]) -> list[CountRow]:
+              metrics: list[str], sources: list[str | None], epochs: dict[str, Epoch],
+              by_day: bool) -> list[CountRow]:
     """The results of ``ranges`` read by the window index, grouped as the
-    rollup is, cut at each of ``bounds`` (slot k: at or after k of them)."""
+    rollup's lines are read, cut at each of ``bounds``."""
     if not ranges:
         return []
     in_epoch, params = _epoch_case(epochs, metrics, by_id=False)
@@ -159,10 +184,8 @@ def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds:
     range_params = {k: v for i, (lo, hi) in enumerate(ranges) for k, v in ((f"lo_{i}", lo), (f"hi_{i}", hi))}
     rows = conn.execute(text(
         f"""
-        SELECT r.source, r.metric, {in_epoch} AS in_epoch,
-               date_trunc('hour', r.trace_created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS hour,
-               (SELECT count(*) FROM unnest(CAST(:bounds AS timestamptz[])) b WHERE b <= r.trace_created_at) AS slot,
-               r.status, r.passed, s.seg_key, s.seg_value,
+        SELECT r.source, r.metric, {in_epoch} AS in_epoch, {_day("r.trace_created_at", by_day)} AS day,
+               {_slot("r.trace_created_at")} AS slot, r.status, r.passed, s.seg_key, s.seg_value,
                count(*) AS n, sum({_WEIGHT}) AS w, sum({_WEIGHT} * {_WEIGHT}) AS w2
         FROM ({in_ranges}) r
         LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id
@@ -172,21 +195,16 @@ def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds:
         """
     ), dict(params, **range_params, bounds=bounds, metrics=metrics,
             sources=[s for s in sources if s is not None])).all()
-    out = []
-    for r in rows:
-        lo = max(r.hour, bounds[r.slot - 1]) if r.slot > 0 else r.hour
-        hi = min(r.hour + HOUR, bounds[r.slot]) if r.slot < len(bounds) else r.hour + HOUR
-        out.append(CountRow(r.source, r.metric, bool(r.in_epoch), lo, hi, r.status, r.passed, r.seg_key,
-                            r.seg_value, int(r.n), float(r.w or 0.0), float(r.w2 or 0.0)))
-    return out
+    return _lines(rows, bounds)
 
 
 def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime], metrics: list[str],
-                sources: Iterable[str | None], epochs: dict[str, Epoch]) -> list[CountRow]:
+                sources: Iterable[str | None], epochs: dict[str, Epoch], by_day: bool = False) -> list[CountRow]:
     """Every result of ``metrics`` and ``sources`` (or of no source yet) with a
-    trace time at or after ``since``, grouped so that no line straddles one of
-    ``bounds``: whole hours from the rollup, the hours a bound cuts (and hours
-    the rollup is not built for yet) from the results."""
+    trace time at or after ``since``, in lines no bound of ``bounds`` cuts (one
+    per slot between two bounds and group; with ``by_day``, per UTC day too):
+    whole hours from the rollup, the hours a bound cuts (and hours the rollup is
+    not built for yet) from the results."""
     bounds = sorted(set(bounds))
     sources = list(set(sources))
     since_hour = floor_hour(since)
@@ -197,9 +215,9 @@ def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime]
     ranges = [(max(h, since), h + HOUR) for h in cut if h >= built_from]
     if built_from > since_hour:  # hours not built yet: from the results
         ranges.insert(0, (since, built_from))
-    rows = _raw_rows(conn, ranges, bounds, metrics, sources, epochs)
+    rows = _raw_rows(conn, ranges, bounds, metrics, sources, epochs, by_day)
     if built_from < FOREVER:
-        rows += _rollup_rows(conn, max(since_hour, built_from), cut, metrics, sources, epochs)
+        rows += _rollup_rows(conn, max(since_hour, built_from), cut, bounds, metrics, sources, epochs, by_day)
     return rows
 
 
