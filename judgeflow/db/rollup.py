@@ -1,0 +1,390 @@
+"""The result rollup: what alert rules, the trend, `status`'s rates and
+`report` read instead of the results (migration 16_result_rollup.py).
+
+``judgeflow.result_rollup`` holds, per (source, metric, metric version, epoch
+mark, UTC trace hour, status, passed, segment key, segment value, sample
+class), the results counted; key '' is overall, and a result adds one line per
+segment key it has a value for (never one per combination of keys). The
+sample class is its trace's (night, stratum, inclusion probability), so a
+stratified estimate (judgeflow/alerts/estimates.py) reads the same classes
+from the rollup as from the results. Statement triggers on ``eval_results``,
+``sample_decisions`` and ``judge_epochs`` keep it in the writing transaction,
+as lines of deltas that :func:`compact_rollup` folds.
+
+The epoch mark of a result is the latest start of a judge epoch of its metric
+(any source's) at or before it was scored: a result was scored in epoch E's
+time exactly when its mark is at or after E's start, so each source's epoch in
+force is decided from the lines (:meth:`CountRow.in_epoch`).
+
+:func:`read_counts` is the one read an evaluation makes: every whole trace hour
+from the rollup, and the hours a period boundary cuts (and hours the rollup
+does not hold yet, see :func:`build_step`) from ``eval_results`` by its
+``(metric, trace_created_at)`` index, cut at every boundary.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta, timezone
+from typing import Callable, Iterable
+
+from sqlalchemy import Connection, Engine, text
+from sqlalchemy.exc import DBAPIError
+
+from judgeflow.db.epochs import Epoch
+
+HOUR = timedelta(hours=1)
+NEVER = datetime.min.replace(tzinfo=timezone.utc)
+FOREVER = datetime.max.replace(tzinfo=timezone.utc)
+# hours a backfill step recomputes in one short transaction
+BUILD_HOURS = 6
+# a segment key with more values than this over the rollup is named by `db check`
+EXPLODING_VALUES = 10_000
+
+# a result's epoch mark and sample class (as migration 16_result_rollup.py writes them)
+_MARK = ("(SELECT max(e.started_at) FROM judgeflow.judge_epochs e "
+         "WHERE e.metric = r.metric AND e.started_at <= r.scored_at)")
+_PROB = "coalesce(d.inclusion_prob, 1.0)"
+_SEGMENTS = """
+    CROSS JOIN LATERAL (
+        SELECT '' AS seg_key, '' AS seg_value
+        UNION ALL
+        SELECT key, value FROM jsonb_each_text(
+            CASE WHEN jsonb_typeof(r.segment) = 'object' THEN r.segment ELSE '{}'::jsonb END)
+        WHERE value IS NOT NULL
+    ) s"""
+# a rollup line's dimensions (migration 16_result_rollup.py)
+_DIMS = ("source, metric, metric_version, epoch_mark, trace_hour, status, passed, seg_key, seg_value, "
+         "s_night, s_stratum, s_prob")
+# the grouping of a read: every dimension but the hour
+_GROUP = "source, metric, metric_version, epoch_mark, day, slot, status, passed, seg_key, seg_value, " \
+         "s_night, s_stratum, s_prob"
+
+
+# the newest and oldest trace times, from the ends of the window index per metric (as migration 16_result_rollup.py)
+_ENDS = """
+    WITH RECURSIVE metrics AS (
+        SELECT min(metric) AS metric FROM judgeflow.eval_results
+        UNION ALL
+        SELECT (SELECT min(metric) FROM judgeflow.eval_results WHERE metric > m.metric) FROM metrics m
+        WHERE m.metric IS NOT NULL
+    )
+    SELECT max((SELECT max(trace_created_at) FROM judgeflow.eval_results r WHERE r.metric = m.metric)) AS newest,
+           min((SELECT min(trace_created_at) FROM judgeflow.eval_results r WHERE r.metric = m.metric)) AS oldest,
+           array_agg(m.metric) AS metrics
+    FROM metrics m WHERE m.metric IS NOT NULL"""
+
+
+def floor_hour(at: datetime) -> datetime:
+    at = at.astimezone(timezone.utc)
+    return at.replace(minute=0, second=0, microsecond=0)
+
+
+@dataclass(frozen=True)
+class CountRow:
+    """Results of one group over the trace times ``[lo, hi)``, which no period
+    boundary cuts, in one sample class (``night``, ``stratum``, ``prob``)."""
+
+    source: str | None
+    metric: str
+    metric_version: str | None
+    epoch_mark: datetime | None
+    lo: datetime
+    hi: datetime
+    status: str
+    passed: bool | None
+    seg_key: str
+    seg_value: str
+    night: date | None
+    stratum: str | None
+    prob: float
+    n: int
+
+    def in_epoch(self, epochs: dict[str, Epoch]) -> bool:
+        """Whether these results belong to their metric's epoch in ``epochs`` (no
+        epoch: they do), as judgeflow/db/epochs.py in_epoch_sql decides for a result."""
+        epoch = epochs.get(self.metric)
+        if epoch is None:
+            return True
+        return (self.epoch_mark is not None and self.epoch_mark >= epoch.started_at
+                and self.metric_version in (epoch.metric_version, None))
+
+    @property
+    def sample_class(self) -> tuple[date | None, str | None, float]:
+        return self.night, self.stratum, self.prob
+
+
+@dataclass(frozen=True)
+class RollupState:
+    built_from: datetime  # hours at or after it are in the rollup
+    oldest_hour: datetime | None  # the oldest trace hour there was when the rollup was installed
+
+    @property
+    def built(self) -> bool:
+        return self.built_from == NEVER or (self.oldest_hour is not None and self.built_from <= self.oldest_hour)
+
+    def hours_left(self) -> int:
+        if self.built or self.oldest_hour is None:
+            return 0
+        return int((self.built_from - self.oldest_hour) / HOUR)
+
+
+def rollup_state(conn: Connection) -> RollupState | None:
+    """Where the rollup is built from (None: no rollup, an older schema)."""
+    if not conn.execute(text("SELECT to_regclass('judgeflow.rollup_state') IS NOT NULL")).scalar():
+        return None
+    row = conn.execute(text(
+        "SELECT CASE WHEN isfinite(built_from) THEN built_from END AS built_from, oldest_hour "
+        "FROM judgeflow.rollup_state WHERE id = 1")).one()
+    return RollupState(NEVER if row.built_from is None else row.built_from, row.oldest_hour)
+
+
+def _day(column: str, by_day: bool) -> str:
+    return f"date_trunc('day', {column} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'" if by_day else "NULL::timestamptz"
+
+
+def _slot(column: str) -> str:
+    """SQL: how many of the bounds are at or before ``column``: lines of one slot lie between two bounds."""
+    return f"(SELECT count(*) FROM unnest(CAST(:bounds AS timestamptz[])) b WHERE b <= {column})"
+
+
+def _lines(rows, bounds: list[datetime]) -> list[CountRow]:
+    """CountRows from rows grouped by :data:`_GROUP` with their ``n``."""
+    out = []
+    for r in rows:
+        lo = bounds[r.slot - 1] if r.slot > 0 else NEVER
+        hi = bounds[r.slot] if r.slot < len(bounds) else FOREVER
+        if r.day is not None:
+            lo, hi = max(lo, r.day), min(hi, r.day + timedelta(days=1))
+        out.append(CountRow(r.source, r.metric, r.metric_version, r.epoch_mark, lo, hi, r.status, r.passed,
+                            r.seg_key, r.seg_value, r.s_night, r.s_stratum, float(r.s_prob), int(r.n)))
+    return out
+
+
+def _rollup_rows(conn: Connection, since: datetime, skip: list[datetime], bounds: list[datetime],
+                 metrics: list[str], sources: list[str | None], by_day: bool) -> list[CountRow]:
+    rows = conn.execute(text(
+        f"""
+        SELECT {_GROUP}, sum(n) AS n FROM (
+            SELECT *, {_day("trace_hour", by_day)} AS day, {_slot("trace_hour")} AS slot
+            FROM judgeflow.result_rollup
+            WHERE trace_hour >= :since AND metric = ANY(CAST(:metrics AS text[]))
+              AND NOT (trace_hour = ANY(CAST(:skip AS timestamptz[])))
+              AND (source = ANY(CAST(:sources AS text[])) OR source IS NULL)
+        ) l
+        GROUP BY {_GROUP}
+        HAVING sum(n) <> 0
+        """
+    ), dict(since=since, metrics=metrics, skip=skip, bounds=bounds,
+            sources=[s for s in sources if s is not None])).all()
+    return _lines(rows, bounds)
+
+
+def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds: list[datetime],
+              metrics: list[str], sources: list[str | None], by_day: bool) -> list[CountRow]:
+    """The results of ``ranges`` read by the window index, grouped as the
+    rollup's lines are read, cut at each of ``bounds``."""
+    if not ranges:
+        return []
+    # one index range scan per range, each bounded on both of the index's columns
+    in_ranges = " UNION ALL ".join(
+        "SELECT trace_id, source, metric, metric_version, scored_at, trace_created_at, status, passed, segment "
+        "FROM judgeflow.eval_results WHERE metric = ANY(CAST(:metrics AS text[])) "
+        f"AND trace_created_at >= :lo_{i} AND trace_created_at < :hi_{i}" for i in range(len(ranges)))
+    range_params = {k: v for i, (lo, hi) in enumerate(ranges) for k, v in ((f"lo_{i}", lo), (f"hi_{i}", hi))}
+    rows = conn.execute(text(
+        f"""
+        SELECT {_GROUP}, count(*) AS n FROM (
+            SELECT r.source, r.metric, r.metric_version, {_MARK} AS epoch_mark,
+                   {_day("r.trace_created_at", by_day)} AS day, {_slot("r.trace_created_at")} AS slot,
+                   r.status, r.passed, s.seg_key, s.seg_value, d.night AS s_night, d.stratum AS s_stratum,
+                   {_PROB} AS s_prob
+            FROM ({in_ranges}) r
+            LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id
+            {_SEGMENTS}
+            WHERE (r.source = ANY(CAST(:sources AS text[])) OR r.source IS NULL)
+        ) l
+        GROUP BY {_GROUP}
+        """
+    ), dict(range_params, bounds=bounds, metrics=metrics, sources=[s for s in sources if s is not None])).all()
+    return _lines(rows, bounds)
+
+
+def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime], metrics: list[str],
+                sources: Iterable[str | None], by_day: bool = False) -> list[CountRow]:
+    """Every result of ``metrics`` and ``sources`` (or of no source yet) with a
+    trace time at or after ``since``, in lines no bound of ``bounds`` cuts (one
+    per slot between two bounds and group; with ``by_day``, per UTC day too):
+    whole hours from the rollup, the hours a bound cuts (and hours the rollup is
+    not built for yet) from the results."""
+    bounds = sorted(set(bounds))
+    sources = list(set(sources))
+    since_hour = floor_hour(since)
+    state = rollup_state(conn)
+    built_from = FOREVER if state is None else state.built_from
+    cut = sorted({floor_hour(b) for b in bounds if b >= since_hour} | {since_hour})
+    # nothing before ``since`` is asked for: the first hour is read from it on
+    ranges = [(max(h, since), h + HOUR) for h in cut if h >= built_from]
+    if built_from > since_hour:  # hours not built yet: from the results
+        ranges.insert(0, (since, built_from))
+    rows = _raw_rows(conn, ranges, bounds, metrics, sources, by_day)
+    if built_from < FOREVER:
+        rows += _rollup_rows(conn, max(since_hour, built_from), cut, bounds, metrics, sources, by_day)
+    return rows
+
+
+def compact_rollup(engine: Engine) -> int:
+    """Fold the deltas of every hour that has some into one line per group.
+    Concurrent writers add deltas it does not see and keeps; a backfill step or
+    another compaction touching the same lines makes one of them give up
+    (REPEATABLE READ): the deltas stay, which readers sum all the same.
+    Returns the lines written (0 when it gave up)."""
+    try:
+        with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+            return conn.execute(text(
+                f"""
+                WITH hours AS (
+                    SELECT DISTINCT metric, trace_hour FROM judgeflow.result_rollup WHERE NOT folded
+                ), gone AS (
+                    DELETE FROM judgeflow.result_rollup r USING hours h
+                    WHERE r.metric = h.metric AND r.trace_hour = h.trace_hour RETURNING r.*
+                ), kept AS (
+                    INSERT INTO judgeflow.result_rollup ({_DIMS}, n, folded, written_at)
+                    SELECT {_DIMS}, sum(n), true, max(written_at)
+                    FROM gone GROUP BY {_DIMS}
+                    HAVING sum(n) <> 0
+                    RETURNING 1
+                ) SELECT count(*) FROM kept
+                """
+            )).scalar_one()
+    except DBAPIError as exc:
+        if getattr(exc.orig, "sqlstate", None) in ("40001", "40P01"):
+            return 0
+        raise
+
+
+@dataclass(frozen=True)
+class BuildProgress:
+    built_from: datetime
+    oldest_hour: datetime | None
+    hours_done: int
+    hours_left: int
+    lines: int
+
+    @property
+    def done(self) -> bool:
+        return self.hours_left == 0
+
+
+def present_metrics(conn: Connection) -> list[str]:
+    """Every metric with a result (from the window index's first column: no scan)."""
+    return list(conn.execute(text(_ENDS)).one().metrics or [])
+
+
+def build_step(engine: Engine, metrics: list[str] | None = None, *, hours: int = BUILD_HOURS) -> BuildProgress:
+    """Build the rollup for the ``hours`` trace hours just before where it is
+    built from, newest first, of ``metrics`` (default: every metric with a
+    result), in one short REPEATABLE READ transaction that takes no table lock
+    (writers go on; a clash with a compaction is retried)."""
+    for attempt in range(5):
+        try:
+            with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+                conn.execute(text("SELECT 1 FROM judgeflow.rollup_state WHERE id = 1 FOR UPDATE")).one()
+                current = rollup_state(conn)
+                if current is None or current.built:
+                    return BuildProgress(NEVER, None if current is None else current.oldest_hour, 0, 0, 0)
+                metrics = metrics if metrics is not None else present_metrics(conn)
+                lo = max(current.built_from - hours * HOUR, current.oldest_hour)
+                span = [lo + i * HOUR for i in range(int((current.built_from - lo) / HOUR))]
+                lines = conn.execute(text("SELECT judgeflow.rollup_recompute(CAST(:m AS text[]), "
+                                          "CAST(:h AS timestamptz[]))"), {"m": metrics, "h": span}).scalar_one()
+                done = lo <= current.oldest_hour
+                conn.execute(text("UPDATE judgeflow.rollup_state SET built_from = "
+                                  "CASE WHEN :done THEN '-infinity'::timestamptz ELSE :lo END, updated_at = now() "
+                                  "WHERE id = 1"), {"done": done, "lo": lo})
+                left = 0 if done else int((lo - current.oldest_hour) / HOUR)
+                return BuildProgress(NEVER if done else lo, current.oldest_hour, len(span), left, int(lines))
+        except DBAPIError as exc:
+            if getattr(exc.orig, "sqlstate", None) not in ("40001", "40P01") or attempt == 4:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def build(engine: Engine, metrics: list[str] | None = None, *, hours: int = BUILD_HOURS,
+          progress: Callable[[BuildProgress], None] | None = None) -> BuildProgress:
+    """Build every hour the rollup does not hold yet, a step at a time."""
+    while True:
+        step = build_step(engine, metrics, hours=hours)
+        if progress is not None:
+            progress(step)
+        if step.done:
+            return step
+
+
+def start_over(engine: Engine) -> None:
+    """Every hour is to be built again from the results (by :func:`build`);
+    readers count the hours not built yet from the results meanwhile."""
+    with engine.begin() as conn:
+        conn.execute(text(
+            f"""
+            UPDATE judgeflow.rollup_state SET updated_at = now(),
+                built_from = COALESCE(date_trunc('hour', e.newest AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                                      + interval '1 hour', '-infinity'),
+                oldest_hour = date_trunc('hour', e.oldest AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+            FROM ({_ENDS}) e
+            WHERE id = 1
+            """
+        ))
+
+
+_COMPARE = f"""
+    WITH raw AS (
+        SELECT {_DIMS}, count(*) AS n FROM (
+            SELECT r.source, r.metric, r.metric_version, {_MARK} AS epoch_mark,
+                   date_trunc('hour', r.trace_created_at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC' AS trace_hour,
+                   r.status, r.passed, s.seg_key, s.seg_value, d.night AS s_night, d.stratum AS s_stratum,
+                   {_PROB} AS s_prob
+            FROM judgeflow.eval_results r LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id
+            {_SEGMENTS}
+            WHERE r.trace_created_at >= :since
+        ) x GROUP BY {_DIMS}
+    ), kept AS (
+        SELECT {_DIMS}, sum(n) AS n FROM judgeflow.result_rollup WHERE trace_hour >= :since
+        GROUP BY {_DIMS} HAVING sum(n) <> 0
+    )
+    SELECT coalesce(raw.metric, kept.metric) AS metric, coalesce(raw.trace_hour, kept.trace_hour) AS trace_hour,
+           coalesce(raw.seg_key, kept.seg_key) AS seg_key, coalesce(raw.n, 0) AS raw_n, coalesce(kept.n, 0) AS kept_n
+    FROM raw FULL JOIN kept ON raw.source IS NOT DISTINCT FROM kept.source AND raw.metric = kept.metric
+        AND raw.metric_version IS NOT DISTINCT FROM kept.metric_version
+        AND raw.epoch_mark IS NOT DISTINCT FROM kept.epoch_mark AND raw.trace_hour = kept.trace_hour
+        AND raw.status = kept.status AND raw.passed IS NOT DISTINCT FROM kept.passed
+        AND raw.seg_key = kept.seg_key AND raw.seg_value = kept.seg_value
+        AND raw.s_night IS NOT DISTINCT FROM kept.s_night AND raw.s_stratum IS NOT DISTINCT FROM kept.s_stratum
+        AND raw.s_prob = kept.s_prob
+    WHERE coalesce(raw.n, 0) <> coalesce(kept.n, 0)
+    ORDER BY 2, 1, 3
+"""
+
+
+def differences(conn: Connection) -> list[tuple[str, datetime, str, int, int]]:
+    """The rollup's lines (over the hours it is built for) that differ from the
+    results counted now, in any dimension, the sample class and the epoch mark
+    included: (metric, trace hour, segment key, results, rollup's count).
+    Empty: the rollup is exact. Reads every result: for `db check --full`."""
+    state = rollup_state(conn)
+    if state is None:
+        return []
+    # one statement, one snapshot: a write committed meanwhile is not a difference
+    rows = conn.execute(text(_COMPARE), {"since": state.built_from}).all()
+    return [(r.metric, r.trace_hour, r.seg_key, int(r.raw_n), int(r.kept_n)) for r in rows]
+
+
+def exploding_keys(conn: Connection, *, limit: int = EXPLODING_VALUES) -> list[tuple[str, int]]:
+    """Segment keys with more than ``limit`` distinct values in the rollup, with
+    their count (read from its lines, not the results)."""
+    rows = conn.execute(text(
+        "SELECT seg_key, count(DISTINCT seg_value) FROM judgeflow.result_rollup WHERE seg_key <> '' "
+        "GROUP BY 1 HAVING count(DISTINCT seg_value) > :limit ORDER BY 2 DESC"), {"limit": limit}).all()
+    return [(k, int(n)) for k, n in rows]
