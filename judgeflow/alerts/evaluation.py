@@ -44,6 +44,8 @@ from judgeflow.db.rollup import CountRow, read_counts
 from judgeflow.metrics.registry import metric_names
 
 WORST_LIMIT = 5
+# the worst traces are chosen among this many of the window's latest bad results per metric
+WORST_RECENT = 1000
 # reasons are the judge's short explanations; cut them so a notification never
 # carries much of a trace's text
 REASON_CHARS = 300
@@ -321,8 +323,10 @@ def segment_figures(
 def worst_traces(
     conn: Connection, rule: Rule, segment: Segment, window_start: datetime, epochs: dict[str, Epoch] | None = None
 ) -> list[WorstTrace]:
-    """The segment's worst results in the window (of the judge epoch in force):
-    highest scores for a not-passed rate, latest failures for the failure rate; none for dead deliveries."""
+    """The segment's worst results in the window (of the judge epoch in force)
+    among its latest :data:`WORST_RECENT` bad ones per metric: highest scores
+    for a not-passed rate, latest failures for the failure rate; none for dead
+    deliveries."""
     if rule.kind in ("dead_deliveries", "unwritten_results"):
         return []
     _, bad = _conditions(rule)
@@ -334,18 +338,23 @@ def worst_traces(
         reason, order = "concat_ws(': ', error_kind, error)", "scored_at DESC, trace_id"
     else:
         reason, order = "reason", "score DESC NULLS LAST, trace_created_at DESC, trace_id"
+    # the latest bad results of each metric first (backwards along the window
+    # index), then the worst of those: a window of millions is not read whole
     rows = conn.execute(
         text(
             f"""
-            SELECT trace_id, metric, score, {reason} AS reason, trace_created_at
-            FROM judgeflow.eval_results
-            WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {bad} AND {seg_where}
-              AND {in_epoch} AND {of_source()}
+            SELECT w.* FROM unnest(CAST(:metrics AS text[])) AS m(name) CROSS JOIN LATERAL (
+                SELECT trace_id, metric, score, {reason} AS reason, trace_created_at, scored_at
+                FROM judgeflow.eval_results
+                WHERE metric = m.name AND trace_created_at >= :start AND {bad} AND {seg_where}
+                  AND {in_epoch} AND {of_source()}
+                ORDER BY trace_created_at DESC LIMIT :recent
+            ) w
             ORDER BY {order} LIMIT :n
             """
         ),
         dict(seg_params, **epoch_params, metrics=rule_metrics(rule), start=window_start, n=WORST_LIMIT,
-             source=rule.source),
+             recent=WORST_RECENT, source=rule.source),
     )
     return [WorstTrace(w.trace_id, w.metric, w.score, _cut(w.reason), w.trace_created_at) for w in rows]
 

@@ -56,7 +56,8 @@ def db_rollup(
     hours: int = typer.Option(6, "--hours", min=1, max=168, help="trace hours per transaction"),
 ) -> None:
     """Build the result rollup for the hours it does not hold yet (a database
-    upgraded with results), a few hours per short transaction; scoring goes on."""
+    upgraded with results), a few hours per short transaction, then the window
+    index with source and trace id (concurrently); scoring goes on."""
     from judgeflow.db import migrate, rollup
     from judgeflow.db.engine import engine_for
     from judgeflow.db.epochs import when
@@ -76,6 +77,8 @@ def db_rollup(
                        f"{step.hours_left} hour(s) left")
 
     rollup.build(engine, hours=hours, progress=show)
+    if rollup.cover_window_index(engine):
+        typer.echo("window index rebuilt with source and trace id (concurrently): the cut hours are read index-only")
 
 
 @db_app.command("start")

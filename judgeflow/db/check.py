@@ -141,7 +141,7 @@ def _check_rollup(report: CheckReport, engine, *, full: bool) -> None:
     the rest), a segment key that explodes, and with ``full`` whether its lines
     equal the results counted again."""
     from judgeflow.db.epochs import when
-    from judgeflow.db.rollup import differences, exploding_keys, rollup_state
+    from judgeflow.db.rollup import differences, exploding_keys, rollup_state, window_index_covers
 
     try:
         with engine.connect() as conn:
@@ -154,6 +154,10 @@ def _check_rollup(report: CheckReport, engine, *, full: bool) -> None:
                 report.add("warn", f"result rollup built for trace hours from {when(state.built_from)} on; "
                                    f"{state.hours_left()} older hour(s) are still counted from the results "
                                    "(exact, slower): run `judgeflow db rollup` to build them")
+            if not window_index_covers(conn):
+                report.add("warn", "the window index lacks source and trace id (a database upgraded with many "
+                                   "results): the hours a period boundary cuts are read from the table; "
+                                   "run `judgeflow db rollup` to build it concurrently")
             for key, values in exploding_keys(conn):
                 report.add("warn", f"segment key {key!r} has {values:,} values in the result rollup (one line per "
                                    "value and hour): an id rather than a segment? Remove it from "

@@ -54,6 +54,13 @@ _SEGMENTS = """
             CASE WHEN jsonb_typeof(r.segment) = 'object' THEN r.segment ELSE '{}'::jsonb END)
         WHERE value IS NOT NULL
     ) s"""
+# The window index with every column the cut hours' read needs (source and
+# trace id beside migration 09_judge_epochs.py's): that read is index-only.
+WINDOW_INDEX = "eval_results_metric_created_idx"
+COVERING = ("CREATE INDEX CONCURRENTLY {name} ON judgeflow.eval_results (metric, trace_created_at) "
+            "INCLUDE (status, passed, segment, metric_version, scored_at, source, trace_id)")
+_NEW_INDEX = "eval_results_window_cover_idx"
+
 # a rollup line's dimensions (migration 16_result_rollup.py)
 _DIMS = ("source, metric, metric_version, epoch_mark, trace_hour, status, passed, seg_key, seg_value, "
          "s_night, s_stratum, s_prob")
@@ -145,8 +152,26 @@ def _day(column: str, by_day: bool) -> str:
 
 
 def _slot(column: str) -> str:
-    """SQL: how many of the bounds are at or before ``column``: lines of one slot lie between two bounds."""
-    return f"(SELECT count(*) FROM unnest(CAST(:bounds AS timestamptz[])) b WHERE b <= {column})"
+    """SQL: how many of the (sorted) bounds are at or before ``column``: lines of one slot lie between two bounds."""
+    return f"width_bucket({column}, CAST(:bounds AS timestamptz[]))"
+
+
+def _mark(conn: Connection, metrics: list[str]) -> tuple[str, dict]:
+    """SQL over a result's columns: its epoch mark, from the epoch starts of its
+    metric passed as a sorted array (no lookup per result), and its parameters."""
+    starts: dict[str, list[datetime]] = {}
+    for metric, started_at in conn.execute(text(
+            "SELECT metric, started_at FROM judgeflow.judge_epochs WHERE metric = ANY(CAST(:m AS text[])) "
+            "ORDER BY 1, 2"), {"m": metrics}):
+        starts.setdefault(metric, []).append(started_at)
+    if not starts:
+        return "NULL::timestamptz", {}
+    branches, params = [], {}
+    for i, (metric, values) in enumerate(sorted(starts.items())):
+        arr = f"CAST(:mark_starts_{i} AS timestamptz[])"
+        branches.append(f"WHEN :mark_metric_{i} THEN ({arr})[width_bucket(r.scored_at, {arr})]")
+        params.update({f"mark_metric_{i}": metric, f"mark_starts_{i}": values})
+    return f"(CASE r.metric {' '.join(branches)} END)", params
 
 
 def _lines(rows, bounds: list[datetime]) -> list[CountRow]:
@@ -184,7 +209,9 @@ def _rollup_rows(conn: Connection, since: datetime, skip: list[datetime], bounds
 def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds: list[datetime],
               metrics: list[str], sources: list[str | None], by_day: bool) -> list[CountRow]:
     """The results of ``ranges`` read by the window index, grouped as the
-    rollup's lines are read, cut at each of ``bounds``."""
+    rollup's lines are read, cut at each of ``bounds``: grouped by their
+    segment object first, so each combination of values is expanded into its
+    keys once, not once per result."""
     if not ranges:
         return []
     # one index range scan per range, each bounded on both of the index's columns
@@ -193,22 +220,36 @@ def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds:
         "FROM judgeflow.eval_results WHERE metric = ANY(CAST(:metrics AS text[])) "
         f"AND trace_created_at >= :lo_{i} AND trace_created_at < :hi_{i}" for i in range(len(ranges)))
     range_params = {k: v for i, (lo, hi) in enumerate(ranges) for k, v in ((f"lo_{i}", lo), (f"hi_{i}", hi))}
+    mark, mark_params = _mark(conn, metrics)
+    # without a sampled trace in the ranges every result is of the class of no decision: no join
+    sampled = any_sampled(conn, min(lo for lo, _ in ranges))
+    decisions = ("LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id" if sampled else
+                 "LEFT JOIN (SELECT NULL::date AS night, NULL::text AS stratum, NULL::float8 AS inclusion_prob) d "
+                 "ON false")
     rows = conn.execute(text(
         f"""
-        SELECT {_GROUP}, count(*) AS n FROM (
-            SELECT r.source, r.metric, r.metric_version, {_MARK} AS epoch_mark,
+        SELECT {_GROUP}, sum(g.n) AS n FROM (
+            SELECT r.source, r.metric, r.metric_version, {mark} AS epoch_mark,
                    {_day("r.trace_created_at", by_day)} AS day, {_slot("r.trace_created_at")} AS slot,
-                   r.status, r.passed, s.seg_key, s.seg_value, d.night AS s_night, d.stratum AS s_stratum,
-                   {_PROB} AS s_prob
-            FROM ({in_ranges}) r
-            LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id
-            {_SEGMENTS}
+                   r.status, r.passed, r.segment, d.night AS s_night, d.stratum AS s_stratum,
+                   {_PROB} AS s_prob, count(*) AS n
+            FROM ({in_ranges}) r {decisions}
             WHERE (r.source = ANY(CAST(:sources AS text[])) OR r.source IS NULL)
-        ) l
+            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+        ) g
+        {_SEGMENTS.replace("r.segment", "g.segment")}
         GROUP BY {_GROUP}
         """
-    ), dict(range_params, bounds=bounds, metrics=metrics, sources=[s for s in sources if s is not None])).all()
+    ), dict(range_params, **mark_params, bounds=bounds, metrics=metrics,
+            sources=[s for s in sources if s is not None])).all()
     return _lines(rows, bounds)
+
+
+def any_sampled(conn: Connection, since: datetime) -> bool:
+    """Whether a trace created since ``since`` has a sample decision."""
+    return bool(conn.execute(
+        text("SELECT EXISTS (SELECT 1 FROM judgeflow.sample_decisions WHERE created_at >= :s)"), {"s": since}
+    ).scalar_one())
 
 
 def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime], metrics: list[str],
@@ -218,7 +259,7 @@ def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime]
     per slot between two bounds and group; with ``by_day``, per UTC day too):
     whole hours from the rollup, the hours a bound cuts (and hours the rollup is
     not built for yet) from the results."""
-    bounds = sorted(set(bounds))
+    bounds = sorted(set(bounds)) or [since]
     sources = list(set(sources))
     since_hour = floor_hour(since)
     state = rollup_state(conn)
@@ -228,6 +269,10 @@ def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime]
     ranges = [(max(h, since), h + HOUR) for h in cut if h >= built_from]
     if built_from > since_hour:  # hours not built yet: from the results
         ranges.insert(0, (since, built_from))
+    # compiling these short reads costs more than running them (the planner's
+    # estimates over millions of results would otherwise JIT them); for this
+    # transaction only, so a pooled connection keeps no state
+    conn.execute(text("SET LOCAL jit = off"))
     rows = _raw_rows(conn, ranges, bounds, metrics, sources, by_day)
     if built_from < FOREVER:
         rows += _rollup_rows(conn, max(since_hour, built_from), cut, bounds, metrics, sources, by_day)
@@ -275,6 +320,30 @@ class BuildProgress:
     @property
     def done(self) -> bool:
         return self.hours_left == 0
+
+
+def window_index_covers(conn: Connection) -> bool:
+    """Whether the window index holds source and trace id (a database upgraded
+    with many results gets them from `judgeflow db rollup`, built concurrently)."""
+    definition = conn.execute(text("SELECT indexdef FROM pg_indexes WHERE schemaname = 'judgeflow' "
+                                   "AND indexname = :i"), {"i": WINDOW_INDEX}).scalar()
+    return definition is not None and "source" in definition and "trace_id" in definition
+
+
+def cover_window_index(engine: Engine) -> bool:
+    """Rebuild the window index with source and trace id, without blocking
+    writers (CREATE and DROP INDEX CONCURRENTLY, then a rename). Returns
+    whether anything was done."""
+    with engine.connect() as conn:
+        if window_index_covers(conn):
+            return False
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        # an interrupted build leaves an invalid index behind: start it again
+        conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS judgeflow.{_NEW_INDEX}"))
+        conn.execute(text(COVERING.format(name=_NEW_INDEX)))
+        conn.execute(text(f"DROP INDEX CONCURRENTLY IF EXISTS judgeflow.{WINDOW_INDEX}"))
+        conn.execute(text(f"ALTER INDEX judgeflow.{_NEW_INDEX} RENAME TO {WINDOW_INDEX}"))
+    return True
 
 
 def present_metrics(conn: Connection) -> list[str]:

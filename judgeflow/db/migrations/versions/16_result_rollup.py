@@ -194,6 +194,24 @@ def _functions_and_triggers() -> None:
                f"FOR EACH STATEMENT EXECUTE FUNCTION {S}.rollup_epoch_lock()")
 
 
+# The hours a period boundary cuts are read from eval_results by the window
+# index: with source and trace id in it too, that read is index-only. Rebuilt
+# here only while the table is small; a larger one keeps its index until
+# `judgeflow db rollup` builds this one concurrently (judgeflow/db/rollup.py).
+SMALL = 100_000
+
+
+def _cover_window_index_if_small() -> None:
+    small = op.get_bind().execute(sa.text(
+        f"SELECT count(*) < {SMALL} FROM (SELECT 1 FROM {S}.eval_results LIMIT {SMALL}) r")).scalar()
+    if not small:
+        return
+    op.drop_index("eval_results_metric_created_idx", table_name="eval_results", schema=S)
+    op.create_index("eval_results_metric_created_idx", "eval_results", ["metric", "trace_created_at"], schema=S,
+                    postgresql_include=["status", "passed", "segment", "metric_version", "scored_at", "source",
+                                        "trace_id"])
+
+
 def upgrade() -> None:
     # One line per (source, metric, metric version, epoch mark, UTC trace hour,
     # status, passed, segment key, segment value, sample class): the results
@@ -239,6 +257,7 @@ def upgrade() -> None:
         schema=S,
     )
     _functions_and_triggers()
+    _cover_window_index_if_small()
     # The triggers hold their lock on eval_results until this commits, so every
     # result written before them has a trace hour at or before the newest one
     # read here (the index's end: no scan); later hours are the triggers' alone.
@@ -254,6 +273,9 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_index("eval_results_metric_created_idx", table_name="eval_results", schema=S)
+    op.create_index("eval_results_metric_created_idx", "eval_results", ["metric", "trace_created_at"], schema=S,
+                    postgresql_include=["status", "passed", "segment", "metric_version", "scored_at"])
     for table in ("eval_results", "sample_decisions", "judge_epochs"):
         for event in ("insert", "update", "delete"):
             op.execute(f"DROP TRIGGER IF EXISTS {table}_rollup_{event} ON {S}.{table}")
