@@ -338,18 +338,20 @@ def worst_traces(
         reason, order = "concat_ws(': ', error_kind, error)", "scored_at DESC, trace_id"
     else:
         reason, order = "reason", "score DESC NULLS LAST, trace_created_at DESC, trace_id"
-    # the latest bad results of each metric first (backwards along the window
-    # index), then the worst of those: a window of millions is not read whole
+    # the latest bad results of each metric first, backwards along the window
+    # index and from it alone (every column the conditions read is in it), then
+    # the worst of those read from the table: a window of millions is not read whole
     rows = conn.execute(
         text(
             f"""
-            SELECT w.* FROM unnest(CAST(:metrics AS text[])) AS m(name) CROSS JOIN LATERAL (
-                SELECT trace_id, metric, score, {reason} AS reason, trace_created_at, scored_at
-                FROM judgeflow.eval_results
+            SELECT trace_id, metric, score, {reason} AS reason, trace_created_at
+            FROM unnest(CAST(:metrics AS text[])) AS m(name) CROSS JOIN LATERAL (
+                SELECT trace_id AS k_id, metric AS k_metric FROM judgeflow.eval_results
                 WHERE metric = m.name AND trace_created_at >= :start AND {bad} AND {seg_where}
                   AND {in_epoch} AND {of_source()}
                 ORDER BY trace_created_at DESC LIMIT :recent
-            ) w
+            ) k
+            JOIN judgeflow.eval_results r ON r.trace_id = k.k_id AND r.metric = k.k_metric
             ORDER BY {order} LIMIT :n
             """
         ),
