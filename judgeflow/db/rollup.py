@@ -192,57 +192,54 @@ def _lines(rows, bounds: list[datetime]) -> list[CountRow]:
     return out
 
 
-def _rollup_rows(conn: Connection, since: datetime, skip: list[datetime], bounds: list[datetime],
-                 metrics: list[str], sources: list[str | None], by_day: bool) -> list[CountRow]:
-    rows = conn.execute(text(
-        f"""
-        SELECT {_GROUP}, sum(n) AS n FROM (
-            SELECT {_BYTES.format(p="")}, epoch_mark, passed, s_night, s_prob, n,
-                   {_day("trace_hour", by_day)} AS day, {_slot("trace_hour")} AS slot
-            FROM judgeflow.result_rollup
-            WHERE trace_hour >= :since AND metric = ANY(CAST(:metrics AS text[]))
-              AND NOT (trace_hour = ANY(CAST(:skip AS timestamptz[])))
-              AND (source = ANY(CAST(:sources AS text[])) OR source IS NULL)
-        ) l
-        GROUP BY {_GROUP}
-        HAVING sum(n) <> 0
-        """
-    ), dict(since=since, metrics=metrics, skip=skip, bounds=bounds,
-            sources=[s for s in sources if s is not None])).all()
-    return _lines(rows, bounds)
+_HOUR_OF = "date_trunc('hour', {c} AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
 
 
-def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds: list[datetime],
-              metrics: list[str], sources: list[str | None], by_day: bool) -> list[CountRow]:
+def _rollup_part(by_day: bool) -> str:
+    """The rollup's lines from ``:since`` on but the hours read whole from the
+    results (``:skip``); a split hour's lines keep their hour (``split_hour``)."""
+    return f"""
+        SELECT 'rollup' AS part, CASE WHEN trace_hour = ANY(CAST(:split AS timestamptz[])) THEN trace_hour END
+                   AS split_hour,
+               {_BYTES.format(p="")}, epoch_mark, passed, s_night, s_prob, n,
+               {_day("trace_hour", by_day)} AS day, {_slot("trace_hour")} AS slot
+        FROM judgeflow.result_rollup
+        WHERE trace_hour >= :since AND metric = ANY(CAST(:metrics AS text[]))
+          AND NOT (trace_hour = ANY(CAST(:skip AS timestamptz[])))
+          AND (source = ANY(CAST(:sources AS text[])) OR source IS NULL)"""
+
+
+def _raw_part(conn: Connection, ranges: list[tuple[datetime, datetime]], metrics: list[str],
+              by_day: bool) -> tuple[str, dict]:
     """The results of ``ranges`` read by the window index, grouped as the
-    rollup's lines are read, cut at each of ``bounds``: grouped by their
-    segment object first, so each combination of values is expanded into its
-    keys once, not once per result."""
-    if not ranges:
-        return []
+    rollup's lines are read: grouped by their segment object first, so each
+    combination of values is expanded into its keys once, not once per result."""
     # one index range scan per range, each bounded on both of the index's columns
     in_ranges = " UNION ALL ".join(
         "SELECT trace_id, source, metric, metric_version, scored_at, trace_created_at, status, passed, segment "
         "FROM judgeflow.eval_results WHERE metric = ANY(CAST(:metrics AS text[])) "
         f"AND trace_created_at >= :lo_{i} AND trace_created_at < :hi_{i}" for i in range(len(ranges)))
-    range_params = {k: v for i, (lo, hi) in enumerate(ranges) for k, v in ((f"lo_{i}", lo), (f"hi_{i}", hi))}
+    params = {k: v for i, (lo, hi) in enumerate(ranges) for k, v in ((f"lo_{i}", lo), (f"hi_{i}", hi))}
     mark, mark_params = _mark(conn, metrics)
     # without a sampled trace in the ranges every result is of the class of no decision: no join
     sampled = any_sampled(conn, min(lo for lo, _ in ranges))
     decisions = ("LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id" if sampled else
                  "LEFT JOIN (SELECT NULL::date AS night, NULL::text AS stratum, NULL::float8 AS inclusion_prob) d "
                  "ON false")
-    rows = conn.execute(text(
-        f"""
-        SELECT {_GROUP}, sum(g.n) AS n FROM (
-            SELECT r.source COLLATE "C" AS source, r.metric COLLATE "C" AS metric,
+    hour = _HOUR_OF.format(c="r.trace_created_at")
+    sql = f"""
+        SELECT 'results' AS part, g.split_hour, g.source, g.metric, g.metric_version, g.status, s.seg_key,
+               s.seg_value, g.s_stratum, g.epoch_mark, g.passed, g.s_night, g.s_prob, g.n, g.day, g.slot
+        FROM (
+            SELECT CASE WHEN {hour} = ANY(CAST(:split AS timestamptz[])) THEN {hour} END AS split_hour,
+                   r.source COLLATE "C" AS source, r.metric COLLATE "C" AS metric,
                    r.metric_version COLLATE "C" AS metric_version, {mark} AS epoch_mark,
                    {_day("r.trace_created_at", by_day)} AS day, {_slot("r.trace_created_at")} AS slot,
                    r.status COLLATE "C" AS status, r.passed, r.segment, d.night AS s_night,
                    d.stratum COLLATE "C" AS s_stratum, {_PROB} AS s_prob, count(*) AS n
             FROM ({in_ranges}) r {decisions}
             WHERE (r.source = ANY(CAST(:sources AS text[])) OR r.source IS NULL)
-            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12
+            GROUP BY 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13
         ) g
         CROSS JOIN LATERAL (
             SELECT '' COLLATE "C" AS seg_key, '' COLLATE "C" AS seg_value
@@ -250,12 +247,8 @@ def _raw_rows(conn: Connection, ranges: list[tuple[datetime, datetime]], bounds:
             SELECT key COLLATE "C", value COLLATE "C" FROM jsonb_each_text(
                 CASE WHEN jsonb_typeof(g.segment) = 'object' THEN g.segment ELSE '{{}}'::jsonb END)
             WHERE value IS NOT NULL
-        ) s
-        GROUP BY {_GROUP}
-        """
-    ), dict(range_params, **mark_params, bounds=bounds, metrics=metrics,
-            sources=[s for s in sources if s is not None])).all()
-    return _lines(rows, bounds)
+        ) s"""
+    return sql, dict(params, **mark_params)
 
 
 def any_sampled(conn: Connection, since: datetime) -> bool:
@@ -265,33 +258,95 @@ def any_sampled(conn: Connection, since: datetime) -> bool:
     ).scalar_one())
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Where each hour of a read comes from: ``ranges`` of results (the hours
+    not built yet, the hours two bounds cut, and the smaller side of an hour
+    one bound cuts), the hours the rollup leaves to them (``skip``), and per
+    ``split`` hour the side not read from the results, [lo, hi): the rollup's
+    whole hour less the side read."""
+
+    ranges: list[tuple[datetime, datetime]]
+    skip: list[datetime]
+    split: dict[datetime, tuple[datetime, datetime]]
+
+
+def _plan(since: datetime, bounds: list[datetime], built_from: datetime) -> _Plan:
+    since_hour = floor_hour(since)
+    ranges, skip, split = [], [], {}
+    if built_from > since_hour:  # hours not built yet: from the results
+        ranges.append((since, built_from))
+    for h in sorted({floor_hour(b) for b in bounds if b > floor_hour(b)}):
+        if h < built_from:
+            continue
+        inside = [b for b in bounds if h < b < h + HOUR]
+        if len(inside) != 1:
+            ranges.append((h, h + HOUR))
+            skip.append(h)
+            continue
+        b = inside[0]
+        if b - h <= h + HOUR - b:
+            ranges.append((h, b))
+            split[h] = (b, h + HOUR)
+        else:
+            ranges.append((b, h + HOUR))
+            split[h] = (h, b)
+    return _Plan(ranges, skip, split)
+
+
 def read_counts(conn: Connection, *, since: datetime, bounds: Iterable[datetime], metrics: list[str],
                 sources: Iterable[str | None], by_day: bool = False) -> list[CountRow]:
     """Every result of ``metrics`` and ``sources`` (or of no source yet) with a
     trace time at or after ``since``, in lines no bound of ``bounds`` cuts (one
-    per slot between two bounds and group; with ``by_day``, per UTC day too):
-    whole hours from the rollup, the hours a bound cuts (and hours the rollup is
-    not built for yet) from the results."""
-    bounds = sorted(set(bounds)) or [since]
-    sources = list(set(sources))
-    since_hour = floor_hour(since)
+    per slot between two bounds and group; with ``by_day``, per UTC day too),
+    in one statement (one snapshot): whole hours from the rollup; of an hour
+    one bound cuts, the smaller side from the results by the window index and
+    the other as the rollup's hour less it; hours two bounds cut (and hours the
+    rollup is not built for yet) from the results."""
+    bounds = sorted(set(bounds) | {since})
     state = rollup_state(conn)
     built_from = FOREVER if state is None else state.built_from
-    cut = sorted({floor_hour(b) for b in bounds if b >= since_hour} | {since_hour})
-    # nothing before ``since`` is asked for: the first hour is read from it on
-    ranges = [(max(h, since), h + HOUR) for h in cut if h >= built_from]
-    if built_from > since_hour:  # hours not built yet: from the results
-        ranges.insert(0, (since, built_from))
-    # Compiling these short reads costs more than running them (the planner's
-    # estimates over millions of results would otherwise JIT them). Both
-    # settings are for this transaction only: a pooled connection keeps no state.
-    conn.execute(text("SET LOCAL jit = off"))
-    # and grouping by hash, not by sorting on a dozen columns a JSON object among them
-    conn.execute(text("SET LOCAL enable_sort = off"))
-    rows = _raw_rows(conn, ranges, bounds, metrics, sources, by_day)
+    plan = _plan(since, bounds, built_from)
+    parts, params = [], dict(bounds=bounds, metrics=metrics, split=list(plan.split), skip=plan.skip,
+                             since=max(floor_hour(since), built_from),
+                             sources=[s for s in set(sources) if s is not None])
+    if plan.ranges:
+        sql, raw_params = _raw_part(conn, plan.ranges, metrics, by_day)
+        parts.append(sql)
+        params.update(raw_params)
     if built_from < FOREVER:
-        rows += _rollup_rows(conn, max(since_hour, built_from), cut, bounds, metrics, sources, by_day)
-    return rows
+        parts.append(_rollup_part(by_day))
+    # Compiling these short reads costs more than running them (the planner's
+    # estimates over millions of results would otherwise JIT them), and a hash
+    # groups them faster than a sort on a dozen columns, a JSON object among
+    # them. Both for this transaction only: a pooled connection keeps no state.
+    conn.execute(text("SET LOCAL jit = off"))
+    conn.execute(text("SET LOCAL enable_sort = off"))
+    rows = conn.execute(text(
+        f"SELECT part, split_hour, {_GROUP}, sum(n) AS n FROM ({' UNION ALL '.join(parts)}) u "
+        f"GROUP BY part, split_hour, {_GROUP} HAVING sum(n) <> 0"), params).all()
+    return _with_split_hours(rows, bounds, plan.split)
+
+
+def _with_split_hours(rows, bounds: list[datetime], split: dict[datetime, tuple[datetime, datetime]]
+                      ) -> list[CountRow]:
+    """The lines of a read; a split hour's side not read from the results is
+    the rollup's whole hour less the side that was, per group."""
+    out = _lines([r for r in rows if r.split_hour is None or r.part != "rollup"], bounds)
+    rest: dict[tuple, int] = {}
+    for r in rows:
+        if r.split_hour is None:
+            continue
+        key = (r.split_hour, r.source, r.metric, r.metric_version, r.epoch_mark, r.status, r.passed, r.seg_key,
+               r.seg_value, r.s_night, r.s_stratum, float(r.s_prob))
+        rest[key] = rest.get(key, 0) + (int(r.n) if r.part == "rollup" else -int(r.n))
+    for (hour, *dims), n in rest.items():
+        if n:
+            lo, hi = split[hour]
+            source, metric, version, mark, status, passed, seg_key, seg_value, night, stratum, prob = dims
+            out.append(CountRow(source, metric, version, mark, lo, hi, status, passed, seg_key, seg_value,
+                                night, stratum, prob, n))
+    return out
 
 
 def compact_rollup(engine: Engine) -> int:

@@ -347,3 +347,33 @@ def test_real_runs_a_rescore_and_a_new_judge_leave_it_exact(judgeflow_env, db, m
     with db.connect() as conn:
         epochs = conn.execute(sa.text("SELECT count(DISTINCT epoch_mark) FROM judgeflow.result_rollup")).scalar()
     assert epochs == 2
+
+
+def test_a_large_tables_window_index_is_rebuilt_concurrently_by_db_rollup(db, database_url):
+    """A table too large for the migration to rebuild its window index keeps the
+    old one (db check warns, the cut hours are read from the table) until
+    `judgeflow db rollup` builds the covering one concurrently."""
+    from judgeflow.db.rollup import cover_window_index, window_index_covers
+
+    engine = migrated(db)
+    _write(engine, 0, 400)
+    with engine.begin() as conn:  # the index as migration 09_judge_epochs.py left it
+        conn.execute(sa.text("DROP INDEX judgeflow.eval_results_metric_created_idx"))
+        conn.execute(sa.text("CREATE INDEX eval_results_metric_created_idx ON judgeflow.eval_results "
+                             "(metric, trace_created_at) INCLUDE (status, passed, segment, metric_version, scored_at)"))
+        assert not window_index_covers(conn)
+    report = CheckReport()
+    _check_rollup(report, engine, full=False)
+    assert any("window index lacks source and trace id" in m for level, m in report.findings if level == "warn")
+    assert_exact(engine, _rules(database_url))  # exact either way
+    assert cover_window_index(engine) is True
+    with engine.connect() as conn:
+        assert window_index_covers(conn)
+        valid = conn.execute(sa.text(
+            "SELECT bool_and(i.indisvalid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "WHERE c.relname LIKE 'eval_results_%'")).scalar()
+    assert valid
+    assert cover_window_index(engine) is False  # nothing left to do
+    report = CheckReport()
+    _check_rollup(report, engine, full=False)
+    assert not any("window index" in m for _, m in report.findings)
