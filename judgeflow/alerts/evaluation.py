@@ -7,11 +7,17 @@ without a trace time are outside every window.
 
 Segments come from ``eval_results.segment``: the values of the
 ``JUDGEFLOW_ALERT_SEGMENT_BY`` metadata keys, copied there when the trace was
-scored (so counting a segment never touches the customer's trace table). One
-statement per (rule, key) counts every value's window and baseline in a
-single range scan of the ``(metric, trace_created_at) INCLUDE (status, passed,
-segment, metric_version, scored_at)`` index, ranks the values by volume and
-folds all but the top ``JUDGEFLOW_ALERT_SEGMENT_TOP`` into ``other``.
+scored (so counting a segment never touches the customer's trace table).
+
+An evaluation reads its counts once (:func:`read_evaluation_counts`,
+judgeflow/db/rollup.py): every whole trace hour of every rule's periods from
+``judgeflow.result_rollup``, and the hours a period boundary cuts from
+``eval_results`` by its ``(metric, trace_created_at)`` index. Every rule and
+segment key is folded from that one read (judgeflow/alerts/tally.py), which
+ranks a key's values by volume and folds all but the top
+``JUDGEFLOW_ALERT_SEGMENT_TOP`` into ``other``. The read carries each
+result's sample class (night, stratum, inclusion probability), so sampled
+periods get the same stratified estimate as from the results.
 
 Only results of the judge epoch in force count (:mod:`judgeflow.db.epochs`): a
 new judge model or metric version never mixes with the old one in a window or
@@ -29,14 +35,17 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.rules import Rule
-from judgeflow.alerts.estimates import Estimate, StratumCounts, WeightedCounts, estimate
+from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
 from judgeflow.alerts.stats import fisher_greater
+from judgeflow.alerts.tally import Tally, ranked, tally
 from judgeflow.sources.identity import of_source
 from judgeflow.db.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
-from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL, any_in_range
+from judgeflow.db.rollup import CountRow, read_counts
 from judgeflow.metrics.registry import metric_names
 
 WORST_LIMIT = 5
+# the worst traces are chosen among this many of the window's latest bad results per metric
+WORST_RECENT = 1000
 # reasons are the judge's short explanations; cut them so a notification never
 # carries much of a trace's text
 REASON_CHARS = 300
@@ -177,122 +186,9 @@ def rule_metrics(rule: Rule) -> list[str]:
     return [rule.metric] if rule.metric is not None else list(metric_names())
 
 
-# the weight sums of a period (see judgeflow/alerts/estimates.py); without sampled traces every weight is 1
-_WEIGHT_SUMS = ("w_samples", "w_bad", "w2_samples", "base_w_samples", "base_w_bad", "base_w2_samples")
-
-
-def _weight_sums_sql(counted: str, bad: str, weighted: bool) -> str:
-    if not weighted:
-        return ",\n".join(f"            NULL::float8 AS {name}" for name in _WEIGHT_SUMS)
-    w = WEIGHT_SQL
-    return f"""
-            sum({w}) FILTER (WHERE {counted} AND trace_created_at >= :start) AS w_samples,
-            sum({w}) FILTER (WHERE {bad} AND trace_created_at >= :start) AS w_bad,
-            sum({w} * {w}) FILTER (WHERE {counted} AND trace_created_at >= :start) AS w2_samples,
-            sum({w}) FILTER (WHERE {counted} AND trace_created_at < :start) AS base_w_samples,
-            sum({w}) FILTER (WHERE {bad} AND trace_created_at < :start) AS base_w_bad,
-            sum({w} * {w}) FILTER (WHERE {counted} AND trace_created_at < :start) AS base_w2_samples"""
-
-
-def _counts_sql(rule: Rule, value_expr: str, extra_where: str, in_epoch: str = "TRUE", weighted: bool = False) -> str:
-    counted, bad = _conditions(rule)
-    counted, bad = f"{counted} AND {in_epoch}", f"{bad} AND {in_epoch}"
-    return f"""
-        SELECT {value_expr} AS value,
-            count(*) FILTER (WHERE {counted} AND trace_created_at >= :start) AS samples,
-            count(*) FILTER (WHERE {bad} AND trace_created_at >= :start) AS bad,
-            count(*) FILTER (WHERE status = 'failed' AND {in_epoch} AND trace_created_at >= :start) AS failed,
-            count(*) FILTER (WHERE {counted} AND trace_created_at < :start) AS base_samples,
-            count(*) FILTER (WHERE {bad} AND trace_created_at < :start) AS base_bad,
-            count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at >= :start) AS other_epoch,
-            count(*) FILTER (WHERE NOT {in_epoch} AND trace_created_at < :start) AS other_base,
-{_weight_sums_sql(counted, bad, weighted)}
-        FROM judgeflow.eval_results{WEIGHT_JOIN if weighted else ""}
-        WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :base_start AND {of_source()}{extra_where}
-    """
-
-
-def window_statement(rule: Rule, key: str | None, in_epoch: str = "TRUE", weighted: bool = False) -> str:
-    """The counting statement for a rule overall (``key`` None) or per value of
-    ``key``, counting results for which ``in_epoch`` holds (see :func:`judgeflow.db.epochs.in_epoch_sql`);
-    ``weighted``: also the sums of the results' sample weights (some trace of the periods was sampled)."""
-    if key is None:
-        return _counts_sql(rule, "NULL::text", "", in_epoch, weighted)
-    per_value = (
-        _counts_sql(rule, "segment ->> :key", " AND (segment ->> :key) IS NOT NULL", in_epoch, weighted)
-        + " GROUP BY 1"
-    )
-    # ranked by every result, of any epoch: a change of judge does not reshuffle the segments
-    return f"""
-        WITH per_value AS ({per_value}),
-        ranked AS (
-            SELECT *, row_number() OVER (
-                ORDER BY samples + base_samples + other_epoch + other_base DESC, value) AS rank
-            FROM per_value
-        )
-        SELECT CASE WHEN rank <= :top OR value = ANY(CAST(:keep AS text[])) THEN value ELSE :other END AS value,
-               bool_and(rank > :top AND NOT value = ANY(CAST(:keep AS text[]))) AS grouped,
-               sum(samples)::bigint AS samples, sum(bad)::bigint AS bad, sum(failed)::bigint AS failed,
-               sum(base_samples)::bigint AS base_samples, sum(base_bad)::bigint AS base_bad,
-               sum(other_epoch)::bigint AS other_epoch, sum(other_base)::bigint AS other_base,
-               {", ".join(f"sum({name}) AS {name}" for name in _WEIGHT_SUMS)}
-        FROM ranked GROUP BY 1 ORDER BY sum(samples + base_samples + other_epoch + other_base) DESC, 1
-    """
-
-
 def _periods(rule: Rule, now: datetime) -> tuple[datetime, datetime]:
     start = now - timedelta(seconds=rule.window_s)
     return start, start - timedelta(seconds=rule.baseline_s)
-
-
-def _period_counts(row, prefix: str, strata: list[StratumCounts] | None = None) -> WeightedCounts:
-    """A period's counts from a row of the counting statement (``prefix`` '' or
-    'base_'), with the period's sample classes when the periods were sampled."""
-    samples = int(getattr(row, f"{prefix}samples") or 0)
-    bad = int(getattr(row, f"{prefix}bad") or 0)
-    if strata is not None:
-        return WeightedCounts.from_strata(strata)
-    sum_w = getattr(row, f"{prefix}w_samples", None)
-    if sum_w is None:
-        return WeightedCounts.unweighted(samples, bad)
-    return WeightedCounts(samples, bad, float(sum_w), float(getattr(row, f"{prefix}w_bad") or 0.0),
-                          float(getattr(row, f"{prefix}w2_samples") or 0.0))
-
-
-def class_statement(rule: Rule, key: str | None, in_epoch: str = "TRUE") -> str:
-    """Per value of ``key`` (NULL overall), period and sample class (night,
-    stratum, inclusion probability): the results counted and the bad ones,
-    which the stratified estimate's variance needs (judgeflow/alerts/estimates.py)."""
-    counted, bad = _conditions(rule)
-    value = "NULL::text" if key is None else "segment ->> :key"
-    has_key = "" if key is None else " AND (segment ->> :key) IS NOT NULL"
-    return f"""
-        SELECT {value} AS value, trace_created_at >= :start AS in_window,
-               coalesce(d.inclusion_prob, 1.0) AS prob,
-               count(*) FILTER (WHERE {counted}) AS n, count(*) FILTER (WHERE {bad}) AS bad
-        FROM judgeflow.eval_results{WEIGHT_JOIN}
-        WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :base_start AND {of_source()}
-          AND {in_epoch}{has_key}
-        GROUP BY 1, 2, d.night, d.stratum, 3
-    """
-
-
-def _classes(conn: Connection, rule: Rule, key: str | None, in_epoch: str, params: dict,
-             ) -> dict[tuple[str | None, bool], list[StratumCounts]]:
-    """(value, in the window) -> the classes of its results."""
-    out: dict[tuple[str | None, bool], list[StratumCounts]] = {}
-    for r in conn.execute(text(class_statement(rule, key, in_epoch)), params):
-        if r.n:
-            out.setdefault((r.value, bool(r.in_window)), []).append(StratumCounts(int(r.n), int(r.bad), float(r.prob)))
-    return out
-
-
-def _row_classes(classes, value: str | None, named: tuple[str, ...] | None, window: bool) -> list[StratumCounts]:
-    """The classes of a segment's row: its own value's, or (``named`` given: the
-    'other' group) those of every value outside ``named``."""
-    if named is None:
-        return classes.get((value, window), [])
-    return [c for (v, w), cs in classes.items() if w == window and v not in named for c in cs]
 
 
 def figures_from_counts(
@@ -328,18 +224,63 @@ def figures_from_counts(
     )
 
 
-def _figures(
-    rule: Rule, row, segment: Segment, now: datetime, start: datetime, base_start: datetime,
-    epoch_started_at: datetime | None = None, classes: dict | None = None,
-) -> Figures:
-    strata = (None, None) if classes is None else tuple(
-        _row_classes(classes, row.value, segment.named if segment.is_other else None, w) for w in (True, False))
+def _figures(rule: Rule, t: Tally, segment: Segment, now: datetime, start: datetime, base_start: datetime,
+             epoch_started_at: datetime | None = None) -> Figures:
     return figures_from_counts(
-        _period_counts(row, "", strata[0]), _period_counts(row, "base_", strata[1]), failed=int(row.failed or 0),
-        evaluated_at=now,
+        t.period(""), t.period("base_"), failed=t.failed, evaluated_at=now,
         window_start=start, segment=segment, baseline_start=base_start, epoch_started_at=epoch_started_at,
-        other_epoch=int(row.other_epoch or 0), other_epoch_baseline=int(row.other_base or 0),
+        other_epoch=t.other_epoch, other_epoch_baseline=t.other_base,
     )
+
+
+_OVERALL_ONLY = ("dead_deliveries", "unwritten_results")  # not rates of eval_results; overall only
+
+
+@dataclass(frozen=True)
+class Counts:
+    """One read of the rollup for an evaluation (all its rules and segment
+    keys), as of ``now``: every rule's figures come from it, with its own
+    source's judge epochs in force (``epochs``: source -> metric -> epoch)."""
+
+    now: datetime
+    epochs: dict[str | None, dict[str, Epoch]]
+    rows: list[CountRow]
+
+    def figures(self, rule: Rule, *, key: str | None = None, keep: tuple[str, ...] = ()) -> list[Figures]:
+        start, base_start = _periods(rule, self.now)
+        epochs = self.epochs.get(rule.source, {})
+        epoch_start = latest_start(epochs, rule_metrics(rule))
+        found = tally(self.rows, kind=rule.kind, metrics=rule_metrics(rule), source=rule.source, key=key,
+                      start=start, base_start=base_start, epochs=epochs)
+        if key is None:
+            return [_figures(rule, found.get("", Tally()), OVERALL, self.now, start, base_start, epoch_start)]
+        groups = ranked(found, top=rule.segment_top, keep=keep, other=OTHER)
+        named = tuple(value for value, grouped, _ in groups if not grouped)
+        return [
+            _figures(rule, t, Segment(key, value, named=named if grouped else (), is_other=grouped),
+                     self.now, start, base_start, epoch_start)
+            for value, grouped, t in groups
+        ]
+
+
+def read_evaluation_counts(
+    conn: Connection, rules: list[Rule], *, now: datetime, epochs: dict[str, Epoch] | None = None,
+    since: datetime | None = None, sources: list[str | None] | None = None,
+) -> Counts:
+    """The one read every rule of ``rules`` is evaluated from at ``now`` (and,
+    with ``since``, the hours from then on too, per UTC day: the trend's days;
+    ``sources``: also the results of those sources). ``epochs``: the epochs in
+    force for the rules' one source (default: each source's, read now)."""
+    counted = [r for r in rules if r.kind not in _OVERALL_ONLY]
+    rule_sources = {r.source for r in counted}
+    by_source = ({s: epochs for s in rule_sources} if epochs is not None
+                 else {s: current_epochs(conn, s) for s in rule_sources})
+    bounds = [b for r in counted for b in _periods(r, now)]
+    metrics = sorted({m for r in counted for m in rule_metrics(r)} or metric_names())
+    start = min(bounds + ([since] if since is not None else []), default=now)
+    rows = read_counts(conn, since=start, bounds=bounds, metrics=metrics,
+                       sources=[r.source for r in counted] + list(sources or ()), by_day=since is not None)
+    return Counts(now, by_source, rows)
 
 
 def _overall_only_figures(conn: Connection, rule: Rule, now: datetime, start: datetime) -> Figures:
@@ -362,44 +303,30 @@ def _overall_only_figures(conn: Connection, rule: Rule, now: datetime, start: da
 
 def segment_figures(
     conn: Connection, rule: Rule, *, now: datetime, key: str | None = None, keep: tuple[str, ...] = (),
-    epochs: dict[str, Epoch] | None = None,
+    epochs: dict[str, Epoch] | None = None, counts: Counts | None = None,
 ) -> list[Figures]:
     """Figures overall (``key`` None: one) or per segment of ``key``: the top
     ``rule.segment_top`` values by volume (window + baseline), every value in
     ``keep`` (e.g. segments that are firing, so they can resolve), and ``other``
     for the rest, counting the results of the judge epochs in force
-    (``epochs``, default: read now). Worst traces are not loaded (see :func:`with_worst`)."""
-    if epochs is None:
-        epochs = current_epochs(conn, rule.source)
-    start, base_start = _periods(rule, now)
-    if rule.kind in ("dead_deliveries", "unwritten_results"):  # not rates of eval_results; overall only
+    (``epochs``, default: read now). ``counts``: the evaluation's one read
+    (:func:`read_evaluation_counts`, at ``counts.now``), else one is made for
+    this rule. Worst traces are not loaded (see :func:`with_worst`)."""
+    if rule.kind in _OVERALL_ONLY:
+        start, _ = _periods(rule, now)
         return [] if key is not None else [_overall_only_figures(conn, rule, now, start)]
-    in_epoch, epoch_params = in_epoch_sql(epochs, rule_metrics(rule))
-    epoch_start = latest_start(epochs, rule_metrics(rule))
-    params = dict(epoch_params, metrics=rule_metrics(rule), start=start, base_start=base_start, source=rule.source)
-    weighted = any_in_range(conn, base_start)
-    if key is None:
-        row = conn.execute(text(window_statement(rule, None, in_epoch, weighted)), params).one()
-        classes = _classes(conn, rule, None, in_epoch, params) if weighted else None
-        return [_figures(rule, row, OVERALL, now, start, base_start, epoch_start, classes)]
-    params.update(key=key, top=rule.segment_top, keep=list(keep), other=OTHER)
-    rows = conn.execute(text(window_statement(rule, key, in_epoch, weighted)), params).all()
-    classes = _classes(conn, rule, key, in_epoch, params) if weighted else None
-    named = tuple(r.value for r in rows if not r.grouped)
-    return [
-        _figures(
-            rule, r, Segment(key, r.value, named=named if r.grouped else (), is_other=bool(r.grouped)),
-            now, start, base_start, epoch_start, classes,
-        )
-        for r in rows
-    ]
+    if counts is None:
+        counts = read_evaluation_counts(conn, [rule], now=now, epochs=epochs)
+    return counts.figures(rule, key=key, keep=keep)
 
 
 def worst_traces(
     conn: Connection, rule: Rule, segment: Segment, window_start: datetime, epochs: dict[str, Epoch] | None = None
 ) -> list[WorstTrace]:
-    """The segment's worst results in the window (of the judge epoch in force):
-    highest scores for a not-passed rate, latest failures for the failure rate; none for dead deliveries."""
+    """The segment's worst results in the window (of the judge epoch in force)
+    among its latest :data:`WORST_RECENT` bad ones per metric: highest scores
+    for a not-passed rate, latest failures for the failure rate; none for dead
+    deliveries."""
     if rule.kind in ("dead_deliveries", "unwritten_results"):
         return []
     _, bad = _conditions(rule)
@@ -411,18 +338,25 @@ def worst_traces(
         reason, order = "concat_ws(': ', error_kind, error)", "scored_at DESC, trace_id"
     else:
         reason, order = "reason", "score DESC NULLS LAST, trace_created_at DESC, trace_id"
+    # the latest bad results of each metric first, backwards along the window
+    # index and from it alone (every column the conditions read is in it), then
+    # the worst of those read from the table: a window of millions is not read whole
     rows = conn.execute(
         text(
             f"""
             SELECT trace_id, metric, score, {reason} AS reason, trace_created_at
-            FROM judgeflow.eval_results
-            WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {bad} AND {seg_where}
-              AND {in_epoch} AND {of_source()}
+            FROM unnest(CAST(:metrics AS text[])) AS m(name) CROSS JOIN LATERAL (
+                SELECT trace_id AS k_id, metric AS k_metric FROM judgeflow.eval_results
+                WHERE metric = m.name AND trace_created_at >= :start AND {bad} AND {seg_where}
+                  AND {in_epoch} AND {of_source()}
+                ORDER BY trace_created_at DESC LIMIT :recent
+            ) k
+            JOIN judgeflow.eval_results r ON r.trace_id = k.k_id AND r.metric = k.k_metric
             ORDER BY {order} LIMIT :n
             """
         ),
         dict(seg_params, **epoch_params, metrics=rule_metrics(rule), start=window_start, n=WORST_LIMIT,
-             source=rule.source),
+             recent=WORST_RECENT, source=rule.source),
     )
     return [WorstTrace(w.trace_id, w.metric, w.score, _cut(w.reason), w.trace_created_at) for w in rows]
 
@@ -461,13 +395,14 @@ def compute_figures(
 
 def all_segment_figures(
     conn: Connection, rule: Rule, *, now: datetime, keep: dict[str, tuple[str, ...]] | None = None,
-    epochs: dict[str, Epoch] | None = None,
+    epochs: dict[str, Epoch] | None = None, counts: Counts | None = None,
 ) -> list[Figures]:
-    """Overall first, then each ``rule.segment_by`` key's segments."""
+    """Overall first, then each ``rule.segment_by`` key's segments, all from one read."""
     keep = keep or {}
-    if epochs is None:
-        epochs = current_epochs(conn, rule.source)
-    figures = segment_figures(conn, rule, now=now, epochs=epochs)
+    if counts is None and rule.kind not in _OVERALL_ONLY:
+        counts = read_evaluation_counts(conn, [rule], now=now, epochs=epochs)
+    figures = segment_figures(conn, rule, now=now, epochs=epochs, counts=counts)
     for key in rule.segment_by:
-        figures += segment_figures(conn, rule, now=now, key=key, keep=keep.get(key, ()), epochs=epochs)
+        figures += segment_figures(conn, rule, now=now, key=key, keep=keep.get(key, ()), epochs=epochs,
+                                   counts=counts)
     return figures

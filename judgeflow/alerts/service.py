@@ -9,14 +9,16 @@ import time
 from datetime import datetime
 
 from pydantic import BaseModel
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func, select
 
+from judgeflow.alerts.evaluation import Counts, read_evaluation_counts
 from judgeflow.alerts.lifecycle import evidence
 from judgeflow.alerts.notify import Notifier, configured_channels
 from judgeflow.alerts.outbox import Sent, deliver_pending
 from judgeflow.alerts.rules import Rule, all_rules
 from judgeflow.alerts.state import Decision, evaluate_rule_segments
 from judgeflow.config.settings import Settings
+from judgeflow.db.rollup import compact_rollup
 
 log = logging.getLogger("judgeflow.alerts")
 
@@ -225,6 +227,7 @@ def _decide_and_deliver(settings: Settings, engine: Engine, notifier: Notifier, 
     decisions: list[Decision | Rule] = []
     sent: list[Sent] = []
     rules = all_rules(settings)
+    counts = _read_counts(engine, [r for r in rules if r.enabled])
     for after_delivery in (False, True):
         for rule in rules:
             if (rule.kind == "dead_deliveries") != after_delivery:
@@ -233,7 +236,8 @@ def _decide_and_deliver(settings: Settings, engine: Engine, notifier: Notifier, 
                 decisions.append(rule)
                 continue
             decisions.extend(
-                evaluate_rule_segments(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url)
+                evaluate_rule_segments(engine, rule, flow_run_id=flow_run_id, channels=channels, run_url=url,
+                                       counts=counts)
             )
         # after the commits: a crash before or during this leaves the outbox rows pending
         # the second time only the dead-delivery rules' own notifications: the rest was tried just now
@@ -243,6 +247,15 @@ def _decide_and_deliver(settings: Settings, engine: Engine, notifier: Notifier, 
             deadline = time.monotonic() + settings.alert_delivery_budget_s
         sent += deliver_pending(engine, notifier, settings, force=redeliver_now, deadline=deadline, rules=only)
     return decisions, sent
+
+
+def _read_counts(engine: Engine, rules: list[Rule]) -> Counts:
+    """Every rule's and segment key's counts in one read of the rollup, as of now
+    (its lines of deltas folded first: a scoring run's writes come as such)."""
+    compact_rollup(engine)
+    with engine.connect() as conn:
+        now = conn.execute(select(func.clock_timestamp())).scalar_one()
+        return read_evaluation_counts(conn, rules, now=now)
 
 
 def _log_delivery(s: Sent) -> None:

@@ -33,7 +33,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from judgeflow.alerts.evaluation import Figures, Segment, all_segment_figures, rule_metrics, with_worst
+from judgeflow.alerts.evaluation import Counts, Figures, Segment, all_segment_figures, rule_metrics, with_worst
 from judgeflow.alerts.lifecycle import Outcome, State, Transition, correct_for_family, decide, evidence
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
@@ -81,12 +81,14 @@ def evaluate_rule_segments(
     flow_run_id: str | None = None,
     channels: list[str] | None = None,
     run_url: str | None = None,
+    counts: Counts | None = None,
 ) -> list[Decision]:
     """Evaluate one enabled rule overall and per segment, and record each
     (rule, segment)'s outcome, all under the rule's overall row lock: every
     evaluator of a rule takes that lock first, so it also guards the rule's
     segment rows. A notification due is queued for ``channels`` (default: none,
-    so it is recorded as 'skipped') in the same transaction. Overall first."""
+    so it is recorded as 'skipped') in the same transaction. Overall first.
+    ``counts``: the evaluation's one read of the rollup, shared by its rules."""
     source = rule.source or ""  # each source has its own alert state
     with engine.begin() as conn:
         if source:
@@ -111,8 +113,14 @@ def evaluate_rule_segments(
             for key, value in (r.segment or {}).items():
                 if r.state == "firing" and key in rule.segment_by:
                     keep[key] = keep.get(key, ()) + (value,)
-        epochs = current_epochs(conn, rule.source)
-        figures = correct_for_family(rule, all_segment_figures(conn, rule, now=now, keep=keep, epochs=epochs))
+        if counts is not None and any(r.last_evaluated_at is not None and r.last_evaluated_at > counts.now
+                                      for r in rows.values()):
+            counts = None  # an evaluation that read later has recorded since: count again, as of now
+        if counts is not None:  # the evaluation's one read, as of its time
+            now = counts.now
+        epochs = current_epochs(conn, rule.source) if counts is None else counts.epochs.get(rule.source, {})
+        figures = correct_for_family(
+            rule, all_segment_figures(conn, rule, now=now, keep=keep, epochs=epochs, counts=counts))
         seen = {f.segment.label for f in figures}
         for r in rows.values():  # a firing segment with no results at all: not enough data, state kept
             if r.segment_key and r.state == "firing" and r.segment_key not in seen and set(r.segment) <= set(rule.segment_by):

@@ -19,18 +19,19 @@ the epoch in force, as the regression rules do.
 from __future__ import annotations
 
 import base64
+import math
 import html
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
-from sqlalchemy import Connection, func, select, text
+from sqlalchemy import Connection, func, select
 
 from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
-from judgeflow.alerts.evaluation import Figures, segment_figures
+from judgeflow.alerts.evaluation import Figures, read_evaluation_counts
 from judgeflow.alerts.rules import all_rules
-from judgeflow.sources.identity import of_source, result_source
+from judgeflow.sources.identity import result_source
 from judgeflow.db.epochs import Epoch, epoch_history, when
-from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL, any_in_range
+from judgeflow.db.rollup import CountRow
 from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import metric_names
 
@@ -124,24 +125,21 @@ def compute_trend(
     index = {d: i for i, d in enumerate(trend.dates)}
     rules = {r.metric: r for r in all_rules(settings) if r.kind == "regression"}
 
-    weighted = any_in_range(conn, start)
     source = result_source(settings)  # the configured source's results only
-    overall = _per_day(conn, None, start, index, weighted, source)
-    by_key = {key: _per_day(conn, key, start, index, weighted, source) for key in keys}
+    # one read: the days of every line, and each line's window against its baseline
+    counts = read_evaluation_counts(conn, list(rules.values()), now=now, since=start, sources=[source])
+    lines = _per_day(counts.rows, start, index, source)
     empty = [WeightedCounts()] * len(index)
     for metric in metric_names():
-        days_ = overall.get((metric, None), empty)
-        change = segment_figures(conn, rules[metric], now=now)[0]
+        days_ = lines.get((metric, "", ""), empty)
+        change = counts.figures(rules[metric])[0]
         trend.series.append(_series(metric, {}, days_, change))
         for key in keys:
-            lines = {v: d for (m, v), d in by_key[key].items() if m == metric}
-            chosen = sorted(lines, key=lambda v: (-sum(c.n for c in lines[v]), v))[:top]
-            changes = {
-                f.segment.value: f
-                for f in segment_figures(conn, rules[metric], now=now, key=key, keep=tuple(chosen))
-            }
+            by_value = {v: d for (m, k, v), d in lines.items() if m == metric and k == key}
+            chosen = sorted(by_value, key=lambda v: (-sum(c.n for c in by_value[v]), v))[:top]
+            changes = {f.segment.value: f for f in counts.figures(rules[metric], key=key, keep=tuple(chosen))}
             for value in chosen:
-                trend.series.append(_series(metric, {key: value}, lines[value], changes.get(value)))
+                trend.series.append(_series(metric, {key: value}, by_value[value], changes.get(value)))
     return trend
 
 
@@ -149,36 +147,29 @@ def _series(metric: str, segment: dict[str, str], days: list[WeightedCounts], ch
     return Series(metric, segment, [(c.bad, c.n) for c in days], change, days)
 
 
-def _per_day(conn: Connection, key: str | None, start: datetime, index: dict[date, int],
-             weighted: bool, source: str) -> dict[tuple[str, str | None], list[WeightedCounts]]:
-    """Per (metric, segment value) and UTC day: judged results, bad ones and their weight sums."""
-    value = "segment ->> :key" if key else "NULL::text"
-    bad, scored = "status = 'scored' AND passed IS NOT TRUE", "status = 'scored'"
-    sums = (f"sum({WEIGHT_SQL}) FILTER (WHERE {scored}) AS w, sum({WEIGHT_SQL}) FILTER (WHERE {bad}) AS w_bad, "
-            f"sum({WEIGHT_SQL} * {WEIGHT_SQL}) FILTER (WHERE {scored}) AS w2"
-            if weighted else "NULL::float8 AS w, NULL::float8 AS w_bad, NULL::float8 AS w2")
-    rows = conn.execute(
-        text(
-            f"""
-            SELECT metric, {value} AS value, (trace_created_at AT TIME ZONE 'UTC')::date AS day,
-                   count(*) FILTER (WHERE {bad}) AS bad, count(*) FILTER (WHERE {scored}) AS scored, {sums}
-            FROM judgeflow.eval_results{WEIGHT_JOIN if weighted else ""}
-            WHERE metric = ANY(CAST(:metrics AS text[])) AND trace_created_at >= :start AND {of_source()}
-              {"AND (segment ->> :key) IS NOT NULL" if key else ""}
-            GROUP BY 1, 2, 3
-            """
-        ),
-        dict(metrics=list(metric_names()), start=start, key=key, source=source),
-    ).all()
-    found: dict[tuple[str, str | None], list[WeightedCounts]] = {}
+def _per_day(rows: list[CountRow], start: datetime, index: dict[date, int],
+             source: str) -> dict[tuple[str, str, str], list[WeightedCounts]]:
+    """Per (metric, segment key, value; '' overall) and UTC day, every epoch: judged
+    results, bad ones and their weight sums (the read gives lines within one UTC day)."""
+    sums: dict[tuple[str, str, str], list[list[float]]] = {}
     for r in rows:
-        if r.day not in index:  # traces dated in the future
+        if r.lo < start or r.source not in (source, None) or r.n == 0:
             continue
-        line = found.setdefault((r.metric, r.value), [WeightedCounts()] * len(index))
-        n, b = int(r.scored), int(r.bad)
-        line[index[r.day]] = (WeightedCounts.unweighted(n, b) if r.w is None else
-                              WeightedCounts(n, b, float(r.w), float(r.w_bad or 0.0), float(r.w2 or 0.0)))
-    return found
+        day = r.lo.astimezone(timezone.utc).date()
+        if day not in index:  # traces dated in the future
+            continue
+        line = sums.setdefault((r.metric, r.seg_key, r.seg_value), [[0, 0, [], [], []] for _ in index])
+        if r.status != "scored":
+            continue
+        cell, w = line[index[day]], 1.0 / r.prob
+        bad = r.passed is not True
+        cell[0] += r.n
+        cell[1] += r.n if bad else 0
+        cell[2].append(r.n * w)
+        cell[3].append(r.n * w if bad else 0.0)
+        cell[4].append(r.n * w * w)
+    return {k: [WeightedCounts(n, b, math.fsum(w), math.fsum(wb), math.fsum(w2)) if n else WeightedCounts()
+                for n, b, w, wb, w2 in line] for k, line in sums.items()}
 
 
 # --- rendering -------------------------------------------------------------------

@@ -17,9 +17,17 @@ def db_upgrade() -> None:
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
 
+    from judgeflow.db.rollup import rollup_state
+
     settings = command_settings()
     announce_database(settings)
-    typer.echo(f"judgeflow schema at revision {migrate.upgrade(engine_for(settings))}")
+    engine = engine_for(settings)
+    typer.echo(f"judgeflow schema at revision {migrate.upgrade(engine)}")
+    with engine.connect() as conn:
+        state = rollup_state(conn)
+    if state is not None and not state.built:
+        typer.echo(f"the result rollup holds results written from now on; {state.hours_left()} older trace hour(s) "
+                   "are counted from the results until `judgeflow db rollup` builds them")
 
 
 @db_app.command("check")
@@ -39,6 +47,38 @@ def db_check(
         typer.echo(line)
     if not report.ok:
         raise typer.Exit(1)
+
+
+@db_app.command("rollup")
+@clear_errors
+def db_rollup(
+    rebuild: bool = typer.Option(False, "--rebuild", help="recompute every hour from the results"),
+    hours: int = typer.Option(6, "--hours", min=1, max=168, help="trace hours per transaction"),
+) -> None:
+    """Build the result rollup for the hours it does not hold yet (a database
+    upgraded with results), a few hours per short transaction, then the window
+    index with source and trace id (concurrently); scoring goes on."""
+    from judgeflow.db import migrate, rollup
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.epochs import when
+
+    settings = command_settings()
+    announce_database(settings)
+    engine = engine_for(settings)
+    migrate.upgrade(engine)
+    if rebuild:
+        rollup.start_over(engine)
+
+    def show(step: rollup.BuildProgress) -> None:
+        if step.done:
+            typer.echo("result rollup built: every trace hour is kept on write")
+        else:
+            typer.echo(f"built down to {when(step.built_from)} ({step.hours_done} hour(s), {step.lines} line(s)); "
+                       f"{step.hours_left} hour(s) left")
+
+    rollup.build(engine, hours=hours, progress=show)
+    if rollup.cover_window_index(engine):
+        typer.echo("window index rebuilt with source and trace id (concurrently): the cut hours are read index-only")
 
 
 @db_app.command("start")

@@ -129,9 +129,52 @@ def check_database(settings: Settings, *, full: bool = False) -> CheckReport:
         report.add("ok", f"judgeflow schema at revision {head}")
     else:
         report.add("MISSING", f"judgeflow schema at {current or 'none'}, expected {head}: run `judgeflow db upgrade`")
+    if current == head:
+        _check_rollup(report, engine, full=full)
     _check_pooling(report, settings)
     _check_write_back(report, settings)
     return report
+
+
+def _check_rollup(report: CheckReport, engine, *, full: bool) -> None:
+    """Whether the result rollup holds every hour (`judgeflow db rollup` builds
+    the rest), a segment key that explodes, and with ``full`` whether its lines
+    equal the results counted again."""
+    from judgeflow.db.epochs import when
+    from judgeflow.db.rollup import differences, exploding_keys, rollup_state, window_index_covers
+
+    try:
+        with engine.connect() as conn:
+            state = rollup_state(conn)
+            if state is None:
+                return
+            if state.built:
+                report.add("ok", "result rollup current: every trace hour is kept on write")
+            else:
+                report.add("warn", f"result rollup built for trace hours from {when(state.built_from)} on; "
+                                   f"{state.hours_left()} older hour(s) are still counted from the results "
+                                   "(exact, slower): run `judgeflow db rollup` to build them")
+            if not window_index_covers(conn):
+                report.add("warn", "the window index lacks source and trace id (a database upgraded with many "
+                                   "results): the hours a period boundary cuts are read from the table; "
+                                   "run `judgeflow db rollup` to build it concurrently")
+            for key, values in exploding_keys(conn):
+                report.add("warn", f"segment key {key!r} has {values:,} values in the result rollup (one line per "
+                                   "value and hour): an id rather than a segment? Remove it from "
+                                   "JUDGEFLOW_ALERT_SEGMENT_BY; rules keep its top N values and 'other'")
+            if not full:
+                return
+            wrong = differences(conn)
+    except DBAPIError as exc:
+        report.add("warn", f"could not read the result rollup: {exc.orig}")
+        return
+    if not wrong:
+        report.add("ok", "result rollup recomputed from the results (--full): every line equal")
+        return
+    first = "; ".join(f"{m} {when(h)} {k or 'overall'}: {raw} results, rollup {kept}"
+                      for m, h, k, raw, kept in wrong[:5])
+    report.add("MISSING", f"result rollup differs from the results in {len(wrong)} line(s) ({first}): "
+                          "run `judgeflow db rollup --rebuild`")
 
 
 def _check_write_back(report: CheckReport, settings: Settings) -> None:

@@ -231,14 +231,15 @@ def status_notes(report: dict) -> list[str]:
 def window_rates(conn, settings: Settings) -> dict[str, dict]:
     """Per metric, its not-passed rate over the alert window: a weighted
     estimate with its 95% interval, the results judged and the traffic they stand for."""
-    from judgeflow.alerts.evaluation import segment_figures
+    from judgeflow.alerts.evaluation import read_evaluation_counts
     from judgeflow.alerts.rules import all_rules
 
     out = {}
-    for rule in all_rules(settings):
-        if rule.kind != "regression" or rule.metric is None:
-            continue
-        e = segment_figures(conn, rule, now=conn.execute(text("SELECT now()")).scalar_one())[0].estimate
+    rules = [r for r in all_rules(settings) if r.kind == "regression" and r.metric is not None]
+    # every metric's rate from one read of the result rollup
+    counts = read_evaluation_counts(conn, rules, now=conn.execute(text("SELECT now()")).scalar_one())
+    for rule in rules:
+        e = counts.figures(rule)[0].estimate
         out[rule.metric] = {"window": settings.alert_window, "rate": e.rate, "ci_low": e.ci_low,
                             "ci_high": e.ci_high, "judged": e.judged, "traces": round(e.traces)}
     return out

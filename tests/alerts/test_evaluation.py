@@ -1,5 +1,6 @@
-"""The rules' window queries: every rule reads eval_results through its
-(metric, trace_created_at) index, including the rule over all metrics."""
+"""The rules' window reads: every rule reads the rollup once and the hours its
+period boundaries cut from eval_results through its (metric,
+trace_created_at) index, including the rule over all metrics."""
 
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ def engine(db):
 
 
 def _window_query(engine: sa.Engine, rule):
-    """The statement compute_figures counts the window with, its parameters, and the figures."""
+    """The statement compute_figures counts the cut hours with (from eval_results),
+    its parameters, and the figures; it also reads the rollup, once."""
     sent: list[tuple[str, object]] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):
@@ -29,8 +31,9 @@ def _window_query(engine: sa.Engine, rule):
             figures = compute_figures(conn, rule)
     finally:
         sa.event.remove(engine, "before_cursor_execute", capture)
-    counting = [s for s in sent if "count(*) FILTER" in s[0]]
+    counting = [s for s in sent if "FROM judgeflow.eval_results" in s[0] and "count(*)" in s[0]]
     assert len(counting) == 1, sent
+    assert len([s for s in sent if "FROM judgeflow.result_rollup" in s[0]]) == 1, sent
     return counting[0][0], counting[0][1], figures
 
 
