@@ -2,7 +2,7 @@
 written from its criteria), kept so later runs score with the same
 
 Revision ID: 0017
-Revises: 0015 (15_sample_ledger.py); chained after 16_result_rollup.py at merge
+Revises: 0016 (16_result_rollup.py)
 Create Date: 2026-11-27
 """
 
@@ -11,7 +11,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision = "0017"
-down_revision = "0015"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
