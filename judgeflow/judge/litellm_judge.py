@@ -243,6 +243,9 @@ def _translate(exc: Exception, *, model: str, api_key: str | tuple[str, ...] | N
 
     if isinstance(exc, (litellm.Timeout, openai.APITimeoutError)):
         return _tag(TransientJudgeError(f"{where}: timed out after {timeout_s:g}s"), status, exc)
+    if _never_connected(exc):
+        # litellm reports some of these as a 500 that no server sent
+        return _tag(TransientJudgeError(f"{where}: could not connect: {_detail(exc, api_key)}"), None, exc)
     if isinstance(exc, litellm.ContextWindowExceededError):
         return _tag(PermanentJudgeError(
             f"{where}: context window exceeded (HTTP 400): {_detail(exc, api_key)}"

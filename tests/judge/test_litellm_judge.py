@@ -290,8 +290,11 @@ def test_stall_beyond_timeout_is_retried_then_transient(server):
 def test_connection_refused_is_transient():
     judge = LiteLLMJudge(MODEL, api_base="http://127.0.0.1:9/v1", api_key=API_KEY, timeout_s=2,
                          retry=CallRetry(max_retries=1, backoff_base_s=0.01, backoff_max_s=0.01))
-    with pytest.raises(TransientJudgeError):
+    with pytest.raises(TransientJudgeError) as info:
         judge.complete(opinions_request())
+    # no server answered: the message says so, and names no HTTP status it never got
+    assert "could not connect" in str(info.value) and "HTTP" not in str(info.value), str(info.value)
+    assert info.value.status_code is None
 
 
 def test_injected_sleep_sees_full_jitter_delays(server):
