@@ -102,9 +102,10 @@ def _figures_from_the_rollup_are_the_results(engine, settings) -> None:
         assert keys == {"", "app", "tier"}
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
         counts = read_evaluation_counts(conn, rules, now=now)
-        for rule in rules:
-            for key in (None, *rule.segment_by):
-                mine = [(f.segment.label, f.sample_size, f.violations, f.failed, f.value)
-                        for f in counts.figures(rule, key=key)]
-                assert mine and mine == [(f.segment.label, f.sample_size, f.violations, f.failed, f.value)
-                                         for f in raw_figures(conn, rule, now=now, key=key)], (rule.name, key)
+        def seen(figures) -> list[tuple]:
+            return [(f.segment.label, f.sample_size, f.violations, f.failed, f.value) for f in figures]
+
+        mine = {(r.name, key): seen(counts.figures(r, key=key)) for r in rules for key in (None, *r.segment_by)}
+        assert mine == {(r.name, key): seen(raw_figures(conn, r, now=now, key=key))
+                        for r in rules for key in (None, *r.segment_by)}
+        assert len(mine[("helpfulness_rate", "tier")]) == 2 and mine[("toxicity_rate", "app")][0][1] > 0

@@ -194,13 +194,13 @@ def _segments_of_the_other_rules_and_the_rollup(db) -> None:
         assert differences(conn) == []
         now = conn.execute(sa.text("SELECT now()")).scalar_one()
         counts = read_evaluation_counts(conn, rules, now=now)
-        for rule in rules:
-            for key in (None, *rule.segment_by):
-                figures = [(f.segment.label, f.sample_size, f.violations, f.value, f.baseline_sample_size)
-                           for f in counts.figures(rule, key=key)]
-                assert figures and figures == [
-                    (f.segment.label, f.sample_size, f.violations, f.value, f.baseline_sample_size)
-                    for f in raw_figures(conn, rule, now=now, key=key)], (rule.name, key)
+        def seen(figures) -> list[tuple]:
+            return [(f.segment.label, f.sample_size, f.violations, f.value, f.baseline_sample_size) for f in figures]
+
+        mine = {(r.name, key): seen(counts.figures(r, key=key)) for r in rules for key in (None, *r.segment_by)}
+        assert mine == {(r.name, key): seen(raw_figures(conn, r, now=now, key=key))
+                        for r in rules for key in (None, *r.segment_by)}
+        assert [f[:3] for f in mine[("helpfulness_rate", "tier")]] == [("tier=free", 4, 2), ("tier=paid", 2, 0)]
 
 
 def _models_asked(judge_server, criteria: str) -> list[str]:
