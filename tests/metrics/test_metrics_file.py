@@ -311,3 +311,11 @@ def test_metrics_lists_each_metrics_segment_keys(tmp_path, monkeypatch):
     assert bad.exit_code == 2
     (line,) = bad.output.strip().splitlines()
     assert "metrics.toml: metric helpfulness: segment_by: bad key 'a=b'" in line
+    # a key the source preset's traces do not carry: the command stops at its settings
+    monkeypatch.setenv("JUDGEFLOW_SOURCE", "litellm")
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(write(tmp_path, with_field("segment_by", '["tier"]'))))
+    unknown = runner.invoke(app, ["metrics"])
+    assert unknown.exit_code == 2
+    (line,) = unknown.output.strip().splitlines()
+    assert ("metrics.toml: metric helpfulness: segment_by: unknown metadata key 'tier': the litellm source's traces "
+            "carry model, model_group,") in line, line
