@@ -54,14 +54,14 @@ def segment_keys_in_force(settings) -> str:
         found = f"by {keys}: the {settings.source} preset's default (JUDGEFLOW_ALERT_SEGMENT_BY is not set)"
     else:
         found = "JUDGEFLOW_ALERT_SEGMENT_BY is not set"
-    own = _own_segment_keys(settings)
+    own = _own_segment_keys()
     if own:
         return f"{found}; {own}"
     return found if keys else "none in force now: JUDGEFLOW_ALERT_SEGMENT_BY is not set; these are from earlier " \
                               "evaluations"
 
 
-def _own_segment_keys(settings) -> str:
+def _own_segment_keys() -> str:
     """The metrics whose rules segment by keys of their own (a metrics file's segment_by), and those keys."""
     from judgeflow.metrics.registry import registered
 
