@@ -150,9 +150,12 @@ def test_the_presets_metadata_keys_are_those_their_traces_carry():
     from datetime import datetime, timezone
 
     now = datetime.now(timezone.utc)
-    litellm = litellm_trace({"request_id": "r1", "created_at": now, "model": "m", "team_id": "t",
-                             "request_tags": ["a"], "messages": [], "response": {}})
-    phoenix = phoenix_trace({"span_id": "s1", "created_at": now, "project": "p", "attributes": {}})
+    # every column the presets read into metadata, each with a value (a key without one is left out)
+    litellm = litellm_trace({"request_id": "r1", "created_at": now, "messages": [], "response": {}, **{
+        column: "x" for column in ("model", "model_group", "team_id", "end_user", "user", "call_type", "status",
+                                   "session_id")}, "request_tags": ["a"]})
+    phoenix = phoenix_trace({"span_id": "s1", "created_at": now, "attributes": {}, **{
+        column: "x" for column in ("project", "trace_id", "name", "model", "status_code")}})
     assert tuple(litellm.metadata) == PRESET_METADATA_KEYS["litellm"]
     assert tuple(phoenix.metadata) == PRESET_METADATA_KEYS["phoenix"]
 
