@@ -23,7 +23,7 @@ class TraceWork(BaseModel):
     output: str | None = None
     context: Any = None
     metadata: Any = None
-    # the JUDGEFLOW_ALERT_SEGMENT_BY values of metadata, stored with the result
+    # the values of metadata's stored segment keys (Settings.stored_segment_keys), stored with the result
     segment: dict[str, str] = {}
     # set: not judged, stored as 'skipped' with this reason (TraceBody.skip: a source preset's verdict)
     skip_reason: str | None = None

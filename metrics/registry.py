@@ -34,6 +34,9 @@ What a spec declares:
 - ``judge_model``: a litellm model that judges this metric instead of the
   run's (same endpoint, key, slots and retry loop; priced at its own price);
   None: the run's judge model (:func:`judgeflow.judge.config.metric_judge_model`).
+- ``segment_by``: the metadata keys its own alert rules (``<name>_rate``,
+  ``<name>_regression``) and its trend lines are segmented by, in place of
+  ``JUDGEFLOW_ALERT_SEGMENT_BY`` (``()``: overall only); None: those global keys.
 
 Each metric has an origin: ``built-in`` (judgeflow's own entry point),
 ``plugin`` (another distribution's entry point, or :func:`register` from
@@ -164,10 +167,14 @@ class MetricSpec:
     higher_is_better: bool = False
     prepare: Preparation | None = None
     judge_model: str | None = None
+    segment_by: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not set(self.name) <= _NAME_CHARS or self.name[0].isdigit():
             raise ConfigError(f"metric name {self.name!r}: lowercase letters, digits and '_' only")
+        if self.segment_by is not None and (not isinstance(self.segment_by, tuple) or not all(
+                isinstance(key, str) and key for key in self.segment_by)):
+            raise ConfigError(f"metric {self.name}: segment_by must be a tuple of metadata keys, or None")
         unknown = set(self.fields) - {"input", "output", "context"}
         if unknown or "output" not in self.fields:
             raise ConfigError(f"metric {self.name}: fields must include 'output' and be input/output/context")

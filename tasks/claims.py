@@ -173,7 +173,7 @@ def _with_bodies(settings: Settings, owner: str, keys: list[TraceKey], claimed: 
     if read.errors:
         log.warning("%d trace(s) of %s could not be read and are recorded as failed: %s", len(read.errors),
                     source.display, "; ".join(f"{k}: {v}" for k, v in list(read.errors.items())[:5]))
-    items, gone = _work_items(keys, claimed, read, settings.alert_segment_keys)
+    items, gone = _work_items(keys, claimed, read, settings.stored_segment_keys)
     if gone:
         log.info("%d claimed pair(s) whose trace %s no longer shows were given back", len(gone), source.display)
         release_pairs(settings, gone, owner)

@@ -5,9 +5,10 @@ results whose trace was created at or after ``now - window``. The baseline is
 the period just before it, ``[window_start - baseline, window_start)``. Results
 without a trace time are outside every window.
 
-Segments come from ``eval_results.segment``: the values of the
-``JUDGEFLOW_ALERT_SEGMENT_BY`` metadata keys, copied there when the trace was
-scored (so counting a segment never touches the customer's trace table).
+Segments come from ``eval_results.segment``: the values of the stored
+segment keys (``JUDGEFLOW_ALERT_SEGMENT_BY``'s and each served metric's own),
+copied there when the trace was scored (so counting a segment never touches
+the customer's trace table); a rule counts the keys of its ``segment_by`` only.
 
 An evaluation reads its counts once (:func:`read_evaluation_counts`,
 judgeflow/db/rollup.py): every whole trace hour of every rule's periods from

@@ -39,7 +39,10 @@ Kinds:
 
 Every rule is evaluated over all results and, with ``JUDGEFLOW_ALERT_SEGMENT_BY``,
 per segment: each value of each metadata key (the top
-``JUDGEFLOW_ALERT_SEGMENT_TOP`` by volume, the rest grouped as ``other``).
+``JUDGEFLOW_ALERT_SEGMENT_TOP`` by volume, the rest grouped as ``other``). A
+metric with keys of its own (a metrics file's ``segment_by``) has its two
+rules segmented by those instead (``[]``: overall only), as a monitor's own
+"group by" replaces any default; the judge failure rate keeps the global keys.
 """
 
 from __future__ import annotations
@@ -165,6 +168,12 @@ def _maximum(spec: RuleSpec, settings: Settings) -> float | None:
     return _limit(settings, spec)
 
 
+def _segment_by(spec: RuleSpec, settings: Settings) -> tuple[str, ...]:
+    if spec.kind in _OVERALL_ONLY:
+        return ()
+    return settings.alert_segment_keys if spec.metric is None else settings.metric_segment_keys(spec.metric)
+
+
 def all_rules(settings: Settings) -> list[Rule]:
     """Every known rule, enabled or not, in a fixed order."""
     from judgeflow.sources.identity import result_source
@@ -188,7 +197,7 @@ def all_rules(settings: Settings) -> list[Rule]:
             alpha=settings.regression_alpha,
             resolve_alpha=settings.regression_resolve_alpha,
             hysteresis=settings.alert_hysteresis,
-            segment_by=() if spec.kind in _OVERALL_ONLY else settings.alert_segment_keys,
+            segment_by=_segment_by(spec, settings),
             segment_top=settings.alert_segment_top,
             source=result_source(settings),
             max_age_s=settings.phoenix_unwritten_max_age_s if spec.kind == "unwritten_results" else None,

@@ -1,5 +1,6 @@
-"""A trace's segment: the values of the ``JUDGEFLOW_ALERT_SEGMENT_BY`` keys of
-its metadata, as stored in ``eval_results.segment`` when it is scored.
+"""A trace's segment: the values of the stored segment keys of its metadata
+(``JUDGEFLOW_ALERT_SEGMENT_BY``'s and every served metric's own ``segment_by``:
+Settings.stored_segment_keys), as stored in ``eval_results.segment`` when it is scored.
 
 Metadata is untrusted and messy: it may be missing, a JSON string, a list, or
 hold objects, NUL characters or megabytes under a key. Only scalar values

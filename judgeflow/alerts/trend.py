@@ -112,11 +112,11 @@ def compute_trend(
 ) -> Trend:
     """Per-day rates over the last ``days`` days (UTC days, today included) for
     each metric overall and its ``top`` segments by volume of each key in
-    ``segment_keys`` (default ``JUDGEFLOW_ALERT_SEGMENT_BY``), and each line's
+    ``segment_keys`` (default: the keys the metric's rules segment by, its own
+    ``segment_by`` or ``JUDGEFLOW_ALERT_SEGMENT_BY``), and each line's
     current window against its baseline (the regression rules' periods)."""
     if now is None:
         now = conn.execute(select(func.now())).scalar_one()
-    keys = settings.alert_segment_keys if segment_keys is None else segment_keys
     until = now.astimezone(timezone.utc).date()
     since = until - timedelta(days=days - 1)
     start = datetime.combine(since, datetime.min.time(), tzinfo=timezone.utc)
@@ -134,7 +134,7 @@ def compute_trend(
         days_ = lines.get((metric, "", ""), empty)
         change = counts.figures(rules[metric])[0]
         trend.series.append(_series(metric, {}, days_, change))
-        for key in keys:
+        for key in rules[metric].segment_by if segment_keys is None else segment_keys:
             by_value = {v: d for (m, k, v), d in lines.items() if m == metric and k == key}
             chosen = sorted(by_value, key=lambda v: (-sum(c.n for c in by_value[v]), v))[:top]
             changes = {f.segment.value: f for f in counts.figures(rules[metric], key=key, keep=tuple(chosen))}

@@ -49,10 +49,25 @@ def segment_keys_in_force(settings) -> str:
     """Which metadata keys the rules segment by now, and where they come from."""
     keys = ", ".join(settings.alert_segment_keys)
     if settings.alert_segment_by:
-        return f"by {keys}: JUDGEFLOW_ALERT_SEGMENT_BY"
-    if keys:
-        return f"by {keys}: the {settings.source} preset's default (JUDGEFLOW_ALERT_SEGMENT_BY is not set)"
-    return "none in force now: JUDGEFLOW_ALERT_SEGMENT_BY is not set; these are from earlier evaluations"
+        found = f"by {keys}: JUDGEFLOW_ALERT_SEGMENT_BY"
+    elif keys:
+        found = f"by {keys}: the {settings.source} preset's default (JUDGEFLOW_ALERT_SEGMENT_BY is not set)"
+    else:
+        found = "JUDGEFLOW_ALERT_SEGMENT_BY is not set"
+    own = _own_segment_keys()
+    if own:
+        return f"{found}; {own}"
+    return found if keys else "none in force now: JUDGEFLOW_ALERT_SEGMENT_BY is not set; these are from earlier " \
+                              "evaluations"
+
+
+def _own_segment_keys() -> str:
+    """The metrics whose rules segment by keys of their own (a metrics file's segment_by), and those keys."""
+    from judgeflow.metrics.registry import registered
+
+    own = [f"{name}'s rules by {', '.join(spec.segment_by) or 'nothing (overall only)'}"
+           for name, spec in registered().items() if spec.segment_by is not None]
+    return "; ".join(own) + (": their own segment_by" if own else "")
 
 
 def _rule(rule: str, segment_key: str | None) -> str:

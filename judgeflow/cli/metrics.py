@@ -1,5 +1,5 @@
 """``judgeflow metrics``: every metric served, where it comes from, its version,
-the model that judges it, what it reads and its alert rules; ``--check FILE``
+the model that judges it, what it reads, its alert rules and the segment keys they are evaluated by; ``--check FILE``
 validates a metrics file without judging anything."""
 
 from __future__ import annotations
@@ -35,9 +35,16 @@ def metric_rows(settings) -> list[dict]:
             "name": name, "origin": origin_of(name), "version": spec.version, "judge_model": models[name],
             "inputs": list(spec.fields),
             "passes": f"score {'>=' if spec.higher_is_better else '<='} {own.threshold:g}",
-            "rules": rules.get(name, []), "description": spec.description,
+            "rules": rules.get(name, []), "segment_by": list(settings.metric_segment_keys(name)),
+            "segment_by_own": spec.segment_by is not None, "description": spec.description,
         })
     return rows
+
+
+def _segments(row: dict) -> str:
+    keys = ", ".join(row["segment_by"])
+    where = "its own segment_by" if row["segment_by_own"] else "JUDGEFLOW_ALERT_SEGMENT_BY"
+    return f"rules per {keys} ({where})" if keys else f"rules overall only ({where})"
 
 
 @clear_errors
@@ -47,7 +54,7 @@ def metrics(
                                     "with one line naming the problem"),
     as_json: bool = typer.Option(False, "--json", help="the list as JSON"),
 ) -> None:
-    """List every metric: its origin (built-in, file, plugin), version, inputs and alert rules."""
+    """List every metric: its origin (built-in, file, plugin), version, inputs, alert rules and their segment keys."""
     if check is not None:
         from judgeflow.metrics.geval.file import load_metrics_file
 
@@ -70,7 +77,7 @@ def metrics(
     for row in rows:
         rules = "; ".join(row["rules"]) or "no alert rule on"
         typer.echo(f"{row['name']:<16} {row['origin']:<9} {row['version']:<28} judged by {row['judge_model']}; "
-                   f"reads {', '.join(row['inputs'])}; passes at {row['passes']}; {rules}")
+                   f"reads {', '.join(row['inputs'])}; passes at {row['passes']}; {rules}; {_segments(row)}")
 
 
 def _unpriced_models(path: Path, specs) -> list[str]:

@@ -80,7 +80,8 @@ def _rate_line(metric: str, r: dict) -> str:
 def report(
     since: str = typer.Option("14d", help="how far back the per-day rates go, e.g. 14d or 4w"),
     segment: Optional[list[str]] = typer.Option(
-        None, "--segment", help="a metadata key to break the rates down by (default JUDGEFLOW_ALERT_SEGMENT_BY)"
+        None, "--segment", help="a metadata key to break the rates down by (default: each metric's rules' keys, "
+                                "its own segment_by or JUDGEFLOW_ALERT_SEGMENT_BY)"
     ),
     as_json: bool = typer.Option(
         False, "--json", help="print one JSON object: the alert window's rows and per-day rows"

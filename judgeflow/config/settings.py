@@ -20,7 +20,7 @@ from judgeflow.config.key_transport import check_key_destinations
 from judgeflow.config.scrub import install_log_scrubbing, register_settings
 from judgeflow.config.secrets import resolve_secrets
 from judgeflow.metrics.geval.file import serve_metrics_file
-from judgeflow.metrics.registry import MetricSettings, origin_of, registered
+from judgeflow.metrics.registry import MetricSettings, origin_of, registered, served_file, spec_of
 
 log = logging.getLogger("judgeflow.config.settings")
 
@@ -30,6 +30,12 @@ _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 PRESET_SEGMENT_KEYS: dict[str, tuple[str, ...]] = {
     "litellm": ("model", "model_group", "team_id", "end_user", "tags"),
     "phoenix": ("project",),
+}
+# the metadata keys each source preset's traces carry (judgeflow/sources/litellm.py, judgeflow/phoenix/source.py):
+# a metric's own segment_by naming another key would segment nothing
+PRESET_METADATA_KEYS: dict[str, tuple[str, ...]] = {
+    "litellm": ("model", "model_group", "team_id", "end_user", "tags", "user", "call_type", "status", "session_id"),
+    "phoenix": ("project", "trace_id", "span_name", "model", "status"),
 }
 
 
@@ -293,7 +299,8 @@ class Settings(BaseSettings):
     alert_segment_by: str | None = Field(
         None,
         description="comma-separated keys of the traces' metadata (e.g. 'app,model'): every rate rule is also "
-        "evaluated per value of each key; the values are copied into eval_results.segment when a trace is scored",
+        "evaluated per value of each key (a file metric's own segment_by replaces them for its rules); the values "
+        "are copied into eval_results.segment when a trace is scored",
     )
     alert_segment_top: int = Field(
         10, ge=1, le=200,
@@ -350,6 +357,17 @@ class Settings(BaseSettings):
             raise ConfigError(
                 "set both JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK, or neither"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _metric_segment_keys_are_the_sources(self):
+        known = PRESET_METADATA_KEYS.get(self.source)
+        for name, spec in registered().items() if known else ():
+            unknown = [key for key in spec.segment_by or () if key not in known]
+            if unknown:
+                where = served_file() if origin_of(name) == "file" else "metric plugin"
+                raise ConfigError(f"{where}: metric {name}: segment_by: unknown metadata key {unknown[0]!r}: the "
+                                  f"{self.source} source's traces carry {', '.join(known)}")
         return self
 
     @model_validator(mode="before")
@@ -446,6 +464,22 @@ class Settings(BaseSettings):
         if self.alert_segment_by:
             return tuple(self.alert_segment_by.split(","))
         return PRESET_SEGMENT_KEYS.get(self.source, ())
+
+    def metric_segment_keys(self, name: str) -> tuple[str, ...]:
+        """The keys metric ``name``'s own rules and trend lines segment by: its own ``segment_by`` (a metrics
+        file's), in place of JUDGEFLOW_ALERT_SEGMENT_BY's; without one, those."""
+        own = spec_of(name).segment_by
+        return self.alert_segment_keys if own is None else own
+
+    @property
+    def stored_segment_keys(self) -> tuple[str, ...]:
+        """The keys whose values are copied into eval_results.segment when a trace is scored: the alert
+        segment keys (the judge failure rate's, and every metric's without keys of its own) and every served
+        metric's own, so each metric's rules can be counted per its keys from any result."""
+        keys = dict.fromkeys(self.alert_segment_keys)
+        for spec in registered().values():
+            keys.update(dict.fromkeys(spec.segment_by or ()))
+        return tuple(keys)
 
     @property
     def stratify_keys(self) -> tuple[str, ...]:

@@ -161,7 +161,8 @@ def _check_rollup(report: CheckReport, engine, *, full: bool) -> None:
             for key, values in exploding_keys(conn):
                 report.add("warn", f"segment key {key!r} has {values:,} values in the result rollup (one line per "
                                    "value and hour): an id rather than a segment? Remove it from "
-                                   "JUDGEFLOW_ALERT_SEGMENT_BY; rules keep its top N values and 'other'")
+                                   "JUDGEFLOW_ALERT_SEGMENT_BY or the metrics file's segment_by; rules keep its "
+                                   "top N values and 'other'")
             if not full:
                 return
             wrong = differences(conn)

@@ -133,13 +133,14 @@ def _min_increase(settings: Settings) -> float | None:
     return min(found) if found else None
 
 
-def family_size(settings: Settings, strata: list[str]) -> int:
+def family_size(settings: Settings, strata: list[str], keys: tuple[str, ...] | None = None) -> int:
     """How many tests a regression rule's evaluation makes over these strata:
-    overall, and per alert segment key each value the strata hold (at most the
-    top ``JUDGEFLOW_ALERT_SEGMENT_TOP`` and ``other``; a key the strata do not
+    overall, and per segment key of the rule (``keys``, default the alert
+    segment keys) each value the strata hold (at most the top
+    ``JUDGEFLOW_ALERT_SEGMENT_TOP`` and ``other``; a key the strata do not
     split by counts as many)."""
     tests = 1
-    for key in settings.alert_segment_keys:
+    for key in settings.alert_segment_keys if keys is None else keys:
         values = {part.split("=", 1)[1] for name in strata for part in name.split(",")
                   if part.startswith(f"{key}=")}
         tests += min(len(values), settings.alert_segment_top + 1) if values else settings.alert_segment_top + 1
@@ -148,11 +149,14 @@ def family_size(settings: Settings, strata: list[str]) -> int:
 
 def detect_for(settings: Settings, strata: list[str]) -> Detect | None:
     """What the strata are sized for: the smallest minimum rise of the enabled
-    regression rules at the alpha of a segment's Holm-adjusted test (None: no regression rule)."""
+    regression rules at the alpha of a segment's Holm-adjusted test in the largest family of
+    those rules (each segmented by its metric's keys) (None: no regression rule)."""
     rise = _min_increase(settings)
     if rise is None:
         return None
-    return Detect(rise, settings.regression_alpha, family_size(settings, strata),
+    tests = max(family_size(settings, strata, settings.metric_segment_keys(name)) for name in metric_names()
+                if settings.metric(name).regression_min_increase is not None)
+    return Detect(rise, settings.regression_alpha, tests,
                   settings.regression_baseline_s / settings.alert_window_s)
 
 
@@ -196,8 +200,8 @@ def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: 
         if record:
             decisions.reweigh(conn)
         night = now.astimezone(timezone.utc).date()  # the night is the UTC day the run plans on
-        # results remember the alert segment keys only: a stratum's own history needs its keys among them
-        own = set(keys) <= set(settings.alert_segment_keys)
+        # results remember the stored segment keys only: a stratum's own history needs its keys among them
+        own = set(keys) <= set(settings.stored_segment_keys)
         planned_budget = decisions.night_budget_usd(conn, night)
         spent = decisions.night_spent_usd(conn, night, recover=record)
         if record and budget_usd is not None and flow_run_id is not None:

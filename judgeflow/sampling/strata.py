@@ -112,7 +112,7 @@ def stratify(bodies: dict[str, TraceBody], keys: Sequence[TraceKey], stratify_ke
 
 def _stratum_label(stratify_keys: Sequence[str], params: dict[str, Any]) -> str:
     """SQL: a result's stratum from ``eval_results.segment`` (which holds the
-    alert segment keys: a stratify key that is not one of them reads as ``other``)."""
+    stored segment keys, Settings.stored_segment_keys: a stratify key that is not one of them reads as ``other``)."""
     params.update(other=MISSING, all=ALL)
     parts = []
     for i, key in enumerate(stratify_keys):
@@ -145,7 +145,7 @@ def recent_fail_rates(conn: Connection, metrics: list[str], stratify_keys: Seque
                       since: datetime) -> dict[str, float]:
     """Per stratum, the mean over ``metrics`` of the share of scored results
     that did not pass since ``since``, from ``eval_results.segment`` (which
-    holds the alert segment keys: a stratify key that is not one of them reads
+    holds the stored segment keys: a stratify key that is not one of them reads
     as ``other``)."""
     params: dict[str, Any] = {"metrics": list(metrics), "since": since}
     label = _stratum_label(stratify_keys, params)

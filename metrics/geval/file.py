@@ -7,6 +7,8 @@
     threshold = 0.5
     rate_max = 0.10
     model = "gpt-4o"          # optional: judged by this litellm model (same endpoint and key as the run's)
+    segment_by = ["tier"]     # optional: its rules per value of these metadata keys, in place of
+                              # JUDGEFLOW_ALERT_SEGMENT_BY's ([]: overall only)
 
 Every field is checked before anything is judged; a problem is one
 :class:`ConfigError` line naming the file, the metric and the field.
@@ -29,14 +31,12 @@ ALLOWED_INPUTS = ("input", "output", "context")
 MAX_NAME_CHARS = 40
 MAX_CRITERIA_CHARS = 4000
 MAX_MODEL_CHARS = 200
+# as many metadata keys, as long, as JUDGEFLOW_ALERT_SEGMENT_BY takes
+MAX_SEGMENT_KEYS = 8
+MAX_KEY_CHARS = 100
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-# fields a metric may have; segment_by is named so its line says why it is refused
 FIELDS = frozenset({"criteria", "evaluation_steps", "inputs", "threshold", "rate_max", "regression", "strict_mode",
-                    "description", "model"})
-NOT_YET = {
-    "segment_by": "per-metric segments are not supported yet; JUDGEFLOW_ALERT_SEGMENT_BY segments every metric's "
-                  "rules",
-}
+                    "description", "model", "segment_by"})
 
 # the specs of a file's content, so a file read again (a second settings object in one process) keeps the
 # steps its metrics were handed
@@ -88,8 +88,6 @@ def _definition(where: _Where, name: str, table: Any, taken: set[str]) -> GEvalD
     if not isinstance(table, dict):
         raise where.error(None, "must be a table of fields: [metrics." + name + "]")
     for key in table:
-        if key in NOT_YET:
-            raise where.error(key, NOT_YET[key])
         if key not in FIELDS:
             raise where.error(key, f"unknown field; the fields are {', '.join(sorted(FIELDS))}")
     if "criteria" not in table:
@@ -104,6 +102,7 @@ def _definition(where: _Where, name: str, table: Any, taken: set[str]) -> GEvalD
         strict_mode=_strict(where, table.get("strict_mode", 0)),
         description=_text(where, "description", table.get("description", ""), 500, empty=True),
         model=None if "model" not in table else _model(where, table["model"]),
+        segment_by=None if "segment_by" not in table else segment_keys(where, table["segment_by"]),
     )
 
 
@@ -134,6 +133,25 @@ def _model(where: _Where, value: Any) -> str:
         raise where.error("model", "the offline judge has no rubric for a file metric; name a litellm model, or "
                                    "leave model out to use JUDGEFLOW_JUDGE_MODEL")
     return model
+
+
+def segment_keys(where: _Where, value: Any) -> tuple[str, ...]:
+    """Metadata keys, each as written (a key is matched exactly, as in JUDGEFLOW_ALERT_SEGMENT_BY)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise where.error("segment_by", f'must be a list of metadata keys, e.g. ["tier"] ([]: overall only), got '
+                                        f"{_kind(value)}")
+    if len(value) > MAX_SEGMENT_KEYS:
+        raise where.error("segment_by", f"at most {MAX_SEGMENT_KEYS} keys, got {len(value)}")
+    for key in value:
+        if not key.strip() or key != key.strip() or len(key) > MAX_KEY_CHARS:
+            raise where.error("segment_by", f"bad key {key[:MAX_KEY_CHARS]!r}: a metadata key of 1 to "
+                                            f"{MAX_KEY_CHARS} characters, without spaces around it")
+        # ',' separates keys in JUDGEFLOW_ALERT_SEGMENT_BY and '=' a key from its value in a segment's name
+        if any(c in ",=" or not c.isprintable() for c in key):
+            raise where.error("segment_by", f"bad key {key!r}: no ',', '=' or control characters")
+    if len(set(value)) != len(value):
+        raise where.error("segment_by", "names a key twice")
+    return tuple(value)
 
 
 def _inputs(where: _Where, value: Any) -> tuple[str, ...]:

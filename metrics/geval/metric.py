@@ -59,6 +59,9 @@ class GEvalDefinition:
     strict_mode: bool = False
     description: str = ""
     model: str | None = None  # its own judge model (litellm), None: the run's
+    # the metadata keys its own rules are segmented by, None: JUDGEFLOW_ALERT_SEGMENT_BY's (not in its version:
+    # segments group scores, they never change one)
+    segment_by: tuple[str, ...] | None = None
 
     @property
     def steps_key(self) -> str:
@@ -229,5 +232,6 @@ def geval_spec(definition: GEvalDefinition) -> MetricSpec:
         offline={score_step(definition.name): f"{__name__}:offline_abstains",
                  steps_step(definition.name): f"{__name__}:offline_abstains"},
         label_words={}, higher_is_better=True, prepare=prepare, judge_model=definition.model,
+        segment_by=definition.segment_by,
     )
 

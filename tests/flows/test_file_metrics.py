@@ -33,6 +33,7 @@ inputs = ["input", "output"]
 threshold = 0.5
 rate_max = 0.10
 regression = true
+segment_by = ["tier"]
 
 [metrics.grounded]
 criteria = "Every claim of the reply is supported by the context."
@@ -82,7 +83,8 @@ def _first_night(db, judge_server):
     before = judge_server.calls("GEvalScore")
     recent = datetime.now(timezone.utc) - timedelta(minutes=5)
     insert_traces(db, [{"id": f"t{i}", "created_at": recent + timedelta(seconds=i), "input": "How do I boil an egg?",
-                        "output": out, "context": ["Eggs boil in 7 minutes."], "metadata": {"app": "ab"[i >= 2]}}
+                        "output": out, "context": ["Eggs boil in 7 minutes."],
+                        "metadata": {"app": "ab"[i >= 2], "tier": ("free", "paid")[i >= 4], "user": f"u{i}"}}
                        for i, out in enumerate(OUTPUTS)])
     summary = score_new_traces()
     # four metrics, six traces; t5 copies t4's result for every metric
@@ -120,12 +122,17 @@ def test_a_file_metric_is_served_like_the_built_ins(file_env, db, judge_server, 
     assert any(n.startswith("grounded: its evaluation steps were written by the judge once") for n in summary.notes)
     assert summary.by_metric["helpfulness"]["scored"] == 6 and summary.pass_rate["helpfulness"] == pytest.approx(4 / 6)
 
-    # its alert rule: 2 of 6 did not pass, over the 10% maximum; per segment too
+    # its alert rule: 2 of 6 did not pass, over the 10% maximum; per value of its own segment key (tier), in place
+    # of JUDGEFLOW_ALERT_SEGMENT_BY's app, which the other metrics' rules keep
     alerts = {(r["rule"], json.dumps(r["segment"])): r for r in _rows(
         db, "SELECT rule, segment, state, value, sample_size FROM judgeflow.alerts WHERE rule LIKE 'helpfulness%'")}
     overall = alerts[("helpfulness_rate", "{}")]
     assert (overall["state"], overall["sample_size"]) == ("firing", 6) and overall["value"] == pytest.approx(2 / 6)
-    assert alerts[("helpfulness_rate", '{"app": "b"}')]["sample_size"] == 4  # its segments are evaluated too
+    free, paid = alerts[("helpfulness_rate", '{"tier": "free"}')], alerts[("helpfulness_rate", '{"tier": "paid"}')]
+    assert (free["state"], free["sample_size"], free["value"]) == ("firing", 4, pytest.approx(0.5))
+    assert (paid["state"], paid["sample_size"]) == ("ok", 2)  # under the 4 samples a rule needs
+    assert {segment for _, segment in alerts} == {"{}", '{"tier": "free"}', '{"tier": "paid"}'}
+    _segments_of_the_other_rules_and_the_rollup(db)
 
     # the run's artifacts: its batch table names the metric's pairs
     table = asyncio.run(_artifacts(summary.flow_run_id))
@@ -137,6 +144,18 @@ def test_a_file_metric_is_served_like_the_built_ins(file_env, db, judge_server, 
     assert "helpfulness: score 0.200, FAILED (threshold 0.5)" in _cli("show", "t0")
     report = _cli("report", "--since", "1d")
     assert any(line.lstrip().startswith("helpfulness") for line in report.splitlines()), report
+    # its trend lines are per its own key, the built-ins' per app
+    window = json.loads((out := _cli("report", "--since", "1d", "--json"))[out.index("{"):])["window"]
+    lines = {(w["metric"], json.dumps(w["segment"], sort_keys=True), w["judged"]) for w in window
+             if w["metric"] in ("helpfulness", "toxicity")}
+    assert lines == {("helpfulness", "null", 6), ("helpfulness", '{"tier": "free"}', 4),
+                     ("helpfulness", '{"tier": "paid"}', 2), ("toxicity", "null", 6),
+                     ("toxicity", '{"app": "a"}', 2), ("toxicity", '{"app": "b"}', 4)}, lines
+    listed = _cli("alerts")
+    assert "helpfulness's rules by tier: their own segment_by" in listed
+    assert any(line.startswith("helpfulness_rate") and "tier=free" in line and "FIRING" in line
+               for line in listed.splitlines()), listed
+    assert not any("helpfulness" in line and "app=" in line for line in listed.splitlines()), listed
 
     _grounded_is_judged_by_its_own_model(db, judge_server)
     assert "judged by: openai/judge-test (toxicity, hallucination, helpfulness); openai/gpt-4o (grounded)" in _cli(
@@ -147,6 +166,41 @@ def test_a_file_metric_is_served_like_the_built_ins(file_env, db, judge_server, 
     _editing_the_criteria_starts_an_epoch_and_pages_nothing(db, file_env)
     _changing_its_model_starts_its_epoch_only(db, file_env, judge_server, monkeypatch)
     _removed_from_the_file_its_results_stay(db, file_env)
+
+
+def _segments_of_the_other_rules_and_the_rollup(db) -> None:
+    """Every result stores the keys any served metric's rules need (app and tier; not user); the other metrics'
+    rules are per app only; the rollup keeps one line per (key, value), never per combination, and every rule's
+    figures from it equal those counted from the results alone."""
+    from judgeflow.alerts.evaluation import read_evaluation_counts
+    from judgeflow.alerts.rules import enabled_rules
+    from judgeflow.config.settings import load_settings
+    from judgeflow.db.rollup import differences
+    from tests.alerts.raw_figures import raw_figures
+
+    stored = _rows(db, "SELECT DISTINCT segment FROM judgeflow.eval_results WHERE trace_id IN ('t0', 't4')")
+    assert sorted(json.dumps(r["segment"], sort_keys=True) for r in stored) == [
+        '{"app": "a", "tier": "free"}', '{"app": "b", "tier": "paid"}']
+    others = {(r["rule"], json.dumps(r["segment"])) for r in _rows(
+        db, "SELECT rule, segment FROM judgeflow.alerts WHERE rule IN ('toxicity_rate', 'grounded_regression')")}
+    assert others == {(rule, segment) for rule in ("toxicity_rate", "grounded_regression")
+                      for segment in ("{}", '{"app": "a"}', '{"app": "b"}')}
+    assert {r["seg_key"] for r in _rows(db, "SELECT DISTINCT seg_key FROM judgeflow.result_rollup")} == {
+        "", "app", "tier"}
+    rules = [r for r in enabled_rules(load_settings()) if r.kind in ("not_passed_rate", "regression")]
+    assert {r.name: r.segment_by for r in rules if r.metric in ("helpfulness", "toxicity")} == {
+        "toxicity_rate": ("app",), "helpfulness_rate": ("tier",), "helpfulness_regression": ("tier",)}
+    with db.connect() as conn:
+        assert differences(conn) == []
+        now = conn.execute(sa.text("SELECT now()")).scalar_one()
+        counts = read_evaluation_counts(conn, rules, now=now)
+        def seen(figures) -> list[tuple]:
+            return [(f.segment.label, f.sample_size, f.violations, f.value, f.baseline_sample_size) for f in figures]
+
+        mine = {(r.name, key): seen(counts.figures(r, key=key)) for r in rules for key in (None, *r.segment_by)}
+        assert mine == {(r.name, key): seen(raw_figures(conn, r, now=now, key=key))
+                        for r in rules for key in (None, *r.segment_by)}
+        assert [f[:3] for f in mine[("helpfulness_rate", "tier")]] == [("tier=free", 4, 2), ("tier=paid", 2, 0)]
 
 
 def _models_asked(judge_server, criteria: str) -> list[str]:

@@ -70,7 +70,18 @@ def with_field(field: str, value: str, *, drop: str | None = None) -> str:
     (with_field("model", '""'), "metric helpfulness: model: must not be empty"),
     (with_field("model", "4"), "metric helpfulness: model: must be text, got a number"),
     (with_field("model", '"offline"'), "metric helpfulness: model: the offline judge has no rubric for a file metric"),
-    (with_field("segment_by", '"app"'), "metric helpfulness: segment_by: per-metric segments are not supported yet"),
+    (with_field("segment_by", '"tier"'), 'metric helpfulness: segment_by: must be a list of metadata keys, e.g. '
+                                         '["tier"] ([]: overall only), got text'),
+    (with_field("segment_by", '["tier", 3]'), "metric helpfulness: segment_by: must be a list of metadata keys"),
+    (with_field("segment_by", '[""]'), "metric helpfulness: segment_by: bad key '': a metadata key of 1 to 100"),
+    (with_field("segment_by", '[" tier"]'), "metric helpfulness: segment_by: bad key ' tier': a metadata key of"),
+    (with_field("segment_by", '["t" ]'.replace("t", "t" * 101)), "metric helpfulness: segment_by: bad key"),
+    (with_field("segment_by", '["app,tier"]'), "metric helpfulness: segment_by: bad key 'app,tier': no ',', '='"),
+    (with_field("segment_by", '["tier=gold"]'), "metric helpfulness: segment_by: bad key 'tier=gold': no ','"),
+    (with_field("segment_by", '["ti\\u0000er"]'), "metric helpfulness: segment_by: bad key 'ti\\x00er': no ','"),
+    (with_field("segment_by", '["tier", "tier"]'), "metric helpfulness: segment_by: names a key twice"),
+    (with_field("segment_by", str([f"k{i}" for i in range(9)]).replace("'", '"')),
+     "metric helpfulness: segment_by: at most 8 keys, got 9"),
     (with_field("", "", drop="criteria") + 'criteria = 3\n', "metric helpfulness: criteria: must be text, got a "
                                                             "number"),
     (with_field("", "", drop="criteria") + 'criteria = "  "\n', "metric helpfulness: criteria: must not be empty"),
@@ -86,6 +97,67 @@ def test_each_bad_field_is_one_line_naming_the_file_metric_and_field(tmp_path, t
         load_metrics_file(path)
     message = str(error.value)
     assert "\n" not in message and message.startswith(f"{path}: ") and expected in message, message
+
+
+def test_a_metrics_own_segment_keys_replace_the_global_ones_for_its_rules_only(tmp_path):
+    """segment_by: its two rules per its keys ([]: overall only), the other metrics' and the judge failure rate's
+    per JUDGEFLOW_ALERT_SEGMENT_BY's; every result stores the union; not part of its version."""
+    from judgeflow.alerts.rules import all_rules
+    from judgeflow.config.settings import Settings
+
+    plain = write(tmp_path, GOOD)
+    Settings(_env_file=None, metrics_file=plain)
+    version = registered()["helpfulness"].version
+    path = write(tmp_path, GOOD.replace("rate_max = 0.10\n", 'rate_max = 0.10\nsegment_by = ["tier", "plan"]\n')
+                 .replace("strict_mode = 1\n", "strict_mode = 1\nsegment_by = []\n"))
+    settings = Settings(_env_file=None, metrics_file=path, alert_segment_by="app,tier")
+    assert (registered()["helpfulness"].segment_by, registered()["grounded"].segment_by) == (("tier", "plan"), ())
+    assert registered()["helpfulness"].version == version
+    assert {r.name: r.segment_by for r in all_rules(settings) if r.kind in ("not_passed_rate", "regression",
+                                                                                "failure_rate")} == {
+        "toxicity_rate": ("app", "tier"), "hallucination_rate": ("app", "tier"), "helpfulness_rate": ("tier", "plan"),
+        "grounded_rate": (), "judge_failure_rate": ("app", "tier"), "toxicity_regression": ("app", "tier"),
+        "hallucination_regression": ("app", "tier"), "helpfulness_regression": ("tier", "plan"),
+        "grounded_regression": ()}
+    assert settings.stored_segment_keys == ("app", "tier", "plan")
+    assert settings.metric_segment_keys("toxicity") == ("app", "tier")
+    # without the file: the global keys alone are stored
+    assert Settings(_env_file=None, alert_segment_by="app").stored_segment_keys == ("app",)
+
+
+def test_a_segment_key_a_source_presets_traces_do_not_carry_is_one_line(tmp_path):
+    """The litellm and Phoenix presets' metadata has fixed keys: another would segment nothing."""
+    from judgeflow.config.settings import PRESET_METADATA_KEYS, Settings
+
+    path = write(tmp_path, with_field("segment_by", '["team_id", "tier"]'))
+    with pytest.raises(ConfigError) as error:
+        Settings(_env_file=None, metrics_file=path, source="litellm")
+    assert str(error.value) == (f"{path}: metric helpfulness: segment_by: unknown metadata key 'tier': the litellm "
+                                f"source's traces carry {', '.join(PRESET_METADATA_KEYS['litellm'])}")
+    path = write(tmp_path, with_field("segment_by", '["team_id", "end_user"]'))
+    assert Settings(_env_file=None, metrics_file=path, source="litellm").metric_segment_keys("helpfulness") == (
+        "team_id", "end_user")
+    # a table's metadata is the user's own: any key
+    assert Settings(_env_file=None, metrics_file=write(tmp_path, with_field("segment_by", '["tier"]')),
+                    source="table").stored_segment_keys == ("tier",)
+
+
+def test_the_presets_metadata_keys_are_those_their_traces_carry():
+    from judgeflow.config.settings import PRESET_METADATA_KEYS
+    from judgeflow.phoenix.source import trace_of as phoenix_trace
+    from judgeflow.sources.litellm import trace_of as litellm_trace
+
+    from datetime import datetime, timezone
+
+    now = datetime.now(timezone.utc)
+    # every column the presets read into metadata, each with a value (a key without one is left out)
+    litellm = litellm_trace({"request_id": "r1", "created_at": now, "messages": [], "response": {}, **{
+        column: "x" for column in ("model", "model_group", "team_id", "end_user", "user", "call_type", "status",
+                                   "session_id")}, "request_tags": ["a"]})
+    phoenix = phoenix_trace({"span_id": "s1", "created_at": now, "attributes": {}, **{
+        column: "x" for column in ("project", "trace_id", "name", "model", "status_code")}})
+    assert tuple(litellm.metadata) == PRESET_METADATA_KEYS["litellm"]
+    assert tuple(phoenix.metadata) == PRESET_METADATA_KEYS["phoenix"]
 
 
 def test_an_unreadable_file_is_one_line(tmp_path):
@@ -218,3 +290,35 @@ def test_metrics_lists_every_metric_with_origin_version_inputs_and_rules(tmp_pat
     assert any(line.startswith("helpfulness") and " file " in line and "helpfulness_rate max 10%" in line
                and "judged by openai/gpt-4o-mini;" in line for line in text.splitlines()), text
     assert any(line.startswith("grounded") and "judged by openai/gpt-4o;" in line for line in text.splitlines())
+
+
+def test_metrics_lists_each_metrics_segment_keys(tmp_path, monkeypatch):
+    from judgeflow.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUDGEFLOW_ALERT_SEGMENT_BY", "app")
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(write(tmp_path, GOOD.replace(
+        "rate_max = 0.10\n", 'rate_max = 0.10\nsegment_by = ["tier"]\n').replace(
+        "strict_mode = 1\n", "strict_mode = 1\nsegment_by = []\n"))))
+    result = runner.invoke(app, ["metrics", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: (row["segment_by"], row["segment_by_own"]) for row in json.loads(result.output)["metrics"]}
+    assert rows == {"toxicity": (["app"], False), "hallucination": (["app"], False), "helpfulness": (["tier"], True),
+                    "grounded": ([], True)}
+    lines = {line.split()[0]: line for line in runner.invoke(app, ["metrics"]).output.splitlines()
+             if line and not line.startswith("metrics file")}
+    assert lines["helpfulness"].endswith("; rules per tier (its own segment_by)")
+    assert lines["grounded"].endswith("; rules overall only (its own segment_by)")
+    assert lines["toxicity"].endswith("; rules per app (JUDGEFLOW_ALERT_SEGMENT_BY)")
+    bad = runner.invoke(app, ["metrics", "--check", str(write(tmp_path, with_field("segment_by", '["a=b"]')))])
+    assert bad.exit_code == 2
+    (line,) = bad.output.strip().splitlines()
+    assert "metrics.toml: metric helpfulness: segment_by: bad key 'a=b'" in line
+    # a key the source preset's traces do not carry: the command stops at its settings
+    monkeypatch.setenv("JUDGEFLOW_SOURCE", "litellm")
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(write(tmp_path, with_field("segment_by", '["tier"]'))))
+    unknown = runner.invoke(app, ["metrics"])
+    assert unknown.exit_code == 2
+    (line,) = unknown.output.strip().splitlines()
+    assert ("metrics.toml: metric helpfulness: segment_by: unknown metadata key 'tier': the litellm source's traces "
+            "carry model, model_group,") in line, line
