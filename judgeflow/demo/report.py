@@ -9,7 +9,7 @@ from sqlalchemy import text
 
 from judgeflow.db.engine import database_url, engine_for, redact
 from judgeflow.config.settings import Settings
-from judgeflow.metrics.registry import metric_names
+from judgeflow.metrics.registry import metric_names, registered
 
 
 @dataclass
@@ -84,10 +84,13 @@ def build_report(settings: Settings) -> DemoReport:
                     SELECT r.trace_id, r.metric, r.score, r.reason, left(t.output, 90) AS output
                     FROM judgeflow.eval_results r JOIN llm_traces t ON t.id = r.trace_id
                     WHERE r.status = 'scored' AND r.passed IS FALSE
-                    ORDER BY r.score DESC, (r.metric = 'toxicity') DESC, r.trace_created_at DESC
+                    ORDER BY CASE WHEN r.metric = ANY(:upward) THEN 1 - r.score ELSE r.score END DESC,
+                             (r.metric = 'toxicity') DESC, r.trace_created_at DESC
                     LIMIT 5
                     """
-                )
+                ),
+                # a metric whose higher score is better is worst at its lowest score
+                {"upward": [name for name, spec in registered().items() if spec.higher_is_better]},
             ).mappings()
         ]
     return report

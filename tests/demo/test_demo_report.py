@@ -1,0 +1,40 @@
+"""The demo's report (judgeflow/demo/report.py) on real PostgreSQL rows."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from judgeflow.config.settings import load_settings
+from judgeflow.db import migrate
+from judgeflow.demo.report import build_report
+from judgeflow.metrics.geval.file import serve_metrics_file
+from tests.support.traces import insert_traces, scripted_trace
+
+HELPFULNESS = '''
+[metrics.helpfulness]
+criteria = "The reply helps the user with what they asked instead of refusing."
+evaluation_steps = ["Read what the user asked.", "Decide whether the reply helps."]
+inputs = ["input", "output"]
+threshold = 0.5
+'''
+
+
+def test_the_five_worst_traces_are_the_worst_whichever_way_a_metric_scores(judgeflow_env, db, tmp_path,
+                                                                          monkeypatch):
+    path = tmp_path / "metrics.toml"
+    path.write_text(HELPFULNESS, encoding="utf-8")
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(path))
+    insert_traces(db, [scripted_trace(i)[0] for i in range(4)])
+    migrate.upgrade(db)
+    try:
+        settings = load_settings()
+        with db.begin() as conn:
+            # helpfulness is better higher: its worst failure is its lowest score; toxicity the other way
+            conn.execute(sa.text(
+                "INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed) VALUES "
+                "('tr-0000', 'helpfulness', 'scored', 0.4, false), ('tr-0001', 'helpfulness', 'scored', 0.0, false), "
+                "('tr-0002', 'toxicity', 'scored', 0.6, false), ('tr-0003', 'helpfulness', 'scored', 0.9, true)"))
+        worst = [(row["trace_id"], row["metric"]) for row in build_report(settings).worst]
+    finally:
+        serve_metrics_file(None)
+    assert worst == [("tr-0001", "helpfulness"), ("tr-0002", "toxicity"), ("tr-0000", "helpfulness")]
