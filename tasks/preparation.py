@@ -13,7 +13,7 @@ from prefect.cache_policies import NO_CACHE
 
 from judgeflow.config.settings import Settings
 from judgeflow.db.engine import engine_for
-from judgeflow.db.prepared import store, stored
+from judgeflow.db.prepared import accept_stored, store
 from judgeflow.errors import JudgeAbstained, JudgeflowError
 from judgeflow.judge.base import BoundJudge, Judge, Usage
 from judgeflow.judge.config import own_judge_model
@@ -53,9 +53,7 @@ def prepare_metrics(settings: Settings, metrics: list[str]) -> Prepared:
         return result
     engine = engine_for(settings)
     with engine.begin() as conn:
-        found = stored(conn, {name: spec.prepare.key for name, spec in waiting.items()})
-    for name, value in found.items():
-        waiting.pop(name).prepare.accept(value)
+        waiting = {name: waiting[name] for name in accept_stored(conn, waiting)}
     if not waiting:
         return result
     judge = model_judge(judge_config(settings))

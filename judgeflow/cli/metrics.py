@@ -47,6 +47,36 @@ def _segments(row: dict) -> str:
     return f"rules per {keys} ({where})" if keys else f"rules overall only ({where})"
 
 
+def _read_stored_steps(settings) -> str | None:
+    """Metrics whose evaluation steps the judge wrote at an earlier run get
+    them from the database, so the versions listed are the ones runs score
+    with. Never asks the judge and never starts the embedded database; what
+    could not be read is said in the returned note."""
+    from judgeflow.metrics.registry import registered
+
+    waiting = {name: spec for name, spec in registered().items()
+               if spec.prepare is not None and not spec.prepare.ready()}
+    if not waiting:
+        return None
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from judgeflow.db.embedded import EmbeddedPostgres
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.prepared import accept_stored
+
+    pending = ", ".join(waiting)
+    if settings.database_url is None and not EmbeddedPostgres.for_settings(settings).is_running():
+        return f"the embedded database is not running: {pending} show steps-pending"
+    try:
+        with engine_for(settings).connect() as conn:
+            left = accept_stored(conn, waiting)
+    except SQLAlchemyError as error:  # the listing still shows what the file says
+        return f"the stored evaluation steps could not be read ({type(error).__name__}): {pending} show steps-pending"
+    if left:
+        return f"{', '.join(left)}: evaluation steps not written yet (the next run asks the judge once)"
+    return None
+
+
 @clear_errors
 def metrics(
     check: Path = typer.Option(None, "--check", metavar="FILE",
@@ -68,10 +98,13 @@ def metrics(
     from judgeflow.metrics.registry import served_file
 
     settings = command_settings()
+    note = _read_stored_steps(settings)
     rows = metric_rows(settings)
     if as_json:
-        typer.echo(json.dumps({"metrics_file": served_file(), "metrics": rows}, indent=2))
+        typer.echo(json.dumps({"metrics_file": served_file(), "metrics": rows, "note": note}, indent=2))
         return
+    if note:
+        typer.echo(f"note: {note}", err=True)
     if served_file():
         typer.echo(f"metrics file: {served_file()}")
     for row in rows:

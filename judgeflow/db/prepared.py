@@ -30,3 +30,12 @@ def store(conn: Connection, metric: str, key: str, value: Any, judge_model: str)
         {"metric": metric, "key": key, "value": json.dumps(value, ensure_ascii=False), "model": judge_model},
     )
     return stored(conn, {metric: key})[metric]
+
+
+def accept_stored(conn: Connection, specs: dict[str, Any]) -> list[str]:
+    """Hand each metric of ``specs`` (``{metric: spec with a preparation}``)
+    its stored value; the metrics still without one."""
+    found = stored(conn, {name: spec.prepare.key for name, spec in specs.items()})
+    for name, value in found.items():
+        specs[name].prepare.accept(value)
+    return [name for name in specs if name not in found]

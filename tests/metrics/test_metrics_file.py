@@ -322,3 +322,35 @@ def test_metrics_lists_each_metrics_segment_keys(tmp_path, monkeypatch):
     (line,) = unknown.output.strip().splitlines()
     assert ("metrics.toml: metric helpfulness: segment_by: unknown metadata key 'tier': the litellm source's traces "
             "carry model, model_group,") in line, line
+
+
+def test_metrics_lists_the_version_runs_score_with_once_the_judge_wrote_the_steps(
+        judgeflow_env, db, tmp_path, monkeypatch):
+    from judgeflow.cli import app
+    from judgeflow.db import migrate
+    from judgeflow.db.prepared import store
+    from judgeflow.metrics.geval.metric import GEvalDefinition, geval_version
+
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(write(tmp_path, GOOD)))
+    migrate.upgrade(db)
+
+    def listing() -> dict:
+        result = runner.invoke(app, ["metrics", "--json"])
+        assert result.exit_code == 0, result.output
+        return json.loads(result.output)
+
+    before = listing()
+    assert {row["name"]: row["version"] for row in before["metrics"]}["grounded"] == "grounded/1+steps-pending"
+    assert before["note"] == "grounded: evaluation steps not written yet (the next run asks the judge once)"
+
+    steps = ["Find each claim of the reply.", "Check each claim against the context."]
+    with db.begin() as conn:  # as the first run stores what the judge wrote
+        store(conn, "grounded", registered()["grounded"].prepare.key, steps, "openai/gpt-4o")
+    serve_metrics_file(None)  # a new command: nothing handed over in this process yet
+    after = listing()
+    version = {row["name"]: row["version"] for row in after["metrics"]}["grounded"]
+    assert after["note"] is None, after
+    # the prompt hash with the stored steps: what the metric scores with from now on
+    grounded = GEvalDefinition(name="grounded", criteria="Every claim of the reply is supported by the context.",
+                               inputs=("output", "context"))
+    assert version == geval_version(grounded, tuple(steps)) != geval_version(grounded, ("another step",))
