@@ -284,26 +284,35 @@ class RecordedLogs(logging.Handler):
         self.records.append(record)
 
 
+def _alerts_of_a_failing_run(settings, engine):
+    """The end of a scoring run's alert work after 20 failing results, with the
+    settings registered as every entry point does (load_settings): its state
+    and every log record it emitted."""
+    from judgeflow.config.scrub import register_settings
+    from tests.tasks.test_alerting import end_of_scoring_run
+
+    register_settings(settings)
+    add_results(engine, not_passed=20)
+    records = RecordedLogs()
+    logging.getLogger().addHandler(records)
+    try:
+        return end_of_scoring_run(settings, return_state=True), records
+    finally:
+        logging.getLogger().removeHandler(records)
+
+
 def test_a_token_in_a_slack_url_path_leaks_nowhere(prefect_server, engine, database_url):
     """A Slack-style URL holds its token in the path; a receiver echoes the path in its 404.
     The token is in no stored error, log record or artifact."""
     from judgeflow.db.alert_tables import alert_deliveries
-    from judgeflow.config.scrub import register_settings
     from judgeflow.tasks.alerting import ALERT_STATE_KEY
-    from tests.tasks.test_alerting import end_of_scoring_run, read_artifact
+    from tests.tasks.test_alerting import read_artifact
 
     token = "xoxbTok3nInThePath9Qw7Zk2"
     with WebhookReceiver(default=404) as hook:
         url = hook.url_for(f"/services/T0A1B2C3D/B0E4F5G6H/{token}")
         settings = make_settings(database_url, alert_slack_webhook_url=url)
-        register_settings(settings)  # as every entry point does (load_settings)
-        add_results(engine, not_passed=20)
-        records = RecordedLogs()
-        logging.getLogger().addHandler(records)
-        try:
-            state = end_of_scoring_run(settings, return_state=True)
-        finally:
-            logging.getLogger().removeHandler(records)
+        state, records = _alerts_of_a_failing_run(settings, engine)
     assert state.is_completed(), state
     assert token in hook.requests[0].path  # sent, and echoed back in the 404
     with engine.connect() as conn:
@@ -322,21 +331,13 @@ def test_a_webhook_whose_secret_is_a_plain_path_leaks_nowhere(prefect_server, en
     """A path token with no digit and under 16 characters ("/hooks/ourSecretHook"),
     echoed by the receiver's 404: in no stored error, log record or artifact."""
     from judgeflow.db.alert_tables import alert_deliveries
-    from judgeflow.config.scrub import register_settings
     from judgeflow.tasks.alerting import ALERT_STATE_KEY
-    from tests.tasks.test_alerting import end_of_scoring_run, read_artifact
+    from tests.tasks.test_alerting import read_artifact
 
     with WebhookReceiver(default=404) as hook:
         url = hook.url_for("/hooks/ourSecretHook")
         settings = make_settings(database_url, alert_webhook_url=url)
-        register_settings(settings)
-        add_results(engine, not_passed=20)
-        records = RecordedLogs()
-        logging.getLogger().addHandler(records)
-        try:
-            state = end_of_scoring_run(settings, return_state=True)
-        finally:
-            logging.getLogger().removeHandler(records)
+        state, records = _alerts_of_a_failing_run(settings, engine)
     assert state.is_completed(), state
     assert hook.requests and hook.requests[0].path == "/hooks/ourSecretHook"
     with engine.connect() as conn:
