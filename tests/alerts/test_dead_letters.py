@@ -6,21 +6,15 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
 from sqlalchemy import text
 from typer.testing import CliRunner
 
 from judgeflow.alerts import evaluate_rules
 from judgeflow.cli.alerts import alerts_app
-from tests.alerts.helpers import add_results, make_settings, migrated
+from tests.alerts.helpers import add_results, make_settings
 from tests.support.webhook_receiver import WebhookReceiver
 
 SECRET = "dead-letter-secret"
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
 
 
 def by_rule(results) -> dict:

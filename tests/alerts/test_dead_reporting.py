@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 from typer.testing import CliRunner
 
 from judgeflow.alerts import evaluate_rules
 from judgeflow.cli.alerts import alerts_app
 from judgeflow.alerts.dead_letters import dead_event_id
-from tests.alerts.helpers import add_results, make_settings, migrated
+from tests.alerts.helpers import add_results, make_settings
 from tests.alerts.test_prefect_events import read_event
 from tests.support.webhook_receiver import WebhookReceiver
 
 runner = CliRunner()
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
 
 
 def test_a_dead_fired_is_reported_everywhere_and_its_resolved_says_so(engine, database_url, prefect_server,

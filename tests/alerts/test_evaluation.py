@@ -9,12 +9,7 @@ import sqlalchemy as sa
 
 from judgeflow.alerts.evaluation import compute_figures
 from judgeflow.alerts.rules import all_rules
-from tests.alerts.helpers import add_results, make_settings, migrated
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
+from tests.alerts.helpers import add_results, make_settings
 
 
 def _window_query(engine: sa.Engine, rule):

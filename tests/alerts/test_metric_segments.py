@@ -11,9 +11,8 @@ import sqlalchemy as sa
 
 from judgeflow.alerts import evaluate_rules
 from judgeflow.metrics.geval.file import serve_metrics_file
-from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings, migrated
+from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings
 from tests.alerts.raw_figures import raw_figures
-from tests.support.webhook_receiver import WebhookReceiver
 
 FILE = '''
 [metrics.helpfulness]
@@ -28,17 +27,6 @@ evaluation_steps = ["Count the sentences."]
 rate_max = 0.10
 segment_by = []
 '''
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
-
-
-@pytest.fixture
-def hook():
-    with WebhookReceiver() as receiver:
-        yield receiver
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 import sqlalchemy as sa
 
 from judgeflow.alerts import evaluate_rules
@@ -18,13 +17,8 @@ from judgeflow.alerts.notify import configured_channels
 from judgeflow.alerts.rules import all_rules
 from judgeflow.alerts.state import evaluate_rule
 from judgeflow.db.alert_tables import alert_deliveries
-from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings, migrated
+from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings
 from tests.support.webhook_receiver import WebhookReceiver, free_port, url_on
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
 
 
 def toxicity(results):

@@ -8,13 +8,8 @@ from datetime import timedelta
 import pytest
 from typer.testing import CliRunner
 
-from tests.alerts.helpers import add_results, migrated
+from tests.alerts.helpers import add_results
 from tests.alerts.test_weighted_alerts import _sample
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
 
 
 def test_report_json_rows_carry_weighted_rates_and_intervals(engine, database_url, monkeypatch, tmp_path):

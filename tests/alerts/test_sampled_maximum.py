@@ -10,12 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from judgeflow.alerts import evaluate_rules
-from tests.alerts.helpers import add_results, alert_row, make_settings, migrated
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
+from tests.alerts.helpers import add_results, alert_row, make_settings
 
 
 def _sample(engine, segment: dict, prob: float) -> None:

@@ -6,23 +6,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from judgeflow.alerts import evaluate_rules
 from judgeflow.alerts.notify import Notifier, event_resource, slack_message
-from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings, migrated
-from tests.support.webhook_receiver import WebhookReceiver
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
-
-
-@pytest.fixture
-def hook():
-    with WebhookReceiver() as receiver:
-        yield receiver
+from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings
 
 
 def test_a_maximum_rule_fires_for_the_segment_that_crosses_it(engine, database_url, hook):

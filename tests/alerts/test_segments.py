@@ -13,14 +13,9 @@ from judgeflow.alerts.evaluation import OTHER, Segment, compute_figures, segment
 from judgeflow.alerts.rules import all_rules
 from judgeflow.alerts.segments import segment_values
 from judgeflow.alerts.stats import fisher_greater
-from tests.alerts.helpers import add_results, make_settings, migrated
+from tests.alerts.helpers import add_results, make_settings
 
 DAY = timedelta(days=1)
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
 
 
 def _rule(database_url, name="toxicity_regression", **overrides):

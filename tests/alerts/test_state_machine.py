@@ -10,26 +10,7 @@ import sqlalchemy as sa
 
 from judgeflow.alerts import evaluate_rules
 from judgeflow.db.alert_tables import alerts
-from tests.alerts.helpers import (
-    add_results,
-    alert_events_rows,
-    alert_row,
-    clear_results,
-    make_settings,
-    migrated,
-)
-from tests.support.webhook_receiver import WebhookReceiver
-
-
-@pytest.fixture
-def hook():
-    with WebhookReceiver() as receiver:
-        yield receiver
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
+from tests.alerts.helpers import add_results, alert_events_rows, alert_row, clear_results, make_settings
 
 
 def by_rule(results):

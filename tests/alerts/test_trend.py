@@ -14,14 +14,9 @@ from typer.testing import CliRunner
 
 from judgeflow.alerts.stats import fisher_greater
 from judgeflow.alerts.trend import compute_trend, render_markdown, render_text, sparkline
-from tests.alerts.helpers import add_results, make_settings, migrated
+from tests.alerts.helpers import add_results, make_settings
 
 DAY = timedelta(days=1)
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
 
 
 def _seed(engine):

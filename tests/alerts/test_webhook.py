@@ -17,16 +17,11 @@ from judgeflow.alerts import evaluate_rules
 from judgeflow.alerts.notify import (
     DELIVERY_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign, slack_message, verify_signature,
 )
-from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings, migrated
+from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings
 from tests.support.webhook_receiver import WebhookReceiver
 
 SECRET = "s3cret-for-tests"
 ID = "0b7c2f4e-9a51-4c1e-8f0d-2a6b3c4d5e6f"
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
 
 
 def toxicity(results):

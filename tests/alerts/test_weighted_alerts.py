@@ -12,12 +12,7 @@ from judgeflow.alerts import evaluate_rules
 from judgeflow.alerts.evaluation import segment_figures
 from judgeflow.alerts.rules import all_rules
 from judgeflow.alerts.stats import fisher_greater
-from tests.alerts.helpers import add_results, make_settings, migrated
-
-
-@pytest.fixture
-def engine(db):
-    return migrated(db)
+from tests.alerts.helpers import add_results, make_settings
 
 
 def _sample(engine, segment: dict, prob: float, *, selected: bool = True) -> int:
