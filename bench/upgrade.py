@@ -173,7 +173,7 @@ def _build(conninfo: str, rows: int) -> float:
                        jsonb_build_object('app', 'app-' || (g %% 20), 'model', 'model-' || (g / 20 %% 5)),
                        md5(g::text), %s
                 FROM generate_series(CAST(%s AS int), CAST(%s AS int)) g
-                CROSS JOIN LATERAL (SELECT now() - interval '8 days' * ((g * 7919 %% 1000003) / 1000003.0) AS at) t
+                CROSS JOIN LATERAL (SELECT now() - interval '8 days' * ((g::bigint * 7919 %% 1000003) / 1000003.0) AS at) t
                 CROSS JOIN unnest(CAST(%s AS text[])) m(metric)
                 """,
                 (_REASON, SOURCE, have, have + n - 1, list(METRICS)),
@@ -195,6 +195,17 @@ def _command(env: dict[str, str], started: float, *args: str) -> tuple[float, fl
                             cwd=env["JUDGEFLOW_HOME"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = [f"[{time.perf_counter() - started:7.2f} s] {line.rstrip()}" for line in proc.stdout]
     return t0, time.perf_counter(), lines, proc.wait()
+
+
+def _vacuum_lock(conninfo: str, seconds: float, phases: dict) -> None:
+    """The lock a (long, anti-wraparound) VACUUM of the results holds, for ``seconds``: writers never
+    wait for it, but a migration step that needs SHARE ROW EXCLUSIVE or stronger does."""
+    with psycopg.connect(conninfo, application_name="vacuum stand-in") as conn:
+        t0 = time.perf_counter()
+        conn.execute("LOCK TABLE judgeflow.eval_results IN SHARE UPDATE EXCLUSIVE MODE")
+        conn.execute("SELECT pg_sleep(%s)", (seconds,))
+        conn.commit()
+        phases["vacuum"] = (t0, time.perf_counter())
 
 
 def _gaps(writes: list[tuple[float, float]], lo: float, hi: float) -> dict:
@@ -223,6 +234,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--hours", type=int, default=6, help="`judgeflow db rollup --hours` (trace hours per step)")
+    parser.add_argument("--vacuum-lock", type=float, default=0.0, metavar="SECONDS",
+                        help="from 1 s before the upgrade, a session holds the lock a VACUUM, ANALYZE or "
+                             "CREATE INDEX CONCURRENTLY of the results holds (SHARE UPDATE EXCLUSIVE) this long")
     parser.add_argument("--keep", action="store_true", help="keep the cluster's directory (printed)")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="judgeflow-upgrade-"))
@@ -278,7 +292,13 @@ def _run(pg: EmbeddedPostgres, workdir: Path, args) -> None:
 
     time.sleep(5)  # the writer alone first
     run("db check before", "db", "check")
+    vacuum = threading.Thread(target=_vacuum_lock, args=(conninfo, args.vacuum_lock, phases))
+    if args.vacuum_lock:
+        vacuum.start()
+        time.sleep(1)
     run("db upgrade", "db", "upgrade")
+    if args.vacuum_lock:
+        vacuum.join()
     time.sleep(3)
     checker = threading.Thread(target=lambda: (time.sleep(4), run("db check during build", "db", "check")))
     checker.start()
@@ -296,6 +316,10 @@ def _run(pg: EmbeddedPostgres, workdir: Path, args) -> None:
 
 def _report(writer: Writer, sampler: LockSampler, phases: dict, outputs: dict, started: float, end: float,
             log: list[str]) -> None:
+    if "vacuum" in phases:
+        t0, t1 = phases["vacuum"]
+        print(f"\n## SHARE UPDATE EXCLUSIVE on judgeflow.eval_results (a VACUUM's lock) held {t1 - t0:.1f} s "
+              f"(from {t0 - started:.1f} s)")
     for name, lines in outputs.items():
         t0, t1 = phases[name]
         print(f"\n## {name}: {t1 - t0:.1f} s (from {t0 - started:.1f} s)")
