@@ -208,6 +208,19 @@ def _vacuum_lock(conninfo: str, seconds: float, phases: dict) -> None:
         phases["vacuum"] = (t0, time.perf_counter())
 
 
+def _new_epoch(url: str, phases: dict) -> None:
+    """A scoring run with a new judge model records its epoch (judgeflow/db/epochs.py), 10 s into the build."""
+    from judgeflow.db.epochs import record_epochs
+
+    time.sleep(10)
+    engine = sa.create_engine(url, connect_args={"application_name": "epoch recorder"})
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        record_epochs(conn, SOURCE, {"toxicity": ("v1", "judge-new")})
+    phases["new judge epoch"] = (t0, time.perf_counter())
+    engine.dispose()
+
+
 def _gaps(writes: list[tuple[float, float]], lo: float, hi: float) -> dict:
     """The writer's figures over commits in [lo, hi): longest time between two commits, latencies."""
     inside = [(s, e) for s, e in writes if lo <= e < hi]
@@ -237,6 +250,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--vacuum-lock", type=float, default=0.0, metavar="SECONDS",
                         help="from 1 s before the upgrade, a session holds the lock a VACUUM, ANALYZE or "
                              "CREATE INDEX CONCURRENTLY of the results holds (SHARE UPDATE EXCLUSIVE) this long")
+    parser.add_argument("--epoch-during-build", action="store_true",
+                        help="10 s into the rollup's build, a judge epoch is recorded (a run with a new judge model)")
     parser.add_argument("--keep", action="store_true", help="keep the cluster's directory (printed)")
     args = parser.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="judgeflow-upgrade-"))
@@ -302,8 +317,13 @@ def _run(pg: EmbeddedPostgres, workdir: Path, args) -> None:
     time.sleep(3)
     checker = threading.Thread(target=lambda: (time.sleep(4), run("db check during build", "db", "check")))
     checker.start()
+    epoch = threading.Thread(target=_new_epoch, args=(url, phases))
+    if args.epoch_during_build:
+        epoch.start()
     run("db rollup", "db", "rollup", "--hours", str(args.hours))
     checker.join()
+    if args.epoch_during_build:
+        epoch.join()
     run("db check after", "db", "check")
     time.sleep(3)
     writer.done.set()
@@ -316,6 +336,9 @@ def _run(pg: EmbeddedPostgres, workdir: Path, args) -> None:
 
 def _report(writer: Writer, sampler: LockSampler, phases: dict, outputs: dict, started: float, end: float,
             log: list[str]) -> None:
+    if "new judge epoch" in phases:
+        t0, t1 = phases["new judge epoch"]
+        print(f"\n## a new judge epoch recorded: {t1 - t0:.1f} s (from {t0 - started:.1f} s)")
     if "vacuum" in phases:
         t0, t1 = phases["vacuum"]
         print(f"\n## SHARE UPDATE EXCLUSIVE on judgeflow.eval_results (a VACUUM's lock) held {t1 - t0:.1f} s "
@@ -324,11 +347,14 @@ def _report(writer: Writer, sampler: LockSampler, phases: dict, outputs: dict, s
         t0, t1 = phases[name]
         print(f"\n## {name}: {t1 - t0:.1f} s (from {t0 - started:.1f} s)")
         keep = lines if "check" not in name else [
-            line for line in lines if "rollup" in line or "revision" in line or "window index" in line]
+            line for line in lines if "rollup" in line or "schema" in line or "window index" in line]
         for line in keep:
             print("   " + line)
     print("\n## the writer (a transaction of 20 rows every 50 ms)")
     spans = {"whole run": (started, end), **{k: v for k, v in phases.items() if "check" not in k}}
+    if "new judge epoch" in phases:  # the writes just after it, the ones that queued behind it
+        t0, t1 = phases["new judge epoch"]
+        spans["new judge epoch"] = (t0, t1 + 1)
     for name, (lo, hi) in spans.items():
         figures = _gaps(writer.writes, lo, hi)
         shown = {k: (f"{v - started:.1f} s" if k == "gap at" else f"{v:.3f}" if isinstance(v, float) else v)
