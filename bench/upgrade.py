@@ -135,19 +135,17 @@ class LockSampler(threading.Thread):
 
     def episodes(self) -> list[dict]:
         """Runs of consecutive samples of one session waiting on one lock, longest first."""
-        runs: dict[tuple, dict] = {}
-        for at, (pid, app, query, locktype, mode, what, behind) in self.samples:
-            key = (pid, what, mode)
-            run = runs.get(key)
+        current: dict[tuple, dict] = {}
+        closed: list[dict] = []
+        for at, (pid, app, query, _locktype, mode, what, behind) in self.samples:
+            run = current.get((pid, what, mode))
             if run is None or at - run["last"] > 0.2:
                 if run is not None:
-                    runs.setdefault("closed", []).append(run)  # type: ignore[arg-type]
-                run = runs[key] = {"first": at, "last": at, "app": app, "query": query, "mode": mode,
-                                   "what": what, "behind": behind or ""}
+                    closed.append(run)
+                run = current[(pid, what, mode)] = {"first": at, "last": at, "app": app, "query": query,
+                                                    "mode": mode, "what": what, "behind": behind or ""}
             run["last"] = at
-        closed = runs.pop("closed", [])  # type: ignore[arg-type]
-        every = list(closed) + list(runs.values())
-        return sorted(every, key=lambda r: r["last"] - r["first"], reverse=True)
+        return sorted(closed + list(current.values()), key=lambda r: r["last"] - r["first"], reverse=True)
 
 
 def _build(conninfo: str, rows: int) -> float:
@@ -264,7 +262,9 @@ def main(argv: list[str] | None = None) -> None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(pg: EmbeddedPostgres, workdir: Path, args) -> None:
+def _prepare(pg: EmbeddedPostgres, workdir: Path, rows: int) -> tuple[str, str, dict[str, str]]:
+    """The cluster logging lock waits, the database at the revision before the rollup with ``rows``
+    results; (conninfo, URL, the environment judgeflow's commands run in)."""
     from judgeflow.db import migrate
     from judgeflow.sources.table import CREATE_DEFAULT_TABLE
 
@@ -282,8 +282,8 @@ def _run(pg: EmbeddedPostgres, workdir: Path, args) -> None:
     engine = sa.create_engine(url)
     migrate.upgrade(engine, BEFORE_ROLLUP)
     engine.dispose()
-    print(f"# PostgreSQL {version}; building {args.rows:,} result rows at revision {BEFORE_ROLLUP}", flush=True)
-    built = _build(conninfo, args.rows)
+    print(f"# PostgreSQL {version}; building {rows:,} result rows at revision {BEFORE_ROLLUP}", flush=True)
+    built = _build(conninfo, rows)
     with psycopg.connect(conninfo, autocommit=True) as conn:
         mb = conn.execute("SELECT pg_total_relation_size('judgeflow.eval_results') / 1e6").fetchone()[0]
     print(f"# built in {built:.0f} s: results {mb:.0f} MB", flush=True)
@@ -293,6 +293,11 @@ def _run(pg: EmbeddedPostgres, workdir: Path, args) -> None:
     env.update(JUDGEFLOW_DATABASE_URL=url, JUDGEFLOW_HOME=str(home), LITELLM_LOCAL_MODEL_COST_MAP="True",
                JUDGEFLOW_JUDGE_MODEL="openai/judge-test", JUDGEFLOW_JUDGE_API_BASE="http://127.0.0.1:9/v1",
                JUDGEFLOW_JUDGE_API_KEY="bench-key-not-secret", PREFECT_SERVER_ANALYTICS_ENABLED="false")
+    return conninfo, url, env
+
+
+def _run(pg: EmbeddedPostgres, workdir: Path, args) -> None:
+    conninfo, url, env = _prepare(pg, workdir, args.rows)
     log_start = pg.log_file.stat().st_size
     started = time.perf_counter()
     writer, sampler = Writer(url), LockSampler(conninfo)
