@@ -425,10 +425,15 @@ def build_step(engine: Engine, metrics: list[str] | None = None, *, hours: int =
     """Build the rollup for the ``hours`` trace hours just before where it is
     built from, newest first, of ``metrics`` (default: every metric with a
     result), in one short REPEATABLE READ transaction that takes no table lock
-    (writers go on; a clash with a compaction is retried)."""
+    writers wait for (writers go on; a judge epoch being recorded waits for the
+    step; a clash with a compaction is retried)."""
     for attempt in range(5):
         try:
             with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+                # Before the snapshot: a judge epoch being written is committed first and seen, and
+                # one written meanwhile waits here, on judge_epochs, not on the rollup (whose lock
+                # it would take first, holding up every write behind it until this step is done).
+                conn.execute(text("LOCK TABLE judgeflow.judge_epochs IN SHARE MODE"))
                 conn.execute(text("SELECT 1 FROM judgeflow.rollup_state WHERE id = 1 FOR UPDATE")).one()
                 current = rollup_state(conn)
                 if current is None or current.built:
