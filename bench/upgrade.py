@@ -171,7 +171,8 @@ def _build(conninfo: str, rows: int) -> float:
                        jsonb_build_object('app', 'app-' || (g %% 20), 'model', 'model-' || (g / 20 %% 5)),
                        md5(g::text), %s
                 FROM generate_series(CAST(%s AS int), CAST(%s AS int)) g
-                CROSS JOIN LATERAL (SELECT now() - interval '8 days' * ((g::bigint * 7919 %% 1000003) / 1000003.0) AS at) t
+                CROSS JOIN LATERAL (
+                    SELECT now() - interval '8 days' * ((g::bigint * 7919 %% 1000003) / 1000003.0) AS at) t
                 CROSS JOIN unnest(CAST(%s AS text[])) m(metric)
                 """,
                 (_REASON, SOURCE, have, have + n - 1, list(METRICS)),
@@ -366,7 +367,8 @@ def _report(writer: Writer, sampler: LockSampler, phases: dict, outputs: dict, s
                  for k, v in figures.items()}
         print(f"   {name}: " + ", ".join(f"{k} {v}" for k, v in shown.items()))
     print(f"   errors: {len(writer.errors)} {writer.errors[:3]}")
-    print(f"\n## lock waits sampled every 50 ms ({sampler.rounds} rounds, slowest {sampler.slowest_round_s * 1000:.0f} ms)")
+    print(f"\n## lock waits sampled every 50 ms ({sampler.rounds} rounds, "
+          f"slowest {sampler.slowest_round_s * 1000:.0f} ms)")
     for ep in sampler.episodes()[:12]:
         print(f"   {ep['last'] - ep['first']:.2f} s from {ep['first'] - started:.1f} s: {ep['app']!r} waits for "
               f"{ep['mode']} on {ep['what']} ({ep['query']!r}) behind {ep['behind']!r}")
