@@ -184,6 +184,10 @@ def record_epochs(
     Serialised by an advisory lock, so two runs starting together record a
     change once. Returns the epochs started; the caller's transaction commits them."""
     conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+    # An epoch written fires the rollup's recompute of the hours scored since it starts (usually none);
+    # over millions of results the planner's estimates would JIT-compile that statement while every
+    # result write waits behind the epoch's lock on the rollup. This transaction only.
+    conn.execute(text("SET LOCAL jit = off"))
     now = conn.execute(text("SELECT clock_timestamp()")).scalar_one()
     in_force = current_epochs(conn, source)
     started: list[Started] = []

@@ -39,6 +39,19 @@ def test_an_epoch_is_recorded_once_per_change_of_model_or_version(db):
     assert "hallucination" not in epochs
 
 
+def test_recording_an_epoch_never_jit_compiles_the_rollup_recompute_writes_wait_behind(db):
+    # the epoch's trigger recomputes the rollup over eval_results while every result write waits behind
+    # its lock; the planner's estimates over millions of results made that JIT-compile for ~0.5 s
+    # (docs/benchmark.md, bench/upgrade.py --epoch-during-build). Only this transaction turns JIT off.
+    engine = migrated(db)
+    with engine.begin() as conn:
+        conn.execute(sa.text("SET LOCAL jit = on"))
+        record_epochs(conn, SOURCE, {"toxicity": ("toxicity/3+aa", "gpt-4o")})
+        assert conn.execute(sa.text("SELECT current_setting('jit')")).scalar_one() == "off"
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT current_setting('jit')")).scalar_one() == "on"
+
+
 def test_the_first_epoch_keeps_the_results_of_its_version_scored_before_epochs_existed(db):
     """Upgrading judgeflow must not throw away a week of baseline: the first epoch
     starts at the first result of the current version after the last of another."""
