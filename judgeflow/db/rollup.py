@@ -357,6 +357,9 @@ def compact_rollup(engine: Engine) -> int:
     Returns the lines written (0 when it gave up)."""
     try:
         with engine.connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+            # as a build step: a judge epoch written meanwhile waits here, on judge_epochs, not on the
+            # rollup, where every result write would queue behind it until the compaction is done
+            conn.execute(text("LOCK TABLE judgeflow.judge_epochs IN SHARE MODE"))
             return conn.execute(text(
                 f"""
                 WITH hours AS (

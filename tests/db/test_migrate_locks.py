@@ -15,7 +15,7 @@ import sqlalchemy as sa
 
 from judgeflow.db import migrate
 from judgeflow.db.epochs import record_epochs
-from judgeflow.db.rollup import build, build_step, differences
+from judgeflow.db.rollup import build, build_step, compact_rollup, differences
 from judgeflow.errors import DatabaseError
 
 BEFORE_ROLLUP = "0015"  # 15_sample_ledger.py
@@ -173,6 +173,41 @@ def test_a_judge_epoch_recorded_during_a_build_step_waits_for_it_without_holding
     build(engine)
     with engine.connect() as conn:
         assert differences(conn) == []  # and the rollup is exact, the new epoch's marks included
+
+
+def test_a_judge_epoch_recorded_during_a_compaction_waits_for_it_without_holding_up_the_writer(empty_db):
+    engine = empty_db
+    _at_revision_15_with_results(engine)
+    migrate.upgrade(engine)
+    build(engine)
+    with engine.begin() as conn:  # a delta to fold, whose line a session locks: the compaction stays in progress
+        conn.execute(_UPSERT, {"prefix": "late-", "lo": 60, "hi": 60, "source": SOURCE})
+    locker = engine.connect()
+    locker.begin()
+    assert locker.execute(sa.text("SELECT count(*) FROM (SELECT 1 FROM judgeflow.result_rollup "
+                                  "WHERE NOT folded FOR UPDATE) x")).scalar_one() >= 1
+    writer = Writer(engine)
+    compaction = threading.Thread(target=compact_rollup, args=(engine,))
+    epoch = threading.Thread(target=lambda: _record_epoch(engine))
+    writer.start()
+    try:
+        compaction.start()
+        assert _until(lambda: _waiting(engine, "WITH hours AS"))
+        epoch.start()
+        assert _until(lambda: _waiting(engine, "judge_epochs"))  # the epoch waits, for the compaction
+        t0 = time.monotonic()
+        time.sleep(HOLD_S)
+    finally:
+        locker.rollback()
+        locker.close()
+        compaction.join()
+        epoch.join()
+        writer.stop.set()
+        writer.join()
+    assert writer.errors == []  # no write waited a second for a lock
+    assert len([t for t in writer.committed if t0 <= t <= t0 + HOLD_S]) >= 10
+    with engine.connect() as conn:
+        assert differences(conn) == []
 
 
 def _record_epoch(engine: sa.Engine) -> None:
