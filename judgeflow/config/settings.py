@@ -173,6 +173,20 @@ class Settings(BaseSettings):
     judge_output_cost_per_mtok: float | None = Field(
         None, ge=0, description="USD per million completion tokens; overrides litellm's price map"
     )
+    judge_cached_input_cost_per_mtok: float | None = Field(
+        None, ge=0,
+        description="USD per million prompt tokens the provider served from its prompt cache, with the two prices "
+        "above; unset: the input price (no discount assumed). Without them, litellm's map prices cached tokens",
+    )
+    judge_batch: bool = Field(
+        False, description="a scoring run sends its judge calls through the provider's batch API (about half the "
+        "price); budgets, sample budgets, --plan and estimates then price pairs at the batch rate",
+    )
+    judge_batch_discount: float = Field(
+        0.5, gt=0, le=1,
+        description="the batch price as a share of the online price, where litellm's map has no batch price "
+        "for the model (and always with JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK)",
+    )
     run_budget_usd: float | None = Field(
         None, gt=0, description="a scoring run stops claiming once spent + in-flight (estimated) reaches this"
     )
@@ -356,6 +370,11 @@ class Settings(BaseSettings):
         if (self.judge_input_cost_per_mtok is None) != (self.judge_output_cost_per_mtok is None):
             raise ConfigError(
                 "set both JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK, or neither"
+            )
+        if self.judge_cached_input_cost_per_mtok is not None and self.judge_input_cost_per_mtok is None:
+            raise ConfigError(
+                "JUDGEFLOW_JUDGE_CACHED_INPUT_COST_PER_MTOK is a discount on configured prices: set it with "
+                "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK, or not at all"
             )
         return self
 
