@@ -35,8 +35,10 @@ _COLUMNS = (
     "error_kind text, attempts int, flow_run_id text, trace_created_at timestamptz, segment jsonb, content_hash text"
 )
 _NAMES = ", ".join(c.split()[0] for c in _COLUMNS.split(", "))
-# a row built without a segment (none configured) stores '{}'
-_SELECTED = _NAMES.replace("segment", "COALESCE(segment, '{}'::jsonb)")
+# a row built without a segment (none configured) stores '{}'; without cached tokens (a judge that
+# reports none), 0
+_SELECTED = (_NAMES.replace("segment", "COALESCE(segment, '{}'::jsonb)")
+             .replace("cached_tokens", "COALESCE(cached_tokens, 0)"))
 
 # Many rows in one statement: the rows travel as one JSON array.
 _UPSERT = text(
