@@ -175,3 +175,21 @@ def test_which_providers_can_batch():
     assert reason is not None and "anthropic" in reason and "\n" not in reason and KEY not in reason
     assert "ollama" in LiteLLMBatches(cfg).can_batch("ollama/llama3")
     assert LiteLLMBatches(JudgeConfig(model="offline")).can_batch() is not None
+
+
+def test_pack_splits_by_model_lines_and_bytes_and_submit_refuses_more():
+    cfg = JudgeConfig(model="openai/judge-test", api_base="http://127.0.0.1:9/v1", api_key=KEY,
+                      metric_models=("openai/other-judge",))
+    own = [(f"o{i}", opinions_request(f"text {i}")) for i in range(5)]
+    other = [(f"x{i}", opinions_request(f"text {i}", model="openai/other-judge")) for i in range(2)]
+    lines = [own[0], other[0], *own[1:], other[1]]
+    packed = LiteLLMBatches(cfg, max_lines=2).pack(lines)
+    assert [[c for c, _ in batch] for batch in packed] == [["o0", "o1"], ["o2", "o3"], ["o4"], ["x0", "x1"]]
+    one_line = len(LiteLLMBatches(cfg)._line(*own[0]))
+    by_bytes = LiteLLMBatches(cfg, max_bytes=2 * one_line + 10).pack(own)
+    assert [len(batch) for batch in by_bytes] == [2, 2, 1]
+    assert LiteLLMBatches(cfg).pack(own) == [own]
+    with pytest.raises(ValueError, match="over a batch file's limits"):
+        asyncio.run(LiteLLMBatches(cfg, max_lines=2).submit(own))
+    with pytest.raises(ValueError, match="alone is"):
+        LiteLLMBatches(cfg, max_bytes=10).pack(own)
