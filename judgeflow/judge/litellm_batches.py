@@ -44,6 +44,7 @@ import litellm
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeReply, JudgeRequest
 from judgeflow.judge.batch_status import BatchStatus
+from judgeflow.judge.config import is_offline_model
 from judgeflow.judge.litellm_judge import LiteLLMJudge, _scrub, _translate, model_batch_prices
 from litellm.llms.base_llm.base_utils import type_to_response_format_param
 
@@ -79,8 +80,10 @@ def batch_providers() -> frozenset[str]:
 
 def _status_error(status: int, message: str, where: str) -> JudgeError:
     """The typed error an online call gets for ``status`` (see the module doc)."""
-    if status == 429:
-        err: JudgeError = TransientJudgeError(f"{where}: rate limited (HTTP 429): {message}")
+    if 200 <= status < 300:  # a success whose body is not a chat completion
+        err: JudgeError = TransientJudgeError(f"{where}: unreadable response body (HTTP {status}): {message}")
+    elif status == 429:
+        err = TransientJudgeError(f"{where}: rate limited (HTTP 429): {message}")
     elif status >= 500 or status in _TRANSIENT_STATUSES:
         err = TransientJudgeError(f"{where}: server error (HTTP {status}): {message}")
     elif status in (401, 403):
@@ -129,7 +132,7 @@ class LiteLLMBatches:
     def can_batch(self, model: str | None = None) -> str | None:
         """None when litellm can batch ``model`` (None: the judge's); else why not, in one line."""
         model = model or self._config.model
-        if self._config.offline:
+        if is_offline_model(model):
             return "the offline judge sends no calls to batch"
         try:
             _, provider = self._provider(model)
@@ -261,7 +264,10 @@ class LiteLLMBatches:
         status = response.get("status_code")
         body = response.get("body")
         if status == 200 and isinstance(body, dict):
-            return self.batch_reply(body, model)
+            try:
+                return self.batch_reply(body, model)
+            except Exception as exc:  # noqa: BLE001 - a body litellm cannot read is the provider's fault
+                return _status_error(200, self._detail(f"{type(exc).__name__}: {exc}"), where)
         if isinstance(status, int):
             detail = (body or {}).get("error", {}).get("message") if isinstance(body, dict) else body
             return _status_error(status, self._detail(detail), where)

@@ -15,7 +15,7 @@ from judgeflow.judge.config import JudgeConfig
 from judgeflow.judge.litellm_batches import LiteLLMBatches, batch_providers
 from judgeflow.judge.litellm_judge import LiteLLMJudge, model_batch_prices, model_prices
 from judgeflow.metrics.data_block import render_data_block
-from tests.support.judge_server import JudgeServer, error_reply
+from tests.support.judge_server import JudgeServer, Reply, error_reply
 
 KEY = "sk-batch-secret-0123456789abcdef"
 PRICES = (2.0, 8.0)
@@ -93,10 +93,11 @@ def test_litellms_batch_prices_price_a_mapped_model():
 def test_failed_lines_are_the_online_paths_typed_errors():
     with JudgeServer() as server:
         server.script(error_reply(429, f"slow down {KEY}"), error_reply(503, "overloaded"),
-                      error_reply(400, "bad schema"))
+                      error_reply(400, "bad schema"), Reply(status=200, body="<html>proxy page</html>"))
         batches = LiteLLMBatches(config(server))
-        status, results = asyncio.run(night(batches, server, [(c, opinions_request("x")) for c in "abc"]))
-    assert status.status == "completed" and (status.completed, status.failed) == (0, 3)
+        status, results = asyncio.run(night(batches, server, [(c, opinions_request("x")) for c in "abcd"]))
+    assert status.status == "completed" and (status.completed, status.failed) == (1, 3)
+    assert isinstance(results["d"], TransientJudgeError) and "unreadable" in str(results["d"])
     assert isinstance(results["a"], TransientJudgeError) and results["a"].status_code == 429
     assert KEY not in str(results["a"]) and "slow down" in str(results["a"])
     assert isinstance(results["b"], TransientJudgeError) and results["b"].status_code == 503
