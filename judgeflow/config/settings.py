@@ -179,13 +179,13 @@ class Settings(BaseSettings):
         "above; unset: the input price (no discount assumed). Without them, litellm's map prices cached tokens",
     )
     judge_batch: bool = Field(
-        False, description="a scoring run sends its judge calls through the provider's batch API (about half the "
-        "price); budgets, sample budgets, --plan and estimates then price pairs at the batch rate",
+        False, description="send a run's judge calls through the provider's batch API (litellm's batch functions): "
+        "about half the price, answered within the provider's window (24 h) instead of seconds",
     )
     judge_batch_discount: float = Field(
         0.5, gt=0, le=1,
-        description="the batch price as a share of the online price, where litellm's map has no batch price "
-        "for the model (and always with JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK)",
+        description="a batch call's price as a fraction of the online price, for models litellm's price map has "
+        "no batch prices for",
     )
     run_budget_usd: float | None = Field(
         None, gt=0, description="a scoring run stops claiming once spent + in-flight (estimated) reaches this"

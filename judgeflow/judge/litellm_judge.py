@@ -1,4 +1,5 @@
-"""The production judge: any model litellm can reach (the only module importing litellm).
+"""The production judge: any model litellm can reach (the only module importing litellm, with
+its batch calls, :mod:`judgeflow.judge.litellm_batches`, which reuse what is built here).
 
 Behaviour, decided here once for every metric:
 
@@ -195,9 +196,9 @@ def model_prices(model: str) -> tuple[float, float] | None:
 
 
 def model_batch_prices(model: str) -> tuple[float, float] | None:
-    """(USD per prompt token, USD per completion token) through the provider's
-    batch API, from litellm's bundled price map (``input_cost_per_token_batches``,
-    ``output_cost_per_token_batches``); None when the map has no batch price."""
+    """(USD per prompt token, USD per completion token) of ``model``'s batch API
+    from litellm's bundled price map; None when the map has no batch prices for
+    it (the caller then applies the configured batch discount to the online price)."""
     try:
         info = litellm.get_model_info(model)
     except Exception:  # ModelNotMappedError and friends

@@ -28,19 +28,25 @@ def test_a_batch_runs_summary_says_what_the_night_would_have_cost_online(prefect
     monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", str(ONLINE[1]))
     monkeypatch.setenv("JUDGEFLOW_JUDGE_CACHED_INPUT_COST_PER_MTOK", str(CACHED))
     monkeypatch.setenv("JUDGEFLOW_JUDGE_BATCH", "true")
+    # the judge server bills these prices and caches prompt prefixes from 256 tokens (the built-in prompts'
+    # fixed parts are longer): cached tokens at a quarter of the input price, the configured cached price
+    judge_server.prices_per_mtok, judge_server.cached_fraction = ONLINE, CACHED / ONLINE[0]
+    judge_server.cache_min_tokens, judge_server.cache_block_tokens = 256, 64
     insert_traces(db, [scripted_trace(i)[0] for i in range(4)])
 
     summary = score_new_traces(evaluate_alerts=False)
 
     rows = list(results(db).values())
     assert len(rows) == 8 and all(r["status"] == "scored" and r["prompt_tokens"] > 0 for r in rows)
-    assert all(0 <= r["cached_tokens"] <= r["prompt_tokens"] for r in rows)
+    assert all(0 <= r["cached_tokens"] < r["prompt_tokens"] for r in rows)
+    assert sum(r["cached_tokens"] for r in rows) == judge_server.cached_tokens > 0
     assert summary.cached_tokens == sum(r["cached_tokens"] for r in rows)
     assert summary.prompt_tokens == sum(r["prompt_tokens"] for r in rows)
     online = sum(_online_usd(r) for r in rows)
     assert online > 0 and summary.online_cost_usd == pytest.approx(online, abs=1e-6)
     # billed at most the online price (the batch rate when the calls went through batches)
     assert summary.cost_usd is not None and summary.cost_usd <= summary.online_cost_usd + 1e-6
+    assert summary.cost_usd == pytest.approx(judge_server.billed_usd, abs=1e-6)  # what the provider billed
     assert f"| cost online (USD, the same tokens at the online prices) | {online:.4f} |" in summary.markdown()
     assert f"| cached prompt tokens | {summary.cached_tokens} |" in summary.markdown()
 

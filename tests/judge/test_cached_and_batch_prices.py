@@ -157,3 +157,35 @@ def test_configured_prices_are_discounted_and_say_so(monkeypatch, tmp_path):
 def test_a_discount_outside_zero_to_one_is_refused(monkeypatch, tmp_path, discount):
     with pytest.raises(ConfigError, match="judge_batch_discount"):
         _settings(monkeypatch, tmp_path, judge_batch_discount=discount)
+
+
+# --- over HTTP: the test judge server reports cached tokens as a provider with a prefix cache does -------
+
+
+def test_cached_tokens_reach_the_reply_and_cost_what_the_server_billed():
+    from tests.support.judge_server import JudgeServer
+    from judgeflow.judge.litellm_judge import LiteLLMJudge
+    from judgeflow.metrics.hallucination.template import hallucination_messages
+
+    # caches from 256 tokens in 64-token blocks; bills cached tokens at a quarter of $2: the configured $0.5
+    with JudgeServer(prices_per_mtok=(2.0, 8.0), cached_fraction=0.25, cache_min_tokens=256,
+                     cache_block_tokens=64) as server:
+        judge = LiteLLMJudge("openai/judge-test", api_base=server.url, api_key="k", prices_per_mtok=(2.0, 8.0),
+                             cached_price_per_mtok=0.5)
+        replies = []
+        for output in ("Fact: the sky is blue.", "Fact: the museum opens at nine on Sundays."):
+            before = server.billed_usd
+            replies.append((judge.complete(JudgeRequest(
+                step="hallucination", response_format=HallucinationJudgement,
+                messages=hallucination_messages("q", output, ["The sky is blue."]),
+            )), server.billed_usd - before))
+        judge.close()
+    (first, first_billed), (second, second_billed) = replies
+    assert first.cached_tokens == 0  # nothing seen before it
+    # the second shares the fixed part, everything before its data block, with the first
+    assert 256 <= second.cached_tokens < second.prompt_tokens
+    for reply, billed in replies:
+        assert reply.cost_usd == pytest.approx(usage_cost((2.0, 8.0), reply.prompt_tokens, reply.completion_tokens,
+                                                          reply.cached_tokens, 0.5))
+        assert reply.cost_usd == pytest.approx(billed)
+    assert second.cost_usd < usage_cost((2.0, 8.0), second.prompt_tokens, second.completion_tokens)
