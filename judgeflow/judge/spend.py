@@ -35,8 +35,8 @@ CHARS_PER_TOKEN = 4.0
 COMPLETION_TOKENS_PER_CALL = 60
 
 
-def usage_cost(prices_per_mtok: tuple[float, float], prompt_tokens: int, completion_tokens: int,
-               cached_tokens: int = 0, cached_per_mtok: float | None = None) -> float:
+def usage_cost(prices_per_mtok: tuple[float, float], prompt_tokens: float, completion_tokens: float,
+               cached_tokens: float = 0, cached_per_mtok: float | None = None) -> float:
     """USD of a reply's usage at ``prices_per_mtok`` (prompt, completion). The
     ``cached_tokens`` are part of ``prompt_tokens`` and cost ``cached_per_mtok``
     instead of the prompt price; None: the prompt price (no discount assumed)."""
