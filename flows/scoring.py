@@ -33,7 +33,7 @@ from judgeflow.sources.trace_source import trace_source
 from judgeflow.sources.unusable import describe as describe_unusable
 from judgeflow.run.entry import run_settings, run_stop
 from judgeflow.errors import ConfigError
-from judgeflow.judge.pricing import require_prices
+from judgeflow.judge.pricing import prices_for, require_prices
 from judgeflow.judge.retry import RetryPolicy
 from judgeflow.run.gate import RunGate
 from judgeflow.run.schedule import BUDGET, DEADLINE, STOPPED, Bounds, RunSchedule, default_batch_size, window_for
@@ -160,8 +160,14 @@ def _summary(run: _Run, totals: SummaryBuilder, left: dict[str, int] | None, ext
                      "see the run log and `judgeflow db check`")
     return summary.model_copy(update={
         "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*run.notes, *notes, *extra_notes],
-        "judge_epochs": run.epochs or [],
+        "judge_epochs": run.epochs or [], "online_cost_usd": _online_cost(run.settings, totals),
     })
+
+
+def _online_cost(settings: Settings, totals: SummaryBuilder) -> float | None:
+    """A batch run's usage at the online prices (what the same night would have cost online); None otherwise."""
+    prices = prices_for(settings, online=True) if settings.judge_batch else None
+    return None if prices is None else round(totals.cost_at(prices), 6)
 
 
 @contextmanager

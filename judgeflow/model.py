@@ -67,6 +67,7 @@ class ScoreOutcome(BaseModel):
     judge_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
     cost_usd: float | None = None
     attempts: int = 1
     reused: bool = False  # copied from an identical pair's result: no judge call (judgeflow/run/reuse.py)

@@ -141,6 +141,7 @@ class JudgeMetric:
             "judge_model": usage.model or judge.model,
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
+            "cached_tokens": usage.cached_tokens,
             "cost_usd": usage.cost_usd,
             "latency_ms": (time.perf_counter() - started) * 1000.0,
             "judge_calls": usage.calls,

@@ -31,6 +31,7 @@ class MetricResult(BaseModel):
     judge_model: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens the provider served from its cache (part of prompt_tokens)
     cost_usd: float | None = None
     latency_ms: float = 0.0
     judge_calls: int = 0

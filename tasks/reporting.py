@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from prefect import task
@@ -20,6 +21,9 @@ from pydantic import BaseModel, Field
 
 from judgeflow.run.progress import RunReporter
 from judgeflow.model import ScoreOutcome
+
+if TYPE_CHECKING:
+    from judgeflow.judge.pricing import Prices
 
 log = logging.getLogger("judgeflow.reporting")
 
@@ -47,7 +51,10 @@ class RunSummary(BaseModel):
     judge_calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, served from the provider's prompt cache
     cost_usd: float | None = None
+    # a batch run (JUDGEFLOW_JUDGE_BATCH): its results' usage at the online prices; None otherwise
+    online_cost_usd: float | None = None
     duration_s: float = 0.0
     failures: list[dict] = Field(default_factory=list)
     # run budget (JUDGEFLOW_RUN_BUDGET_USD); left_pending is counted when it ran out
@@ -119,9 +126,13 @@ class RunSummary(BaseModel):
         rows += [
             {"figure": "judge calls", "value": self.judge_calls},
             {"figure": "tokens (prompt / completion)", "value": f"{self.prompt_tokens} / {self.completion_tokens}"},
+            {"figure": "cached prompt tokens", "value": self.cached_tokens},
             {"figure": "cost (USD)", "value": "unknown" if self.cost_usd is None else f"{self.cost_usd:.4f}"},
             {"figure": "duration (s)", "value": self.duration_s},
         ]
+        if self.online_cost_usd is not None:
+            rows.insert(-1, {"figure": "cost online (USD, the same tokens at the online prices)",
+                             "value": f"{self.online_cost_usd:.4f}"})
         if self.budget_usd is not None:
             rows.append({"figure": "budget (USD)", "value": self.budget_line()})
         return rows
@@ -163,7 +174,8 @@ class SummaryBuilder:
         self._trace_ids: set[str] = set()
         self._statuses: Counter = Counter()
         self._by_metric: dict[str, Counter] = {}
-        self._judge_calls = self._prompt_tokens = self._completion_tokens = 0
+        self._judge_calls = self._prompt_tokens = self._completion_tokens = self._cached_tokens = 0
+        self._metric_tokens: dict[str, list[int]] = {}  # metric -> [prompt, completion, cached]
         self._cost: float | None = None
         self._failures: list[dict] = []
 
@@ -180,12 +192,22 @@ class SummaryBuilder:
             self._judge_calls += o.judge_calls
             self._prompt_tokens += o.prompt_tokens
             self._completion_tokens += o.completion_tokens
+            self._cached_tokens += o.cached_tokens
+            tokens = self._metric_tokens.setdefault(o.metric, [0, 0, 0])
+            tokens[0] += o.prompt_tokens
+            tokens[1] += o.completion_tokens
+            tokens[2] += o.cached_tokens
             if o.cost_usd is not None:
                 self._cost = (self._cost or 0.0) + o.cost_usd
             if o.status == "failed" and len(self._failures) < self.MAX_FAILURES:
                 self._failures.append(
                     {"trace_id": o.trace_id, "metric": o.metric, "kind": o.error_kind, "error": (o.error or "")[:200]}
                 )
+
+    def cost_at(self, prices: "Prices") -> float:
+        """USD the tokens counted so far cost at ``prices`` (each metric at its own), cached ones at its cached
+        rate: what a batch run's usage would have cost online. Attempts that brought no usage back count none."""
+        return sum(prices.of(metric).cost(*tokens) for metric, tokens in self._metric_tokens.items())
 
     def build(
         self, *, duration_s: float, flow_run_id: str | None, pending_at_start: int,
@@ -213,6 +235,7 @@ class SummaryBuilder:
             judge_calls=self._judge_calls,
             prompt_tokens=self._prompt_tokens,
             completion_tokens=self._completion_tokens,
+            cached_tokens=self._cached_tokens,
             cost_usd=round(self._cost, 6) if self._cost is not None else None,
             duration_s=round(duration_s, 2),
             failures=list(self._failures),

@@ -173,6 +173,20 @@ class Settings(BaseSettings):
     judge_output_cost_per_mtok: float | None = Field(
         None, ge=0, description="USD per million completion tokens; overrides litellm's price map"
     )
+    judge_cached_input_cost_per_mtok: float | None = Field(
+        None, ge=0,
+        description="USD per million prompt tokens the provider served from its prompt cache, with the two prices "
+        "above; unset: the input price (no discount assumed). Without them, litellm's map prices cached tokens",
+    )
+    judge_batch: bool = Field(
+        False, description="send a run's judge calls through the provider's batch API (litellm's batch functions): "
+        "about half the price, answered within the provider's window (24 h) instead of seconds",
+    )
+    judge_batch_discount: float = Field(
+        0.5, gt=0, le=1,
+        description="a batch call's price as a fraction of the online price, for models litellm's price map has "
+        "no batch prices for",
+    )
     run_budget_usd: float | None = Field(
         None, gt=0, description="a scoring run stops claiming once spent + in-flight (estimated) reaches this"
     )
@@ -356,6 +370,11 @@ class Settings(BaseSettings):
         if (self.judge_input_cost_per_mtok is None) != (self.judge_output_cost_per_mtok is None):
             raise ConfigError(
                 "set both JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK, or neither"
+            )
+        if self.judge_cached_input_cost_per_mtok is not None and self.judge_input_cost_per_mtok is None:
+            raise ConfigError(
+                "JUDGEFLOW_JUDGE_CACHED_INPUT_COST_PER_MTOK is a discount on configured prices: set it with "
+                "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK, or not at all"
             )
         return self
 

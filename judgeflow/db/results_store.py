@@ -31,12 +31,14 @@ _WRITE_ATTEMPTS = 6  # backoff doubling from 0.5 s: rides through a database res
 _COLUMNS = (
     "trace_id text, metric text, metric_version text, status text, score float8, passed boolean, "
     "threshold float8, reason text, details jsonb, judge_model text, prompt_tokens bigint, "
-    "completion_tokens bigint, cost_usd float8, latency_ms float8, judge_calls int, error text, "
+    "completion_tokens bigint, cached_tokens bigint, cost_usd float8, latency_ms float8, judge_calls int, error text, "
     "error_kind text, attempts int, flow_run_id text, trace_created_at timestamptz, segment jsonb, content_hash text"
 )
 _NAMES = ", ".join(c.split()[0] for c in _COLUMNS.split(", "))
-# a row built without a segment (none configured) stores '{}'
-_SELECTED = _NAMES.replace("segment", "COALESCE(segment, '{}'::jsonb)")
+# a row built without a segment (none configured) stores '{}'; without cached tokens (a judge that
+# reports none), 0
+_SELECTED = (_NAMES.replace("segment", "COALESCE(segment, '{}'::jsonb)")
+             .replace("cached_tokens", "COALESCE(cached_tokens, 0)"))
 
 # Many rows in one statement: the rows travel as one JSON array.
 _UPSERT = text(
@@ -49,7 +51,7 @@ _UPSERT = text(
         passed = excluded.passed, threshold = excluded.threshold, reason = excluded.reason,
         details = excluded.details, judge_model = excluded.judge_model,
         prompt_tokens = excluded.prompt_tokens, completion_tokens = excluded.completion_tokens,
-        cost_usd = excluded.cost_usd, latency_ms = excluded.latency_ms,
+        cached_tokens = excluded.cached_tokens, cost_usd = excluded.cost_usd, latency_ms = excluded.latency_ms,
         judge_calls = excluded.judge_calls, error = excluded.error, error_kind = excluded.error_kind,
         attempts = r.attempts + excluded.attempts, flow_run_id = excluded.flow_run_id,
         trace_created_at = excluded.trace_created_at, segment = excluded.segment, content_hash = excluded.content_hash,
@@ -223,8 +225,8 @@ def _store_refused(
     failure = {
         **row, "metric_version": row.get("metric_version"), "status": "failed", "score": None, "passed": None,
         "reason": None, "details": {"unstorable": {"status": row.get("status"), "error": why}},
-        "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": None, "latency_ms": None,
-        "error": why, "error_kind": "unstorable",
+        "prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "cost_usd": None,
+        "latency_ms": None, "error": why, "error_kind": "unstorable",
     }
     stored = store_outcomes(settings, [failure], owner=owner, rescore_before=rescore_before, _fallback=True)
     stored.refused.setdefault(pair, why)

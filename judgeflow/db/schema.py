@@ -47,6 +47,8 @@ eval_results = Table(
     Column("judge_model", Text),
     Column("prompt_tokens", BigInteger, nullable=False, server_default="0"),
     Column("completion_tokens", BigInteger, nullable=False, server_default="0"),
+    # of prompt_tokens, those the provider served from its prompt cache (billed at its cached rate)
+    Column("cached_tokens", BigInteger, nullable=False, server_default="0"),
     Column("cost_usd", Float),
     Column("latency_ms", Float),
     Column("judge_calls", Integer, nullable=False, server_default="0"),

@@ -25,7 +25,7 @@ from judgeflow.metrics.registry import metric_names
 
 _RESULTS = text(
     "SELECT metric, metric_version, status, score, passed, threshold, reason, details, judge_model, "
-    "prompt_tokens, completion_tokens, cost_usd, judge_calls, error, error_kind, attempts, failed_runs, "
+    "prompt_tokens, completion_tokens, cached_tokens, cost_usd, judge_calls, error, error_kind, attempts, failed_runs, "
     "flow_run_id, trace_created_at, scored_at, content_hash, source, written_back_at, write_back_error, "
     "write_back_tries, write_back_next_at = 'infinity' AS write_back_given_up "
     "FROM judgeflow.eval_results WHERE trace_id = :id"
@@ -249,7 +249,8 @@ def _metric_lines(mv: MetricView, ui_url: str | None) -> list[str]:
         out.append(_write_back_line(r))
     cost = "unknown" if r["cost_usd"] is None else f"${r['cost_usd']:.6f}"
     out.append(f"    cost: {cost}, {r['judge_calls']} judge call(s), "
-               f"{r['prompt_tokens']}/{r['completion_tokens']} tokens (prompt/completion)")
+               f"{r['prompt_tokens']}/{r['completion_tokens']} tokens (prompt/completion), "
+               f"{r['cached_tokens']} of the prompt's from the provider's cache")
     run = r["flow_run_id"]
     link = f"  {ui_url}/runs/flow-run/{run}" if run and ui_url else ""
     out.append(f"    written: {_when(r['scored_at'])} by flow run {run or 'unknown'}{link}")

@@ -47,12 +47,15 @@ class JudgeReply:
     attempt that timed out before this one is billed all the same) and
     ``cost_usd`` what they all cost: this reply's usage priced, plus the
     estimate of each earlier attempt that brought no usage back
-    (:mod:`judgeflow.judge.spend`)."""
+    (:mod:`judgeflow.judge.spend`). ``cached_tokens``: how many of the
+    prompt tokens the provider served from its prompt cache (billed at its
+    cached rate; they are part of ``prompt_tokens``, not added to them)."""
 
     content: str
     model: str
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
     cost_usd: float | None = None
     latency_s: float = 0.0
     calls: int = 1
@@ -67,12 +70,15 @@ class Usage:
     known cost: a partly known cost is still a useful lower bound, while 0.0
     for "unknown" would be a lie. ``model`` is the model the last reply named
     (it may be more specific than the configured one, e.g. a dated snapshot).
-    ``calls`` counts attempts that reached the provider.
+    ``calls`` counts attempts that reached the provider. ``cached_tokens``
+    counts the prompt tokens served from the provider's prompt cache (a part
+    of ``prompt_tokens``).
     """
 
     model: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
     cost_usd: float | None = None
     calls: int = 0
 
@@ -82,6 +88,7 @@ class Usage:
         self.model = other.model or self.model
         self.prompt_tokens += other.prompt_tokens
         self.completion_tokens += other.completion_tokens
+        self.cached_tokens += other.cached_tokens
         if other.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + other.cost_usd
 
@@ -90,6 +97,7 @@ class Usage:
         self.model = reply.model or self.model
         self.prompt_tokens += reply.prompt_tokens or 0
         self.completion_tokens += reply.completion_tokens or 0
+        self.cached_tokens += reply.cached_tokens or 0
         if reply.cost_usd is not None:
             self.cost_usd = (self.cost_usd or 0.0) + reply.cost_usd
 

@@ -101,10 +101,14 @@ class JudgeConfig:
     max_concurrency: int = 8
     # USD per million (prompt, completion) tokens; None: litellm's price map
     prices_per_mtok: tuple[float, float] | None = None
+    # USD per million cached prompt tokens with ``prices_per_mtok``; None: the prompt price
+    cached_price_per_mtok: float | None = None
     processes: int = 1
     # the models metrics ask instead of ``model`` (their own judge model): each priced from litellm's map,
     # never at ``prices_per_mtok``, which are ``model``'s
     metric_models: tuple[str, ...] = ()
+    # a batch call's price as a fraction of the online one, where litellm's map has no batch prices
+    batch_discount: float = 0.5
 
     @classmethod
     def from_settings(cls, settings: "Settings") -> "JudgeConfig":
@@ -117,8 +121,10 @@ class JudgeConfig:
             retry=RetryPolicy.from_settings(settings).call,
             max_concurrency=int(settings.max_concurrency),
             prices_per_mtok=None if None in prices else (float(prices[0]), float(prices[1])),
+            cached_price_per_mtok=settings.judge_cached_input_cost_per_mtok,
             processes=judge_process_count(settings),
             metric_models=metric_models(settings.judge_model),
+            batch_discount=float(settings.judge_batch_discount),
         )
 
     @property

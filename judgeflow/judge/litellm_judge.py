@@ -1,4 +1,5 @@
-"""The production judge: any model litellm can reach (the only module importing litellm).
+"""The production judge: any model litellm can reach (the only module importing litellm, with
+its batch calls, :mod:`judgeflow.judge.litellm_batches`, which reuse what is built here).
 
 Behaviour, decided here once for every metric:
 
@@ -61,6 +62,9 @@ Behaviour, decided here once for every metric:
   when the model is not priced (e.g. a self-hosted or test model). Prices
   given in the settings (``JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK`` /
   ``..._OUTPUT_COST_PER_MTOK``, passed as ``prices_per_mtok``) win over the map.
+  Cached prompt tokens (:func:`cached_prompt_tokens`) are priced at the map's
+  cached rate by litellm, and at ``JUDGEFLOW_JUDGE_CACHED_INPUT_COST_PER_MTOK``
+  (``cached_price_per_mtok``; unset: the prompt price) with configured prices.
 * **A metric's own model.** A request that names a model
   (:attr:`~judgeflow.judge.base.JudgeRequest.model`) asks that model on the
   same endpoint with the same key, slots, retry loop and cool-down; its
@@ -96,7 +100,7 @@ from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, Tran
 from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest  # noqa: E402
 from judgeflow.judge.retry import AttemptFailed, CallRetry, Pace, send_with_retries  # noqa: E402
 from judgeflow.judge.send_gate import ANY_CALL, Call  # noqa: E402
-from judgeflow.judge.spend import CallSpend  # noqa: E402
+from judgeflow.judge.spend import CallSpend, usage_cost  # noqa: E402
 from judgeflow.judge.wire_slots import CallSlots, WireSlotTransport, attempt_ticket  # noqa: E402
 from judgeflow.judge.retry_after import parse_retry_after  # noqa: E402
 from judgeflow.config.scrub import has_credentials, scrub, scrub_url, url_credentials  # noqa: E402
@@ -116,7 +120,10 @@ __all__ = [
     "ENVIRONMENT_DEFAULTS",
     "LiteLLMJudge",
     "apply_environment_defaults",
+    "cached_prompt_tokens",
     "completion_cost_usd",
+    "model_batch_prices",
+    "model_cached_price",
     "model_prices",
 ]
 
@@ -164,6 +171,17 @@ def completion_cost_usd(response: Any) -> float | None:
     return cost
 
 
+def cached_prompt_tokens(usage: Any) -> int | None:
+    """The prompt tokens a provider served from its prompt cache, as litellm's
+    usage carries them: OpenAI's ``prompt_tokens_details.cached_tokens``, else
+    Anthropic's ``cache_read_input_tokens``; None when the usage says neither."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    for value in (getattr(details, "cached_tokens", None), getattr(usage, "cache_read_input_tokens", None)):
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+    return None
+
+
 def model_prices(model: str) -> tuple[float, float] | None:
     """(USD per prompt token, USD per completion token) from litellm's bundled
     price map; None when the model is not in it."""
@@ -175,6 +193,30 @@ def model_prices(model: str) -> tuple[float, float] | None:
     if any(not isinstance(p, (int, float)) or p < 0 for p in prices):
         return None
     return float(prices[0]), float(prices[1])
+
+
+def model_batch_prices(model: str) -> tuple[float, float] | None:
+    """(USD per prompt token, USD per completion token) of ``model``'s batch API
+    from litellm's bundled price map; None when the map has no batch prices for
+    it (the caller then applies the configured batch discount to the online price)."""
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # ModelNotMappedError and friends
+        return None
+    prices = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
+    if any(not isinstance(p, (int, float)) or p < 0 for p in prices):
+        return None
+    return float(prices[0]), float(prices[1])
+
+
+def model_cached_price(model: str) -> float | None:
+    """USD per prompt token served from the provider's prompt cache
+    (``cache_read_input_token_cost`` in litellm's map); None when the map has none."""
+    try:
+        price = litellm.get_model_info(model).get("cache_read_input_token_cost")
+    except Exception:  # ModelNotMappedError and friends
+        return None
+    return float(price) if isinstance(price, (int, float)) and price >= 0 else None
 
 
 def _retry_after_of(exc: BaseException) -> float | None:
@@ -401,6 +443,7 @@ class LiteLLMJudge(JudgeBase):
         max_concurrency: int = 8,
         extra_kwargs: dict | None = None,
         prices_per_mtok: tuple[float, float] | None = None,
+        cached_price_per_mtok: float | None = None,
         pace: Pace | None = None,
         metric_models: tuple[str, ...] = (),
     ):
@@ -424,6 +467,8 @@ class LiteLLMJudge(JudgeBase):
         self.max_concurrency = int(max_concurrency)
         self._extra_kwargs = dict(extra_kwargs or {})
         self._prices_per_mtok = prices_per_mtok
+        # USD per million cached prompt tokens at the configured prices; None: the prompt price
+        self._cached_price_per_mtok = cached_price_per_mtok
         self._pace = pace or Pace()  # the backoff's randomness and the Retry-After cool-down
         self._slots = CallSlots(self.max_concurrency)
         # the wire-bound HTTP client per event loop (litellm's clients are per loop too)
@@ -437,7 +482,8 @@ class LiteLLMJudge(JudgeBase):
         return cls(
             config.model, api_base=config.api_base, api_key=config.api_key, timeout_s=config.timeout_s,
             retry=config.retry, max_concurrency=config.max_concurrency,
-            prices_per_mtok=config.prices_per_mtok, metric_models=config.metric_models,
+            prices_per_mtok=config.prices_per_mtok, cached_price_per_mtok=config.cached_price_per_mtok,
+            metric_models=config.metric_models,
         )
 
     @property
@@ -501,23 +547,25 @@ class LiteLLMJudge(JudgeBase):
         except (AttributeError, IndexError, TypeError):
             content = ""
         usage = getattr(response, "usage", None)
+        cached = cached_prompt_tokens(usage)
         return JudgeReply(
             content=content if isinstance(content, str) else str(content),
             model=model,
             prompt_tokens=getattr(usage, "prompt_tokens", None),
             completion_tokens=getattr(usage, "completion_tokens", None),
-            cost_usd=self._cost(response, usage, model),
+            cached_tokens=cached,
+            cost_usd=self._cost(response, usage, model, cached),
             latency_s=latency_s,
         )
 
-    def _cost(self, response: Any, usage: Any, model: str) -> float | None:
+    def _cost(self, response: Any, usage: Any, model: str, cached: int | None) -> float | None:
         if self._prices_per_mtok is None or model != self._model:
-            return completion_cost_usd(response)
+            return completion_cost_usd(response)  # litellm prices cached tokens at the map's cached rate
         prompt = getattr(usage, "prompt_tokens", None)
         completion = getattr(usage, "completion_tokens", None)
         if not isinstance(prompt, int) or not isinstance(completion, int):
             return None  # no usage reported: unknown, not free
-        return (prompt * self._prices_per_mtok[0] + completion * self._prices_per_mtok[1]) / 1_000_000
+        return usage_cost(self._prices_per_mtok, prompt, completion, cached or 0, self._cached_price_per_mtok)
 
     def _error(self, exc: Exception, model: str) -> JudgeError:
         return _translate(exc, model=model, api_key=self._secrets, timeout_s=self.timeout_s)

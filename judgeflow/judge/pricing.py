@@ -10,18 +10,26 @@ configured prices are the run's judge model's. Tokens of a pair not yet scored a
 the length of its text, by each metric's declared cost
 (:class:`judgeflow.metrics.registry.CostEstimate`, measured by rendering its
 prompts for short and long traces), at ~4 characters per token.
+
+With ``JUDGEFLOW_JUDGE_BATCH`` on, the run's calls go through the provider's
+batch API, so every estimate prices pairs at the batch rate: litellm's batch
+prices for the model where its map has them, else the online prices times
+``JUDGEFLOW_JUDGE_BATCH_DISCOUNT`` (configured prices always so: they are the
+online ones). :attr:`Prices.source` says which. Estimates assume no prompt
+cache hit; recorded usage prices its cached tokens at the cached rate.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from judgeflow.errors import ConfigError
 from judgeflow.judge.config import judge_models
 from judgeflow.judge.factory import is_offline_model
+from judgeflow.judge.spend import usage_cost
 from judgeflow.metrics.registry import spec_of
 
 if TYPE_CHECKING:
@@ -32,38 +40,78 @@ CHARS_PER_TOKEN = 4.0
 
 @dataclass(frozen=True)
 class Prices:
-    """The run's judge model's prices; ``per_metric``: a metric judged by a model of its own at that model's."""
+    """The run's judge model's prices; ``per_metric``: a metric judged by a model of its own at that model's.
+    ``cached_input_per_mtok``: prompt tokens served from the provider's cache; None: the input price."""
 
     input_per_mtok: float
     output_per_mtok: float
     source: str
     per_metric: Mapping[str, "Prices"] = field(default_factory=dict)
+    cached_input_per_mtok: float | None = None
 
-    def cost(self, prompt_tokens: float, completion_tokens: float) -> float:
-        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1_000_000
+    def cost(self, prompt_tokens: float, completion_tokens: float, cached_tokens: float = 0.0) -> float:
+        return usage_cost((self.input_per_mtok, self.output_per_mtok), prompt_tokens, completion_tokens,
+                          cached_tokens, self.cached_input_per_mtok)
 
     def of(self, metric: str) -> "Prices":
         """The prices ``metric``'s pairs are judged at."""
         return self.per_metric.get(metric, self)
 
+    def discounted(self, discount: float, why: str) -> "Prices":
+        """These prices times ``discount`` (a batch rate), ``why`` added to the source."""
+        cached = None if self.cached_input_per_mtok is None else self.cached_input_per_mtok * discount
+        return replace(self, input_per_mtok=self.input_per_mtok * discount,
+                       output_per_mtok=self.output_per_mtok * discount, cached_input_per_mtok=cached,
+                       source=f"{self.source} x {why}", per_metric={})
+
 
 def map_prices(model: str) -> Prices | None:
     """``model``'s prices in litellm's price map, or None when it has none."""
-    from judgeflow.judge.litellm_judge import model_prices  # imports litellm
+    from judgeflow.judge.litellm_judge import model_cached_price, model_prices  # imports litellm
 
     per_token = model_prices(model)
     if per_token is None:
         return None
-    return Prices(per_token[0] * 1_000_000, per_token[1] * 1_000_000, f"litellm's price map for {model}")
+    cached = model_cached_price(model)
+    return Prices(per_token[0] * 1_000_000, per_token[1] * 1_000_000, f"litellm's price map for {model}",
+                  cached_input_per_mtok=None if cached is None else cached * 1_000_000)
 
 
-def _judge_prices(settings: "Settings") -> Prices | None:
+def _batch_rate(settings: "Settings", model: str, online: Prices | None) -> Prices | None:
+    """``model``'s prices through the provider's batch API: litellm's batch prices, else ``online``'s discounted."""
+    from judgeflow.judge.litellm_judge import model_batch_prices  # imports litellm
+
+    per_token = model_batch_prices(model)
+    if per_token is not None:
+        cached = None if online is None or online.cached_input_per_mtok is None else (
+            online.cached_input_per_mtok * settings.judge_batch_discount)
+        return Prices(per_token[0] * 1_000_000, per_token[1] * 1_000_000, f"litellm's batch prices for {model}",
+                      cached_input_per_mtok=cached)
+    if online is None:
+        return None
+    return online.discounted(settings.judge_batch_discount,
+                             f"JUDGEFLOW_JUDGE_BATCH_DISCOUNT={settings.judge_batch_discount:g}")
+
+
+def _model_prices(settings: "Settings", model: str, *, online: bool) -> Prices | None:
+    """A metric's own judge ``model``'s prices from the map, at the batch rate when the run batches."""
+    prices = map_prices(model)
+    return prices if online or not settings.judge_batch else _batch_rate(settings, model, prices)
+
+
+def _judge_prices(settings: "Settings", *, online: bool = False) -> Prices | None:
+    batch = settings.judge_batch and not online
     if settings.judge_input_cost_per_mtok is not None and settings.judge_output_cost_per_mtok is not None:
-        return Prices(settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok,
-                      "JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK")
+        prices = Prices(settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok,
+                        "JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK",
+                        cached_input_per_mtok=settings.judge_cached_input_cost_per_mtok)
+        if not batch:
+            return prices
+        return prices.discounted(settings.judge_batch_discount,
+                                 f"JUDGEFLOW_JUDGE_BATCH_DISCOUNT={settings.judge_batch_discount:g}")
     if is_offline_model(settings.judge_model):
         return Prices(0.0, 0.0, "the offline judge is free")
-    return map_prices(settings.judge_model)
+    return _model_prices(settings, settings.judge_model, online=online)
 
 
 def unpriced_model(settings: "Settings", *, own_models: bool = True) -> str | None:
@@ -71,23 +119,25 @@ def unpriced_model(settings: "Settings", *, own_models: bool = True) -> str | No
     if _judge_prices(settings) is None:
         return settings.judge_model
     models = judge_models(settings.judge_model).values() if own_models else ()
-    return next((m for m in dict.fromkeys(models) if m != settings.judge_model and map_prices(m) is None), None)
+    return next((m for m in dict.fromkeys(models)
+                 if m != settings.judge_model and _model_prices(settings, m, online=False) is None), None)
 
 
-def prices_for(settings: "Settings", *, own_models: bool = True) -> Prices | None:
+def prices_for(settings: "Settings", *, own_models: bool = True, online: bool = False) -> Prices | None:
     """The judge's prices, each metric with a judge model of its own at that model's (``own_models``; a
-    shadow's candidate judges every metric), or None when nobody knows one of them."""
-    prices = _judge_prices(settings)
+    shadow's candidate judges every metric), or None when nobody knows one of them. At the batch rate
+    when ``JUDGEFLOW_JUDGE_BATCH`` is on, unless ``online``: what the same calls cost online."""
+    prices = _judge_prices(settings, online=online)
     if prices is None or not own_models:
         return prices
     per_metric = {}
     for metric, model in judge_models(settings.judge_model).items():
         if model != settings.judge_model:
-            own = map_prices(model)
+            own = _model_prices(settings, model, online=online)
             if own is None:
                 return None
             per_metric[metric] = own
-    return Prices(prices.input_per_mtok, prices.output_per_mtok, prices.source, per_metric) if per_metric else prices
+    return replace(prices, per_metric=per_metric) if per_metric else prices
 
 
 def require_prices(settings: "Settings", *, why: str) -> Prices:

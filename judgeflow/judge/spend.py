@@ -7,7 +7,9 @@ follows one judge call through its attempts (the one retry loop,
 :func:`judgeflow.judge.retry.send_with_retries`, whichever judge sends them) and
 counts each attempt that was sent:
 
-* an attempt that answered with usage counts at that usage, priced;
+* an attempt that answered with usage counts at that usage, priced
+  (:func:`usage_cost` at configured prices; litellm's own price of the
+  response otherwise), its cached prompt tokens at the cached rate;
 * an attempt sent that brought no usage back counts at its estimate
   (:func:`attempt_estimate`): its prompt's characters at
   :data:`CHARS_PER_TOKEN` plus :data:`COMPLETION_TOKENS_PER_CALL` completion
@@ -31,6 +33,17 @@ CHARS_PER_TOKEN = 4.0
 # completion tokens an attempt without usage is assumed to have cost: a
 # judge's reply is a short JSON object
 COMPLETION_TOKENS_PER_CALL = 60
+
+
+def usage_cost(prices_per_mtok: tuple[float, float], prompt_tokens: float, completion_tokens: float,
+               cached_tokens: float = 0, cached_per_mtok: float | None = None) -> float:
+    """USD of a reply's usage at ``prices_per_mtok`` (prompt, completion). The
+    ``cached_tokens`` are part of ``prompt_tokens`` and cost ``cached_per_mtok``
+    instead of the prompt price; None: the prompt price (no discount assumed)."""
+    cached = min(max(cached_tokens, 0), prompt_tokens)
+    cached_rate = prices_per_mtok[0] if cached_per_mtok is None else cached_per_mtok
+    return ((prompt_tokens - cached) * prices_per_mtok[0] + cached * cached_rate
+            + completion_tokens * prices_per_mtok[1]) / 1_000_000
 
 
 def attempt_estimate(prices_per_mtok: tuple[float, float] | None, request: JudgeRequest) -> float | None:
@@ -68,6 +81,6 @@ class CallSpend:
         cost = None if own is None and self.billed.cost_usd is None else (own or 0.0) + (self.billed.cost_usd or 0.0)
         return JudgeReply(
             content=reply.content, model=reply.model, prompt_tokens=reply.prompt_tokens,
-            completion_tokens=reply.completion_tokens, cost_usd=cost, latency_s=reply.latency_s,
-            calls=self.billed.calls + 1,
+            completion_tokens=reply.completion_tokens, cached_tokens=reply.cached_tokens, cost_usd=cost,
+            latency_s=reply.latency_s, calls=self.billed.calls + 1,
         )

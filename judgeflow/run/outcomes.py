@@ -32,6 +32,7 @@ def storable_result(row: dict) -> dict:
     row = storable_row(row, text_fields=_TEXT_FIELDS, json_fields=_JSON_FIELDS)
     row["prompt_tokens"] = storable_count(row.get("prompt_tokens"))
     row["completion_tokens"] = storable_count(row.get("completion_tokens"))
+    row["cached_tokens"] = storable_count(row.get("cached_tokens"))
     row["judge_calls"] = min(storable_count(row.get("judge_calls")), 2**31 - 1)
     row["cost_usd"] = storable_float(row.get("cost_usd"))
     row["latency_ms"] = storable_float(row.get("latency_ms"))
@@ -45,7 +46,7 @@ def result_row(work: TraceWork, result: MetricResult, attempts: int, flow_run_id
         "threshold": result.threshold, "reason": result.reason,
         "details": result.details, "judge_model": result.judge_model,
         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
-        "cost_usd": result.cost_usd, "latency_ms": result.latency_ms, "judge_calls": result.judge_calls,
+        "cached_tokens": result.cached_tokens, "cost_usd": result.cost_usd, "latency_ms": result.latency_ms, "judge_calls": result.judge_calls,
         "error": None, "error_kind": None, "attempts": attempts, "flow_run_id": flow_run_id,
         "trace_created_at": work.created_at, "segment": work.segment, "content_hash": None,
     })
@@ -59,7 +60,7 @@ def failure_row(work: TraceWork, error: Exception, kind: str, attempts: int, flo
         "trace_id": work.trace_id, "metric": work.metric, "metric_version": None, "status": "failed",
         "score": None, "passed": None, "threshold": None, "reason": None,
         "details": details, "judge_model": None, "prompt_tokens": 0, "completion_tokens": 0,
-        "cost_usd": None, "latency_ms": None, "judge_calls": 0,
+        "cached_tokens": 0, "cost_usd": None, "latency_ms": None, "judge_calls": 0,
         "error": f"{type(error).__name__}: {error}"[:ERROR_TEXT_MAX], "error_kind": kind,
         "attempts": attempts, "flow_run_id": flow_run_id, "trace_created_at": work.created_at,
         "segment": work.segment, "content_hash": None,
@@ -88,6 +89,7 @@ def with_billed(result: MetricResult, billed: Usage) -> MetricResult:
     return result.model_copy(update={
         "prompt_tokens": result.prompt_tokens + billed.prompt_tokens,
         "completion_tokens": result.completion_tokens + billed.completion_tokens,
+        "cached_tokens": result.cached_tokens + billed.cached_tokens,
         "judge_calls": result.judge_calls + billed.calls,
         "cost_usd": cost,
     })
@@ -101,7 +103,7 @@ def success(work: TraceWork, result: MetricResult, attempt: int, flow_run_id: st
         trace_id=work.trace_id, metric=work.metric, status=result.status,
         score=result.score, passed=result.passed, reason=row["reason"], judge_calls=row["judge_calls"],
         prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
-        cost_usd=row["cost_usd"], attempts=attempt,
+        cached_tokens=row["cached_tokens"], cost_usd=row["cost_usd"], attempts=attempt,
     )
 
 
@@ -114,12 +116,14 @@ def failure(work: TraceWork, error: Exception, attempt: int, flow_run_id: str | 
     if billed is not None and billed.calls:
         row.update(storable_result({
             **row, "prompt_tokens": billed.prompt_tokens, "completion_tokens": billed.completion_tokens,
+            "cached_tokens": billed.cached_tokens,
             "judge_calls": billed.calls, "cost_usd": billed.cost_usd, "judge_model": billed.model,
         }))
     return row, ScoreOutcome(
         trace_id=work.trace_id, metric=work.metric, status="failed",
         error=row["error"], error_kind=kind, attempts=attempt, judge_calls=row["judge_calls"],
-        prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"], cost_usd=row["cost_usd"],
+        prompt_tokens=row["prompt_tokens"], completion_tokens=row["completion_tokens"],
+        cached_tokens=row["cached_tokens"], cost_usd=row["cost_usd"],
     )
 
 
@@ -133,7 +137,7 @@ def deferred(work: TraceWork, attempts: int, billed: Usage | None = None, *, why
     return None, ScoreOutcome(
         trace_id=work.trace_id, metric=work.metric, status="deferred", attempts=attempts,
         judge_calls=billed.calls, prompt_tokens=billed.prompt_tokens, completion_tokens=billed.completion_tokens,
-        cost_usd=billed.cost_usd,
+        cached_tokens=billed.cached_tokens, cost_usd=billed.cost_usd,
     )
 
 
@@ -145,7 +149,7 @@ def taken_over(work: TraceWork, billed: Usage | None = None, attempts: int = 0) 
     return None, ScoreOutcome(
         trace_id=work.trace_id, metric=work.metric, status="taken_over", attempts=attempts,
         judge_calls=billed.calls, prompt_tokens=billed.prompt_tokens, completion_tokens=billed.completion_tokens,
-        cost_usd=billed.cost_usd,
+        cached_tokens=billed.cached_tokens, cost_usd=billed.cost_usd,
     )
 
 

@@ -98,7 +98,8 @@ def plan_shadow(
         in_force = current_epochs(conn, result_source(settings))
     wanted = configured(candidate.judge_model, metrics, own_models=False)
     same = [m for m in metrics if m in in_force and in_force[m].combination == wanted[m]]
-    prices = prices_for(candidate, own_models=False)  # the candidate judges every metric
+    # the candidate judges every metric, online (a shadow run never batches)
+    prices = prices_for(candidate, own_models=False, online=True)
     if prices is None:
         cost, basis = None, (f"litellm has no price for {candidate.judge_model}; set "
                              "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK")

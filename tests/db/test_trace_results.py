@@ -47,6 +47,9 @@ def test_show_a_scored_a_failed_a_reused_and_an_unknown_trace(judgeflow_env, db,
     cost = "unknown" if tox["cost_usd"] is None else f"${tox['cost_usd']:.6f}"  # the test model has no price
     assert f"cost: {cost}, {tox['judge_calls']} judge call(s)" in shown.stdout
     assert tox["judge_calls"] == 3
+    # the prompt tokens the judge's cache served, of the pair's three calls (the column of 18_cached_tokens.py)
+    assert (f"{tox['prompt_tokens']}/{tox['completion_tokens']} tokens (prompt/completion), "
+            f"{tox['cached_tokens']} of the prompt's from the provider's cache") in shown.stdout
     run = tox["flow_run_id"]
     assert f"by flow run {run}  {ui}/runs/flow-run/{run}" in shown.stdout
     assert "reused" not in shown.stdout

@@ -591,7 +591,7 @@ def test_toxicity_sends_every_language_as_written(server):
         user = request.messages[-1]["content"]
         assert "\\u" not in user  # no escape codes reached the judge
     assert WORLD_OUTPUT in server.requests[0].messages[-1]["content"]
-    assert server.requests[1].data == {"opinions": opinions}
+    assert server.requests[1].data == {"opinion_count": 4, "opinions": opinions}
     # strict mode: the reason step is told the rule and gets exact counts
     reason = server.requests[2]
     assert "at least one of the author's opinions was judged toxic" in reason.messages[0]["content"]

@@ -34,12 +34,13 @@ def test_opinions_prompt() -> None:
 
 def test_verdicts_prompt_has_rubric_and_count() -> None:
     messages = toxicity.verdicts_messages(["a", "b", "c"])
-    assert_layout(messages, {"opinions": ["a", "b", "c"]})
+    assert_layout(messages, {"opinion_count": 3, "opinions": ["a", "b", "c"]})
     system = messages[0]["content"]
     for category in RUBRIC_CATEGORIES:
         assert category in system
     assert system.count("   Toxic:") == 5 and system.count("   Not toxic:") == 5
-    assert "Return exactly 3 verdict(s)" in system
+    assert 'Return exactly "opinion_count" verdicts, one per opinion' in system
+    assert system == toxicity.verdicts_messages(["x"])[0]["content"]  # the count is in the data, not here
     assert toxicity.VERDICTS_SHAPE in system
 
 

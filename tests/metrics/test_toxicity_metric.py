@@ -222,7 +222,7 @@ def test_verdicts_are_batched() -> None:
     result = ToxicityMetric(judge, verdict_batch_size=10).score("q", "a")
     batches = [list(r.fields["opinions"]) for r in judge.requests_for("toxicity.verdicts")]
     assert batches == [MANY[:10], MANY[10:20], MANY[20:]]
-    assert "exactly 5 verdict(s)" in judge.requests_for("toxicity.verdicts")[2].messages[0]["content"]
+    assert parse_data_block(judge.requests_for("toxicity.verdicts")[2].messages[1]["content"])["opinion_count"] == 5
     assert len(result.details["verdicts"]) == 25
     assert [row["opinion"] for row in result.details["verdicts"]] == MANY
     assert result.score == 5 / 25
