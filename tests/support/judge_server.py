@@ -977,24 +977,6 @@ def _parse_fraction(text: str) -> tuple[str, float]:
     return model, float(rate)
 
 
-def _parse_prices(text: str) -> tuple[float, float]:
-    prompt, _, completion = text.partition(",")
-    try:
-        prices = float(prompt), float(completion)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected PROMPT,COMPLETION USD per million tokens, got {text!r}") from None
-    if min(prices) < 0:
-        raise argparse.ArgumentTypeError(f"prices must be >= 0, got {text!r}")
-    return prices
-
-
-def _parse_discount(text: str) -> float:
-    value = float(text)
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1], got {text!r}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="OpenAI-compatible rule-based judge server")
     parser.add_argument("--host", default="127.0.0.1")
@@ -1012,11 +994,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="the judge MODEL flags this fraction of opinions toxic (fraction_responder); repeatable")
     parser.add_argument("--batch-turnaround", type=float, default=0.05,
                         help="seconds from a batch's creation until its lines are answered")
-    parser.add_argument("--batch-discount", type=_parse_discount, default=0.5,
+    parser.add_argument("--batch-discount", type=float, default=0.5,
                         help="a batch line is billed this fraction of the online price")
-    parser.add_argument("--prices", type=_parse_prices, default=(0.0, 0.0), metavar="PROMPT,COMPLETION",
-                        help="USD per million prompt and completion tokens the server bills (billed_usd in /stats)")
+    parser.add_argument("--prices", default="0,0", metavar="IN,OUT",
+                        help="USD per million prompt and completion tokens the server bills (billed_usd)")
     args = parser.parse_args(argv)
+    if not 0 < args.batch_discount <= 1:
+        parser.error(f"--batch-discount: expected a fraction in (0, 1], got {args.batch_discount:g}")
 
     responder = reply_form_responder(args.reply_form) if args.reply_form else None
     if args.toxic_fraction:
@@ -1031,9 +1015,9 @@ def main(argv: list[str] | None = None) -> int:
         fault_retry_after=args.retry_after,
         host=args.host,
         port=args.port,
-        prices_per_mtok=args.prices,
         batch_turnaround_s=args.batch_turnaround,
         batch_discount=args.batch_discount,
+        prices_per_mtok=tuple(float(p) for p in args.prices.split(",")),
     ).start()
     print(server.url, flush=True)
 

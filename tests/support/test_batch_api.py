@@ -241,4 +241,4 @@ def test_as_a_process_the_turnaround_discount_and_prices_are_flags():
     assert stats["billed_batch_usd"] == pytest.approx(expected) and stats["billed_usd"] == pytest.approx(expected)
     bad = subprocess.run([sys.executable, "-m", "tests.support.judge_server", "--batch-discount", "0"],
                          cwd=root, env=env, capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--batch-discount: expected a fraction in (0, 1]" in bad.stderr
+    assert bad.returncode == 2 and "--batch-discount: expected a fraction in (0, 1], got 0" in bad.stderr
