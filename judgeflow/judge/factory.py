@@ -27,7 +27,7 @@ from judgeflow.judge.config import JudgeConfig, is_offline_model, judge_process_
 if TYPE_CHECKING:
     from judgeflow.config.settings import Settings
 
-__all__ = ["build_judge", "is_offline_model", "judge_config", "judge_process_count", "model_judge"]
+__all__ = ["batch_api", "build_judge", "is_offline_model", "judge_config", "judge_process_count", "model_judge"]
 
 
 def judge_config(settings: "Settings") -> JudgeConfig:
@@ -54,3 +54,20 @@ def build_judge(config: "JudgeConfig | Settings") -> Judge:
 
         return JudgeProcessPool(config)
     return model_judge(config)
+
+
+def batch_api(config: JudgeConfig):
+    """The adapter's batch calls for ``config.model`` (judgeflow/judge/batches.py's ``BatchApi``);
+    a model litellm cannot batch, or the offline judge, is refused with one line (ConfigError)."""
+    from judgeflow.errors import ConfigError
+
+    if config.offline:
+        raise ConfigError("batches do not apply to the offline judge (it sends nothing to a provider): "
+                          "unset JUDGEFLOW_JUDGE_BATCH or leave out --batch")
+    from judgeflow.judge.litellm_judge import LiteLLMJudge
+
+    judge = LiteLLMJudge.from_config(config)
+    refusal = judge.cannot_batch()
+    if refusal is not None:
+        raise ConfigError(refusal)
+    return judge.batch_api()
