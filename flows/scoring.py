@@ -331,6 +331,24 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     return summary
 
 
+@contextmanager
+def _alerts_also_if_failed(settings: Settings, evaluate_alerts: bool):
+    """Alert rules run at the end of every run, also one that stopped part-way:
+    what it did score counts, and a run failing every night must not hide a
+    regression. The run then ends Failed with its own error."""
+    from judgeflow.tasks.alerting import evaluate_alert_rules
+
+    try:
+        yield
+    except Exception:
+        if evaluate_alerts:
+            try:
+                evaluate_alert_rules(settings)
+            except Exception as alert_error:
+                get_run_logger().error("alert rules could not be evaluated either: %s", alert_error)
+        raise
+
+
 @flow(name="score-new-traces", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS))
 def score_new_traces(
     batch_size: int | None = None,
@@ -374,22 +392,12 @@ def score_new_traces(
                              sample_budget_usd=sample_budget_usd, judge_batch=batch)
     from judgeflow.tasks.alerting import evaluate_alert_rules
 
-    try:
+    with _alerts_also_if_failed(settings, evaluate_alerts):
         summary = score_traces(
             settings, batch_size=batch_size, limit=limit, since=since, until=until,
             sample_rate=sample_rate, metrics=chosen(metrics), rescore=False, retry_failed=retry_failed,
             cancel_batches=cancel_batches,
         )
-    except Exception:
-        # Alert rules run at the end of every run, also one that stopped part-way:
-        # what it did score counts, and a run failing every night must not hide
-        # a regression. The run then ends Failed with its own error.
-        if evaluate_alerts:
-            try:
-                evaluate_alert_rules(settings)
-            except Exception as alert_error:
-                get_run_logger().error("alert rules could not be evaluated either: %s", alert_error)
-        raise
     if evaluate_alerts:
         evaluate_alert_rules(settings, flow_run_id=summary.flow_run_id)
     from judgeflow.tasks.trend import publish_trend

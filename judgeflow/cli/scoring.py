@@ -70,15 +70,11 @@ def score(
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 settle_delay=settle_delay, run_budget_usd=budget_usd,
                                 sample_budget_usd=sample_budget_usd, judge_batch=batch)
-    _refuse_budgets_without_prices(settings, plan=plan)
-    _refuse_batches_that_cannot_be(settings)
+    _refuse_what_cannot_run(settings, plan=plan)
     announce_database(settings)
     start, end = parse_when(since), parse_when(until)
     if plan:
-        from judgeflow.sampling.command import plan_text_now
-
-        typer.echo(plan_text_now(settings, since=start, until=end, sample_rate=sample_rate))
-        return
+        return _print_plan(settings, since=start, until=end, sample_rate=sample_rate)
     from judgeflow.cli.pending import anything_pending
 
     if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed):
@@ -97,6 +93,17 @@ def score(
     ), judge=judge)
     typer.echo(summary.markdown())
     exit_if_stopped(summary)
+
+
+def _print_plan(settings, *, since, until, sample_rate: float) -> None:
+    from judgeflow.sampling.command import plan_text_now
+
+    typer.echo(plan_text_now(settings, since=since, until=until, sample_rate=sample_rate))
+
+
+def _refuse_what_cannot_run(settings, *, plan: bool) -> None:
+    _refuse_budgets_without_prices(settings, plan=plan)
+    _refuse_batches_that_cannot_be(settings)
 
 
 def _refuse_budgets_without_prices(settings, *, plan: bool) -> None:
