@@ -23,7 +23,7 @@ from prefect.cache_policies import NO_CACHE
 from judgeflow.config.settings import Settings
 from judgeflow.db import judge_batches
 from judgeflow.judge.batch_lines import BatchLine, FileLimits, LineOnRecord
-from judgeflow.judge.batches import BatchJudge, BatchState, Waiting
+from judgeflow.judge.batches import SUBMITTED, BatchJudge, Waiting
 from judgeflow.judge.factory import batch_api, judge_config
 from judgeflow.run.gate import RunGate
 
@@ -38,18 +38,17 @@ class RunBatchLedger:
     def __init__(self, settings: Settings, owner: str, flow_run_id: str | None, provider: str) -> None:
         self.settings, self.owner, self.flow_run_id, self.provider = settings, owner, flow_run_id, provider
 
-    def record(self, state: BatchState, round_no: int, model: str, lines: list[BatchLine]) -> None:
-        expires = state.expires_at or datetime.now(timezone.utc) + timedelta(
-            seconds=self.settings.judge_batch_window_s)
+    def record(self, batch_id: str, round_no: int, model: str, lines: list[BatchLine]) -> None:
+        expires = datetime.now(timezone.utc) + timedelta(seconds=self.settings.judge_batch_window_s)
         judge_batches.record_batch(self.settings, judge_batches.BatchRecord(
-            batch_id=state.batch_id, provider=self.provider, model=model, round=round_no, owner=self.owner,
-            status=state.status, expires_at=expires), lines)
+            batch_id=batch_id, provider=self.provider, model=model, round=round_no, owner=self.owner,
+            status=SUBMITTED, expires_at=expires), lines)
 
     def lines_on_record(self, custom_ids: list[str]) -> dict[str, LineOnRecord]:
         return judge_batches.lines_on_record(self.settings, custom_ids)
 
-    def update(self, state: BatchState) -> None:
-        judge_batches.update_batch(self.settings, state.batch_id, state.status, state.completed, state.failed)
+    def update(self, status: Any) -> None:
+        judge_batches.update_batch(self.settings, status.id, status.status, status.completed, status.failed)
 
     def show(self, rows: list[dict[str, Any]]) -> None:
         """A new version of the run's table of batches, on the flow run (never fails the run)."""
@@ -84,7 +83,8 @@ def start_batch_judge(settings: Settings, gate: RunGate, owner: str, flow_run_id
     api = batch_api(config)
     limits = FileLimits(max_lines=settings.judge_batch_max_lines,
                         max_bytes=int(settings.judge_batch_max_mb * 1024 * 1024))
-    return BatchJudge(api, RunBatchLedger(settings, owner, flow_run_id, api.provider), model=config.model,
+    provider = config.model.split("/", 1)[0] if "/" in config.model else "openai"  # litellm's default provider
+    return BatchJudge(api, RunBatchLedger(settings, owner, flow_run_id, provider), model=config.model,
                       waiting=batch_waiting(settings, gate, cancel_on_stop=cancel_on_stop), limits=limits,
                       retry=config.retry)
 

@@ -64,15 +64,19 @@ def jsonl_line(line: dict[str, Any]) -> bytes:
     return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def pack(lines: list[dict[str, Any]], limits: FileLimits) -> list[list[dict[str, Any]]]:
-    """``lines`` in order, in as few files as ``limits`` allow (a line larger
-    than a file alone still gets a file of its own: the provider says why it
-    refuses it)."""
+# what a file's line holds besides its body: its custom_id, method and url
+LINE_OVERHEAD_BYTES = 160
+
+
+def pack(bodies: list[dict[str, Any]], limits: FileLimits) -> list[list[dict[str, Any]]]:
+    """The request ``bodies`` in order, in as few files as ``limits`` allow (a
+    line larger than a file alone still gets a file of its own: the provider
+    says why it refuses it)."""
     files: list[list[dict[str, Any]]] = []
     current: list[dict[str, Any]] = []
     size = 0
-    for line in lines:
-        n = len(jsonl_line(line))
+    for line in bodies:
+        n = len(jsonl_line(line)) + LINE_OVERHEAD_BYTES
         if current and (len(current) >= limits.max_lines or size + n > limits.max_bytes):
             files.append(current)
             current, size = [], 0

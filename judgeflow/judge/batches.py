@@ -42,7 +42,6 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, Callable, Protocol
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
@@ -55,52 +54,36 @@ from judgeflow.judge.spend import CallSpend
 log = logging.getLogger("judgeflow.batches")
 
 _STOP_CHECK_S = 0.2  # how soon a wait notices a stop or the end of the time budget
-
-
-@dataclass(frozen=True)
-class BatchState:
-    """What the provider says of one batch."""
-
-    batch_id: str
-    status: str
-    total: int = 0
-    completed: int = 0
-    failed: int = 0
-    expires_at: datetime | None = None
-    output_file_id: str | None = None
-    error_file_id: str | None = None
+SUBMITTED = "submitted"  # a batch's status on record until the provider's first word on it
 
 
 class BatchApi(Protocol):
-    """The provider's batch API, as the judge's adapter speaks it."""
+    """The provider's batch API, as the judge's adapter speaks it
+    (judgeflow/judge/litellm_batches.py; a status is its ``BatchStatus``)."""
 
-    provider: str
+    def line_body(self, request: JudgeRequest) -> dict[str, Any]:
+        """The body the online call would send for ``request``."""
 
-    def line(self, request: JudgeRequest, custom_id: str) -> dict[str, Any]:
-        """The request as a line of a batch file (``custom_id``, method, url, body)."""
+    async def submit(self, lines: list[tuple[str, JudgeRequest]], metadata: dict[str, str] | None = None) -> str:
+        """Upload ``lines`` (custom id, request) as one file, make it a batch: its id."""
 
-    def batch_prices(self, model: str) -> tuple[float, float] | None:
-        """USD per million (prompt, completion) tokens at the batch rate."""
+    async def retrieve(self, batch_id: str, model: str | None = None) -> Any: ...
 
-    async def submit(self, model: str, lines: list[dict[str, Any]]) -> BatchState:
-        """Upload ``lines`` as one file and make it a batch."""
-
-    async def retrieve(self, batch_id: str) -> BatchState: ...
-
-    async def results(self, state: BatchState) -> dict[str, JudgeReply | JudgeError]:
+    async def results(self, status: Any, model: str | None = None) -> dict[str, JudgeReply | JudgeError]:
         """Each answered line's reply (priced at the batch rate), or its error."""
 
-    async def cancel(self, batch_id: str) -> None: ...
+    async def cancel(self, batch_id: str, model: str | None = None) -> Any: ...
 
 
 class BatchLedger(Protocol):
     """The record of the batches (judgeflow/db/judge_batches.py, bound to a run by tasks/batches.py)."""
 
-    def record(self, state: BatchState, round_no: int, model: str, lines: list[BatchLine]) -> None: ...
+    def record(self, batch_id: str, round_no: int, model: str, lines: list[BatchLine]) -> None: ...
 
     def lines_on_record(self, custom_ids: list[str]) -> dict[str, LineOnRecord]: ...
 
-    def update(self, state: BatchState) -> None: ...
+    def update(self, status: Any) -> None:
+        """The provider's latest word on a batch (its ``id``, ``status``, ``completed``, ``failed``)."""
 
     def show(self, rows: list[dict[str, Any]]) -> None:
         """The run's table of batches (the Prefect UI)."""
@@ -123,7 +106,7 @@ class Waiting:
 class _Line:
     custom_id: str
     pair: tuple[str, str] | None
-    step: str
+    request: JudgeRequest
     model: str
     body: dict[str, Any]
     futures: list[asyncio.Future] = field(default_factory=list)
@@ -169,7 +152,8 @@ class BatchJudge(JudgeBase):
         """One call: its attempts, each a line of a round, in the one retry loop."""
         call = call or ANY_CALL
         model = request.model or self._model
-        spend = CallSpend(model, self.api.batch_prices(model), request)
+        # a line is billed only when answered, and its reply is priced at the batch rate by the adapter
+        spend = CallSpend(model, None, request)
         attempts = iter(range(1_000_000))
         return await send_with_retries(lambda: self._attempt(request, call, model, next(attempts)),
                                        policy=self.retry, spend=spend, pace=self._pace)
@@ -179,9 +163,8 @@ class BatchJudge(JudgeBase):
         if not await call.may_send():
             return AttemptFailed(CallWithheld(f"judge {model}: not sent, the pair may not go on"))
         pair = getattr(call.gate, "pair", None)
-        line_id = custom_id(pair, request.step, {"model": model, "messages": request.messages,
-                                                 "format": request.response_format.__name__}, attempt)
-        line = _Line(line_id, pair, request.step, model, self.api.line(request, line_id))
+        body = self.api.line_body(request)
+        line = _Line(custom_id(pair, request.step, body, attempt), pair, request, model, body)
         future = asyncio.get_running_loop().create_future()
         line.futures.append(future)
         self._join_round(line)
@@ -225,7 +208,7 @@ class BatchJudge(JudgeBase):
         for line_id, line in lines.items():
             record = on_record.get(line_id)
             if record is not None and record.live_batch is not None:
-                self._wait_on(record.live_batch, line)
+                self._wait_on(record.live_batch, line.model, line)
             elif record is not None and record.dead_batches >= 2:
                 line.settle(AttemptFailed(_died_twice(record.dead_status)))
             else:
@@ -238,49 +221,49 @@ class BatchJudge(JudgeBase):
 
     async def _submit(self, round_no: int, model: str, lines: list[_Line]) -> None:
         try:
-            state = await self.api.submit(model, [line.body for line in lines])
+            batch_id = await self.api.submit([(line.custom_id, line.request) for line in lines],
+                                             metadata={"judgeflow_round": str(round_no)})
         except JudgeError as error:
             return _fail_all(lines, error)
         try:
-            await asyncio.to_thread(self.ledger.record, state, round_no, model, [
-                BatchLine(line.custom_id, *(line.pair or ("", "")), line.step) for line in lines])
+            await asyncio.to_thread(self.ledger.record, batch_id, round_no, model, [
+                BatchLine(line.custom_id, *(line.pair or ("", "")), line.request.step) for line in lines])
         except Exception as error:  # noqa: BLE001 - out but not on record: wait on it all the same
-            log.warning("batch %s could not be recorded (%s); waiting on it all the same", state.batch_id, error)
-        self.shown[state.batch_id] = {"batch": state.batch_id, "round": round_no, "model": model,
-                                      "lines": len(lines), "completed": 0, "failed": 0, "status": state.status}
-        log.info("round %d: batch %s sent (%d line(s), %s)", round_no, state.batch_id, len(lines), model)
+            log.warning("batch %s could not be recorded (%s); waiting on it all the same", batch_id, error)
+        self.shown[batch_id] = {"batch": batch_id, "round": round_no, "model": model, "lines": len(lines),
+                                "completed": 0, "failed": 0, "status": SUBMITTED}
+        log.info("round %d: batch %s sent (%d line(s), %s)", round_no, batch_id, len(lines), model)
         for line in lines:
-            self._wait_on(state.batch_id, line)
+            self._wait_on(batch_id, model, line)
 
     # ---- waiting ------------------------------------------------------------
 
-    def _wait_on(self, batch_id: str, line: _Line) -> None:
+    def _wait_on(self, batch_id: str, model: str, line: _Line) -> None:
         waiting = self._waits.get(batch_id)
         if waiting is None:
             waiting = self._waits[batch_id] = {}
-            self._spawn(self._poll(batch_id))
+            self._spawn(self._poll(batch_id, model))
         if line.custom_id in waiting:
             waiting[line.custom_id].join(line)
         else:
             waiting[line.custom_id] = line
 
-    async def _poll(self, batch_id: str) -> None:
+    async def _poll(self, batch_id: str, model: str) -> None:
         """Ask the provider with backoff until the batch ended or the run may not go on."""
-        pause, failures = self.waiting.poll_s, 0
+        pause = self.waiting.poll_s
         while True:
+            why = await self._pause(pause)
+            if why is not None:
+                return await self._leave(batch_id, model, why)
             try:
-                state = await self.api.retrieve(batch_id)
-            except JudgeError as error:
-                failures += 1
+                state = await self.api.retrieve(batch_id, model)
+            except JudgeError as error:  # polled again after the next pause
                 log.warning("batch %s could not be polled (%s)", batch_id, error)
                 state = None
             if state is not None:
                 await self._seen(state)
                 if state.status in ENDED:
-                    return await self._collect(state)
-            why = await self._pause(pause)
-            if why is not None:
-                return await self._leave(batch_id, why)
+                    return await self._collect(state, model)
             pause = min(pause * 2, self.waiting.poll_max_s)
 
     async def _pause(self, seconds: float) -> str | None:
@@ -293,9 +276,8 @@ class BatchJudge(JudgeBase):
                 return why
             await asyncio.sleep(min(left, _STOP_CHECK_S))
 
-    async def _seen(self, state: BatchState) -> None:
-        row = self.shown.setdefault(state.batch_id, {"batch": state.batch_id, "round": "", "model": "",
-                                                     "lines": state.total})
+    async def _seen(self, state: Any) -> None:
+        row = self.shown.setdefault(state.id, {"batch": state.id, "round": "", "model": "", "lines": state.total})
         changed = (row.get("status"), row.get("completed"), row.get("failed")) != (
             state.status, state.completed, state.failed)
         row.update(status=state.status, completed=state.completed, failed=state.failed)
@@ -305,13 +287,13 @@ class BatchJudge(JudgeBase):
             await asyncio.to_thread(self.ledger.update, state)
             await asyncio.to_thread(self.ledger.show, list(self.shown.values()))
         except Exception as error:  # noqa: BLE001 - the next poll records it again
-            log.warning("batch %s: its state could not be recorded (%s)", state.batch_id, error)
+            log.warning("batch %s: its state could not be recorded (%s)", state.id, error)
 
-    async def _collect(self, state: BatchState) -> None:
+    async def _collect(self, state: Any, model: str) -> None:
         """Hand each line its answer; a line its dead batch left unanswered goes out once more."""
-        lines = self._waits.pop(state.batch_id, {})
+        lines = self._waits.pop(state.id, {})
         try:
-            results = await self.api.results(state)
+            results = await self.api.results(state, model)
         except JudgeError as error:
             return _fail_all(lines.values(), error)
         for line_id, line in lines.items():
@@ -325,15 +307,15 @@ class BatchJudge(JudgeBase):
                 line.settle(AttemptFailed(_died_twice(state.status)))
             else:
                 line.settle(AttemptFailed(answer or TransientJudgeError(
-                    f"batch {state.batch_id} ended {state.status} without an answer for the line")))
+                    f"batch {state.id} ended {state.status} without an answer for the line")))
 
-    async def _leave(self, batch_id: str, why: str) -> None:
+    async def _leave(self, batch_id: str, model: str, why: str) -> None:
         """Stop waiting on ``batch_id``: its lines' pairs are deferred, the batch stays out (or is cancelled)."""
         lines = self._waits.pop(batch_id, {})
         self.left_out[batch_id] = why
         if self.waiting.cancel_on_stop:
             try:
-                await self.api.cancel(batch_id)
+                await self.api.cancel(batch_id, model)
             except JudgeError as error:
                 log.warning("batch %s could not be cancelled: %s", batch_id, error)
         _fail_all(lines.values(), CallWithheld(f"left in batch {batch_id}: {why}"))

@@ -64,10 +64,10 @@ def batch_api(config: JudgeConfig):
     if config.offline:
         raise ConfigError("batches do not apply to the offline judge (it sends nothing to a provider): "
                           "unset JUDGEFLOW_JUDGE_BATCH or leave out --batch")
-    from judgeflow.judge.litellm_judge import LiteLLMJudge
+    from judgeflow.judge.litellm_batches import LiteLLMBatches
 
-    judge = LiteLLMJudge.from_config(config)
-    refusal = judge.cannot_batch()
+    api = LiteLLMBatches.from_config(config)
+    refusal = api.can_batch(config.model) or next(filter(None, map(api.can_batch, config.metric_models)), None)
     if refusal is not None:
-        raise ConfigError(refusal)
-    return judge.batch_api()
+        raise ConfigError(f"--batch / JUDGEFLOW_JUDGE_BATCH refused: {refusal}")
+    return api
