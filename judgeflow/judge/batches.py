@@ -196,7 +196,14 @@ class BatchJudge(JudgeBase):
             await asyncio.sleep(wait)
         lines, self._open, self._gathering = self._open, {}, None
         self.rounds += 1
-        await self._send_round(self.rounds, lines)
+        why = self.waiting.why_stop()
+        if why is not None:  # nothing is sent that nobody would wait for
+            return _fail_all(lines.values(), CallWithheld(f"not sent in a batch: {why}"))
+        try:
+            await self._send_round(self.rounds, lines)
+        except Exception as error:  # a line nobody answers would hold its pair for ever
+            log.exception("round %d could not be sent", self.rounds)
+            _fail_all(lines.values(), TransientJudgeError(f"the round of batch lines could not be sent: {error}"))
 
     async def _send_round(self, round_no: int, lines: dict[str, _Line]) -> None:
         """Adopt what a live batch carries already, fail what died twice, send the rest."""
@@ -249,6 +256,15 @@ class BatchJudge(JudgeBase):
             waiting[line.custom_id] = line
 
     async def _poll(self, batch_id: str, model: str) -> None:
+        """:meth:`_follow` the batch; whatever goes wrong, no line of it is left unanswered."""
+        try:
+            await self._follow(batch_id, model)
+        except Exception as error:
+            log.exception("batch %s could not be followed", batch_id)
+            _fail_all(self._waits.pop(batch_id, {}).values(),
+                      TransientJudgeError(f"batch {batch_id} could not be followed: {error}"))
+
+    async def _follow(self, batch_id: str, model: str) -> None:
         """Ask the provider with backoff until the batch ended or the run may not go on."""
         pause = self.waiting.poll_s
         while True:
