@@ -189,6 +189,15 @@ class Settings(BaseSettings):
     judge_output_cost_per_mtok: float | None = Field(
         None, ge=0, description="USD per million completion tokens; overrides litellm's price map"
     )
+    judge_batch: bool = Field(
+        False, description="send a run's judge calls through the provider's batch API (litellm's batch functions): "
+        "about half the price, answered within the provider's window (24 h) instead of seconds",
+    )
+    judge_batch_discount: float = Field(
+        0.5, gt=0, le=1,
+        description="a batch call's price as a fraction of the online price, for models litellm's price map has "
+        "no batch prices for",
+    )
     run_budget_usd: float | None = Field(
         None, gt=0, description="a scoring run stops claiming once spent + in-flight (estimated) reaches this"
     )

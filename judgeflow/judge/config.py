@@ -105,6 +105,8 @@ class JudgeConfig:
     # the models metrics ask instead of ``model`` (their own judge model): each priced from litellm's map,
     # never at ``prices_per_mtok``, which are ``model``'s
     metric_models: tuple[str, ...] = ()
+    # a batch call's price as a fraction of the online one, where litellm's map has no batch prices
+    batch_discount: float = 0.5
 
     @classmethod
     def from_settings(cls, settings: "Settings") -> "JudgeConfig":
@@ -119,6 +121,7 @@ class JudgeConfig:
             prices_per_mtok=None if None in prices else (float(prices[0]), float(prices[1])),
             processes=judge_process_count(settings),
             metric_models=metric_models(settings.judge_model),
+            batch_discount=float(settings.judge_batch_discount),
         )
 
     @property

@@ -117,6 +117,7 @@ __all__ = [
     "LiteLLMJudge",
     "apply_environment_defaults",
     "completion_cost_usd",
+    "model_batch_prices",
     "model_prices",
 ]
 
@@ -172,6 +173,20 @@ def model_prices(model: str) -> tuple[float, float] | None:
     except Exception:  # ModelNotMappedError and friends
         return None
     prices = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    if any(not isinstance(p, (int, float)) or p < 0 for p in prices):
+        return None
+    return float(prices[0]), float(prices[1])
+
+
+def model_batch_prices(model: str) -> tuple[float, float] | None:
+    """(USD per prompt token, USD per completion token) of ``model``'s batch API
+    from litellm's bundled price map; None when the map has no batch prices for
+    it (the caller then applies the configured batch discount to the online price)."""
+    try:
+        info = litellm.get_model_info(model)
+    except Exception:  # ModelNotMappedError and friends
+        return None
+    prices = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
     if any(not isinstance(p, (int, float)) or p < 0 for p in prices):
         return None
     return float(prices[0]), float(prices[1])

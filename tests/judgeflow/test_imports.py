@@ -219,3 +219,14 @@ def test_no_judgeflow_module_assigns_to_prefect_or_litellm():
     found = [f"{path.relative_to(REPO)}:{line}: {what}"
              for path in judgeflow_modules().values() for line, what in _patch_targets(ast.parse(path.read_text()))]
     assert not found, "judgeflow changes Prefect or litellm:\n" + "\n".join(found)
+
+
+# The modules that import litellm: the adapter, and its batch calls, which reuse the adapter's request,
+# reply and error paths but are a surface of their own (files, batches, their prices) a run uses apart.
+LITELLM_IMPORTERS = {"judgeflow.judge.litellm_judge", "judgeflow.judge.litellm_batches"}
+
+
+def test_only_the_adapter_modules_import_litellm():
+    importers = {name for name, path in judgeflow_modules().items()
+                 if any(n == "litellm" or n.startswith("litellm.") for n in imported_names(name, path))}
+    assert importers == LITELLM_IMPORTERS

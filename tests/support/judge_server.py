@@ -37,6 +37,19 @@ line and serves until SIGINT/SIGTERM. ``--reply-form FORM`` (or
 ``JudgeServer(reply_form_responder(FORM))``) writes every answer in one of the
 forms real models use (:mod:`tests.support.reply_forms`). ``GET /stats`` returns the counters as
 JSON and ``POST /reset`` clears them.
+
+It also serves OpenAI's Files and Batches API (:mod:`tests.support.batch_api`,
+``server.batch_api``): each batch line is answered by the same script, faults and
+responder, ``batch_turnaround_s`` after the batch was created, and billed at
+``batch_discount`` of ``prices_per_mtok`` (``billed_usd``, and ``billed_batch_usd``
+for batches alone); ``--batch-turnaround`` and ``--batch-discount`` as a process.
+
+Prompt caching, as a provider with a prefix cache reports it: a prompt of
+``cache_min_tokens`` or more whose prefix a prompt seen within ``cache_window_s``
+shared gets ``usage.prompt_tokens_details.cached_tokens`` (the shared prefix, from
+``cache_min_tokens`` up in ``cache_block_tokens`` blocks; OpenAI: 1,024 and 128),
+billed at ``cached_fraction`` of the input price. Prompt tokens are estimated as
+``len(text) // 4 + 1`` of the messages' text, a token as four characters.
 """
 
 from __future__ import annotations
@@ -57,6 +70,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 
 from judgeflow.metrics.data_block import BEGIN, parse_data_block
+from tests.support.batch_api import BatchAPI
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 GARBAGE = "Sure! Here's my analysis of the text: it looks mostly fine to me, overall a 7/10."
@@ -474,8 +488,14 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def do_GET(self):  # noqa: N802
-        path = self.path.split("?", 1)[0]
-        if path == "/stats":
+        path, _, query = self.path.partition("?")
+        if BatchAPI.serves(path):
+            status, payload = self.judge.batch_api.get(path, query)
+            if isinstance(payload, bytes):
+                self._send(status, payload, ctype="application/octet-stream")
+            else:
+                self._send(status, json.dumps(payload).encode())
+        elif path == "/stats":
             self._send(200, json.dumps(self.judge.stats()).encode())
         elif path in ("/health", "/v1/models", "/models"):
             self._send(200, json.dumps({"object": "list", "data": [{"id": "judge-test", "object": "model"}]}).encode())
@@ -488,6 +508,10 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/reset":
             self.judge.reset()
             self._send(200, b"{}")
+            return
+        if BatchAPI.serves(path):
+            status, payload = self.judge.batch_api.post(path, {k: v for k, v in self.headers.items()}, body)
+            self._send(status, json.dumps(payload).encode())
             return
         if path not in CHAT_PATHS:
             self._send(404, json.dumps({"error": {"message": f"no route {path}", "type": "invalid_request_error", "code": None}}).encode())
@@ -523,6 +547,12 @@ class JudgeServer:
         host: str = "127.0.0.1",
         port: int = 0,
         prices_per_mtok: tuple[float, float] = (0.0, 0.0),
+        batch_turnaround_s: float = 0.05,
+        batch_discount: float = 0.5,
+        cached_fraction: float = 0.5,
+        cache_min_tokens: int = 1024,
+        cache_block_tokens: int = 128,
+        cache_window_s: float = 600.0,
     ):
         unknown = set(fault_rates or {}) - set(FAULT_KINDS)
         if unknown:
@@ -537,6 +567,10 @@ class JudgeServer:
         self.fault_retry_after = fault_retry_after
         # USD per million (prompt, completion) tokens this server bills
         self.prices_per_mtok = prices_per_mtok
+        self.cached_fraction = cached_fraction  # of the input price, for cached prompt tokens
+        self.cache_min_tokens = cache_min_tokens
+        self.cache_block_tokens = cache_block_tokens
+        self.cache_window_s = cache_window_s
         self._seed = seed
         self._rng = random.Random(seed)
         self._host = host
@@ -551,6 +585,7 @@ class JudgeServer:
         self._server: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.url: str = ""
+        self.batch_api = BatchAPI(self, turnaround_s=batch_turnaround_s, batch_discount=batch_discount)
         self._reset_counters()
 
     # ---- lifecycle --------------------------------------------------------
@@ -576,6 +611,7 @@ class JudgeServer:
         self._stopping.set()  # wakes stalled handlers
         with self._changed:
             self._changed.notify_all()  # and held ones
+        self.batch_api.stop()
         server.shutdown()
         server.server_close()
         server.close_connections()
@@ -638,6 +674,28 @@ class JudgeServer:
             self._let_go.discard(key)
             self._changed.notify_all()
 
+    # ---- batches (tests.support.batch_api) -----------------------------------
+
+    def hold_batches(self) -> None:
+        self.batch_api.hold()
+
+    def release_batches(self) -> None:
+        self.batch_api.release()
+
+    def expire_batch(self, batch_id: str) -> None:
+        self.batch_api.expire(batch_id)
+
+    @property
+    def batches_created(self) -> int:
+        return self.batch_api.batches_created
+
+    @property
+    def files_uploaded(self) -> int:
+        return self.batch_api.files_uploaded
+
+    def lines_received(self, batch_id: str) -> int:
+        return self.batch_api.lines_received.get(batch_id, 0)
+
     # ---- scripting and inspection ----------------------------------------
 
     def script(self, *replies: Reply) -> None:
@@ -691,7 +749,10 @@ class JudgeServer:
             "max_in_flight": max_in_flight,
             "mean_in_flight": self.mean_in_flight,
             "billed_usd": self.billed_usd,
+            "billed_batch_usd": self.billed_batch_usd,
             "billed_requests": self.billed_requests,
+            "cached_tokens": self.cached_tokens,
+            **self.batch_api.stats(),
         }
 
     @property
@@ -699,6 +760,18 @@ class JudgeServer:
         """What the requests received so far were billed (see :meth:`_bill`)."""
         with self._lock:
             return self._billed_usd
+
+    @property
+    def billed_batch_usd(self) -> float:
+        """The part of :attr:`billed_usd` billed for batch lines."""
+        with self._lock:
+            return self._billed_batch_usd
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens reported cached so far."""
+        with self._lock:
+            return self._cached_tokens
 
     @property
     def billed_requests(self) -> int:
@@ -710,19 +783,68 @@ class JudgeServer:
         with self._lock:
             return self._bills.get(id(req), 0.0)
 
-    def _bill(self, req: ChatRequest, reply: Reply) -> None:
+    def _bill(self, req: ChatRequest, completion: dict, discount: float | None = None) -> None:
         """Bill a request as a provider does: every request answered with a
         completion is billed its usage when the answer is generated, whether
-        or not the client is still waiting for it (a stalled one included)."""
-        if reply.status != 200 or reply.body is not None:
-            return
-        usage = completion_body(req, reply.content)["usage"]
-        cost = (usage["prompt_tokens"] * self.prices_per_mtok[0]
-                + usage["completion_tokens"] * self.prices_per_mtok[1]) / 1_000_000
+        or not the client is still waiting for it (a stalled one included);
+        cached prompt tokens at ``cached_fraction`` of the input price, a batch
+        line (``discount`` given) at ``discount`` of the whole."""
+        usage = completion["usage"]
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        cost = (1.0 if discount is None else discount) * ((usage["prompt_tokens"] - cached + cached * self.cached_fraction) * self.prices_per_mtok[0]
+                           + usage["completion_tokens"] * self.prices_per_mtok[1]) / 1_000_000
         with self._lock:
             self._bills[id(req)] = cost
             self._billed_usd += cost
+            if discount is not None:
+                self._billed_batch_usd += cost
             self._billed_requests += 1
+
+    def _completion(self, req: ChatRequest, content: str | None) -> dict:
+        """The completion answering ``req``, its usage with the prompt tokens cached."""
+        completion = completion_body(req, content)
+        prompt = "".join(_text_of(m.get("content")) for m in req.messages if isinstance(m, dict))
+        cached = self._cache(prompt, completion["usage"]["prompt_tokens"])
+        completion["usage"]["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
+        return completion
+
+    def _cache(self, prompt: str, prompt_tokens: int) -> int:
+        """Cached tokens of ``prompt``: its longest prefix, in blocks from the
+        minimum up, that a prompt seen within the window also began with; the
+        prompt's own prefixes are remembered for the next."""
+        if prompt_tokens < self.cache_min_tokens:
+            return 0
+        sizes = range(self.cache_min_tokens, prompt_tokens + 1, self.cache_block_tokens)
+        keys = [hashlib.sha256(prompt[: 4 * size].encode("utf-8", "surrogatepass")).digest() for size in sizes]
+        now = time.monotonic()
+        with self._lock:
+            seen = self._prefixes
+            cached = max((size for size, key in zip(sizes, keys) if now - seen.get(key, -1e18) <= self.cache_window_s),
+                         default=0)
+            for key in keys:
+                seen[key] = now
+            self._cached_tokens += cached
+        return cached
+
+    def answer(self, raw: dict, *, discount: float) -> tuple[int, dict | str]:
+        """A batch line's answer (status, body), chosen as a chat request's
+        (script, faults, responder) and counted and billed the same, at
+        ``discount``; no latency and no hold."""
+        req = _parse_request(raw, {})
+        self._enter(req)
+        status = 500
+        try:
+            reply, _ = self._choose(req)
+            status = reply.status
+            if reply.status == 200 and reply.body is None:
+                completion = self._completion(req, reply.content)
+                self._bill(req, completion, discount)
+                return 200, completion
+            if reply.body is not None:
+                return reply.status, reply.body
+            return reply.status, error_reply(reply.status, "error").body
+        finally:
+            self._leave(status)
 
     def reset(self) -> None:
         """Forget requests, counters and the script; re-seed the fault/latency draws."""
@@ -731,11 +853,15 @@ class JudgeServer:
             self._rng = random.Random(self._seed)
             in_flight = getattr(self, "_in_flight", 0)
             self._reset_counters()
+            self.batch_api.reset_counters()
             self._in_flight = in_flight  # requests still being served keep counting down
 
     def _reset_counters(self) -> None:
         self.requests: list[ChatRequest] = []
         self._billed_usd = 0.0
+        self._billed_batch_usd = 0.0
+        self._cached_tokens = 0
+        self._prefixes: dict[bytes, float] = {}  # sha256 of a prompt prefix -> when a prompt last began with it
         self._billed_requests = 0
         self._bills: dict[int, float] = {}  # id(request) -> what it was billed
         self._statuses: dict[str, int] = {}
@@ -810,13 +936,15 @@ class JudgeServer:
         try:
             reply, latency = self._choose(req)
             status = reply.status
-            self._bill(req, reply)
+            completion = self._completion(req, reply.content) if reply.status == 200 and reply.body is None else None
+            if completion is not None:
+                self._bill(req, completion)
             self._wait_for_release(req)
             delay = latency + max(0.0, reply.delay_s)
             if delay > 0:
                 self._stopping.wait(delay)
-            if reply.status == 200 and reply.body is None:
-                payload = json.dumps(completion_body(req, reply.content)).encode()
+            if completion is not None:
+                payload = json.dumps(completion).encode()
             elif isinstance(reply.body, str):
                 payload = reply.body.encode()
             elif reply.body is not None:
@@ -864,6 +992,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="answer in this form of tests.support.reply_forms.LAX_FORMS (e.g. prose, all-at-once)")
     parser.add_argument("--toxic-fraction", action="append", type=_parse_fraction, default=[], metavar="MODEL=RATE",
                         help="the judge MODEL flags this fraction of opinions toxic (fraction_responder); repeatable")
+    parser.add_argument("--batch-turnaround", type=float, default=0.05,
+                        help="seconds from a batch's creation until its lines are answered")
+    parser.add_argument("--batch-discount", type=float, default=0.5,
+                        help="a batch line is billed this fraction of the online price")
     args = parser.parse_args(argv)
 
     responder = reply_form_responder(args.reply_form) if args.reply_form else None
@@ -879,6 +1011,8 @@ def main(argv: list[str] | None = None) -> int:
         fault_retry_after=args.retry_after,
         host=args.host,
         port=args.port,
+        batch_turnaround_s=args.batch_turnaround,
+        batch_discount=args.batch_discount,
     ).start()
     print(server.url, flush=True)
 
