@@ -166,11 +166,7 @@ class Settings(BaseSettings):
         "run's process)",
     )
 
-    # --- the judge through the provider's batch API (judgeflow/judge/batches.py) ---
-    judge_batch: bool = Field(
-        False, description="a scoring run sends its judge calls through the provider's batch API (about half the "
-        "price, answers within the provider's window): nightly runs, not interactive ones",
-    )
+    # --- the judge through the provider's batch API (judgeflow/judge/batches.py; judge_batch: below) ---
     judge_batch_window: str = Field(
         "24h", description="the provider's completion window: a batch older than this is dead, its pairs free",
     )

@@ -57,8 +57,7 @@ def work_status(settings: Settings) -> dict:
     ``runs`` lists the runs holding claims: flow run, live or not, pairs per
     metric, and when their lease ends. ``dead_deliveries``: alert deliveries
     given up on (count, the latest, channels); :func:`dead_delivery_line` words it.
-    ``batches_out``: the judge's batches still out at the provider (id, model,
-    round, status, lines, age), judgeflow/db/judge_batches.py."""
+    ``batches_out``: the judge's batches out (judgeflow/db/judge_batches.py)."""
     from judgeflow.db.pairs import Done
     from judgeflow.db.pending_work import count_plan_pending
     from judgeflow.sources.results import adopt_configured_source
