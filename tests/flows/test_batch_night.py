@@ -4,10 +4,17 @@ test judge server's Files and Batches endpoints (tests/support/batch_api.py)."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
+
 import pytest
 from sqlalchemy import text
+from typer.testing import CliRunner
 
+from judgeflow.cli import app
 from judgeflow.flows.scoring import score_new_traces
+from tests.support.judge_server import error_reply
 from tests.support.traces import insert_traces, results, scripted_trace
 
 
@@ -71,3 +78,115 @@ def test_a_night_through_batches_has_the_scores_of_the_same_night_online(run, db
     assert summary.judge_calls == 130
     assert summary.cost_usd == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
     assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+
+
+def wait_for(what: str, predicate, timeout_s: float = 120.0) -> None:
+    """Until ``predicate()`` holds; ``timeout_s`` only bounds a test that would hang."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_line_the_provider_failed_is_asked_again_in_the_next_round(run, db, judge_server):
+    rows, expected = zip(*(scripted_trace(i) for i in range(8)))
+    insert_traces(db, rows)
+    judge_server.script(error_reply(500, "the model is overloaded"))  # the first line answered
+
+    summary = run(batch=True)
+
+    stored = results(db)
+    assert summary.scored == 16 and summary.failed == 0
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    on_record = batches_on_record(db)
+    assert on_record[0]["failed_lines"] == 1 and on_record[0]["completed_lines"] == 15
+    # the failed line went out again in a later round, beside the next steps; nothing else twice
+    assert sum(b["lines"] for b in on_record) == len(judge_server.requests) == 16 + 6 + 4 + 1
+    # the line asked twice is the one that failed; its second answer is the one stored
+    asked = [json.dumps(r.messages, sort_keys=True) for r in judge_server.requests]
+    again = [i for i, key in enumerate(asked) if key == asked[0]]  # the first line answered got the 500
+    assert len(again) == 2 and again[1] >= 16, again  # once more, after the first batch's 16 lines
+    # a line the provider refused is not billed: the calls counted are the answered ones
+    assert summary.judge_calls == 26
+
+
+def test_an_expired_batch_is_sent_again_once_then_its_pairs_fail_with_that_reason(prefect_server, batch_env, db,
+                                                                                  judge_server):
+    insert_traces(db, [scripted_trace(i)[0] for i in range(3)])
+    judge_server.hold_batches()
+    outcome: dict = {}
+    flow = threading.Thread(target=lambda: outcome.update(summary=score_new_traces(batch=True, evaluate_alerts=False)))
+    flow.start()
+    try:
+        for n in (1, 2):  # the first batch, then the one that sends its lines again
+            wait_for(f"batch {n}", lambda: judge_server.batches_created >= n)
+            batch_id = sorted(judge_server.batch_api.batches.values(), key=lambda b: b["created_at"])[-1]["id"]
+            # on record before the run waits on it
+            wait_for("the batch on record", lambda: any(b["batch_id"] == batch_id for b in batches_on_record(db)))
+            judge_server.expire_batch(batch_id)
+    finally:
+        flow.join(timeout=120)
+        judge_server.release_batches()
+    summary = outcome["summary"]
+    assert summary.failed == 6 and summary.scored == 0
+    errors = {r["error"] for r in results(db).values()}
+    assert len(errors) == 1 and "expired twice" in errors.pop()
+    on_record = batches_on_record(db)
+    assert [b["status"] for b in on_record] == ["expired", "expired"]
+    assert [b["lines"] for b in on_record] == [6, 6] and judge_server.batches_created == 2
+    assert len(judge_server.requests) == 0  # neither batch answered a line: nothing billed
+
+
+def test_the_time_budget_leaves_batches_out_and_the_next_run_collects_them_without_sending_again(
+        run, db, judge_server, monkeypatch):
+    rows, expected = zip(*(scripted_trace(i) for i in range(4)))
+    insert_traces(db, rows)
+    judge_server.hold_batches()
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "4s")
+
+    first = run(batch=True)
+
+    assert first.scored == 0 and first.deferred == 8
+    out = [note for note in first.notes if "still out" in note]
+    assert len(out) == 1 and "judgeflow score --batch" in out[0]
+    (batch,) = batches_on_record(db)
+    assert batch["lines"] == 8 and batch["status"] == "in_progress"
+    assert batch["batch_id"] in out[0]
+    # `judgeflow status` shows it and its age
+    status = CliRunner().invoke(app, ["status"])
+    assert status.exit_code == 0, status.output
+    assert "judge batches out: 1" in status.output and batch["batch_id"] in status.output
+    # a run without batches leaves its pairs to the batch run: it does not pay for them again
+    online = run(batch=False)
+    assert online.scored == 0 and len(judge_server.requests) == 0
+
+    judge_server.release_batches()
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "6h")
+    second = run(batch=True)
+
+    assert second.scored == 8 and second.failed == 0
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    # the first round's lines were asked once: in the batch the first run left
+    lines = judge_server.batch_api.lines_received
+    assert lines[batch["batch_id"]] == 8 and judge_server.batches_created == 3
+    assert sum(lines.values()) == len(judge_server.requests) == 8 + 3 + 2
+    assert "judge batches out" not in CliRunner().invoke(app, ["status"]).output
+
+
+def test_a_judge_that_cannot_batch_is_refused_in_one_line_before_anything_starts(judgeflow_env, monkeypatch,
+                                                                                 judge_server):
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "anthropic/claude-3-5-haiku-latest")
+    result = CliRunner().invoke(app, ["score", "--batch"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "batch" in lines[0] and "anthropic" in lines[0], result.output
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "offline")
+    result = CliRunner().invoke(app, ["score", "--batch"])
+    assert result.exit_code == 2 and "offline judge" in result.output, result.output
+    assert judge_server.calls() == 0 and judge_server.batches_created == 0
