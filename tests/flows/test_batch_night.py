@@ -5,8 +5,13 @@ test judge server's Files and Batches endpoints (tests/support/batch_api.py)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -16,6 +21,8 @@ from judgeflow.cli import app
 from judgeflow.flows.scoring import score_new_traces
 from tests.support.judge_server import error_reply
 from tests.support.traces import insert_traces, results, scripted_trace
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -190,3 +197,39 @@ def test_a_judge_that_cannot_batch_is_refused_in_one_line_before_anything_starts
     result = CliRunner().invoke(app, ["score", "--batch"])
     assert result.exit_code == 2 and "offline judge" in result.output, result.output
     assert judge_server.calls() == 0 and judge_server.batches_created == 0
+
+
+def test_a_run_killed_after_its_first_batch_is_collected_by_the_next_with_nothing_sent_again(
+        prefect_server, batch_env, db, judge_server):
+    from judgeflow.db import migrate
+
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    judge_server.hold_batches()
+    env = {k: v for k, v in os.environ.items()}  # the test's JUDGEFLOW_* (batch_env) and Prefect's
+    env["PREFECT_API_URL"] = prefect_server
+    proc = subprocess.Popen([sys.executable, "-m", "judgeflow.cli", "score", "--batch", "--no-alerts"], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for("the killed run's first batch on record",
+                 lambda: judge_server.batches_created == 1 and len(batches_on_record(db)) == 1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    (left,) = batches_on_record(db)
+    assert left["lines"] == 12 and left["round"] == 1
+    judge_server.release_batches()
+
+    summary = score_new_traces(batch=True, evaluate_alerts=False)
+
+    assert summary.scored == 12 and summary.failed == 0
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    lines = judge_server.batch_api.lines_received
+    # the first round was sent once, by the killed run; the next run sent only the next rounds
+    assert lines[left["batch_id"]] == 12 and judge_server.batches_created == 3
+    assert sum(lines.values()) == len(judge_server.requests) == 12 + 5 + 4
+    assert {r["flow_run_id"] for r in stored.values()} == {summary.flow_run_id}
