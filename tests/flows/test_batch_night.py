@@ -85,6 +85,24 @@ def test_a_night_through_batches_has_the_scores_of_the_same_night_online(run, db
     assert summary.judge_calls == 130
     assert summary.cost_usd == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
     assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    # the run's table of batches in the Prefect UI: each batch, its round, counts and status
+    table = batches_table(summary.flow_run_id)
+    assert [(r["batch"], r["round"], r["lines"], r["completed"], r["failed"], r["status"]) for r in table] == [
+        (b["batch_id"], b["round"], b["lines"], b["lines"], 0, "completed") for b in on_record]
+
+
+def batches_table(flow_run_id: str) -> list[dict]:
+    """The newest version of the run's ``judge-batches`` table artifact."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        found = client.request("POST", "/artifacts/filter", json={
+            "artifacts": {"key": {"any_": ["judge-batches"]}}, "flow_runs": {"id": {"any_": [flow_run_id]}},
+            "sort": "CREATED_DESC", "limit": 50, "offset": 0}).json()
+    assert found, "no table of batches on the flow run"
+    data = found[0]["data"]
+    rows = json.loads(data) if isinstance(data, str) else data
+    return sorted(rows, key=lambda r: (r["round"], r["batch"]))
 
 
 def wait_for(what: str, predicate, timeout_s: float = 120.0) -> None:
