@@ -265,6 +265,8 @@ def score_traces(
         # what other live runs hold once this one claims no more: counted while its last batches finish
         left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)
         schedule.finish()
+        # stopped while its last pairs were waiting (on batches out, say): a stopped run all the same
+        ended = STOPPED if gate.stop.requested() else ended
         progress.show()  # a run that claimed nothing has its artifact too
         left = left_counted.result()
         # past what is now scored, never past a pair still without a result

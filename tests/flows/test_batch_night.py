@@ -251,3 +251,53 @@ def test_a_run_killed_after_its_first_batch_is_collected_by_the_next_with_nothin
     assert lines[left["batch_id"]] == 12 and judge_server.batches_created == 3
     assert sum(lines.values()) == len(judge_server.requests) == 12 + 5 + 4
     assert {r["flow_run_id"] for r in stored.values()} == {summary.flow_run_id}
+
+
+def _score_process(prefect_url: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ)  # the test's JUDGEFLOW_* (batch_env) and Prefect's
+    env["PREFECT_API_URL"] = prefect_url
+    return subprocess.Popen([sys.executable, "-m", "judgeflow.cli", "score", "--no-alerts", *args], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_ctrl_c_stops_waiting_and_cancels_the_batches_only_when_asked(prefect_server, batch_env, db, judge_server):
+    from judgeflow.db import migrate
+
+    insert_traces(db, [scripted_trace(i)[0] for i in range(2)])
+    migrate.upgrade(db)
+    judge_server.hold_batches()
+
+    first, out = _stopped_once_batches_are_on_record(prefect_server, db, judge_server, 1)
+    assert "still out" in out and first["batch_id"] in out
+    assert judge_server.batch_api.batches[first["batch_id"]]["status"] == "in_progress"  # paid for: left out
+
+    # the next run waits on the first one's batch (its lines are not sent again), sends the new traces' lines
+    insert_traces(db, [scripted_trace(i)[0] for i in range(2, 3)])
+    second, out = _stopped_once_batches_are_on_record(prefect_server, db, judge_server, 2, "--cancel-batches")
+    assert second["lines"] == 2 and first["lines"] == 4
+    for batch in (first, second):
+        assert judge_server.batch_api.wait_for(batch["batch_id"])["status"] == "cancelled"
+        assert batch["batch_id"] in out
+    assert len(judge_server.requests) == 0
+
+
+def _stopped_once_batches_are_on_record(prefect_url: str, db, judge_server, n: int, *args: str):
+    """A ``judgeflow score --batch`` process stopped with Ctrl-C once ``n`` batches are on record:
+    the newest batch on record and what the process printed."""
+    proc = _score_process(prefect_url, "--batch", *args)
+    try:
+        wait_for(f"{n} batch(es) on record", lambda: judge_server.batches_created == n
+                 and len(batches_on_record(db)) == n)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "**Stopped (Ctrl-C).**" in out
+    return _newest_on_record(db), out
+
+
+def _newest_on_record(db) -> dict:
+    with db.connect() as conn:
+        newest = conn.execute(text("SELECT batch_id FROM judgeflow.judge_batches ORDER BY created_at DESC LIMIT 1"
+                                   )).scalar_one()
+    return next(b for b in batches_on_record(db) if b["batch_id"] == newest)
