@@ -70,6 +70,7 @@ MAX_THREADS = 128
 # batches in flight when the judge calls go through the batch API: each holds a
 # task runner thread while its pairs wait on the provider
 BATCH_WINDOW = MAX_THREADS // 2
+BATCH_API_BATCH_SIZE = 1000  # pairs claimed per batch then (each pair is a coroutine waiting on a round)
 
 __all__ = ["MAX_THREADS", "default_batch_size", "score_new_traces", "score_traces"]
 
@@ -85,8 +86,8 @@ def _checked_batch_size(settings: Settings, metrics: list[str], sample_rate: flo
         raise ConfigError("sample_rate must be in (0, 1]")
     if settings.max_concurrency > MAX_THREADS:
         raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
-    if batch_size is None:
-        batch_size = default_batch_size(settings.max_concurrency)
+    if batch_size is None:  # through the batch API a claim costs no wire slot: large batches, few task runs
+        batch_size = BATCH_API_BATCH_SIZE if settings.judge_batch else default_batch_size(settings.max_concurrency)
     if batch_size < 1:
         raise ConfigError("batch_size must be at least 1")
     return batch_size

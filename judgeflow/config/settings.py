@@ -173,7 +173,7 @@ class Settings(BaseSettings):
     judge_batch_poll_s: float = Field(10.0, gt=0, description="the first pause between polls of a batch out")
     judge_batch_poll_max_s: float = Field(300.0, gt=0, description="the longest pause between polls (backoff)")
     judge_batch_settle_s: float = Field(
-        0.5, gt=0, description="a round of batch lines is sent once no new line joined it for this long",
+        2.0, gt=0, description="a round of batch lines is sent once no new line joined it for this long",
     )
     judge_batch_max_lines: int = Field(50_000, ge=1, description="lines per batch file (the provider's limit)")
     judge_batch_max_mb: float = Field(200.0, gt=0, description="megabytes per batch file (the provider's limit)")

@@ -98,7 +98,7 @@ class Waiting:
     why_stop: Callable[[], str | None]
     poll_s: float = 10.0
     poll_max_s: float = 300.0
-    settle_s: float = 0.5
+    settle_s: float = 2.0
     cancel_on_stop: bool = False
 
 

@@ -996,6 +996,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds from a batch's creation until its lines are answered")
     parser.add_argument("--batch-discount", type=float, default=0.5,
                         help="a batch line is billed this fraction of the online price")
+    parser.add_argument("--prices", default="0,0", metavar="IN,OUT",
+                        help="USD per million prompt and completion tokens the server bills (billed_usd)")
     args = parser.parse_args(argv)
 
     responder = reply_form_responder(args.reply_form) if args.reply_form else None
@@ -1013,6 +1015,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         batch_turnaround_s=args.batch_turnaround,
         batch_discount=args.batch_discount,
+        prices_per_mtok=tuple(float(p) for p in args.prices.split(",")),
     ).start()
     print(server.url, flush=True)
 
