@@ -4,6 +4,7 @@ test judge server's Files and Batches endpoints (tests/support/batch_api.py)."""
 
 from __future__ import annotations
 
+import contextvars
 import json
 import os
 import signal
@@ -143,7 +144,10 @@ def test_an_expired_batch_is_sent_again_once_then_its_pairs_fail_with_that_reaso
     insert_traces(db, [scripted_trace(i)[0] for i in range(3)])
     judge_server.hold_batches()
     outcome: dict = {}
-    flow = threading.Thread(target=lambda: outcome.update(summary=score_new_traces(batch=True, evaluate_alerts=False)))
+    # the thread runs in this context: Prefect's settings (the suite's server) are context variables
+    context = contextvars.copy_context()
+    flow = threading.Thread(target=context.run, args=(
+        lambda: outcome.update(summary=score_new_traces(batch=True, evaluate_alerts=False)),))
     flow.start()
     try:
         for n in (1, 2):  # the first batch, then the one that sends its lines again
