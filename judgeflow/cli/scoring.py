@@ -70,7 +70,7 @@ def score(
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 settle_delay=settle_delay, run_budget_usd=budget_usd,
                                 sample_budget_usd=sample_budget_usd, judge_batch=batch)
-    _refuse_what_cannot_run(settings, plan=plan)
+    _refuse_what_cannot_run(settings, plan=plan, cancel_batches=cancel_batches)
     announce_database(settings)
     start, end = parse_when(since), parse_when(until)
     if plan:
@@ -101,9 +101,9 @@ def _print_plan(settings, *, since, until, sample_rate: float) -> None:
     typer.echo(plan_text_now(settings, since=since, until=until, sample_rate=sample_rate))
 
 
-def _refuse_what_cannot_run(settings, *, plan: bool) -> None:
+def _refuse_what_cannot_run(settings, *, plan: bool, cancel_batches: bool) -> None:
     _refuse_budgets_without_prices(settings, plan=plan)
-    _refuse_batches_that_cannot_be(settings)
+    _refuse_batches_that_cannot_be(settings, cancel_batches=cancel_batches)
 
 
 def _refuse_budgets_without_prices(settings, *, plan: bool) -> None:
@@ -117,9 +117,11 @@ def _refuse_budgets_without_prices(settings, *, plan: bool) -> None:
         require_prices(settings, why="a sample budget is set" if settings.sample_budget_usd else "--plan prices traces")
 
 
-def _refuse_batches_that_cannot_be(settings) -> None:
+def _refuse_batches_that_cannot_be(settings, *, cancel_batches: bool) -> None:
     """A judge that cannot batch (a provider or model litellm has no batch API
     for, the offline judge): refused here in one line, before anything starts."""
+    if cancel_batches and not settings.judge_batch:
+        raise typer.BadParameter("--cancel-batches applies to a run with --batch (or JUDGEFLOW_JUDGE_BATCH=true)")
     if not settings.judge_batch:
         return
     from judgeflow.judge.factory import batch_api, judge_config
@@ -173,7 +175,7 @@ def backfill(
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 run_budget_usd=budget_usd, judge_batch=batch)
-    _refuse_batches_that_cannot_be(settings)
+    _refuse_batches_that_cannot_be(settings, cancel_batches=cancel_batches)
     start, end = parse_when(since), parse_when(until)
     if start >= end:
         raise typer.BadParameter("--since must be before --until")

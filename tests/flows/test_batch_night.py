@@ -305,3 +305,10 @@ def _newest_on_record(db) -> dict:
         newest = conn.execute(text("SELECT batch_id FROM judgeflow.judge_batches ORDER BY created_at DESC LIMIT 1"
                                    )).scalar_one()
     return next(b for b in batches_on_record(db) if b["batch_id"] == newest)
+
+
+def test_cancel_batches_without_batches_is_refused_in_one_line(judgeflow_env, judge_server):
+    result = CliRunner().invoke(app, ["score", "--cancel-batches"])
+    assert result.exit_code == 2, result.output
+    assert "--cancel-batches applies to a run with --batch" in result.output
+    assert judge_server.calls() == 0
