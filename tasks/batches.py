@@ -47,6 +47,9 @@ class RunBatchLedger:
     def lines_on_record(self, custom_ids: list[str]) -> dict[str, LineOnRecord]:
         return judge_batches.lines_on_record(self.settings, custom_ids)
 
+    def collected(self, batch_id: str, custom_ids: list[str]) -> None:
+        judge_batches.mark_collected(self.settings, batch_id, custom_ids)
+
     def update(self, status: Any) -> None:
         judge_batches.update_batch(self.settings, status.id, status.status, status.completed, status.failed)
 

@@ -8,9 +8,11 @@ one of :data:`DEAD` and it is younger than the provider's completion window
 (``JUDGEFLOW_JUDGE_BATCH_WINDOW``): its lines are answered, or will be, and a run that
 asks the same line (the same ``custom_id``) waits on that batch instead of submitting
 it again. A batch that completed stays alive: its output is still there to collect
-(a run killed after the provider finished). A pair whose line is in a live batch is
-left to a batch run (:func:`held_by_batch_sql`, in the claims' definition of pending);
-a dead batch frees its pairs.
+(a run killed after the provider finished). A line whose answer a run handed to its
+pair is **collected**: it no longer holds anything (a later run asking the same
+request, a re-score, asks it anew). A pair whose uncollected line is in a live batch
+is left to a batch run (:func:`held_by_batch_sql`, in the claims' definition of
+pending); a dead batch frees its pairs.
 """
 
 from __future__ import annotations
@@ -56,7 +58,8 @@ def held_by_batch_sql(pair_trace: str, pair_metric: str) -> str:
     """SQL: the pair (``pair_trace``, ``pair_metric``) has a line in a live batch
     (parameters ``:dead`` and ``:window_s``: :func:`live_params`)."""
     return (f"EXISTS (SELECT 1 FROM {SCHEMA}.judge_batch_lines l JOIN {SCHEMA}.judge_batches b "
-            f"ON b.batch_id = l.batch_id WHERE l.trace_id = {pair_trace} AND l.metric = {pair_metric} AND {_LIVE})")
+            f"ON b.batch_id = l.batch_id WHERE l.trace_id = {pair_trace} AND l.metric = {pair_metric} "
+            f"AND l.collected_at IS NULL AND {_LIVE})")
 
 
 def live_params(settings: Settings) -> dict:
@@ -84,7 +87,8 @@ def lines_on_record(settings: Settings, custom_ids: list[str]) -> dict[str, Line
     with engine_for(settings).connect() as conn:
         rows = conn.execute(text(
             f"SELECT l.custom_id, "
-            f"  (array_agg(b.batch_id ORDER BY b.created_at DESC) FILTER (WHERE {_LIVE}))[1] AS live, "
+            f"  (array_agg(b.batch_id ORDER BY b.created_at DESC) "
+            f"   FILTER (WHERE l.collected_at IS NULL AND {_LIVE}))[1] AS live, "
             "   count(*) FILTER (WHERE b.status = ANY(CAST(:dead AS text[]))) AS dead, "
             "   (array_agg(b.status ORDER BY b.created_at DESC) "
             "    FILTER (WHERE b.status = ANY(CAST(:dead AS text[]))))[1] AS dead_status "
@@ -94,13 +98,15 @@ def lines_on_record(settings: Settings, custom_ids: list[str]) -> dict[str, Line
     return {cid: LineOnRecord(live, int(dead), dead_status) for cid, live, dead, dead_status in rows}
 
 
-def batch_on_record(settings: Settings, batch_id: str) -> BatchRecord | None:
-    with engine_for(settings).connect() as conn:
-        row = conn.execute(text(
-            f"SELECT batch_id, provider, model, round, owner, status, expires_at FROM {SCHEMA}.judge_batches "
-            "WHERE batch_id = :b"
-        ), {"b": batch_id}).mappings().first()
-    return None if row is None else BatchRecord(**row)
+def mark_collected(settings: Settings, batch_id: str, custom_ids: list[str]) -> None:
+    """The lines of ``batch_id`` whose answers a run handed to their pairs."""
+    if not custom_ids:
+        return
+    with engine_for(settings).begin() as conn:
+        conn.execute(text(
+            f"UPDATE {SCHEMA}.judge_batch_lines SET collected_at = now() "
+            "WHERE batch_id = :b AND custom_id = ANY(CAST(:ids AS text[])) AND collected_at IS NULL"
+        ), {"b": batch_id, "ids": list(custom_ids)})
 
 
 def update_batch(settings: Settings, batch_id: str, status: str, completed: int, failed: int) -> None:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 ID_PREFIX = "jf-"
-DEAD = ("expired", "cancelled", "failed")  # the provider will not answer the rest of such a batch
+# the provider will not answer the rest of such a batch ("lost": it does not know the batch at all)
+DEAD = ("expired", "cancelled", "failed", LOST := "lost")
 ENDED = ("completed", *DEAD)  # the provider's last word on a batch
 
 

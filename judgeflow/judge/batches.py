@@ -46,7 +46,7 @@ from typing import Any, Callable, Protocol
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest
-from judgeflow.judge.batch_lines import DEAD, ENDED, BatchLine, FileLimits, LineOnRecord, custom_id, pack
+from judgeflow.judge.batch_lines import DEAD, ENDED, LOST, BatchLine, FileLimits, LineOnRecord, custom_id, pack
 from judgeflow.judge.retry import AttemptFailed, CallRetry, Pace, send_with_retries
 from judgeflow.judge.send_gate import ANY_CALL, Call
 from judgeflow.judge.spend import CallSpend
@@ -84,6 +84,9 @@ class BatchLedger(Protocol):
 
     def update(self, status: Any) -> None:
         """The provider's latest word on a batch (its ``id``, ``status``, ``completed``, ``failed``)."""
+
+    def collected(self, batch_id: str, custom_ids: list[str]) -> None:
+        """The lines whose answers were handed to their pairs: the batch holds them no more."""
 
     def show(self, rows: list[dict[str, Any]]) -> None:
         """The run's table of batches (the Prefect UI)."""
@@ -271,16 +274,24 @@ class BatchJudge(JudgeBase):
             why = await self._pause(pause)
             if why is not None:
                 return await self._leave(batch_id, model, why)
-            try:
-                state = await self.api.retrieve(batch_id, model)
-            except JudgeError as error:  # polled again after the next pause
-                log.warning("batch %s could not be polled (%s)", batch_id, error)
-                state = None
+            state = await self._retrieve(batch_id, model)
             if state is not None:
                 await self._seen(state)
                 if state.status in ENDED:
                     return await self._collect(state, model)
             pause = min(pause * 2, self.waiting.poll_max_s)
+
+    async def _retrieve(self, batch_id: str, model: str) -> Any:
+        """The provider's word on the batch; None when it could not be asked (asked again after
+        the next pause); a batch it does not know (a permanent error) is lost: its lines go out again."""
+        try:
+            return await self.api.retrieve(batch_id, model)
+        except PermanentJudgeError as error:
+            log.warning("batch %s is not the provider's (%s): its lines are sent again", batch_id, error)
+            return Lost(batch_id)
+        except JudgeError as error:
+            log.warning("batch %s could not be polled (%s)", batch_id, error)
+            return None
 
     async def _pause(self, seconds: float) -> str | None:
         """Sleep ``seconds``, waking early with why the run may not go on."""
@@ -309,9 +320,14 @@ class BatchJudge(JudgeBase):
         """Hand each line its answer; a line its dead batch left unanswered goes out once more."""
         lines = self._waits.pop(state.id, {})
         try:
-            results = await self.api.results(state, model)
+            results = {} if state.status == LOST else await self.api.results(state, model)
         except JudgeError as error:
             return _fail_all(lines.values(), error)
+        answered = [line_id for line_id in lines if isinstance(results.get(line_id), JudgeReply)]
+        try:
+            await asyncio.to_thread(self.ledger.collected, state.id, answered)
+        except Exception as error:  # noqa: BLE001 - left uncollected: a later run of the same request waits on it
+            log.warning("batch %s: its collected lines could not be recorded (%s)", state.id, error)
         for line_id, line in lines.items():
             answer = results.get(line_id)
             if isinstance(answer, JudgeReply):
@@ -335,6 +351,17 @@ class BatchJudge(JudgeBase):
             except JudgeError as error:
                 log.warning("batch %s could not be cancelled: %s", batch_id, error)
         _fail_all(lines.values(), CallWithheld(f"left in batch {batch_id}: {why}"))
+
+
+@dataclass(frozen=True)
+class Lost:
+    """What is known of a batch the provider does not know (its id on record, from another endpoint or key)."""
+
+    id: str
+    status: str = LOST
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
 
 
 def _died_twice(status: str | None) -> PermanentJudgeError:

@@ -91,3 +91,14 @@ def test_a_pair_in_a_live_batch_is_left_to_batch_runs_until_its_batch_is_dead(se
         claimed, _ = claim_keys(conn, KEYS, ["toxicity"], n_keys=3, done=online, owner="online-run", owner_key=None,
                                 lease_s=60)
     assert sorted(KEYS[i].id for i, _, mine in claimed if mine) == ["tr-0", "tr-1"]
+
+
+def test_a_collected_line_holds_its_pair_no_more_and_is_asked_anew(settings, db):
+    record(settings, "batch-1", [("jf-a", "tr-0", "toxicity"), ("jf-b", "tr-1", "toxicity")])
+    judge_batches.update_batch(settings, "batch-1", "completed", 2, 0)
+    judge_batches.mark_collected(settings, "batch-1", ["jf-a"])
+
+    # the answer went to its pair: a re-score asks the same request anew instead of reading it again
+    assert judge_batches.lines_on_record(settings, ["jf-a", "jf-b"]) == {
+        "jf-a": judge_batches.LineOnRecord(None, 0, None), "jf-b": judge_batches.LineOnRecord("batch-1", 0, None)}
+    assert _pending(db, Done(batch_window_s=WINDOW_S)) == {"toxicity": 2, "hallucination": 3}

@@ -312,3 +312,27 @@ def test_cancel_batches_without_batches_is_refused_in_one_line(judgeflow_env, ju
     assert result.exit_code == 2, result.output
     assert "--cancel-batches applies to a run with --batch" in result.output
     assert judge_server.calls() == 0
+
+
+def test_a_batch_on_record_the_provider_does_not_know_is_lost_and_its_lines_sent_again(run, db, judge_server):
+    rows, expected = zip(*(scripted_trace(i) for i in range(2)))
+    insert_traces(db, rows)
+    assert run(batch=True).scored == 4
+    # as if a run had died before collecting, and the batches were another provider's (or key's)
+    with db.begin() as conn:
+        conn.execute(text("DELETE FROM judgeflow.eval_results"))
+        conn.execute(text("UPDATE judgeflow.judge_batch_lines SET collected_at = NULL"))
+    old = {b["batch_id"] for b in batches_on_record(db)}
+    judge_server.batch_api.batches.clear()
+    judge_server.reset()
+
+    summary = run(batch=True)
+
+    assert summary.scored == 4 and summary.failed == 0
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    statuses = {b["batch_id"]: b["status"] for b in batches_on_record(db)}
+    assert {statuses[b] for b in old} == {"lost"}
+    assert {s for b, s in statuses.items() if b not in old} == {"completed"} and judge_server.batches_created == 3

@@ -42,6 +42,8 @@ def upgrade() -> None:
         sa.Column("trace_id", sa.Text, nullable=False),
         sa.Column("metric", sa.Text, nullable=False),
         sa.Column("step", sa.Text, nullable=False),
+        # when a run handed the line's answer to its pair: the batch no longer holds that pair
+        sa.Column("collected_at", sa.DateTime(timezone=True)),
         sa.PrimaryKeyConstraint("batch_id", "custom_id", name="judge_batch_lines_pkey"),
         sa.ForeignKeyConstraint(["batch_id"], [f"{S}.judge_batches.batch_id"], ondelete="CASCADE",
                                 name="judge_batch_lines_batch_fkey"),
