@@ -313,9 +313,10 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     elif run.ranged and summary.scored:
         reweigh_sampled_nights(run.settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:
+        waiting = ", or were left waiting in a judge batch still out" if run.settings.judge_batch else ""
         summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
-                             "out, or not retried once the spend budget had no room, and were given back for the "
-                             "next run")
+                             f"out, or not retried once the spend budget had no room{waiting}, and were given back "
+                             "for the next run")
     if budget is not None:
         summary.budget_usd = budget.limit_usd
         summary.budget_spent_usd = round(budget.spent_usd, 6)

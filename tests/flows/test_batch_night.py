@@ -181,6 +181,7 @@ def test_the_time_budget_leaves_batches_out_and_the_next_run_collects_them_witho
     assert first.scored == 0 and first.deferred == 8
     out = [note for note in first.notes if "still out" in note]
     assert len(out) == 1 and "judgeflow score --batch" in out[0]
+    assert any("8 claimed pair(s)" in note and "left waiting in a judge batch" in note for note in first.notes)
     (batch,) = batches_on_record(db)
     assert batch["lines"] == 8 and batch["status"] == "in_progress"
     assert batch["batch_id"] in out[0]
