@@ -179,7 +179,7 @@ def test_the_time_budget_leaves_batches_out_and_the_next_run_collects_them_witho
     first = run(batch=True)
 
     assert first.scored == 0 and first.deferred == 8
-    out = [note for note in first.notes if "still out" in note]
+    out = [note for note in first.notes if "judge batch(es) still out" in note]
     assert len(out) == 1 and "judgeflow score --batch" in out[0]
     assert any("8 claimed pair(s)" in note and "left waiting in a judge batch" in note for note in first.notes)
     (batch,) = batches_on_record(db)
