@@ -999,6 +999,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prices", default="0,0", metavar="IN,OUT",
                         help="USD per million prompt and completion tokens the server bills (billed_usd)")
     args = parser.parse_args(argv)
+    if not 0 < args.batch_discount <= 1:
+        parser.error(f"--batch-discount: expected a fraction in (0, 1], got {args.batch_discount:g}")
 
     responder = reply_form_responder(args.reply_form) if args.reply_form else None
     if args.toxic_fraction:
