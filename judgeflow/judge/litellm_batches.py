@@ -23,6 +23,9 @@ reuses): a run uses :class:`LiteLLMBatches` without knowing litellm.
 * **Same key rules.** Every call passes the judge's ``api_base`` and key, as the
   online calls do, so the checks of :mod:`judgeflow.config.key_transport` at
   start cover these calls too; errors are scrubbed of both.
+* **Limits.** One file holds at most ``max_lines`` requests and ``max_bytes``
+  bytes (OpenAI's: 50,000 and 200 MB); :meth:`LiteLLMBatches.pack` splits a
+  round's lines into as few files as that allows, and ``submit`` refuses more.
 * **No retries here.** Every litellm call passes ``max_retries=0``: a retried
   ``create`` after a lost reply could start a batch twice and bill it twice.
   The run owns what is tried again.
@@ -41,6 +44,7 @@ import litellm
 from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeReply, JudgeRequest
 from judgeflow.judge.batch_status import BatchStatus
+from judgeflow.judge.config import is_offline_model
 from judgeflow.judge.litellm_judge import LiteLLMJudge, _scrub, _translate, model_batch_prices
 from litellm.llms.base_llm.base_utils import type_to_response_format_param
 
@@ -51,6 +55,9 @@ __all__ = ["BatchStatus", "LiteLLMBatches", "batch_providers"]
 
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETION_WINDOW = "24h"
+# OpenAI's limits on one batch's input file
+MAX_LINES = 50_000
+MAX_FILE_BYTES = 200 * 1024 * 1024
 # the batch functions a run needs; a provider must be accepted by each
 _RUN_FUNCTIONS = ("acreate_file", "acreate_batch", "aretrieve_batch", "afile_content")
 # providers whose batch files and calls are OpenAI's own shape; the others need the model to find litellm's config
@@ -73,8 +80,10 @@ def batch_providers() -> frozenset[str]:
 
 def _status_error(status: int, message: str, where: str) -> JudgeError:
     """The typed error an online call gets for ``status`` (see the module doc)."""
-    if status == 429:
-        err: JudgeError = TransientJudgeError(f"{where}: rate limited (HTTP 429): {message}")
+    if 200 <= status < 300:  # a success whose body is not a chat completion
+        err: JudgeError = TransientJudgeError(f"{where}: unreadable response body (HTTP {status}): {message}")
+    elif status == 429:
+        err = TransientJudgeError(f"{where}: rate limited (HTTP 429): {message}")
     elif status >= 500 or status in _TRANSIENT_STATUSES:
         err = TransientJudgeError(f"{where}: server error (HTTP {status}): {message}")
     elif status in (401, 403):
@@ -102,10 +111,12 @@ def _status_of(batch: Any) -> BatchStatus:
 class LiteLLMBatches:
     """Submit, follow, read and cancel batches of judge calls (see the module doc)."""
 
-    def __init__(self, config: "JudgeConfig"):
+    def __init__(self, config: "JudgeConfig", *, max_lines: int = MAX_LINES, max_bytes: int = MAX_FILE_BYTES):
         self._judge = LiteLLMJudge.from_config(config)
         self._config = config
         self.batch_discount = config.batch_discount
+        self.max_lines = max_lines
+        self.max_bytes = max_bytes
 
     @classmethod
     def from_config(cls, config: "JudgeConfig") -> "LiteLLMBatches":
@@ -121,7 +132,7 @@ class LiteLLMBatches:
     def can_batch(self, model: str | None = None) -> str | None:
         """None when litellm can batch ``model`` (None: the judge's); else why not, in one line."""
         model = model or self._config.model
-        if self._config.offline:
+        if is_offline_model(model):
             return "the offline judge sends no calls to batch"
         try:
             _, provider = self._provider(model)
@@ -155,6 +166,32 @@ class LiteLLMBatches:
             body["response_format"] = type_to_response_format_param(body["response_format"])
         return body
 
+    def _line(self, custom_id: str, request: JudgeRequest) -> bytes:
+        return (json.dumps({"custom_id": custom_id, "method": "POST", "url": CHAT_ENDPOINT,
+                            "body": self.line_body(request)}) + "\n").encode()
+
+    def pack(self, lines: list[tuple[str, JudgeRequest]]) -> list[list[tuple[str, JudgeRequest]]]:
+        """``lines`` split into as few batches as the limits allow: one model per
+        batch (in the order each model first appears), each within ``max_lines``
+        and ``max_bytes``."""
+        by_model: dict[str, list[tuple[str, JudgeRequest]]] = {}
+        for item in lines:
+            by_model.setdefault(self._judge.model_of(item[1]), []).append(item)
+        packed: list[list[tuple[str, JudgeRequest]]] = []
+        for items in by_model.values():
+            current, size = [], 0
+            for item in items:
+                length = len(self._line(*item))
+                if length > self.max_bytes:
+                    raise ValueError(f"request {item[0]!r} alone is {length} bytes, over a batch file's {self.max_bytes}")
+                if current and (len(current) == self.max_lines or size + length > self.max_bytes):
+                    packed.append(current)
+                    current, size = [], 0
+                current.append(item)
+                size += length
+            packed.append(current)
+        return packed
+
     def _error(self, exc: Exception, model: str) -> JudgeError:
         return _translate(exc, model=model, api_key=self._judge._secrets, timeout_s=self._config.timeout_s)
 
@@ -168,12 +205,14 @@ class LiteLLMBatches:
             raise ValueError(f"one batch asks one model, not {sorted(models)}")
         model = models.pop()
         _, provider = self._provider(model)
-        data = "".join(json.dumps({"custom_id": custom_id, "method": "POST", "url": CHAT_ENDPOINT,
-                                   "body": self.line_body(request)}) + "\n" for custom_id, request in lines)
+        data = b"".join(self._line(custom_id, request) for custom_id, request in lines)
+        if len(lines) > self.max_lines or len(data) > self.max_bytes:
+            raise ValueError(f"{len(lines)} requests, {len(data)} bytes: over a batch file's limits "
+                             f"({self.max_lines}, {self.max_bytes} bytes); pack() them")
         kwargs = self._kwargs(provider, model)
         try:
             uploaded = await litellm.acreate_file(
-                file=(f"judgeflow-{uuid.uuid4().hex[:12]}.jsonl", data.encode(), "application/jsonl"),
+                file=(f"judgeflow-{uuid.uuid4().hex[:12]}.jsonl", data, "application/jsonl"),
                 purpose="batch", **kwargs)
             batch = await litellm.acreate_batch(
                 completion_window=COMPLETION_WINDOW, endpoint=CHAT_ENDPOINT, input_file_id=uploaded.id,
@@ -225,7 +264,10 @@ class LiteLLMBatches:
         status = response.get("status_code")
         body = response.get("body")
         if status == 200 and isinstance(body, dict):
-            return self.batch_reply(body, model)
+            try:
+                return self.batch_reply(body, model)
+            except Exception as exc:  # noqa: BLE001 - a body litellm cannot read is the provider's fault
+                return _status_error(200, self._detail(f"{type(exc).__name__}: {exc}"), where)
         if isinstance(status, int):
             detail = (body or {}).get("error", {}).get("message") if isinstance(body, dict) else body
             return _status_error(status, self._detail(detail), where)

@@ -1,4 +1,5 @@
-"""The production judge: any model litellm can reach (the only module importing litellm).
+"""The production judge: any model litellm can reach (the only module importing litellm, with
+its batch calls, :mod:`judgeflow.judge.litellm_batches`, which reuse what is built here).
 
 Behaviour, decided here once for every metric:
 

@@ -72,6 +72,9 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "judge_max_repairs",  # re-asks for a valid reply: decides failed vs scored, not the score
     "max_concurrency", "judge_processes",
     "judge_input_cost_per_mtok", "judge_output_cost_per_mtok", "run_budget_usd", "settle_delay", "reuse_identical",
+    "judge_cached_input_cost_per_mtok",
+    # the same calls through the provider's batch API, and their price: the same replies
+    "judge_batch", "judge_batch_discount",
     "sample_budget_usd", "stratify_by",  # which traces are judged, not how one is scored
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
     "pool_mode",  # how claims are held between judgeflow and PostgreSQL

@@ -15,7 +15,7 @@ from judgeflow.judge.config import JudgeConfig
 from judgeflow.judge.litellm_batches import LiteLLMBatches, batch_providers
 from judgeflow.judge.litellm_judge import LiteLLMJudge, model_batch_prices, model_prices
 from judgeflow.metrics.data_block import render_data_block
-from tests.support.judge_server import JudgeServer, error_reply
+from tests.support.judge_server import JudgeServer, Reply, error_reply
 
 KEY = "sk-batch-secret-0123456789abcdef"
 PRICES = (2.0, 8.0)
@@ -93,10 +93,11 @@ def test_litellms_batch_prices_price_a_mapped_model():
 def test_failed_lines_are_the_online_paths_typed_errors():
     with JudgeServer() as server:
         server.script(error_reply(429, f"slow down {KEY}"), error_reply(503, "overloaded"),
-                      error_reply(400, "bad schema"))
+                      error_reply(400, "bad schema"), Reply(status=200, body="<html>proxy page</html>"))
         batches = LiteLLMBatches(config(server))
-        status, results = asyncio.run(night(batches, server, [(c, opinions_request("x")) for c in "abc"]))
-    assert status.status == "completed" and (status.completed, status.failed) == (0, 3)
+        status, results = asyncio.run(night(batches, server, [(c, opinions_request("x")) for c in "abcd"]))
+    assert status.status == "completed" and (status.completed, status.failed) == (1, 3)
+    assert isinstance(results["d"], TransientJudgeError) and "unreadable" in str(results["d"])
     assert isinstance(results["a"], TransientJudgeError) and results["a"].status_code == 429
     assert KEY not in str(results["a"]) and "slow down" in str(results["a"])
     assert isinstance(results["b"], TransientJudgeError) and results["b"].status_code == 503
@@ -175,3 +176,21 @@ def test_which_providers_can_batch():
     assert reason is not None and "anthropic" in reason and "\n" not in reason and KEY not in reason
     assert "ollama" in LiteLLMBatches(cfg).can_batch("ollama/llama3")
     assert LiteLLMBatches(JudgeConfig(model="offline")).can_batch() is not None
+
+
+def test_pack_splits_by_model_lines_and_bytes_and_submit_refuses_more():
+    cfg = JudgeConfig(model="openai/judge-test", api_base="http://127.0.0.1:9/v1", api_key=KEY,
+                      metric_models=("openai/other-judge",))
+    own = [(f"o{i}", opinions_request(f"text {i}")) for i in range(5)]
+    other = [(f"x{i}", opinions_request(f"text {i}", model="openai/other-judge")) for i in range(2)]
+    lines = [own[0], other[0], *own[1:], other[1]]
+    packed = LiteLLMBatches(cfg, max_lines=2).pack(lines)
+    assert [[c for c, _ in batch] for batch in packed] == [["o0", "o1"], ["o2", "o3"], ["o4"], ["x0", "x1"]]
+    one_line = len(LiteLLMBatches(cfg)._line(*own[0]))
+    by_bytes = LiteLLMBatches(cfg, max_bytes=2 * one_line + 10).pack(own)
+    assert [len(batch) for batch in by_bytes] == [2, 2, 1]
+    assert LiteLLMBatches(cfg).pack(own) == [own]
+    with pytest.raises(ValueError, match="over a batch file's limits"):
+        asyncio.run(LiteLLMBatches(cfg, max_lines=2).submit(own))
+    with pytest.raises(ValueError, match="alone is"):
+        LiteLLMBatches(cfg, max_bytes=10).pack(own)

@@ -100,6 +100,22 @@ def test_invalid_settings_raise_a_config_error_without_the_secret(monkeypatch, t
         load_settings()
 
 
+def test_batch_settings_reach_the_judge_config(monkeypatch, tmp_path):
+    from judgeflow.judge.config import JudgeConfig
+
+    monkeypatch.chdir(tmp_path)
+    s = load_settings()
+    assert (s.judge_batch, s.judge_batch_discount) == (False, 0.5)
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_BATCH", "true")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_BATCH_DISCOUNT", "0.4")
+    s = load_settings()
+    assert s.judge_batch is True and JudgeConfig.from_settings(s).batch_discount == 0.4
+    for bad, message in (("0", "greater than 0"), ("1.5", "less than or equal to 1")):
+        monkeypatch.setenv("JUDGEFLOW_JUDGE_BATCH_DISCOUNT", bad)
+        with pytest.raises(ConfigError, match=rf"judge_batch_discount\s+Input should be {message}"):
+            load_settings()
+
+
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("15m", 900), ("6h", 21600), ("7d", 604800), ("1.5h", 5400)])
 def test_durations(text, seconds):
     assert parse_duration(text) == seconds

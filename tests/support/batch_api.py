@@ -345,7 +345,7 @@ class BatchAPI:
         stops it (the rest are not answered)."""
         for line in self._lines[batch["id"]]:
             with self._changed:
-                if batch["status"] != "in_progress" or self._holding:
+                if batch["status"] != "in_progress" or self._holding or self.judge._stopping.is_set():
                     return
                 if line.result is not None:
                     continue

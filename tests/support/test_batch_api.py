@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import urllib.request
 
 import litellm
@@ -205,3 +206,39 @@ def test_a_file_mixing_models_or_repeating_an_id_fails_its_batch():
     assert mixed.status == "failed" and [e.code for e in mixed.errors.data] == ["mismatched_model"]
     assert repeated.status == "failed" and [e.code for e in repeated.errors.data] == ["duplicate_custom_id"]
     assert server.calls() == 0
+
+
+def test_as_a_process_the_turnaround_discount_and_prices_are_flags():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "tests.support.judge_server", "--port", "0",
+                             "--batch-turnaround", "0.5", "--batch-discount", "0.25", "--prices", "2,8"],
+                            cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()
+        server = JudgeServer()  # only its url, for the helpers' keyword arguments
+        server.url = url
+        created = run(submit(server, [line("a", "Cats rule.")]))
+        stats_url = url.removesuffix("/v1") + "/stats"
+        first = json.loads(urllib.request.urlopen(stats_url, timeout=10).read())
+        deadline = time.monotonic() + 60
+        while (stats := json.loads(urllib.request.urlopen(stats_url, timeout=10).read()))["batch_statuses"] != {
+                "completed": 1} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        batch = run(litellm.aretrieve_batch(batch_id=created.id, **kwargs(server)))
+        usage = next(iter(run(file_lines(server, batch.output_file_id)).values()))["response"]["body"]["usage"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    assert first["requests"] == 0  # not answered before its turnaround
+    assert batch.completed_at - batch.created_at >= 0 and stats["requests"] == 1
+    expected = 0.25 * (usage["prompt_tokens"] * 2 + usage["completion_tokens"] * 8) / 1e6
+    assert stats["billed_batch_usd"] == pytest.approx(expected) and stats["billed_usd"] == pytest.approx(expected)
+    bad = subprocess.run([sys.executable, "-m", "tests.support.judge_server", "--batch-discount", "0"],
+                         cwd=root, env=env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--batch-discount: expected a fraction in (0, 1], got 0" in bad.stderr
