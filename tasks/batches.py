@@ -22,7 +22,7 @@ from prefect.cache_policies import NO_CACHE
 
 from judgeflow.config.settings import Settings
 from judgeflow.db import judge_batches
-from judgeflow.judge.batch_lines import BatchLine, FileLimits, LineOnRecord
+from judgeflow.judge.batch_lines import BatchLine, LineOnRecord
 from judgeflow.judge.batches import SUBMITTED, BatchJudge, Waiting
 from judgeflow.judge.factory import batch_api, judge_config
 from judgeflow.run.gate import RunGate
@@ -83,13 +83,11 @@ def start_batch_judge(settings: Settings, gate: RunGate, owner: str, flow_run_id
                       cancel_on_stop: bool = False) -> BatchJudge:
     """The run's judge when it sends its calls through the batch API (the module doc)."""
     config = judge_config(settings)
-    api = batch_api(config)
-    limits = FileLimits(max_lines=settings.judge_batch_max_lines,
-                        max_bytes=int(settings.judge_batch_max_mb * 1024 * 1024))
+    api = batch_api(config, max_lines=settings.judge_batch_max_lines,
+                    max_bytes=int(settings.judge_batch_max_mb * 1024 * 1024))
     provider = config.model.split("/", 1)[0] if "/" in config.model else "openai"  # litellm's default provider
     return BatchJudge(api, RunBatchLedger(settings, owner, flow_run_id, provider), model=config.model,
-                      waiting=batch_waiting(settings, gate, cancel_on_stop=cancel_on_stop), limits=limits,
-                      retry=config.retry)
+                      waiting=batch_waiting(settings, gate, cancel_on_stop=cancel_on_stop), retry=config.retry)
 
 
 def batches_left_out(judge: Any) -> list[str]:

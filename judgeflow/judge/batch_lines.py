@@ -1,4 +1,4 @@
-"""The lines of a batch file: each request's deterministic ``custom_id``, and a round packed into files.
+"""The lines of a batch: each request's deterministic ``custom_id``, and what the record says of one.
 
 A line's ``custom_id`` is a hash of the pair (trace, metric), the step, the
 attempt and the request body the provider receives: the same request of the
@@ -34,14 +34,6 @@ def custom_id(pair: tuple[str, str] | None, step: str, body: dict[str, Any], att
 
 
 @dataclass(frozen=True)
-class FileLimits:
-    """What one batch file may hold (OpenAI's: 50,000 requests, 200 MB)."""
-
-    max_lines: int = 50_000
-    max_bytes: int = 200 * 1024 * 1024
-
-
-@dataclass(frozen=True)
 class BatchLine:
     """One request of a batch on record: the pair it is for, its step and its ``custom_id``."""
 
@@ -59,30 +51,3 @@ class LineOnRecord:
     live_batch: str | None
     dead_batches: int
     dead_status: str | None = None
-
-
-def jsonl_line(line: dict[str, Any]) -> bytes:
-    return (json.dumps(line, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-
-
-# what a file's line holds besides its body: its custom_id, method and url
-LINE_OVERHEAD_BYTES = 160
-
-
-def pack(bodies: list[dict[str, Any]], limits: FileLimits) -> list[list[dict[str, Any]]]:
-    """The request ``bodies`` in order, in as few files as ``limits`` allow (a
-    line larger than a file alone still gets a file of its own: the provider
-    says why it refuses it)."""
-    files: list[list[dict[str, Any]]] = []
-    current: list[dict[str, Any]] = []
-    size = 0
-    for line in bodies:
-        n = len(jsonl_line(line)) + LINE_OVERHEAD_BYTES
-        if current and (len(current) >= limits.max_lines or size + n > limits.max_bytes):
-            files.append(current)
-            current, size = [], 0
-        current.append(line)
-        size += n
-    if current:
-        files.append(current)
-    return files

@@ -4,9 +4,9 @@
 so the metrics' one driver and the one retry policy stay as they are:
 ``acomplete`` does not send; each attempt joins the current **round** and
 waits for its line's answer. A round is sent once no line joined it for the
-settle window (``JUDGEFLOW_JUDGE_BATCH_SETTLE_S``): its lines, grouped by
-model, packed into as few files as the provider's limits allow
-(:mod:`judgeflow.judge.batch_lines`), each file uploaded and made a batch.
+settle window (``JUDGEFLOW_JUDGE_BATCH_SETTLE_S``): its lines, one model per
+file, packed into as few files as the provider's limits allow (the adapter's
+``pack``), each file uploaded and made a batch.
 So a metric's steps become successive rounds by themselves (toxicity's
 opinions, verdicts, reason; hallucination's one), and the scores are those of
 the same calls made online.
@@ -46,7 +46,7 @@ from typing import Any, Callable, Protocol
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest
-from judgeflow.judge.batch_lines import DEAD, ENDED, LOST, BatchLine, FileLimits, LineOnRecord, custom_id, pack
+from judgeflow.judge.batch_lines import DEAD, ENDED, LOST, BatchLine, LineOnRecord, custom_id
 from judgeflow.judge.retry import AttemptFailed, CallRetry, Pace, send_with_retries
 from judgeflow.judge.send_gate import ANY_CALL, Call
 from judgeflow.judge.spend import CallSpend
@@ -63,6 +63,9 @@ class BatchApi(Protocol):
 
     def line_body(self, request: JudgeRequest) -> dict[str, Any]:
         """The body the online call would send for ``request``."""
+
+    def pack(self, lines: list[tuple[str, JudgeRequest]]) -> list[list[tuple[str, JudgeRequest]]]:
+        """``lines`` (custom id, request) in as few files as the provider's limits allow, one model each."""
 
     async def submit(self, lines: list[tuple[str, JudgeRequest]], metadata: dict[str, str] | None = None) -> str:
         """Upload ``lines`` (custom id, request) as one file, make it a batch: its id."""
@@ -111,7 +114,6 @@ class _Line:
     pair: tuple[str, str] | None
     request: JudgeRequest
     model: str
-    body: dict[str, Any]
     futures: list[asyncio.Future] = field(default_factory=list)
     resent: bool = False  # sent again once after its batch died
 
@@ -128,10 +130,9 @@ class BatchJudge(JudgeBase):
     """A judge whose calls go out in rounds of batches (the module doc)."""
 
     def __init__(self, api: BatchApi, ledger: BatchLedger, *, model: str, waiting: Waiting,
-                 limits: FileLimits = FileLimits(), retry: CallRetry = CallRetry()) -> None:
+                 retry: CallRetry = CallRetry()) -> None:
         super().__init__()
-        self.api, self.ledger, self._model, self.waiting = api, ledger, model, waiting
-        self.limits, self.retry = limits, retry
+        self.api, self.ledger, self._model, self.waiting, self.retry = api, ledger, model, waiting, retry
         self._pace = Pace()
         self._open: dict[str, _Line] = {}  # the round being gathered
         self._last_joined = 0.0
@@ -166,8 +167,7 @@ class BatchJudge(JudgeBase):
         if not await call.may_send():
             return AttemptFailed(CallWithheld(f"judge {model}: not sent, the pair may not go on"))
         pair = getattr(call.gate, "pair", None)
-        body = self.api.line_body(request)
-        line = _Line(custom_id(pair, request.step, body, attempt), pair, request, model, body)
+        line = _Line(custom_id(pair, request.step, self.api.line_body(request), attempt), pair, request, model)
         future = asyncio.get_running_loop().create_future()
         line.futures.append(future)
         self._join_round(line)
@@ -214,7 +214,7 @@ class BatchJudge(JudgeBase):
             on_record = await asyncio.to_thread(self.ledger.lines_on_record, list(lines))
         except Exception as error:  # noqa: BLE001 - the record could not be read: nothing is sent
             return _fail_all(lines.values(), TransientJudgeError(f"the batches on record could not be read: {error}"))
-        fresh: dict[str, list[_Line]] = {}
+        fresh: list[_Line] = []
         for line_id, line in lines.items():
             record = on_record.get(line_id)
             if record is not None and record.live_batch is not None:
@@ -222,12 +222,10 @@ class BatchJudge(JudgeBase):
             elif record is not None and record.dead_batches >= 2:
                 line.settle(AttemptFailed(_died_twice(record.dead_status)))
             else:
-                fresh.setdefault(line.model, []).append(line)
-        for model, group in fresh.items():
-            for file_lines in pack([line.body for line in group], self.limits):
-                chosen = group[:len(file_lines)]
-                group = group[len(file_lines):]
-                await self._submit(round_no, model, chosen)
+                fresh.append(line)
+        for packed in self.api.pack([(line.custom_id, line.request) for line in fresh]):
+            chosen = [lines[line_id] for line_id, _ in packed]
+            await self._submit(round_no, chosen[0].model, chosen)
 
     async def _submit(self, round_no: int, model: str, lines: list[_Line]) -> None:
         try:

@@ -56,9 +56,10 @@ def build_judge(config: "JudgeConfig | Settings") -> Judge:
     return model_judge(config)
 
 
-def batch_api(config: JudgeConfig):
-    """The adapter's batch calls for ``config.model`` (judgeflow/judge/batches.py's ``BatchApi``);
-    a model litellm cannot batch, or the offline judge, is refused with one line (ConfigError)."""
+def batch_api(config: JudgeConfig, **limits: int):
+    """The adapter's batch calls for ``config.model`` (judgeflow/judge/batches.py's ``BatchApi``),
+    within the file ``limits`` given (``max_lines``, ``max_bytes``; unset: OpenAI's); a model
+    litellm cannot batch, or the offline judge, is refused with one line (ConfigError)."""
     from judgeflow.errors import ConfigError
 
     if config.offline:
@@ -66,7 +67,7 @@ def batch_api(config: JudgeConfig):
                           "unset JUDGEFLOW_JUDGE_BATCH or leave out --batch")
     from judgeflow.judge.litellm_batches import LiteLLMBatches
 
-    api = LiteLLMBatches.from_config(config)
+    api = LiteLLMBatches(config, **limits)
     refusal = api.can_batch(config.model) or next(filter(None, map(api.can_batch, config.metric_models)), None)
     if refusal is not None:
         raise ConfigError(f"--batch / JUDGEFLOW_JUDGE_BATCH refused: {refusal}")

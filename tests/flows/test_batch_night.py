@@ -337,3 +337,23 @@ def test_a_batch_on_record_the_provider_does_not_know_is_lost_and_its_lines_sent
     statuses = {b["batch_id"]: b["status"] for b in batches_on_record(db)}
     assert {statuses[b] for b in old} == {"lost"}
     assert {s for b, s in statuses.items() if b not in old} == {"completed"} and judge_server.batches_created == 3
+
+
+def test_a_round_larger_than_a_file_allows_goes_out_as_several_batches(run, db, judge_server, monkeypatch):
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_BATCH_MAX_LINES", "8")
+    rows, expected = zip(*(scripted_trace(i) for i in range(10)))
+    insert_traces(db, rows)
+
+    summary = run(batch=True)
+
+    assert summary.scored == 20 and summary.failed == 0
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    by_round: dict[int, list[int]] = {}
+    for batch in batches_on_record(db):
+        by_round.setdefault(batch["round"], []).append(batch["lines"])
+    # 20 first steps, 8 verdicts, 6 reasons: as few files of at most 8 lines as hold them
+    assert {r: sorted(lines, reverse=True) for r, lines in by_round.items()} == {1: [8, 8, 4], 2: [8], 3: [6]}
+    assert judge_server.batches_created == 5 and len(judge_server.requests) == 34
