@@ -185,9 +185,10 @@ class JudgeProcess:
     """The local OpenAI-compatible judge server as a separate process."""
 
     def __init__(self, *, latency_mean: float = 0.0, latency_jitter: float = 0.0,
-                 faults: dict[str, float] | None = None, seed: int = 0):
+                 faults: dict[str, float] | None = None, seed: int = 0, extra: tuple[str, ...] = ()):
         argv = [PY, "-m", "bench.judge_server", "--port", "0",
-                "--latency-mean", str(latency_mean), "--latency-jitter", str(latency_jitter), "--seed", str(seed)]
+                "--latency-mean", str(latency_mean), "--latency-jitter", str(latency_jitter), "--seed", str(seed),
+                *extra]
         for kind, rate in (faults or {}).items():
             argv += ["--fault", f"{kind}={rate}"]
         self.latency_mean = latency_mean

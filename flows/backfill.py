@@ -28,16 +28,20 @@ def backfill_traces(
     max_concurrency: int | None = None,
     judge_processes: int | None = None,
     budget_usd: float | None = None,
+    batch: bool | None = None,
+    cancel_batches: bool = False,
 ) -> RunSummary:
     """Score every trace created in [since, until) that lacks a result; with
     ``rescore`` also those already scored (e.g. after a metric version change).
     ``batch_size`` and ``budget_usd`` as for score-new-traces (unset: sized for
     ``max_concurrency``; ``JUDGEFLOW_RUN_BUDGET_USD``).
-    Pairs the nightly run gave up on (``JUDGEFLOW_MAX_RUNS_PER_PAIR``) are retried."""
+    Pairs the nightly run gave up on (``JUDGEFLOW_MAX_RUNS_PER_PAIR``) are retried.
+    ``batch`` and ``cancel_batches`` as for score-new-traces."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
-                             run_budget_usd=budget_usd)
+                             run_budget_usd=budget_usd, judge_batch=batch)
     return score_traces(
         settings, batch_size=batch_size, limit=None, since=since, until=until,
         sample_rate=1.0, metrics=chosen(metrics), rescore=rescore,
         retry_failed=True,  # asked for by a person: pairs given up on get another go
+        cancel_batches=cancel_batches,
     )

@@ -46,6 +46,7 @@ from judgeflow.tasks.claims import (
     count_pending_work,
     plan_source_reads,
 )
+from judgeflow.tasks.batches import batches_left_out, start_batch_judge
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.epochs import record_judge_epochs
 from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
@@ -66,6 +67,10 @@ from judgeflow.model import ClaimedBatch, Cursor
 # Hard ceiling on max_concurrency (pairs scored at once per process); only
 # guards against a misconfigured parameter.
 MAX_THREADS = 128
+# batches in flight when the judge calls go through the batch API: each holds a
+# task runner thread while its pairs wait on the provider
+BATCH_WINDOW = MAX_THREADS // 2
+BATCH_API_BATCH_SIZE = 1000  # pairs claimed per batch then (each pair is a coroutine waiting on a round)
 
 __all__ = ["MAX_THREADS", "default_batch_size", "score_new_traces", "score_traces"]
 
@@ -81,8 +86,8 @@ def _checked_batch_size(settings: Settings, metrics: list[str], sample_rate: flo
         raise ConfigError("sample_rate must be in (0, 1]")
     if settings.max_concurrency > MAX_THREADS:
         raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
-    if batch_size is None:
-        batch_size = default_batch_size(settings.max_concurrency)
+    if batch_size is None:  # through the batch API a claim costs no wire slot: large batches, few task runs
+        batch_size = BATCH_API_BATCH_SIZE if settings.judge_batch else default_batch_size(settings.max_concurrency)
     if batch_size < 1:
         raise ConfigError("batch_size must be at least 1")
     return batch_size
@@ -125,6 +130,8 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
         since=since, until=until, sample_rate=sample_rate, rescore_before=run_started if rescore else None,
         settle_delay_s=settings.settle_delay_s, run_started=run_started,
         max_failed_runs=None if retry_failed else settings.max_runs_per_pair,
+        # a run without batches leaves a pair waiting in a live batch to the batch run that collects it
+        batch_window_s=None if settings.judge_batch else settings.judge_batch_window_s,
     )
     run = _Run(settings, metrics, run_id, f"{run_id}:{uuid.uuid4().hex[:8]}", time.monotonic(),
                time.time() + settings.max_run_duration_s, filters.rescore_before, filters)
@@ -214,8 +221,9 @@ def _schedule(run: _Run, batch_size: int, limit: int | None, gate: RunGate, tota
         _submit_batch, score_batch, run.settings, run.owner, run.run_id, run.rescore_before, gate,
         RetryPolicy.from_settings(run.settings), judge,
     )
-    bounds = Bounds(batch_size=batch_size, window=window_for(run.settings.max_concurrency, batch_size), limit=limit,
-                    metrics=len(run.metrics))
+    # through the batch API every pair claimed joins the rounds at once: a round costs a few HTTP calls
+    window = BATCH_WINDOW if run.settings.judge_batch else window_for(run.settings.max_concurrency, batch_size)
+    bounds = Bounds(batch_size=batch_size, window=window, limit=limit, metrics=len(run.metrics))
     return RunSchedule(submit=submit, first_done=_first_done, cancel=_cancel, bounds=bounds, gate=gate,
                        totals=totals, progress=progress, log=get_run_logger())
 
@@ -228,13 +236,16 @@ def _submit_batch(task, settings, owner, run_id, rescore_before, gate, retries, 
 def score_traces(
     settings: Settings, *, batch_size: int | None, limit: int | None, since: datetime | None,
     until: datetime | None, sample_rate: float, metrics: list[str], rescore: bool, retry_failed: bool = False,
+    cancel_batches: bool = False,
 ) -> RunSummary:
     """The body shared by the nightly and the backfill flows: one task per
     claimed batch, whose pairs run concurrently in-process, each retried on
     the same schedule and failing alone; the task run is named for its trace
     ids (searchable on the run's Task Runs tab) and publishes a table artifact
     with a row per pair. A pair that ended 'failed' in
-    ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given up unless ``retry_failed``."""
+    ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given up unless ``retry_failed``.
+    Through the batch API (``JUDGEFLOW_JUDGE_BATCH``) a stop or the time
+    budget leaves the batches out, unless ``cancel_batches``."""
     batch_size = _checked_batch_size(settings, metrics, sample_rate, batch_size)
     budget = _run_budget(settings)
     run = _start(settings, metrics, limit=limit, since=since, until=until, sample_rate=sample_rate,
@@ -246,19 +257,23 @@ def score_traces(
     run.epochs = record_judge_epochs(settings, run.metrics, flow_run_id=run.run_id) if run.pending else []
     # the judge (litellm's import, judge worker processes: seconds) only when
     # there is work for it, built while the first batch is claimed
-    judge_started = start_judge.submit(settings) if run.pending else None
+    judge_started = start_judge.submit(settings) if run.pending and not settings.judge_batch else None
     totals = SummaryBuilder()
     progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id, budget_usd=settings.run_budget_usd)
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
     keeper = LeaseKeeper(settings, run.owner, before_release=lambda: schedule.cancel_and_wait())
     gate = RunGate(settings, run.owner, stop=run_stop(), deadline=run.deadline, budget=budget, keeper=keeper)
-    schedule = _schedule(run, batch_size, limit, gate, totals, progress, judge_started)
+    batched = start_batch_judge(settings, gate, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
+        if settings.judge_batch and run.pending else None
+    schedule = _schedule(run, batch_size, limit, gate, totals, progress, batched or judge_started)
     with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
         # what other live runs hold once this one claims no more: counted while its last batches finish
         left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)
         schedule.finish()
+        # stopped while its last pairs were waiting (on batches out, say): a stopped run all the same
+        ended = STOPPED if gate.stop.requested() else ended
         progress.show()  # a run that claimed nothing has its artifact too
         left = left_counted.result()
         # past what is now scored, never past a pair still without a result
@@ -266,8 +281,11 @@ def score_traces(
         advance_watermark(settings, run.filters.plan, metrics, sample_rate=sample_rate, flow_run_id=run.run_id)
     if judge_started is not None:
         close_judge(judge_started.result())  # an entry point's judge stays open for it to close
+    if batched is not None:
+        batched.close()
     reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
-    return _finish(run, _summary(run, totals, left, _end_notes(run, ended)), ended, budget, progress)
+    notes = [*_end_notes(run, ended), *batches_left_out(batched)]
+    return _finish(run, _summary(run, totals, left, notes), ended, budget, progress)
 
 
 def _prepare(run: _Run, limit: int | None) -> None:
@@ -301,9 +319,10 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     elif run.ranged and summary.scored:
         reweigh_sampled_nights(run.settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:
+        waiting = ", or were left waiting in a judge batch still out" if run.settings.judge_batch else ""
         summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
-                             "out, or not retried once the spend budget had no room, and were given back for the "
-                             "next run")
+                             f"out, or not retried once the spend budget had no room{waiting}, and were given back "
+                             "for the next run")
     if budget is not None:
         summary.budget_usd = budget.limit_usd
         summary.budget_spent_usd = round(budget.spent_usd, 6)
@@ -322,6 +341,24 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     return summary
 
 
+@contextmanager
+def _alerts_also_if_failed(settings: Settings, evaluate_alerts: bool):
+    """Alert rules run at the end of every run, also one that stopped part-way:
+    what it did score counts, and a run failing every night must not hide a
+    regression. The run then ends Failed with its own error."""
+    from judgeflow.tasks.alerting import evaluate_alert_rules
+
+    try:
+        yield
+    except Exception:
+        if evaluate_alerts:
+            try:
+                evaluate_alert_rules(settings)
+            except Exception as alert_error:
+                get_run_logger().error("alert rules could not be evaluated either: %s", alert_error)
+        raise
+
+
 @flow(name="score-new-traces", flow_run_name=_run_name, task_runner=ThreadPoolTaskRunner(max_workers=MAX_THREADS))
 def score_new_traces(
     batch_size: int | None = None,
@@ -337,6 +374,8 @@ def score_new_traces(
     budget_usd: float | None = None,
     retry_failed: bool = False,
     sample_budget_usd: float | None = None,
+    batch: bool | None = None,
+    cancel_batches: bool = False,
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules.
@@ -354,27 +393,21 @@ def score_new_traces(
     ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs. ``sample_budget_usd`` overrides
     ``JUDGEFLOW_SAMPLE_BUDGET_USD``: when judging every new trace would cost
     more, a stratified sample that fits is judged and the rest recorded as not
-    sampled (docs/running.md)."""
+    sampled (docs/running.md). ``batch`` overrides ``JUDGEFLOW_JUDGE_BATCH``:
+    the judge calls go through the provider's batch API (about half the
+    price; the run waits on its batches within its time budget, which then
+    stay out for the next run unless ``cancel_batches``)."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                              settle_delay=settle_delay, run_budget_usd=budget_usd,
-                             sample_budget_usd=sample_budget_usd)
+                             sample_budget_usd=sample_budget_usd, judge_batch=batch)
     from judgeflow.tasks.alerting import evaluate_alert_rules
 
-    try:
+    with _alerts_also_if_failed(settings, evaluate_alerts):
         summary = score_traces(
             settings, batch_size=batch_size, limit=limit, since=since, until=until,
             sample_rate=sample_rate, metrics=chosen(metrics), rescore=False, retry_failed=retry_failed,
+            cancel_batches=cancel_batches,
         )
-    except Exception:
-        # Alert rules run at the end of every run, also one that stopped part-way:
-        # what it did score counts, and a run failing every night must not hide
-        # a regression. The run then ends Failed with its own error.
-        if evaluate_alerts:
-            try:
-                evaluate_alert_rules(settings)
-            except Exception as alert_error:
-                get_run_logger().error("alert rules could not be evaluated either: %s", alert_error)
-        raise
     if evaluate_alerts:
         evaluate_alert_rules(settings, flow_run_id=summary.flow_run_id)
     from judgeflow.tasks.trend import publish_trend

@@ -186,8 +186,10 @@ def _withheld(work: TraceWork, gate: PairGate, billed: Usage, attempt: int) -> S
     may not start (a stop, the time or spend budget), taken over when another
     run holds its claim. Its runs count those that sent something."""
     attempts = attempt if billed.calls else attempt - 1
-    if gate.refused is not None and gate.refused is not TAKEN_OVER:
-        return outcomes.deferred(work, attempts, billed, why=gate.refused.why)
+    # a call left waiting in a batch the run stopped waiting on: the gate says why (a stop, the time budget)
+    refused = gate.refused if gate.refused is not None else gate.why_not_run()
+    if refused is not None and refused is not TAKEN_OVER:
+        return outcomes.deferred(work, attempts, billed, why=refused.why)
     log.warning("%s for trace %s: the run's claim moved to another run; its next judge call was not sent",
                 work.metric, work.trace_id)
     return outcomes.taken_over(work, billed, attempts)

@@ -23,6 +23,11 @@ PLAN_HELP = (
     "print the sample plan per stratum (traffic, traces to judge, cost, smallest rise detected) and exit: "
     "no judge call, nothing recorded"
 )
+BATCH_HELP = (
+    "send the judge calls through the provider's batch API: about half the price, answers within its window "
+    "(up to 24 h); for nightly runs, not interactive ones (default JUDGEFLOW_JUDGE_BATCH)"
+)
+CANCEL_BATCHES_HELP = "with --batch: a stop (Ctrl-C) or the end of the time budget cancels the batches still out"
 BUDGET_HELP = (
     "stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
     "(default JUDGEFLOW_RUN_BUDGET_USD)"
@@ -54,6 +59,8 @@ def score(
     # read as text: the settings refuse a bad amount in one line (judgeflow.config.settings.usd_budget)
     sample_budget_usd: Optional[str] = typer.Option(None, help=SAMPLE_BUDGET_HELP),
     plan: bool = typer.Option(False, "--plan", help=PLAN_HELP),
+    batch: Optional[bool] = typer.Option(None, "--batch/--no-batch", help=BATCH_HELP),
+    cancel_batches: bool = typer.Option(False, "--cancel-batches", help=CANCEL_BATCHES_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
     """Score every trace without a result, once, now. Ctrl-C stops it: calls in flight finish, exit code 130."""
@@ -62,21 +69,18 @@ def score(
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 settle_delay=settle_delay, run_budget_usd=budget_usd,
-                                sample_budget_usd=sample_budget_usd)
-    _refuse_budgets_without_prices(settings, plan=plan)
+                                sample_budget_usd=sample_budget_usd, judge_batch=batch)
+    _refuse_what_cannot_run(settings, plan=plan, cancel_batches=cancel_batches)
     announce_database(settings)
     start, end = parse_when(since), parse_when(until)
     if plan:
-        from judgeflow.sampling.command import plan_text_now
-
-        typer.echo(plan_text_now(settings, since=start, until=end, sample_rate=sample_rate))
-        return
+        return _print_plan(settings, since=start, until=end, sample_rate=sample_rate)
     from judgeflow.cli.pending import anything_pending
 
     if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed):
         _nothing_to_score(settings, alerts=alerts)
         return
-    judge = start_judge_early(settings)
+    judge = None if settings.judge_batch else start_judge_early(settings)
     from judgeflow.flows.scoring import score_new_traces
 
     use_prefect(settings)
@@ -85,9 +89,21 @@ def score(
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=settings.run_budget_usd,
         retry_failed=retry_failed, sample_budget_usd=settings.sample_budget_usd,
+        batch=settings.judge_batch, cancel_batches=cancel_batches,
     ), judge=judge)
     typer.echo(summary.markdown())
     exit_if_stopped(summary)
+
+
+def _print_plan(settings, *, since, until, sample_rate: float) -> None:
+    from judgeflow.sampling.command import plan_text_now
+
+    typer.echo(plan_text_now(settings, since=since, until=until, sample_rate=sample_rate))
+
+
+def _refuse_what_cannot_run(settings, *, plan: bool, cancel_batches: bool) -> None:
+    _refuse_budgets_without_prices(settings, plan=plan)
+    _refuse_batches_that_cannot_be(settings, cancel_batches=cancel_batches)
 
 
 def _refuse_budgets_without_prices(settings, *, plan: bool) -> None:
@@ -99,6 +115,18 @@ def _refuse_budgets_without_prices(settings, *, plan: bool) -> None:
         require_prices(settings, why="a run budget is set")
     if settings.sample_budget_usd is not None or plan:
         require_prices(settings, why="a sample budget is set" if settings.sample_budget_usd else "--plan prices traces")
+
+
+def _refuse_batches_that_cannot_be(settings, *, cancel_batches: bool) -> None:
+    """A judge that cannot batch (a provider or model litellm has no batch API
+    for, the offline judge): refused here in one line, before anything starts."""
+    if cancel_batches and not settings.judge_batch:
+        raise typer.BadParameter("--cancel-batches applies to a run with --batch (or JUDGEFLOW_JUDGE_BATCH=true)")
+    if not settings.judge_batch:
+        return
+    from judgeflow.judge.factory import batch_api, judge_config
+
+    batch_api(judge_config(settings))
 
 
 def _nothing_to_score(settings, *, alerts: bool) -> None:
@@ -136,6 +164,8 @@ def backfill(
     max_concurrency: Optional[int] = typer.Option(None),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
     budget_usd: Optional[str] = typer.Option(None, help="see `judgeflow score --help`"),
+    batch: Optional[bool] = typer.Option(None, "--batch/--no-batch", help=BATCH_HELP),
+    cancel_batches: bool = typer.Option(False, "--cancel-batches", help=CANCEL_BATCHES_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
@@ -144,7 +174,8 @@ def backfill(
     from judgeflow.cli.timeparse import parse_when
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
-                                run_budget_usd=budget_usd)
+                                run_budget_usd=budget_usd, judge_batch=batch)
+    _refuse_batches_that_cannot_be(settings, cancel_batches=cancel_batches)
     start, end = parse_when(since), parse_when(until)
     if start >= end:
         raise typer.BadParameter("--since must be before --until")
@@ -155,12 +186,13 @@ def backfill(
     if not yes and not typer.confirm("Start the backfill?", default=False):
         typer.echo("aborted; nothing was scored")
         raise typer.Exit(1)
-    judge = start_judge_early(settings)
+    judge = None if settings.judge_batch else start_judge_early(settings)
     from judgeflow.flows.backfill import backfill_traces
 
     use_prefect(settings)
     summary = run_flow(ctx, "backfill", settings, lambda: backfill_traces(
         since=start, until=end, rescore=rescore, batch_size=batch_size, max_concurrency=max_concurrency,
-        judge_processes=judge_processes, budget_usd=settings.run_budget_usd), judge=judge)
+        judge_processes=judge_processes, budget_usd=settings.run_budget_usd, batch=settings.judge_batch,
+        cancel_batches=cancel_batches), judge=judge)
     typer.echo(summary.markdown())
     exit_if_stopped(summary)

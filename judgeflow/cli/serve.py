@@ -41,6 +41,7 @@ NIGHTLY_PARAMETERS: dict[str, Any] = {
     "metrics": None,  # every registered metric (judgeflow/metrics/registry.py)
     "evaluate_alerts": True,
     "settle_delay": NIGHTLY_SETTLE_DELAY,
+    "batch": None,  # JUDGEFLOW_JUDGE_BATCH decides; True: through the provider's batch API
 }
 BACKFILL_PARAMETERS: dict[str, Any] = {
     "rescore": False,

@@ -166,6 +166,18 @@ class Settings(BaseSettings):
         "run's process)",
     )
 
+    # --- the judge through the provider's batch API (judgeflow/judge/batches.py; judge_batch: below) ---
+    judge_batch_window: str = Field(
+        "24h", description="the provider's completion window: a batch older than this is dead, its pairs free",
+    )
+    judge_batch_poll_s: float = Field(10.0, gt=0, description="the first pause between polls of a batch out")
+    judge_batch_poll_max_s: float = Field(300.0, gt=0, description="the longest pause between polls (backoff)")
+    judge_batch_settle_s: float = Field(
+        2.0, gt=0, description="a round of batch lines is sent once no new line joined it for this long",
+    )
+    judge_batch_max_lines: int = Field(50_000, ge=1, description="lines per batch file (the provider's limit)")
+    judge_batch_max_mb: float = Field(200.0, gt=0, description="megabytes per batch file (the provider's limit)")
+
     # --- judge spend -----------------------------------------------------
     judge_input_cost_per_mtok: float | None = Field(
         None, ge=0, description="USD per million prompt tokens; overrides litellm's price map (set both or neither)"
@@ -442,7 +454,8 @@ class Settings(BaseSettings):
                               "to 100 characters")
         return ",".join(dict.fromkeys(keys)) or None
 
-    @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "source_lookback")
+    @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "source_lookback",
+                     "judge_batch_window")
     @classmethod
     def _check_duration(cls, value):
         if value is not None:
@@ -476,6 +489,10 @@ class Settings(BaseSettings):
     @property
     def max_run_duration_s(self) -> float:
         return parse_duration(self.max_run_duration)
+
+    @property
+    def judge_batch_window_s(self) -> float:
+        return parse_duration(self.judge_batch_window)
 
     @property
     def alert_segment_keys(self) -> tuple[str, ...]:

@@ -30,11 +30,14 @@ class ClaimFilters:
     # a nightly run leaves the traces a sample budget did not select to backfills
     not_sampled_done: bool = False
     plan: ReadPlan | None = None  # where the run reads; None: the whole source
+    # a run without batches leaves a pair whose line is in a live batch to a batch run (Done.batch_window_s)
+    batch_window_s: float | None = None
 
     @property
     def done(self) -> Done:
         return Done(run_started=self.run_started, max_failed_runs=self.max_failed_runs,
-                    rescore_before=self.rescore_before, not_sampled_done=self.not_sampled_done)
+                    rescore_before=self.rescore_before, not_sampled_done=self.not_sampled_done,
+                    batch_window_s=self.batch_window_s)
 
     def keys(self, *, lo: datetime | None = None, after: tuple[datetime, str] | None = None) -> KeyFilter:
         """The source keys the run reads from ``lo``, after the key ``after``."""

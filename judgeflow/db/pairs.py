@@ -12,6 +12,7 @@ from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, text
 
+from judgeflow.db.judge_batches import DEAD, held_by_batch_sql
 from judgeflow.db.pending import held
 from judgeflow.db.schema import DONE_STATUSES
 from judgeflow.sources.table import SAMPLE_SQL
@@ -33,6 +34,9 @@ class Done:
     rescore_before: datetime | None = None
     # a nightly run: traces a sample budget did not select count as done (judgeflow/sampling/)
     not_sampled_done: bool = False
+    # a run that does not send batches: a pair whose line is in a live batch (younger than this
+    # window, judgeflow/db/judge_batches.py) is left to the batch run that collects it; None: claimed
+    batch_window_s: float | None = None
 
     def sql(self, r: str = "r") -> tuple[str, dict[str, Any]]:
         """A condition on the eval_results row ``r``."""
@@ -80,6 +84,10 @@ def _pending_pairs(done: Done, *, exclude_held: bool = True) -> tuple[str, dict[
         sql += f"""
           AND NOT EXISTS (SELECT 1 FROM judgeflow.claims c
                           WHERE c.trace_id = k.id AND c.metric = m.metric AND {held("c")})"""
+    if exclude_held and done.batch_window_s is not None:
+        sql += f"""
+          AND NOT {held_by_batch_sql("k.id", "m.metric")}"""
+        params.update(dead=list(DEAD), window_s=done.batch_window_s)
     return sql, params
 
 

@@ -4,7 +4,7 @@ estimated cost of a backfill from what past scores actually cost."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 
 from sqlalchemy import text
@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for
+from judgeflow.db.judge_batches import batches_out
 from judgeflow.db.pending import held
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.config import judge_models
@@ -55,7 +56,8 @@ def work_status(settings: Settings) -> dict:
 
     ``runs`` lists the runs holding claims: flow run, live or not, pairs per
     metric, and when their lease ends. ``dead_deliveries``: alert deliveries
-    given up on (count, the latest, channels); :func:`dead_delivery_line` words it."""
+    given up on (count, the latest, channels); :func:`dead_delivery_line` words it.
+    ``batches_out``: the judge's batches out (judgeflow/db/judge_batches.py)."""
     from judgeflow.db.pairs import Done
     from judgeflow.db.pending_work import count_plan_pending
     from judgeflow.sources.results import adopt_configured_source
@@ -92,6 +94,7 @@ def work_status(settings: Settings) -> dict:
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": runs,
         "judge_models": judge_models(settings.judge_model),  # the model that judges each metric now
+        "batches_out": [asdict(batch) for batch in batches_out(settings)],
     }
 
 
@@ -216,6 +219,7 @@ def status_notes(report: dict) -> list[str]:
         more = f"; and {len(reasons) - 5} other reason(s)" if len(reasons) > 5 else ""
         lines.append(f"{metric}: {total} of the skipped were skipped by the {preset} preset (no judge asked, "
                      f"no cost): {why}{more}")
+    lines.extend(_batch_lines(report.get("batches_out") or []))
     wb = report.get("phoenix_write_back")
     if wb is not None:
         state = "on" if wb["on"] else "off (JUDGEFLOW_PHOENIX_WRITE_BACK)"
@@ -225,6 +229,19 @@ def status_notes(report: dict) -> list[str]:
                      + ("; `judgeflow phoenix sync` writes them now" if wb["unwritten"] else ""))
         if wb["unwritten"] and wb.get("last_error"):
             lines.append(f"Phoenix write-back's last error: {wb['last_error']}")
+    return lines
+
+
+def _batch_lines(batches: list[dict]) -> list[str]:
+    """The judge's batches still out: each with its age; the next batch run collects them."""
+    if not batches:
+        return []
+    lines = [f"judge batches out: {len(batches)} (`judgeflow score --batch` collects them; nothing is sent twice)"]
+    for b in batches:
+        age = b["age_s"]
+        shown = f"{age / 3600:.1f}h" if age >= 3600 else f"{age / 60:.0f}m" if age >= 60 else f"{age:.0f}s"
+        lines.append(f"  {b['batch_id']}: {b['status']}, round {b['round']}, {b['lines']} line(s) of {b['model']}, "
+                     f"out for {shown}")
     return lines
 
 

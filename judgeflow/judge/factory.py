@@ -27,7 +27,7 @@ from judgeflow.judge.config import JudgeConfig, is_offline_model, judge_process_
 if TYPE_CHECKING:
     from judgeflow.config.settings import Settings
 
-__all__ = ["build_judge", "is_offline_model", "judge_config", "judge_process_count", "model_judge"]
+__all__ = ["batch_api", "build_judge", "is_offline_model", "judge_config", "judge_process_count", "model_judge"]
 
 
 def judge_config(settings: "Settings") -> JudgeConfig:
@@ -54,3 +54,21 @@ def build_judge(config: "JudgeConfig | Settings") -> Judge:
 
         return JudgeProcessPool(config)
     return model_judge(config)
+
+
+def batch_api(config: JudgeConfig, **limits: int):
+    """The adapter's batch calls for ``config.model`` (judgeflow/judge/batches.py's ``BatchApi``),
+    within the file ``limits`` given (``max_lines``, ``max_bytes``; unset: OpenAI's); a model
+    litellm cannot batch, or the offline judge, is refused with one line (ConfigError)."""
+    from judgeflow.errors import ConfigError
+
+    if config.offline:
+        raise ConfigError("batches do not apply to the offline judge (it sends nothing to a provider): "
+                          "unset JUDGEFLOW_JUDGE_BATCH or leave out --batch")
+    from judgeflow.judge.litellm_batches import LiteLLMBatches
+
+    api = LiteLLMBatches(config, **limits)
+    refusal = api.can_batch(config.model) or next(filter(None, map(api.can_batch, config.metric_models)), None)
+    if refusal is not None:
+        raise ConfigError(f"--batch / JUDGEFLOW_JUDGE_BATCH refused: {refusal}")
+    return api

@@ -125,6 +125,11 @@ class PairGate:
         self.started = False  # an attempt of the pair was let through
         self.refused: Refusal | None = None
 
+    @property
+    def pair(self) -> tuple[str, str]:
+        """(trace id, metric): what a batch line of the pair's calls is recorded under (judgeflow/judge/batches.py)."""
+        return self._work.trace_id, self._work.metric
+
     def why_not_run(self) -> Refusal | None:
         """Why the pair may not run (again) now: a stop, the time budget."""
         return self._run.why_not_run()

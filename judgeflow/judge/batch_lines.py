@@ -1,0 +1,53 @@
+"""The lines of a batch: each request's deterministic ``custom_id``, and what the record says of one.
+
+A line's ``custom_id`` is a hash of the pair (trace, metric), the step, the
+attempt and the request body the provider receives: the same request of the
+same pair, asked by another run (after this one was killed, stopped or ran out
+of time), has the same id, which is how that run finds it in a batch already
+out (judgeflow/db/judge_batches.py) instead of paying for it again. The body
+holds the prompt, so a new metric version or judge model is another id. The
+attempt is in it because a line that failed is asked again in the next round,
+a new line beside the failed one. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+ID_PREFIX = "jf-"
+# the provider will not answer the rest of such a batch ("lost": it does not know the batch at all)
+DEAD = ("expired", "cancelled", "failed", LOST := "lost")
+ENDED = ("completed", *DEAD)  # the provider's last word on a batch
+
+
+def custom_id(pair: tuple[str, str] | None, step: str, body: dict[str, Any], attempt: int) -> str:
+    """The line's id (the module doc): at most 64 characters, whatever the trace id."""
+    digest = hashlib.sha256()
+    for part in (json.dumps(list(pair or ()), ensure_ascii=False), step, str(attempt)):
+        digest.update(part.encode("utf-8"))
+        digest.update(b"\0")
+    digest.update(json.dumps(body, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))
+    return ID_PREFIX + digest.hexdigest()[:48]
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    """One request of a batch on record: the pair it is for, its step and its ``custom_id``."""
+
+    custom_id: str
+    trace_id: str
+    metric: str
+    step: str
+
+
+@dataclass(frozen=True)
+class LineOnRecord:
+    """What the record says of one ``custom_id``: the live batch that carries
+    it (None: none), how many dead batches carried it, and the last one's status."""
+
+    live_batch: str | None
+    dead_batches: int
+    dead_status: str | None = None

@@ -1,0 +1,371 @@
+"""The judge of a run through the provider's batch API (``JUDGEFLOW_JUDGE_BATCH``, ``--batch``).
+
+:class:`BatchJudge` is a :class:`~judgeflow.judge.base.Judge` like any other,
+so the metrics' one driver and the one retry policy stay as they are:
+``acomplete`` does not send; each attempt joins the current **round** and
+waits for its line's answer. A round is sent once no line joined it for the
+settle window (``JUDGEFLOW_JUDGE_BATCH_SETTLE_S``): its lines, one model per
+file, packed into as few files as the provider's limits allow (the adapter's
+``pack``), each file uploaded and made a batch.
+So a metric's steps become successive rounds by themselves (toxicity's
+opinions, verdicts, reason; hallucination's one), and the scores are those of
+the same calls made online.
+
+* **Nothing paid twice.** Each batch is recorded with its lines (the ledger,
+  judgeflow/db/judge_batches.py, through the run's tasks: tasks/batches.py)
+  before the run waits on it. A line whose ``custom_id`` is in a live batch
+  already (a run killed, stopped or out of time left it there) is waited on
+  in that batch, not sent again.
+* **A line that failed** is its attempt failing: the retry loop's next
+  attempt (after its backoff) is a new line of the next round. A line the
+  provider never answered because its batch expired or was cancelled is sent
+  again once, in the next round; a second time, its call fails with that
+  reason.
+* **Waiting** is a poll of each batch out, with backoff from
+  ``JUDGEFLOW_JUDGE_BATCH_POLL_S`` doubling up to ``_POLL_MAX_S``, each answer
+  recorded and shown (the run's table of batches). It ends when the run's
+  gate says the run may not go on (a stop, the time budget): the lines still
+  out are withheld (their pairs deferred, their batches left to the next run,
+  or cancelled when asked: ``--cancel-batches``).
+* **Spend.** A line's reply carries its cost at the batch rate (the adapter
+  prices it) and goes through :mod:`judgeflow.judge.spend` as any reply does.
+  A line the provider did not answer is not billed.
+
+The provider's side (the files and batches, the body of a line, its reply
+priced) is the adapter's (:class:`BatchApi`); the record is the run's
+(:class:`BatchLedger`); neither is imported here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest
+from judgeflow.judge.batch_lines import DEAD, ENDED, LOST, BatchLine, LineOnRecord, custom_id
+from judgeflow.judge.retry import AttemptFailed, CallRetry, Pace, send_with_retries
+from judgeflow.judge.send_gate import ANY_CALL, Call
+from judgeflow.judge.spend import CallSpend
+
+log = logging.getLogger("judgeflow.batches")
+
+_STOP_CHECK_S = 0.2  # how soon a wait notices a stop or the end of the time budget
+SUBMITTED = "submitted"  # a batch's status on record until the provider's first word on it
+
+
+class BatchApi(Protocol):
+    """The provider's batch API, as the judge's adapter speaks it
+    (judgeflow/judge/litellm_batches.py; a status is its ``BatchStatus``)."""
+
+    def line_body(self, request: JudgeRequest) -> dict[str, Any]:
+        """The body the online call would send for ``request``."""
+
+    def pack(self, lines: list[tuple[str, JudgeRequest]]) -> list[list[tuple[str, JudgeRequest]]]:
+        """``lines`` (custom id, request) in as few files as the provider's limits allow, one model each."""
+
+    async def submit(self, lines: list[tuple[str, JudgeRequest]], metadata: dict[str, str] | None = None) -> str:
+        """Upload ``lines`` (custom id, request) as one file, make it a batch: its id."""
+
+    async def retrieve(self, batch_id: str, model: str | None = None) -> Any: ...
+
+    async def results(self, status: Any, model: str | None = None) -> dict[str, JudgeReply | JudgeError]:
+        """Each answered line's reply (priced at the batch rate), or its error."""
+
+    async def cancel(self, batch_id: str, model: str | None = None) -> Any: ...
+
+
+class BatchLedger(Protocol):
+    """The record of the batches (judgeflow/db/judge_batches.py, bound to a run by tasks/batches.py)."""
+
+    def record(self, batch_id: str, round_no: int, model: str, lines: list[BatchLine]) -> None: ...
+
+    def lines_on_record(self, custom_ids: list[str]) -> dict[str, LineOnRecord]: ...
+
+    def update(self, status: Any) -> None:
+        """The provider's latest word on a batch (its ``id``, ``status``, ``completed``, ``failed``)."""
+
+    def collected(self, batch_id: str, custom_ids: list[str]) -> None:
+        """The lines whose answers were handed to their pairs: the batch holds them no more."""
+
+    def show(self, rows: list[dict[str, Any]]) -> None:
+        """The run's table of batches (the Prefect UI)."""
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """How a run waits on its batches: the poll's first and longest pause, the
+    settle window of a round, and ``why_stop`` (the run's gate: a stop, the
+    time budget; None: go on). ``cancel_on_stop``: cancel what is out then."""
+
+    why_stop: Callable[[], str | None]
+    poll_s: float = 10.0
+    poll_max_s: float = 300.0
+    settle_s: float = 2.0
+    cancel_on_stop: bool = False
+
+
+@dataclass
+class _Line:
+    custom_id: str
+    pair: tuple[str, str] | None
+    request: JudgeRequest
+    model: str
+    futures: list[asyncio.Future] = field(default_factory=list)
+    resent: bool = False  # sent again once after its batch died
+
+    def settle(self, outcome: JudgeReply | AttemptFailed) -> None:
+        for future in self.futures:
+            if not future.done():
+                future.set_result(outcome)
+
+    def join(self, other: "_Line") -> None:
+        self.futures.extend(other.futures)
+
+
+class BatchJudge(JudgeBase):
+    """A judge whose calls go out in rounds of batches (the module doc)."""
+
+    def __init__(self, api: BatchApi, ledger: BatchLedger, *, model: str, waiting: Waiting,
+                 retry: CallRetry = CallRetry()) -> None:
+        super().__init__()
+        self.api, self.ledger, self._model, self.waiting, self.retry = api, ledger, model, waiting, retry
+        self._pace = Pace()
+        self._open: dict[str, _Line] = {}  # the round being gathered
+        self._last_joined = 0.0
+        self._gathering: asyncio.Task | None = None
+        self.rounds = 0
+        self._waits: dict[str, dict[str, _Line]] = {}  # batch id -> the lines this run waits on there
+        self._tasks: set[asyncio.Task] = set()
+        self.shown: dict[str, dict[str, Any]] = {}  # batch id -> its row in the run's table
+        self.left_out: dict[str, str] = {}  # batch id -> why the run stopped waiting on it
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.get_loop().call_soon_threadsafe(task.cancel)
+        super().close()
+
+    async def acomplete(self, request: JudgeRequest, call: Call | None = None) -> JudgeReply:
+        """One call: its attempts, each a line of a round, in the one retry loop."""
+        call = call or ANY_CALL
+        model = request.model or self._model
+        # a line is billed only when answered, and its reply is priced at the batch rate by the adapter
+        spend = CallSpend(model, None, request)
+        attempts = iter(range(1_000_000))
+        return await send_with_retries(lambda: self._attempt(request, call, model, next(attempts)),
+                                       policy=self.retry, spend=spend, pace=self._pace)
+
+    async def _attempt(self, request: JudgeRequest, call: Call, model: str, attempt: int
+                       ) -> JudgeReply | AttemptFailed:
+        if not await call.may_send():
+            return AttemptFailed(CallWithheld(f"judge {model}: not sent, the pair may not go on"))
+        pair = getattr(call.gate, "pair", None)
+        line = _Line(custom_id(pair, request.step, self.api.line_body(request), attempt), pair, request, model)
+        future = asyncio.get_running_loop().create_future()
+        line.futures.append(future)
+        self._join_round(line)
+        return await future
+
+    # ---- rounds -------------------------------------------------------------
+
+    def _join_round(self, line: _Line) -> None:
+        if line.custom_id in self._open:
+            self._open[line.custom_id].join(line)
+        else:
+            self._open[line.custom_id] = line
+        self._last_joined = time.monotonic()
+        if self._gathering is None:
+            self._gathering = self._spawn(self._gather())
+
+    def _spawn(self, coroutine) -> asyncio.Task:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _gather(self) -> None:
+        """Send the round once no line joined it for the settle window."""
+        while True:
+            wait = self._last_joined + self.waiting.settle_s - time.monotonic()
+            if wait <= 0:
+                break
+            await asyncio.sleep(wait)
+        lines, self._open, self._gathering = self._open, {}, None
+        self.rounds += 1
+        why = self.waiting.why_stop()
+        if why is not None:  # nothing is sent that nobody would wait for
+            return _fail_all(lines.values(), CallWithheld(f"not sent in a batch: {why}"))
+        try:
+            await self._send_round(self.rounds, lines)
+        except Exception as error:  # a line nobody answers would hold its pair for ever
+            log.exception("round %d could not be sent", self.rounds)
+            _fail_all(lines.values(), TransientJudgeError(f"the round of batch lines could not be sent: {error}"))
+
+    async def _send_round(self, round_no: int, lines: dict[str, _Line]) -> None:
+        """Adopt what a live batch carries already, fail what died twice, send the rest."""
+        try:
+            on_record = await asyncio.to_thread(self.ledger.lines_on_record, list(lines))
+        except Exception as error:  # noqa: BLE001 - the record could not be read: nothing is sent
+            return _fail_all(lines.values(), TransientJudgeError(f"the batches on record could not be read: {error}"))
+        fresh: list[_Line] = []
+        for line_id, line in lines.items():
+            record = on_record.get(line_id)
+            if record is not None and record.live_batch is not None:
+                self._wait_on(record.live_batch, line.model, line)
+            elif record is not None and record.dead_batches >= 2:
+                line.settle(AttemptFailed(_died_twice(record.dead_status)))
+            else:
+                fresh.append(line)
+        for packed in self.api.pack([(line.custom_id, line.request) for line in fresh]):
+            chosen = [lines[line_id] for line_id, _ in packed]
+            await self._submit(round_no, chosen[0].model, chosen)
+
+    async def _submit(self, round_no: int, model: str, lines: list[_Line]) -> None:
+        try:
+            batch_id = await self.api.submit([(line.custom_id, line.request) for line in lines],
+                                             metadata={"judgeflow_round": str(round_no)})
+        except JudgeError as error:
+            return _fail_all(lines, error)
+        try:
+            await asyncio.to_thread(self.ledger.record, batch_id, round_no, model, [
+                BatchLine(line.custom_id, *(line.pair or ("", "")), line.request.step) for line in lines])
+        except Exception as error:  # noqa: BLE001 - out but not on record: wait on it all the same
+            log.warning("batch %s could not be recorded (%s); waiting on it all the same", batch_id, error)
+        self.shown[batch_id] = {"batch": batch_id, "round": round_no, "model": model, "lines": len(lines),
+                                "completed": 0, "failed": 0, "status": SUBMITTED}
+        log.info("round %d: batch %s sent (%d line(s), %s)", round_no, batch_id, len(lines), model)
+        for line in lines:
+            self._wait_on(batch_id, model, line)
+
+    # ---- waiting ------------------------------------------------------------
+
+    def _wait_on(self, batch_id: str, model: str, line: _Line) -> None:
+        waiting = self._waits.get(batch_id)
+        if waiting is None:
+            waiting = self._waits[batch_id] = {}
+            self._spawn(self._poll(batch_id, model))
+        if line.custom_id in waiting:
+            waiting[line.custom_id].join(line)
+        else:
+            waiting[line.custom_id] = line
+
+    async def _poll(self, batch_id: str, model: str) -> None:
+        """:meth:`_follow` the batch; whatever goes wrong, no line of it is left unanswered."""
+        try:
+            await self._follow(batch_id, model)
+        except Exception as error:
+            log.exception("batch %s could not be followed", batch_id)
+            _fail_all(self._waits.pop(batch_id, {}).values(),
+                      TransientJudgeError(f"batch {batch_id} could not be followed: {error}"))
+
+    async def _follow(self, batch_id: str, model: str) -> None:
+        """Ask the provider with backoff until the batch ended or the run may not go on."""
+        pause = self.waiting.poll_s
+        while True:
+            why = await self._pause(pause)
+            if why is not None:
+                return await self._leave(batch_id, model, why)
+            state = await self._retrieve(batch_id, model)
+            if state is not None:
+                await self._seen(state)
+                if state.status in ENDED:
+                    return await self._collect(state, model)
+            pause = min(pause * 2, self.waiting.poll_max_s)
+
+    async def _retrieve(self, batch_id: str, model: str) -> Any:
+        """The provider's word on the batch; None when it could not be asked (asked again after
+        the next pause); a batch it does not know (a permanent error) is lost: its lines go out again."""
+        try:
+            return await self.api.retrieve(batch_id, model)
+        except PermanentJudgeError as error:
+            log.warning("batch %s is not the provider's (%s): its lines are sent again", batch_id, error)
+            return Lost(batch_id)
+        except JudgeError as error:
+            log.warning("batch %s could not be polled (%s)", batch_id, error)
+            return None
+
+    async def _pause(self, seconds: float) -> str | None:
+        """Sleep ``seconds``, waking early with why the run may not go on."""
+        until = time.monotonic() + seconds
+        while True:
+            why = self.waiting.why_stop()
+            left = until - time.monotonic()
+            if why is not None or left <= 0:
+                return why
+            await asyncio.sleep(min(left, _STOP_CHECK_S))
+
+    async def _seen(self, state: Any) -> None:
+        row = self.shown.setdefault(state.id, {"batch": state.id, "round": "", "model": "", "lines": state.total})
+        changed = (row.get("status"), row.get("completed"), row.get("failed")) != (
+            state.status, state.completed, state.failed)
+        row.update(status=state.status, completed=state.completed, failed=state.failed)
+        if not changed:
+            return
+        try:
+            await asyncio.to_thread(self.ledger.update, state)
+            await asyncio.to_thread(self.ledger.show, list(self.shown.values()))
+        except Exception as error:  # noqa: BLE001 - the next poll records it again
+            log.warning("batch %s: its state could not be recorded (%s)", state.id, error)
+
+    async def _collect(self, state: Any, model: str) -> None:
+        """Hand each line its answer; a line its dead batch left unanswered goes out once more."""
+        lines = self._waits.pop(state.id, {})
+        try:
+            results = {} if state.status == LOST else await self.api.results(state, model)
+        except JudgeError as error:
+            return _fail_all(lines.values(), error)
+        answered = [line_id for line_id in lines if isinstance(results.get(line_id), JudgeReply)]
+        try:
+            await asyncio.to_thread(self.ledger.collected, state.id, answered)
+        except Exception as error:  # noqa: BLE001 - left uncollected: a later run of the same request waits on it
+            log.warning("batch %s: its collected lines could not be recorded (%s)", state.id, error)
+        for line_id, line in lines.items():
+            answer = results.get(line_id)
+            if isinstance(answer, JudgeReply):
+                line.settle(answer)
+            elif state.status in DEAD and not line.resent:
+                line.resent = True
+                self._join_round(line)
+            elif state.status in DEAD:
+                line.settle(AttemptFailed(_died_twice(state.status)))
+            else:
+                line.settle(AttemptFailed(answer or TransientJudgeError(
+                    f"batch {state.id} ended {state.status} without an answer for the line")))
+
+    async def _leave(self, batch_id: str, model: str, why: str) -> None:
+        """Stop waiting on ``batch_id``: its lines' pairs are deferred, the batch stays out (or is cancelled)."""
+        lines = self._waits.pop(batch_id, {})
+        self.left_out[batch_id] = why
+        if self.waiting.cancel_on_stop:
+            try:
+                await self.api.cancel(batch_id, model)
+            except JudgeError as error:
+                log.warning("batch %s could not be cancelled: %s", batch_id, error)
+        _fail_all(lines.values(), CallWithheld(f"left in batch {batch_id}: {why}"))
+
+
+@dataclass(frozen=True)
+class Lost:
+    """What is known of a batch the provider does not know (its id on record, from another endpoint or key)."""
+
+    id: str
+    status: str = LOST
+    total: int = 0
+    completed: int = 0
+    failed: int = 0
+
+
+def _died_twice(status: str | None) -> PermanentJudgeError:
+    return PermanentJudgeError(f"the judge's batch was {status or 'lost'} twice (sent again once): no answer")
+
+
+def _fail_all(lines, error: JudgeError) -> None:
+    for line in lines:
+        line.settle(AttemptFailed(error))

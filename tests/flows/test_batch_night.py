@@ -1,0 +1,359 @@
+"""A night scored through the provider's batch API (judgeflow/judge/batches.py):
+real PostgreSQL, the real Prefect engine and API, litellm over real HTTP to the
+test judge server's Files and Batches endpoints (tests/support/batch_api.py)."""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from typer.testing import CliRunner
+
+from judgeflow.cli import app
+from judgeflow.flows.scoring import score_new_traces
+from tests.support.judge_server import error_reply
+from tests.support.traces import insert_traces, results, scripted_trace
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def batch_env(judgeflow_env, monkeypatch):
+    for key, value in {"JUDGEFLOW_JUDGE_BATCH_POLL_S": "0.2", "JUDGEFLOW_JUDGE_BATCH_POLL_MAX_S": "1",
+                       "JUDGEFLOW_JUDGE_BATCH_SETTLE_S": "0.3"}.items():
+        monkeypatch.setenv(key, value)
+    return judgeflow_env
+
+
+@pytest.fixture
+def run(prefect_server, batch_env):
+    def _run(**params):
+        params.setdefault("evaluate_alerts", False)
+        return score_new_traces(**params)
+
+    return _run
+
+
+def batches_on_record(db) -> list[dict]:
+    with db.connect() as conn:
+        return [dict(r) for r in conn.execute(text(
+            "SELECT b.batch_id, b.round, b.status, b.lines, b.completed_lines, b.failed_lines, "
+            "       array_agg(DISTINCT l.step ORDER BY l.step) AS steps "
+            "FROM judgeflow.judge_batches b JOIN judgeflow.judge_batch_lines l USING (batch_id) "
+            "GROUP BY b.batch_id ORDER BY b.round, b.batch_id")).mappings()]
+
+
+def test_a_night_through_batches_has_the_scores_of_the_same_night_online(run, db, judge_server, monkeypatch):
+    judge_server.prices_per_mtok = (2.0, 8.0)  # the server bills batch lines at half of these
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "2")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "8")
+    rows, expected = zip(*(scripted_trace(i) for i in range(40)))
+    insert_traces(db, rows)
+
+    summary = run(batch=True)
+
+    stored = results(db)
+    assert summary.scored == 80 and summary.failed == 0
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            got = stored[(row["id"], metric)]
+            assert got["status"] == "scored", got["error"]
+            assert got["score"] == pytest.approx(want[metric]), (row["id"], metric)
+    api = judge_server.batch_api.stats()
+    # opinions and hallucination in the first round, verdicts, then reasons: three rounds, each one batch
+    on_record = batches_on_record(db)
+    assert [b["round"] for b in on_record] == [1, 2, 3], on_record
+    assert on_record[0]["steps"] == ["hallucination", "toxicity.opinions"]
+    assert on_record[1]["steps"] == ["toxicity.verdicts"] and on_record[2]["steps"] == ["toxicity.reason"]
+    assert all(b["status"] == "completed" for b in on_record)
+    # the calls the same night makes online: 80 first steps, verdicts for the 30 toxicity pairs with
+    # opinions, a reason for the 20 with a toxic one
+    assert [b["lines"] for b in on_record] == [80, 30, 20]
+    assert api["batches_created"] == 3 and sorted(api["lines_received"].values()) == [20, 30, 80]
+    # nothing went online: every request the judge answered was a batch line
+    assert len(judge_server.requests) == 130
+    # the spend is what the provider billed, at the batch rate
+    assert judge_server.billed_batch_usd == pytest.approx(judge_server.billed_usd) and judge_server.billed_usd > 0
+    assert summary.judge_calls == 130
+    assert summary.cost_usd == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    # the run's table of batches in the Prefect UI: each batch, its round, counts and status
+    table = batches_table(summary.flow_run_id)
+    assert [(r["batch"], r["round"], r["lines"], r["completed"], r["failed"], r["status"]) for r in table] == [
+        (b["batch_id"], b["round"], b["lines"], b["lines"], 0, "completed") for b in on_record]
+
+
+def batches_table(flow_run_id: str) -> list[dict]:
+    """The newest version of the run's ``judge-batches`` table artifact."""
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        found = client.request("POST", "/artifacts/filter", json={
+            "artifacts": {"key": {"any_": ["judge-batches"]}}, "flow_runs": {"id": {"any_": [flow_run_id]}},
+            "sort": "CREATED_DESC", "limit": 50, "offset": 0}).json()
+    assert found, "no table of batches on the flow run"
+    data = found[0]["data"]
+    rows = json.loads(data) if isinstance(data, str) else data
+    return sorted(rows, key=lambda r: (r["round"], r["batch"]))
+
+
+def wait_for(what: str, predicate, timeout_s: float = 120.0) -> None:
+    """Until ``predicate()`` holds; ``timeout_s`` only bounds a test that would hang."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_line_the_provider_failed_is_asked_again_in_the_next_round(run, db, judge_server):
+    rows, expected = zip(*(scripted_trace(i) for i in range(8)))
+    insert_traces(db, rows)
+    judge_server.script(error_reply(500, "the model is overloaded"))  # the first line answered
+
+    summary = run(batch=True)
+
+    stored = results(db)
+    assert summary.scored == 16 and summary.failed == 0
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    on_record = batches_on_record(db)
+    assert on_record[0]["failed_lines"] == 1 and on_record[0]["completed_lines"] == 15
+    # the failed line went out again in a later round, beside the next steps; nothing else twice
+    assert sum(b["lines"] for b in on_record) == len(judge_server.requests) == 16 + 6 + 4 + 1
+    # the line asked twice is the one that failed; its second answer is the one stored
+    asked = [json.dumps(r.messages, sort_keys=True) for r in judge_server.requests]
+    again = [i for i, key in enumerate(asked) if key == asked[0]]  # the first line answered got the 500
+    assert len(again) == 2 and again[1] >= 16, again  # once more, after the first batch's 16 lines
+    # a line the provider refused is not billed: the calls counted are the answered ones
+    assert summary.judge_calls == 26
+
+
+def test_an_expired_batch_is_sent_again_once_then_its_pairs_fail_with_that_reason(prefect_server, batch_env, db,
+                                                                                  judge_server):
+    insert_traces(db, [scripted_trace(i)[0] for i in range(3)])
+    judge_server.hold_batches()
+    outcome: dict = {}
+    # the thread runs in this context: Prefect's settings (the suite's server) are context variables
+    context = contextvars.copy_context()
+    flow = threading.Thread(target=context.run, args=(
+        lambda: outcome.update(summary=score_new_traces(batch=True, evaluate_alerts=False)),))
+    flow.start()
+    try:
+        for n in (1, 2):  # the first batch, then the one that sends its lines again
+            wait_for(f"batch {n}", lambda: judge_server.batches_created >= n)
+            batch_id = sorted(judge_server.batch_api.batches.values(), key=lambda b: b["created_at"])[-1]["id"]
+            # on record before the run waits on it
+            wait_for("the batch on record", lambda: any(b["batch_id"] == batch_id for b in batches_on_record(db)))
+            judge_server.expire_batch(batch_id)
+    finally:
+        flow.join(timeout=120)
+        judge_server.release_batches()
+    summary = outcome["summary"]
+    assert summary.failed == 6 and summary.scored == 0
+    errors = {r["error"] for r in results(db).values()}
+    assert len(errors) == 1 and "expired twice" in errors.pop()
+    on_record = batches_on_record(db)
+    assert [b["status"] for b in on_record] == ["expired", "expired"]
+    assert [b["lines"] for b in on_record] == [6, 6] and judge_server.batches_created == 2
+    assert len(judge_server.requests) == 0  # neither batch answered a line: nothing billed
+
+
+def test_the_time_budget_leaves_batches_out_and_the_next_run_collects_them_without_sending_again(
+        run, db, judge_server, monkeypatch):
+    rows, expected = zip(*(scripted_trace(i) for i in range(4)))
+    insert_traces(db, rows)
+    judge_server.hold_batches()
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "4s")
+
+    first = run(batch=True)
+
+    assert first.scored == 0 and first.deferred == 8
+    out = [note for note in first.notes if "judge batch(es) still out" in note]
+    assert len(out) == 1 and "judgeflow score --batch" in out[0]
+    assert any("8 claimed pair(s)" in note and "left waiting in a judge batch" in note for note in first.notes)
+    (batch,) = batches_on_record(db)
+    assert batch["lines"] == 8 and batch["status"] == "in_progress"
+    assert batch["batch_id"] in out[0]
+    # `judgeflow status` shows it and its age
+    status = CliRunner().invoke(app, ["status"])
+    assert status.exit_code == 0, status.output
+    assert "judge batches out: 1" in status.output and batch["batch_id"] in status.output
+    # a run without batches leaves its pairs to the batch run: it does not pay for them again
+    online = run(batch=False)
+    assert online.scored == 0 and len(judge_server.requests) == 0
+
+    judge_server.release_batches()
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "6h")
+    second = run(batch=True)
+
+    assert second.scored == 8 and second.failed == 0
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    # the first round's lines were asked once: in the batch the first run left
+    lines = judge_server.batch_api.lines_received
+    assert lines[batch["batch_id"]] == 8 and judge_server.batches_created == 3
+    assert sum(lines.values()) == len(judge_server.requests) == 8 + 3 + 2
+    assert "judge batches out" not in CliRunner().invoke(app, ["status"]).output
+
+
+def test_a_judge_that_cannot_batch_is_refused_in_one_line_before_anything_starts(judgeflow_env, monkeypatch,
+                                                                                 judge_server):
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "anthropic/claude-3-5-haiku-latest")
+    result = CliRunner().invoke(app, ["score", "--batch"])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "batch" in lines[0] and "anthropic" in lines[0], result.output
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "offline")
+    result = CliRunner().invoke(app, ["score", "--batch"])
+    assert result.exit_code == 2 and "offline judge" in result.output, result.output
+    assert judge_server.calls() == 0 and judge_server.batches_created == 0
+
+
+def test_a_run_killed_after_its_first_batch_is_collected_by_the_next_with_nothing_sent_again(
+        prefect_server, batch_env, db, judge_server):
+    from judgeflow.db import migrate
+
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    judge_server.hold_batches()
+    env = {k: v for k, v in os.environ.items()}  # the test's JUDGEFLOW_* (batch_env) and Prefect's
+    env["PREFECT_API_URL"] = prefect_server
+    proc = subprocess.Popen([sys.executable, "-m", "judgeflow.cli", "score", "--batch", "--no-alerts"], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for("the killed run's first batch on record",
+                 lambda: judge_server.batches_created == 1 and len(batches_on_record(db)) == 1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    (left,) = batches_on_record(db)
+    assert left["lines"] == 12 and left["round"] == 1
+    judge_server.release_batches()
+
+    summary = score_new_traces(batch=True, evaluate_alerts=False)
+
+    assert summary.scored == 12 and summary.failed == 0
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    lines = judge_server.batch_api.lines_received
+    # the first round was sent once, by the killed run; the next run sent only the next rounds
+    assert lines[left["batch_id"]] == 12 and judge_server.batches_created == 3
+    assert sum(lines.values()) == len(judge_server.requests) == 12 + 5 + 4
+    assert {r["flow_run_id"] for r in stored.values()} == {summary.flow_run_id}
+
+
+def _score_process(prefect_url: str, *args: str) -> subprocess.Popen:
+    env = dict(os.environ)  # the test's JUDGEFLOW_* (batch_env) and Prefect's
+    env["PREFECT_API_URL"] = prefect_url
+    return subprocess.Popen([sys.executable, "-m", "judgeflow.cli", "score", "--no-alerts", *args], env=env,
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_ctrl_c_stops_waiting_and_cancels_the_batches_only_when_asked(prefect_server, batch_env, db, judge_server):
+    from judgeflow.db import migrate
+
+    insert_traces(db, [scripted_trace(i)[0] for i in range(2)])
+    migrate.upgrade(db)
+    judge_server.hold_batches()
+
+    first, out = _stopped_once_batches_are_on_record(prefect_server, db, judge_server, 1)
+    assert "still out" in out and first["batch_id"] in out
+    assert judge_server.batch_api.batches[first["batch_id"]]["status"] == "in_progress"  # paid for: left out
+
+    # the next run waits on the first one's batch (its lines are not sent again), sends the new traces' lines
+    insert_traces(db, [scripted_trace(i)[0] for i in range(2, 3)])
+    second, out = _stopped_once_batches_are_on_record(prefect_server, db, judge_server, 2, "--cancel-batches")
+    assert second["lines"] == 2 and first["lines"] == 4
+    for batch in (first, second):
+        assert judge_server.batch_api.wait_for(batch["batch_id"])["status"] == "cancelled"
+        assert batch["batch_id"] in out
+    assert len(judge_server.requests) == 0
+
+
+def _stopped_once_batches_are_on_record(prefect_url: str, db, judge_server, n: int, *args: str):
+    """A ``judgeflow score --batch`` process stopped with Ctrl-C once ``n`` batches are on record:
+    the newest batch on record and what the process printed."""
+    proc = _score_process(prefect_url, "--batch", *args)
+    try:
+        wait_for(f"{n} batch(es) on record", lambda: judge_server.batches_created == n
+                 and len(batches_on_record(db)) == n)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    assert "**Stopped (Ctrl-C).**" in out
+    return _newest_on_record(db), out
+
+
+def _newest_on_record(db) -> dict:
+    with db.connect() as conn:
+        newest = conn.execute(text("SELECT batch_id FROM judgeflow.judge_batches ORDER BY created_at DESC LIMIT 1"
+                                   )).scalar_one()
+    return next(b for b in batches_on_record(db) if b["batch_id"] == newest)
+
+
+def test_cancel_batches_without_batches_is_refused_in_one_line(judgeflow_env, judge_server):
+    result = CliRunner().invoke(app, ["score", "--cancel-batches"])
+    assert result.exit_code == 2, result.output
+    assert "--cancel-batches applies to a run with --batch" in result.output
+    assert judge_server.calls() == 0
+
+
+def test_a_batch_on_record_the_provider_does_not_know_is_lost_and_its_lines_sent_again(run, db, judge_server):
+    rows, expected = zip(*(scripted_trace(i) for i in range(2)))
+    insert_traces(db, rows)
+    assert run(batch=True).scored == 4
+    # as if a run had died before collecting, and the batches were another provider's (or key's)
+    with db.begin() as conn:
+        conn.execute(text("DELETE FROM judgeflow.eval_results"))
+        conn.execute(text("UPDATE judgeflow.judge_batch_lines SET collected_at = NULL"))
+    old = {b["batch_id"] for b in batches_on_record(db)}
+    judge_server.batch_api.batches.clear()
+    judge_server.reset()
+
+    summary = run(batch=True)
+
+    assert summary.scored == 4 and summary.failed == 0
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    statuses = {b["batch_id"]: b["status"] for b in batches_on_record(db)}
+    assert {statuses[b] for b in old} == {"lost"}
+    assert {s for b, s in statuses.items() if b not in old} == {"completed"} and judge_server.batches_created == 3
+
+
+def test_a_round_larger_than_a_file_allows_goes_out_as_several_batches(run, db, judge_server, monkeypatch):
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_BATCH_MAX_LINES", "8")
+    rows, expected = zip(*(scripted_trace(i) for i in range(10)))
+    insert_traces(db, rows)
+
+    summary = run(batch=True)
+
+    assert summary.scored == 20 and summary.failed == 0
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    by_round: dict[int, list[int]] = {}
+    for batch in batches_on_record(db):
+        by_round.setdefault(batch["round"], []).append(batch["lines"])
+    # 20 first steps, 8 verdicts, 6 reasons: as few files of at most 8 lines as hold them
+    assert {r: sorted(lines, reverse=True) for r, lines in by_round.items()} == {1: [8, 8, 4], 2: [8], 3: [6]}
+    assert judge_server.batches_created == 5 and len(judge_server.requests) == 34
