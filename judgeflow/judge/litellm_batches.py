@@ -33,20 +33,26 @@ reuses): a run uses :class:`LiteLLMBatches` without knowing litellm.
 
 from __future__ import annotations
 
-import inspect
-import json
-import typing
-import uuid
-from typing import TYPE_CHECKING, Any
+from judgeflow.judge.litellm_env import apply_environment_defaults
 
-import litellm
+# before litellm is imported (as judgeflow.judge.litellm_judge does): it reads its price map's
+# source at import, and this module may be the first to import it
+apply_environment_defaults()
 
-from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.base import JudgeReply, JudgeRequest
-from judgeflow.judge.batch_status import BatchStatus
-from judgeflow.judge.config import is_offline_model
-from judgeflow.judge.litellm_judge import LiteLLMJudge, _scrub, _translate, model_batch_prices
-from litellm.llms.base_llm.base_utils import type_to_response_format_param
+import inspect  # noqa: E402
+import json  # noqa: E402
+import typing  # noqa: E402
+import uuid  # noqa: E402
+from typing import TYPE_CHECKING, Any  # noqa: E402
+
+import litellm  # noqa: E402
+
+from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeError  # noqa: E402
+from judgeflow.judge.base import JudgeReply, JudgeRequest  # noqa: E402
+from judgeflow.judge.batch_status import BatchStatus  # noqa: E402
+from judgeflow.judge.config import is_offline_model  # noqa: E402
+from judgeflow.judge.litellm_judge import LiteLLMJudge, _scrub, _translate, model_batch_prices  # noqa: E402
+from litellm.llms.base_llm.base_utils import type_to_response_format_param  # noqa: E402
 
 if TYPE_CHECKING:
     from judgeflow.judge.config import JudgeConfig
