@@ -7,9 +7,9 @@ waits for its line's answer. A round is sent once no line joined it for the
 settle window (``JUDGEFLOW_JUDGE_BATCH_SETTLE_S``): its lines, one model per
 file, packed into as few files as the provider's limits allow (the adapter's
 ``pack``), each file uploaded and made a batch.
-So a metric's steps become successive rounds by themselves (toxicity's
-opinions, verdicts, reason; hallucination's one), and the scores are those of
-the same calls made online.
+So a metric's steps become successive rounds by themselves (a metric of
+three steps, three rounds; of one, one), and the scores are those of the
+same calls made online.
 
 * **Nothing paid twice.** Each batch is recorded with its lines (the ledger,
   judgeflow/db/judge_batches.py, through the run's tasks: tasks/batches.py)

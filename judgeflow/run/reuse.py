@@ -74,7 +74,8 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "judge_input_cost_per_mtok", "judge_output_cost_per_mtok", "run_budget_usd", "settle_delay", "reuse_identical",
     "judge_cached_input_cost_per_mtok",
     # the same calls through the provider's batch API, and their price: the same replies
-    "judge_batch", "judge_batch_discount",
+    "judge_batch", "judge_batch_discount", "judge_batch_window", "judge_batch_poll_s", "judge_batch_poll_max_s",
+    "judge_batch_settle_s", "judge_batch_max_lines", "judge_batch_max_mb",
     "sample_budget_usd", "stratify_by",  # which traces are judged, not how one is scored
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
     "pool_mode",  # how claims are held between judgeflow and PostgreSQL
