@@ -252,6 +252,11 @@ def judgeflow_env(monkeypatch, database_url, judge_server, tmp_path):
         # judge calls in the run's process: each judge worker process imports
         # litellm (~3 s of CPU); the tests of the default (one per core) opt out
         "JUDGEFLOW_JUDGE_PROCESSES": "1",
+        # a batch run (--batch) against the judge server, whose batches end in a fraction of a second:
+        # polled and sent at a test's pace, not a provider's (seconds to minutes)
+        "JUDGEFLOW_JUDGE_BATCH_POLL_S": "0.2",
+        "JUDGEFLOW_JUDGE_BATCH_POLL_MAX_S": "1",
+        "JUDGEFLOW_JUDGE_BATCH_SETTLE_S": "0.3",
     }
     for key, value in env.items():
         monkeypatch.setenv(key, value)

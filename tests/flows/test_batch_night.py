@@ -27,10 +27,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def batch_env(judgeflow_env, monkeypatch):
-    for key, value in {"JUDGEFLOW_JUDGE_BATCH_POLL_S": "0.2", "JUDGEFLOW_JUDGE_BATCH_POLL_MAX_S": "1",
-                       "JUDGEFLOW_JUDGE_BATCH_SETTLE_S": "0.3"}.items():
-        monkeypatch.setenv(key, value)
+def batch_env(judgeflow_env):
+    # judgeflow_env polls and settles batches at a test's pace (tests/conftest.py)
+    assert judgeflow_env["JUDGEFLOW_JUDGE_BATCH_POLL_S"] == "0.2"
     return judgeflow_env
 
 
