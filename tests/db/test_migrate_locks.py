@@ -134,34 +134,28 @@ def _until(condition, timeout: float = 10.0) -> bool:
     return True
 
 
-def test_a_judge_epoch_recorded_during_a_build_step_waits_for_it_without_holding_up_the_writer(empty_db):
-    engine = empty_db
-    _at_revision_15_with_results(engine)
-    migrate.upgrade(engine)
-    # a result scored now for a trace of an hour not built yet: a line there, which a session locks,
-    # so the build step that recomputes that hour stays in progress (a long step, at this size)
-    with engine.begin() as conn:
-        conn.execute(_UPSERT, {"prefix": "late-", "lo": 60, "hi": 60, "source": SOURCE})
-    hour = "date_trunc('hour', now() - interval '60 minutes')"
+def _epoch_beside(engine: sa.Engine, locked_lines: str, work: threading.Thread, statement: str) -> None:
+    """While a session holds ``locked_lines`` of the rollup, so ``work`` (which runs ``statement``) stays
+    in progress, a judge epoch is recorded: it must wait (on judge_epochs) while a writer that gives up
+    on any lock wait of a second goes on writing."""
     locker = engine.connect()
     locker.begin()
     assert locker.execute(sa.text(f"SELECT count(*) FROM (SELECT 1 FROM judgeflow.result_rollup "
-                                  f"WHERE trace_hour = {hour} FOR UPDATE) x")).scalar_one() >= 1
+                                  f"WHERE {locked_lines} FOR UPDATE) x")).scalar_one() >= 1
     writer = Writer(engine)
-    step = threading.Thread(target=build_step, args=(engine,), kwargs={"hours": 6})
     epoch = threading.Thread(target=lambda: _record_epoch(engine))
     writer.start()
     try:
-        step.start()
-        assert _until(lambda: _waiting(engine, "rollup_recompute"))
+        work.start()
+        assert _until(lambda: _waiting(engine, statement))
         epoch.start()
-        assert _until(lambda: _waiting(engine, "judge_epochs"))  # the epoch waits, for the step
+        assert _until(lambda: _waiting(engine, "judge_epochs"))  # the epoch waits, for the work
         t0 = time.monotonic()
         time.sleep(HOLD_S)
     finally:
         locker.rollback()
         locker.close()
-        step.join()
+        work.join()
         epoch.join()
         writer.stop.set()
         writer.join()
@@ -170,6 +164,18 @@ def test_a_judge_epoch_recorded_during_a_build_step_waits_for_it_without_holding
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.judge_epochs WHERE judge_model = 'judge-new'"
                                     )).scalar_one() == 1
+
+
+def test_a_judge_epoch_recorded_during_a_build_step_waits_for_it_without_holding_up_the_writer(empty_db):
+    engine = empty_db
+    _at_revision_15_with_results(engine)
+    migrate.upgrade(engine)
+    # a result scored now for a trace of an hour not built yet: a line there, which a session locks,
+    # so the build step that recomputes that hour stays in progress (a long step, at this size)
+    with engine.begin() as conn:
+        conn.execute(_UPSERT, {"prefix": "late-", "lo": 60, "hi": 60, "source": SOURCE})
+    step = threading.Thread(target=build_step, args=(engine,), kwargs={"hours": 6})
+    _epoch_beside(engine, "trace_hour = date_trunc('hour', now() - interval '60 minutes')", step, "rollup_recompute")
     build(engine)
     with engine.connect() as conn:
         assert differences(conn) == []  # and the rollup is exact, the new epoch's marks included
@@ -182,30 +188,7 @@ def test_a_judge_epoch_recorded_during_a_compaction_waits_for_it_without_holding
     build(engine)
     with engine.begin() as conn:  # a delta to fold, whose line a session locks: the compaction stays in progress
         conn.execute(_UPSERT, {"prefix": "late-", "lo": 60, "hi": 60, "source": SOURCE})
-    locker = engine.connect()
-    locker.begin()
-    assert locker.execute(sa.text("SELECT count(*) FROM (SELECT 1 FROM judgeflow.result_rollup "
-                                  "WHERE NOT folded FOR UPDATE) x")).scalar_one() >= 1
-    writer = Writer(engine)
-    compaction = threading.Thread(target=compact_rollup, args=(engine,))
-    epoch = threading.Thread(target=lambda: _record_epoch(engine))
-    writer.start()
-    try:
-        compaction.start()
-        assert _until(lambda: _waiting(engine, "WITH hours AS"))
-        epoch.start()
-        assert _until(lambda: _waiting(engine, "judge_epochs"))  # the epoch waits, for the compaction
-        t0 = time.monotonic()
-        time.sleep(HOLD_S)
-    finally:
-        locker.rollback()
-        locker.close()
-        compaction.join()
-        epoch.join()
-        writer.stop.set()
-        writer.join()
-    assert writer.errors == []  # no write waited a second for a lock
-    assert len([t for t in writer.committed if t0 <= t <= t0 + HOLD_S]) >= 10
+    _epoch_beside(engine, "NOT folded", threading.Thread(target=compact_rollup, args=(engine,)), "WITH hours AS")
     with engine.connect() as conn:
         assert differences(conn) == []
 
