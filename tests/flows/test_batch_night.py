@@ -173,7 +173,9 @@ def test_the_time_budget_leaves_batches_out_and_the_next_run_collects_them_witho
     rows, expected = zip(*(scripted_trace(i) for i in range(4)))
     insert_traces(db, rows)
     judge_server.hold_batches()
-    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "4s")
+    # long enough for a busy machine to start the run and send its first round (4 s was not, at load 5),
+    # which then waits, held, until the budget ends
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "12s")
 
     first = run(batch=True)
 
@@ -203,7 +205,8 @@ def test_the_time_budget_leaves_batches_out_and_the_next_run_collects_them_witho
             assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
     # the first round's lines were asked once: in the batch the first run left
     lines = judge_server.batch_api.lines_received
-    assert lines[batch["batch_id"]] == 8 and judge_server.batches_created == 3
+    # (a step whose pairs straggle past the settle window may go out as a round of its own: >= 3 batches)
+    assert lines[batch["batch_id"]] == 8 and judge_server.batches_created >= 3
     assert sum(lines.values()) == len(judge_server.requests) == 8 + 3 + 2
     assert "judge batches out" not in CliRunner().invoke(app, ["status"]).output
 
@@ -252,7 +255,7 @@ def test_a_run_killed_after_its_first_batch_is_collected_by_the_next_with_nothin
             assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
     lines = judge_server.batch_api.lines_received
     # the first round was sent once, by the killed run; the next run sent only the next rounds
-    assert lines[left["batch_id"]] == 12 and judge_server.batches_created == 3
+    assert lines[left["batch_id"]] == 12 and judge_server.batches_created >= 3  # >= : see the test above
     assert sum(lines.values()) == len(judge_server.requests) == 12 + 5 + 4
     assert {r["flow_run_id"] for r in stored.values()} == {summary.flow_run_id}
 
@@ -323,6 +326,7 @@ def test_a_batch_on_record_the_provider_does_not_know_is_lost_and_its_lines_sent
         conn.execute(text("DELETE FROM judgeflow.eval_results"))
         conn.execute(text("UPDATE judgeflow.judge_batch_lines SET collected_at = NULL"))
     old = {b["batch_id"] for b in batches_on_record(db)}
+    night_lines = len(judge_server.requests)
     judge_server.batch_api.batches.clear()
     judge_server.reset()
 
@@ -335,7 +339,8 @@ def test_a_batch_on_record_the_provider_does_not_know_is_lost_and_its_lines_sent
             assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
     statuses = {b["batch_id"]: b["status"] for b in batches_on_record(db)}
     assert {statuses[b] for b in old} == {"lost"}
-    assert {s for b, s in statuses.items() if b not in old} == {"completed"} and judge_server.batches_created == 3
+    assert {s for b, s in statuses.items() if b not in old} == {"completed"} and judge_server.batches_created >= 3
+    assert len(judge_server.requests) == night_lines  # each lost line sent again once, nothing more
 
 
 def test_a_round_larger_than_a_file_allows_goes_out_as_several_batches(run, db, judge_server, monkeypatch):
