@@ -105,6 +105,15 @@ def batches_table(flow_run_id: str) -> list[dict]:
     return sorted(rows, key=lambda r: (r["round"], r["batch"]))
 
 
+def _assert_scripted_scores(db, rows, expected) -> dict:
+    """Every trace's two scores are the scripted judge's (tests/support/traces.py); the stored results."""
+    stored = results(db)
+    for row, want in zip(rows, expected):
+        for metric in ("toxicity", "hallucination"):
+            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    return stored
+
+
 def wait_for(what: str, predicate, timeout_s: float = 120.0) -> None:
     """Until ``predicate()`` holds; ``timeout_s`` only bounds a test that would hang."""
     deadline = time.monotonic() + timeout_s
@@ -121,11 +130,8 @@ def test_a_line_the_provider_failed_is_asked_again_in_the_next_round(run, db, ju
 
     summary = run(batch=True)
 
-    stored = results(db)
     assert summary.scored == 16 and summary.failed == 0
-    for row, want in zip(rows, expected):
-        for metric in ("toxicity", "hallucination"):
-            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    _assert_scripted_scores(db, rows, expected)
     on_record = batches_on_record(db)
     assert on_record[0]["failed_lines"] == 1 and on_record[0]["completed_lines"] == 15
     # the failed line went out again in a later round, beside the next steps; nothing else twice
@@ -199,10 +205,7 @@ def test_the_time_budget_leaves_batches_out_and_the_next_run_collects_them_witho
     second = run(batch=True)
 
     assert second.scored == 8 and second.failed == 0
-    stored = results(db)
-    for row, want in zip(rows, expected):
-        for metric in ("toxicity", "hallucination"):
-            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    _assert_scripted_scores(db, rows, expected)
     # the first round's lines were asked once: in the batch the first run left
     lines = judge_server.batch_api.lines_received
     # (a step whose pairs straggle past the settle window may go out as a round of its own: >= 3 batches)
@@ -249,10 +252,7 @@ def test_a_run_killed_after_its_first_batch_is_collected_by_the_next_with_nothin
     summary = score_new_traces(batch=True, evaluate_alerts=False)
 
     assert summary.scored == 12 and summary.failed == 0
-    stored = results(db)
-    for row, want in zip(rows, expected):
-        for metric in ("toxicity", "hallucination"):
-            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    stored = _assert_scripted_scores(db, rows, expected)
     lines = judge_server.batch_api.lines_received
     # the first round was sent once, by the killed run; the next run sent only the next rounds
     assert lines[left["batch_id"]] == 12 and judge_server.batches_created >= 3  # >= : see the test above
@@ -333,10 +333,7 @@ def test_a_batch_on_record_the_provider_does_not_know_is_lost_and_its_lines_sent
     summary = run(batch=True)
 
     assert summary.scored == 4 and summary.failed == 0
-    stored = results(db)
-    for row, want in zip(rows, expected):
-        for metric in ("toxicity", "hallucination"):
-            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    _assert_scripted_scores(db, rows, expected)
     statuses = {b["batch_id"]: b["status"] for b in batches_on_record(db)}
     assert {statuses[b] for b in old} == {"lost"}
     assert {s for b, s in statuses.items() if b not in old} == {"completed"} and judge_server.batches_created >= 3
@@ -352,10 +349,7 @@ def test_a_round_larger_than_a_file_allows_goes_out_as_several_batches(run, db, 
     summary = run(batch=True)
 
     assert summary.scored == 20 and summary.failed == 0
-    stored = results(db)
-    for row, want in zip(rows, expected):
-        for metric in ("toxicity", "hallucination"):
-            assert stored[(row["id"], metric)]["score"] == pytest.approx(want[metric])
+    _assert_scripted_scores(db, rows, expected)
     by_round: dict[int, list[int]] = {}
     for batch in batches_on_record(db):
         by_round.setdefault(batch["round"], []).append(batch["lines"])
