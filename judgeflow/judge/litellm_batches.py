@@ -43,6 +43,7 @@ import inspect  # noqa: E402
 import json  # noqa: E402
 import typing  # noqa: E402
 import uuid  # noqa: E402
+from dataclasses import replace  # noqa: E402
 from typing import TYPE_CHECKING, Any  # noqa: E402
 
 import litellm  # noqa: E402
@@ -51,6 +52,7 @@ from judgeflow.errors import JudgeError, PermanentJudgeError, TransientJudgeErro
 from judgeflow.judge.base import JudgeReply, JudgeRequest  # noqa: E402
 from judgeflow.judge.batch_status import BatchStatus  # noqa: E402
 from judgeflow.judge.config import is_offline_model  # noqa: E402
+from judgeflow.judge.spend import usage_cost  # noqa: E402
 from judgeflow.judge.litellm_judge import LiteLLMJudge, _scrub, _translate, model_batch_prices  # noqa: E402
 from litellm.llms.base_llm.base_utils import type_to_response_format_param  # noqa: E402
 
@@ -291,10 +293,8 @@ class LiteLLMBatches:
         """An output line's completion as the online path builds its reply, priced at the batch rate."""
         response = litellm.ModelResponse(**completion)
         reply = self._judge._reply(response, 0.0, model)
-        cost = self.line_cost(reply.prompt_tokens, reply.completion_tokens, reply.cost_usd, model)
-        return JudgeReply(content=reply.content, model=reply.model, prompt_tokens=reply.prompt_tokens,
-                          completion_tokens=reply.completion_tokens, cached_tokens=reply.cached_tokens,
-                          cost_usd=cost, latency_s=0.0)
+        return replace(reply, cost_usd=self.line_cost(reply.prompt_tokens, reply.completion_tokens,
+                                                      reply.cost_usd, model))
 
     def line_cost(self, prompt_tokens: int | None, completion_tokens: int | None, online_cost: float | None,
                   model: str) -> float | None:
@@ -304,5 +304,5 @@ class LiteLLMBatches:
         configured = self._config.prices_per_mtok is not None and model == self._config.model
         per_token = None if configured else model_batch_prices(model)
         if per_token is not None and isinstance(prompt_tokens, int) and isinstance(completion_tokens, int):
-            return prompt_tokens * per_token[0] + completion_tokens * per_token[1]
+            return usage_cost((per_token[0] * 1_000_000, per_token[1] * 1_000_000), prompt_tokens, completion_tokens)
         return None if online_cost is None else online_cost * self.batch_discount

@@ -182,41 +182,38 @@ def cached_prompt_tokens(usage: Any) -> int | None:
     return None
 
 
-def model_prices(model: str) -> tuple[float, float] | None:
-    """(USD per prompt token, USD per completion token) from litellm's bundled
-    price map; None when the model is not in it."""
+def _map_prices(model: str, *keys: str) -> tuple[float, ...] | None:
+    """The prices ``keys`` name in ``model``'s entry of litellm's bundled price
+    map (USD per token); None when the model or any of them is not there."""
     try:
         info = litellm.get_model_info(model)
     except Exception:  # ModelNotMappedError and friends
         return None
-    prices = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    prices = tuple(info.get(key) for key in keys)
     if any(not isinstance(p, (int, float)) or p < 0 for p in prices):
         return None
-    return float(prices[0]), float(prices[1])
+    return tuple(float(p) for p in prices)
+
+
+def model_prices(model: str) -> tuple[float, float] | None:
+    """(USD per prompt token, USD per completion token) from litellm's bundled
+    price map; None when the model is not in it."""
+    return _map_prices(model, "input_cost_per_token", "output_cost_per_token")  # type: ignore[return-value]
 
 
 def model_batch_prices(model: str) -> tuple[float, float] | None:
     """(USD per prompt token, USD per completion token) of ``model``'s batch API
     from litellm's bundled price map; None when the map has no batch prices for
     it (the caller then applies the configured batch discount to the online price)."""
-    try:
-        info = litellm.get_model_info(model)
-    except Exception:  # ModelNotMappedError and friends
-        return None
-    prices = info.get("input_cost_per_token_batches"), info.get("output_cost_per_token_batches")
-    if any(not isinstance(p, (int, float)) or p < 0 for p in prices):
-        return None
-    return float(prices[0]), float(prices[1])
+    return _map_prices(model, "input_cost_per_token_batches",  # type: ignore[return-value]
+                       "output_cost_per_token_batches")
 
 
 def model_cached_price(model: str) -> float | None:
     """USD per prompt token served from the provider's prompt cache
     (``cache_read_input_token_cost`` in litellm's map); None when the map has none."""
-    try:
-        price = litellm.get_model_info(model).get("cache_read_input_token_cost")
-    except Exception:  # ModelNotMappedError and friends
-        return None
-    return float(price) if isinstance(price, (int, float)) and price >= 0 else None
+    price = _map_prices(model, "cache_read_input_token_cost")
+    return None if price is None else price[0]
 
 
 def _retry_after_of(exc: BaseException) -> float | None:

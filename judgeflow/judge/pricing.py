@@ -87,8 +87,11 @@ def _batch_rate(settings: "Settings", model: str, online: Prices | None) -> Pric
             online.cached_input_per_mtok * settings.judge_batch_discount)
         return Prices(per_token[0] * 1_000_000, per_token[1] * 1_000_000, f"litellm's batch prices for {model}",
                       cached_input_per_mtok=cached)
-    if online is None:
-        return None
+    return None if online is None else _discounted(settings, online)
+
+
+def _discounted(settings: "Settings", online: Prices) -> Prices:
+    """``online`` times the configured batch discount."""
     return online.discounted(settings.judge_batch_discount,
                              f"JUDGEFLOW_JUDGE_BATCH_DISCOUNT={settings.judge_batch_discount:g}")
 
@@ -105,10 +108,7 @@ def _judge_prices(settings: "Settings", *, online: bool = False) -> Prices | Non
         prices = Prices(settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok,
                         "JUDGEFLOW_JUDGE_INPUT/OUTPUT_COST_PER_MTOK",
                         cached_input_per_mtok=settings.judge_cached_input_cost_per_mtok)
-        if not batch:
-            return prices
-        return prices.discounted(settings.judge_batch_discount,
-                                 f"JUDGEFLOW_JUDGE_BATCH_DISCOUNT={settings.judge_batch_discount:g}")
+        return _discounted(settings, prices) if batch else prices
     if is_offline_model(settings.judge_model):
         return Prices(0.0, 0.0, "the offline judge is free")
     return _model_prices(settings, settings.judge_model, online=online)
