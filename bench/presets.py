@@ -26,7 +26,7 @@ import psycopg
 from sqlalchemy import create_engine, text
 
 from judgeflow.sources.litellm import LiteLLMSource
-from judgeflow.phoenix.source import PhoenixSource
+from judgeflow.sources.phoenix import PhoenixSource
 from judgeflow.sources.trace_source import KeyFilter, TraceKey
 
 NEW = 1000

@@ -23,7 +23,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from judgeflow.alerts.segments import segment_values
-from judgeflow.db.engine import engine_for
+from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.db.claim_filters import ClaimFilters
 from judgeflow.db.pairs import claim_keys, failed_keys
 from judgeflow.db.pending import held
@@ -31,7 +31,7 @@ from judgeflow.db.pending_work import count_plan_pending, run_read_plan
 from judgeflow.db.results_store import release_pairs
 from judgeflow.db.result_counts import compact_result_counts
 from judgeflow.sources.table import SAMPLE_SQL
-from judgeflow.sources.trace_source import TraceKey, read_bodies, source_engine, trace_source
+from judgeflow.sources.trace_source import TraceKey, read_bodies, trace_source
 from judgeflow.db.watermark import ReadPlan, advance, plan_reads
 from judgeflow.errors import DatabaseError
 from judgeflow.config.settings import Settings

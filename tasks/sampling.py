@@ -18,8 +18,8 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from sqlalchemy.exc import DBAPIError
 
-from judgeflow.db.engine import engine_for
-from judgeflow.sources.trace_source import KeyFilter, source_engine, trace_source
+from judgeflow.db.engine import engine_for, source_engine
+from judgeflow.sources.trace_source import KeyFilter, trace_source
 from judgeflow.db.watermark import ReadPlan
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices

@@ -9,7 +9,8 @@ from prefect.cache_policies import NO_CACHE
 
 from datetime import datetime
 
-from judgeflow.sources.trace_source import source_engine, trace_source
+from judgeflow.db.engine import source_engine
+from judgeflow.sources.trace_source import trace_source
 from judgeflow.sources.unusable import UnusableRows, describe
 from judgeflow.config.settings import Settings
 

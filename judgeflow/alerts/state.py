@@ -38,7 +38,7 @@ from judgeflow.alerts.lifecycle import Outcome, State, Transition, correct_for_f
 from judgeflow.alerts.rules import Rule
 from judgeflow.db.alert_tables import alert_events, alerts
 from judgeflow.db.schema import SCHEMA
-from judgeflow.sources.results import adopt_alert_state
+from judgeflow.db.result_sources import adopt_alert_state
 from judgeflow.db.epochs import current_epochs, latest_start
 
 

@@ -18,7 +18,7 @@ def sync() -> None:
     backoff. Nothing is judged again. Exit code 1 when some are still unwritten."""
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.sources.results import adopt_configured_source
+    from judgeflow.db.result_sources import adopt_configured_source
     from judgeflow.errors import ConfigError
     from judgeflow.tasks.phoenix_write_back import write_back
 

@@ -31,7 +31,7 @@ PRESET_SEGMENT_KEYS: dict[str, tuple[str, ...]] = {
     "litellm": ("model", "model_group", "team_id", "end_user", "tags"),
     "phoenix": ("project",),
 }
-# the metadata keys each source preset's traces carry (judgeflow/sources/litellm.py, judgeflow/phoenix/source.py):
+# the metadata keys each source preset's traces carry (judgeflow/sources/litellm.py, judgeflow/sources/phoenix.py):
 # a metric's own segment_by naming another key would segment nothing
 PRESET_METADATA_KEYS: dict[str, tuple[str, ...]] = {
     "litellm": ("model", "model_group", "team_id", "end_user", "tags", "user", "call_type", "status", "session_id"),

@@ -96,7 +96,7 @@ alerts = Table(
     "alerts",
     metadata,
     # one state per source (judgeflow/sources/identity.py; migration 11_result_sources.py): a source
-    # never inherits another's; '' until the first command assigns it (judgeflow/sources/results.py)
+    # never inherits another's; '' until the first command assigns it (judgeflow/db/result_sources.py)
     Column("source", Text, primary_key=True, server_default=""),
     Column("rule", Text, primary_key=True),
     # one row per (rule, segment); '' is the rule over all results (migration 06_segments.py)

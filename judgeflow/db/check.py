@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db import migrate
-from judgeflow.db.engine import database_url, engine_for
+from judgeflow.db.engine import database_url, engine_for, source_engine
 from judgeflow.db.pooling import detect_pooling_at
-from judgeflow.sources.trace_source import source_engine, trace_source
+from judgeflow.sources.trace_source import trace_source
 from judgeflow.sources.unusable import describe
 from judgeflow.errors import ConfigError, DatabaseError
 from judgeflow.config.settings import Settings

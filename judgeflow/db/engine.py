@@ -83,6 +83,14 @@ def engine_for(settings: Settings) -> Engine:
     return get_engine(database_url(settings), pool_size=settings.max_concurrency + 4)
 
 
+def source_engine(settings: Settings) -> Engine:
+    """Where traces are read: ``JUDGEFLOW_SOURCE_DATABASE_URL`` or judgeflow's database."""
+    url = getattr(settings, "source_database_url", None)
+    if url is None:
+        return engine_for(settings)
+    return get_engine(url.get_secret_value(), pool_size=4)
+
+
 def dispose_engines() -> None:
     with _lock:
         for engine in _engines.values():

@@ -84,8 +84,8 @@ def anything_pending(
     pair to score: its own read plan (:func:`run_read_plan`) and its own
     definition of done, counted up to the first pending pair. Raises what the
     database raises (SQLAlchemy's errors, :class:`~judgeflow.errors.JudgeflowError`)."""
-    from judgeflow.db.engine import engine_for
-    from judgeflow.sources.trace_source import source_engine, trace_source
+    from judgeflow.db.engine import engine_for, source_engine
+    from judgeflow.sources.trace_source import trace_source
 
     engine = engine_for(settings)
     ranged = since is not None or until is not None or rescore

@@ -11,7 +11,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db import migrate
-from judgeflow.db.engine import engine_for
+from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.db.judge_batches import batches_out
 from judgeflow.db.pending import held
 from judgeflow.errors import DatabaseError
@@ -60,8 +60,8 @@ def work_status(settings: Settings) -> dict:
     ``batches_out``: the judge's batches out (judgeflow/db/judge_batches.py)."""
     from judgeflow.db.pairs import Done
     from judgeflow.db.pending_work import count_plan_pending
-    from judgeflow.sources.results import adopt_configured_source
-    from judgeflow.sources.trace_source import source_engine, trace_source
+    from judgeflow.db.result_sources import adopt_configured_source
+    from judgeflow.sources.trace_source import trace_source
 
     engine = engine_for(settings)
     migrate.upgrade(engine)
@@ -317,7 +317,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
 
     from judgeflow.db.pairs import Done, key_pages
     from judgeflow.db.pending_work import count_plan_pending
-    from judgeflow.sources.trace_source import KeyFilter, read_bodies, source_engine, trace_source
+    from judgeflow.sources.trace_source import KeyFilter, read_bodies, trace_source
     from judgeflow.db.watermark import plan_reads
 
     engine = engine_for(settings)

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from judgeflow.db.engine import engine_for
+from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.errors import ConfigError, DatabaseError, JudgeflowError
 from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import metric_names
@@ -68,7 +68,7 @@ def find_trace(settings: Settings, trace_id: str) -> TraceView:
     """What judgeflow's tables say about ``trace_id``; the source is asked
     only when they hold nothing about it."""
     _check_id(trace_id)
-    from judgeflow.sources.results import adopt_configured_source
+    from judgeflow.db.result_sources import adopt_configured_source
 
     view = TraceView(trace_id)
     try:
@@ -120,7 +120,7 @@ def look_up(settings: Settings, some_id: str) -> Lookup:
 
 
 def _phoenix_trace(settings: Settings, some_id: str) -> tuple[str, list[str]] | None:
-    from judgeflow.sources.trace_source import source_engine, trace_source
+    from judgeflow.sources.trace_source import trace_source
 
     source = trace_source(settings)
     try:
@@ -146,7 +146,7 @@ def _in_source(settings: Settings, trace_id: str) -> bool | None:
     """Whether the trace source has a row with this id (None: it did not answer in time).
     A source that is missing or fails otherwise raises ``ConfigError`` / ``DatabaseError``."""
     from judgeflow.sources.table import SourceTable
-    from judgeflow.sources.trace_source import source_engine, trace_source
+    from judgeflow.sources.trace_source import trace_source
 
     table = SourceTable.parse(settings.traces_table)
     source = trace_source(settings)

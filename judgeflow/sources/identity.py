@@ -44,7 +44,7 @@ def preset_of(source: str) -> str:
 
 
 # Results stored before migration 11_result_sources.py have no source until the first command run with
-# settings assigns them to the configured one (judgeflow/sources/results.py); until then
+# settings assigns them to the configured one (judgeflow/db/result_sources.py); until then
 # they count as the configured source's.
 def of_source(column: str = "source", param: str = "source") -> str:
     """SQL: the result in ``column`` belongs to the source bound as ``:param``."""

@@ -28,9 +28,11 @@ kind of source (a preset mapping another tool's tables to judgeflow's trace)
 implements the same methods and registers a factory in :data:`SOURCE_KINDS`.
 
 Where the source lives: ``JUDGEFLOW_SOURCE_DATABASE_URL`` (a read replica,
-say) or, unset, judgeflow's own database (:func:`source_engine`). Keys and
-bodies are read there; which pairs are done, claims and results live in
-judgeflow's database, so the two are never joined in one statement.
+say) or, unset, judgeflow's own database. A source is handed the connection or
+engine it reads through and never builds one: engines are the database layer's
+(:func:`judgeflow.db.engine.source_engine`). Keys and bodies are read there;
+which pairs are done, claims and results live in judgeflow's database, so the
+two are never joined in one statement.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from typing import Callable, Sequence
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
-from judgeflow.db.engine import engine_for, get_engine
 # the interface lives in trace_types (sources import it from there); re-exported for callers
 from judgeflow.sources.types import KeyFilter, TraceBody, TraceKey, TraceSource, UnusableCounts  # noqa: F401
 from judgeflow.config.settings import Settings
@@ -65,7 +66,7 @@ def _litellm_source(settings: Settings) -> TraceSource:
 
 
 def _phoenix_source(settings: Settings) -> TraceSource:
-    from judgeflow.phoenix.source import PhoenixSource
+    from judgeflow.sources.phoenix import PhoenixSource
 
     return PhoenixSource.from_settings(settings)
 
@@ -90,14 +91,6 @@ def trace_source(settings: Settings) -> TraceSource:
 def separate_source_database(settings: Settings) -> bool:
     """True when traces are read from another database than judgeflow's own."""
     return getattr(settings, "source_database_url", None) is not None
-
-
-def source_engine(settings: Settings) -> Engine:
-    """Where traces are read: ``JUDGEFLOW_SOURCE_DATABASE_URL`` or judgeflow's database."""
-    url = getattr(settings, "source_database_url", None)
-    if url is None:
-        return engine_for(settings)
-    return get_engine(url.get_secret_value(), pool_size=4)
 
 
 # SQLSTATE classes of errors that belong to a row's values, not to the query,

@@ -29,7 +29,7 @@ TRACE = "0af7651916cd43dd8448eb211c80319c"
 CHAIN, LLM_1, LLM_2, RETRIEVER = "b7ad6b7169203331", "00f067aa0ba902b7", "00f067aa0ba902b8", "53995c3f42cd8ad8"
 OTHER_TRACE, OTHER_LLM = "1bf7651916cd43dd8448eb211c80319d", "11f067aa0ba902b9"
 
-# the part of Phoenix's schema judgeflow reads (judgeflow/phoenix/source.py)
+# the part of Phoenix's schema judgeflow reads (judgeflow/sources/phoenix.py)
 _SCHEMA = """
 CREATE TABLE projects (id serial PRIMARY KEY, name text NOT NULL);
 CREATE TABLE traces (id serial PRIMARY KEY, trace_id text UNIQUE NOT NULL, project_rowid int NOT NULL);

@@ -185,7 +185,7 @@ def test_existing_shared_epochs_migrate_to_the_source_whose_run_recorded_them(em
     assert _epoch_rows(db) == [(SOURCE, "toxicity", "offline", "run-t1"), (phoenix, "toxicity", "openai/x", "run-p1"),
                                ("", "toxicity", "offline", "run-gone")]
     with db.begin() as conn:  # not traceable: the first source without an epoch of the metric takes it
-        from judgeflow.sources.results import adopt_source
+        from judgeflow.db.result_sources import adopt_source
 
         adopt_source(conn, "litellm:LiteLLM_SpendLogs@results-db")
         adopt_source(conn, SOURCE)

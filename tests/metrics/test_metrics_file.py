@@ -144,7 +144,7 @@ def test_a_segment_key_a_source_presets_traces_do_not_carry_is_one_line(tmp_path
 
 def test_the_presets_metadata_keys_are_those_their_traces_carry():
     from judgeflow.config.settings import PRESET_METADATA_KEYS
-    from judgeflow.phoenix.source import trace_of as phoenix_trace
+    from judgeflow.sources.phoenix import trace_of as phoenix_trace
     from judgeflow.sources.litellm import trace_of as litellm_trace
 
     from datetime import datetime, timezone

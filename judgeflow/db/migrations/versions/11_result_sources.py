@@ -43,7 +43,7 @@ END $$
 def upgrade() -> None:
     # The source a result was read from (judgeflow/sources/identity.py). Rows
     # written before this revision have NULL: the first command run with settings
-    # assigns them to the source configured then (judgeflow/sources/results.py).
+    # assigns them to the source configured then (judgeflow/db/result_sources.py).
     op.add_column("eval_results", sa.Column("source", sa.Text), schema=S)
     op.create_index("eval_results_unsourced_idx", "eval_results", ["trace_id"], schema=S,
                     postgresql_where=sa.text("source IS NULL"))
@@ -63,7 +63,7 @@ def upgrade() -> None:
     # skipped results per source (the preset's skips with their reasons in `judgeflow status`)
     op.create_index("eval_results_skipped_idx", "eval_results", ["source", "metric"], schema=S,
                     postgresql_where=sa.text("status = 'skipped'"))
-    # every source that wrote here: a new one is announced (judgeflow/sources/results.py)
+    # every source that wrote here: a new one is announced (judgeflow/db/result_sources.py)
     op.create_table(
         "result_sources",
         sa.Column("source", sa.Text, primary_key=True),

@@ -42,7 +42,7 @@ WHERE e.id = p.id AND p.version = e.metric_version AND p.model = e.judge_model
 
 def upgrade() -> None:
     # '' until assigned: epochs no run can be traced to go to the first source
-    # that runs a command with settings (judgeflow/sources/results.py)
+    # that runs a command with settings (judgeflow/db/result_sources.py)
     op.add_column("judge_epochs", sa.Column("source", sa.Text, nullable=False, server_default=""), schema=S)
     op.execute(_BY_RUN)
     op.execute(_ONLY_SOURCE)

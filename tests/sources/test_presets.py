@@ -7,7 +7,7 @@ import pytest
 
 from judgeflow.sources.chat import conversation, reply_text
 from judgeflow.sources.litellm import LiteLLMSource
-from judgeflow.phoenix.source import PhoenixSource, read_span
+from judgeflow.sources.phoenix import PhoenixSource, read_span
 from judgeflow.sources.trace_source import trace_source
 from judgeflow.errors import ConfigError
 from judgeflow.config.settings import Settings
@@ -59,7 +59,7 @@ def test_openinference_attribute_shapes():
 def test_both_presets_assemble_a_row_the_same_way_malformed_content_skipped_and_empty_metadata_dropped():
     from datetime import datetime, timezone
 
-    from judgeflow.phoenix.source import trace_of as phoenix_trace
+    from judgeflow.sources.phoenix import trace_of as phoenix_trace
     from judgeflow.sources.litellm import trace_of as litellm_trace
 
     at = datetime(2026, 11, 21, tzinfo=timezone.utc)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import create_engine, text
 
-from judgeflow.phoenix.source import PhoenixSource
+from judgeflow.sources.phoenix import PhoenixSource
 from judgeflow.sources.trace_source import KeyFilter, TraceKey
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ from sqlalchemy import text
 from typer.testing import CliRunner
 
 from judgeflow.db import migrate
-from judgeflow.sources.results import adopt_source
+from judgeflow.db.result_sources import adopt_source
 from tests.support.litellm_fixtures import by_scenario
 from tests.support.litellm_proxy import insert_spend_logs
 from tests.support.traces import insert_traces, results, scripted_trace
