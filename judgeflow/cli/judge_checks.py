@@ -3,6 +3,7 @@ the judge in force, or with human labels."""
 
 from __future__ import annotations
 
+import json
 from typing import Optional
 
 import typer
@@ -44,13 +45,10 @@ def shadow(
     """Score a stratified sample of recent traces with a candidate judge beside the judge in force and
     report how far they agree (kappa, failing rates per segment, cost). Writes only judgeflow.shadow_results."""
     quiet_unless(verbose)
-    from judgeflow.shadow.command import run_shadow
-
     # the candidate's endpoint and key are settings of this one build, never flow parameters
     settings = command_settings(shadow_judge_api_base=judge_api_base, shadow_judge_api_key=judge_api_key)
     run_shadow(settings, judge_model=judge_model, size=size,
-               segment_by=segment_by, since=since, metrics=metric, seed=seed, yes=yes, as_json=as_json,
-               use_prefect=use_prefect)
+               segment_by=segment_by, since=since, metrics=metric, seed=seed, yes=yes, as_json=as_json)
 
 
 @clear_errors
@@ -71,7 +69,6 @@ def calibrate(
     Cohen's kappa, precision/recall/F1 at the configured thresholds, and the threshold
     that would agree best. Shows the estimated cost and asks first (--yes skips the question)."""
     from judgeflow.calibration.labelled import SAMPLE_PATH
-    from judgeflow.calibration.command import run_calibrate
 
     if (path is None) == (not sample):
         raise typer.BadParameter("give FILE.jsonl or --sample (not both)")
@@ -79,3 +76,80 @@ def calibrate(
 
     run_calibrate(path=str(SAMPLE_PATH) if sample else path, prefect=prefect, yes=yes,
                   budget_usd=usd_budget("--budget-usd", budget_usd), settings=command_settings())
+
+
+def run_shadow(
+    settings, *, judge_model: str | None, size: int, segment_by: str | None,
+    since: str, metrics: list[str] | None, seed: str, yes: bool, as_json: bool,
+) -> None:
+    """Plan, show the cost, ask, run the shadow-score flow, print the report."""
+    from judgeflow.errors import ConfigError
+    from judgeflow.shadow.plan import candidate_settings, plan_shadow
+    from judgeflow.metrics.registry import metric_names
+    from judgeflow.cli.timeparse import parse_when
+
+    names = metric_names()
+    chosen = list(dict.fromkeys(m.strip() for s in (metrics or list(names)) for m in s.split(",") if m.strip()))
+    unknown = [m for m in chosen if m not in names]
+    if unknown:
+        raise ConfigError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+    if segment_by is None:
+        segment_by = settings.alert_segment_keys[0] if settings.alert_segment_keys else None
+    segment_by = segment_by or None  # '' asks for no stratification
+    start = parse_when(since)
+    candidate = candidate_settings(settings, judge_model)
+    plan = plan_shadow(settings, candidate, metrics=chosen, since=start, segment_by=segment_by, per_segment=size,
+                       seed=seed)
+    typer.echo(plan.describe(size, segment_by), err=as_json)
+    if plan.pairs == 0:
+        typer.echo("nothing to compare: no scored results of the judge in force since "
+                   f"{start:%Y-%m-%d %H:%M}Z", err=as_json)
+        return
+    if not yes and not typer.confirm("Start the shadow run?", default=False, err=as_json):
+        typer.echo("aborted; nothing was judged", err=as_json)
+        raise typer.Exit(1)
+    from judgeflow.flows.shadow import shadow_score
+
+    from judgeflow.run.entry import StopRequest, entered
+    from judgeflow.infra.prefect_server import ui_url_without_import
+    from judgeflow.cli.console import EXIT_STOPPED, watched_run
+
+    use_prefect(settings)
+    # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)
+    stop = StopRequest()
+    with watched_run("shadow", stop, ui_url=ui_url_without_import(settings)) as display, \
+            entered(settings, stop=stop, observer=display):
+        report = shadow_score(since=start, judge_model=judge_model, metrics=chosen,
+                              segment_by=segment_by, per_segment=size, seed=seed)
+        stopped = stop.requested()
+    typer.echo(json.dumps(report.model_dump(mode="json"), indent=2) if as_json else report.render_text())
+    if stopped:
+        raise typer.Exit(EXIT_STOPPED)
+
+
+def run_calibrate(*, path: str, prefect: bool, yes: bool, budget_usd: float | None, settings) -> None:
+    """Read the labelled set, show the cost, ask, judge, print the report."""
+    from judgeflow.calibration.labelled import load_labelled, render
+    from judgeflow.calibration.plan import plan_calibration
+    from judgeflow.judge.pricing import require_prices
+
+    items = load_labelled(path)  # a file it cannot read is a ConfigError: one line, exit 2
+    if budget_usd is not None:
+        require_prices(settings, why=f"a calibration budget of ${budget_usd:g} is set")
+    plan = plan_calibration(settings, items)
+    typer.echo(plan.describe())
+    if budget_usd is not None:
+        typer.echo(f"budget ${budget_usd:,.4f}: pairs that do not fit it are not judged")
+    if not yes and not typer.confirm("Start the calibration?", default=False):
+        typer.echo("aborted; nothing was judged")
+        raise typer.Exit(1)
+    if prefect:
+        from judgeflow.run.entry import entered
+        from judgeflow.flows.calibration import calibrate_judge
+
+        with entered(settings):
+            typer.echo(calibrate_judge(path, budget_usd=budget_usd))
+        return
+    from judgeflow.tasks.calibration import judge_labelled
+
+    typer.echo(render(judge_labelled(settings, items, budget_usd), judge_model=settings.judge_model, source=path))

@@ -96,9 +96,21 @@ def score(
 
 
 def _print_plan(settings, *, since, until, sample_rate: float) -> None:
-    from judgeflow.sampling.command import plan_text_now
+    """`judgeflow score --plan`: the night's sample plan, with no judge call and nothing recorded."""
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+    from judgeflow.sampling.table import plan_text
+    from judgeflow.tasks.claims import plan_source_reads
+    from judgeflow.tasks.sampling import night_plan
+    from judgeflow.metrics.registry import metric_names
 
-    typer.echo(plan_text_now(settings, since=since, until=until, sample_rate=sample_rate))
+    migrate.upgrade(engine_for(settings))
+    metrics = list(metric_names())
+    plan = plan_source_reads.fn(settings, metrics, sample_rate=sample_rate,
+                                ranged=since is not None or until is not None)
+    night = night_plan(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate, record=False,
+                       flow_run_id=None)
+    typer.echo(plan_text(night))
 
 
 def _refuse_what_cannot_run(settings, *, plan: bool, cancel_batches: bool) -> None:
