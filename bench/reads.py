@@ -215,7 +215,7 @@ def measure(stack: Stack, n: int, *, show_plans: bool) -> dict:
     status_s = time.perf_counter() - t0
     os.environ.update(JUDGEFLOW_DATABASE_URL=url)
     from judgeflow.db.engine import dispose_engines
-    from judgeflow.db.status import work_status
+    from judgeflow.status.work import work_status
     from judgeflow.config.settings import load_settings
 
     work_status(load_settings())  # warm: the engine, the migration check

@@ -38,7 +38,7 @@ def db_check(
     ),
 ) -> None:
     """Check the trace source and judgeflow's schema; exit 1 if anything is missing."""
-    from judgeflow.db.check import check_database
+    from judgeflow.status.check import check_database
 
     settings = command_settings()
     announce_database(settings)

@@ -27,7 +27,8 @@ def status(
     """Results per metric and status, what is pending, and what live runs are scoring now."""
     import json
 
-    from judgeflow.db.status import dead_delivery_line, work_status
+    from judgeflow.status.notes import dead_delivery_line
+    from judgeflow.status.work import work_status
 
     settings = command_settings()
     announce_database(settings)
@@ -36,14 +37,14 @@ def status(
         typer.echo(json.dumps(report, indent=2))
         return
     typer.echo(render_status(report))
-    dead = dead_delivery_line(report)  # alert deliveries given up on (judgeflow/db/status.py)
+    dead = dead_delivery_line(report)  # alert deliveries given up on (judgeflow/status/notes.py)
     if dead:
         typer.echo(dead)
 
 
 def render_status(report: dict) -> str:
     """``judgeflow status``'s text: a table of figures per metric, what they count, the runs holding claims."""
-    from judgeflow.db.status import status_notes
+    from judgeflow.status.notes import status_notes
 
     columns = list(dict.fromkeys(k for row in report["metrics"].values() for k in row))  # every figure, in order
     lines = [f"{'metric':<15}" + "".join(f"{c.replace('_', ' '):>13}" for c in columns)]

@@ -182,7 +182,7 @@ def backfill(
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
     quiet_unless(verbose)
-    from judgeflow.db.status import estimate_backfill
+    from judgeflow.status.backfill import estimate_backfill
     from judgeflow.cli.timeparse import parse_when
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,

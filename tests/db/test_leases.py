@@ -112,7 +112,7 @@ def test_a_pair_gate_confirmed_after_a_lapse_is_fresh_again_while_the_lease_is_r
 
 
 def test_the_pool_mode_setting_is_obeyed_without_a_probe(traces, db, monkeypatch):
-    from judgeflow.db.check import check_database
+    from judgeflow.status.check import check_database
 
     monkeypatch.setenv("JUDGEFLOW_POOL_MODE", "transaction")
     settings = load_settings()

@@ -20,7 +20,7 @@ def _url(request, database_url: str, mode: str) -> str:
 def test_the_connection_is_told_apart_and_db_check_says_what_runs_do_there(
     mode, expected, request, database_url, monkeypatch, tmp_path
 ):
-    from judgeflow.db.check import check_database
+    from judgeflow.status.check import check_database
     from judgeflow.config.settings import load_settings
 
     url = _url(request, database_url, mode)

@@ -48,7 +48,7 @@ def two_sources(prefect_server, judgeflow_env, db, litellm_db, spend_log_rows, m
 def test_two_sources_into_one_results_database_are_counted_apart(two_sources, db):
     from judgeflow.alerts.evaluation import segment_figures
     from judgeflow.alerts.rules import all_rules
-    from judgeflow.db.status import work_status
+    from judgeflow.status.work import work_status
     from judgeflow.config.settings import load_settings
 
     second, litellm = two_sources

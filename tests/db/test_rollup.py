@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from judgeflow.alerts.evaluation import read_evaluation_counts
 from judgeflow.alerts.rules import all_rules
 from judgeflow.db import migrate
-from judgeflow.db.check import CheckReport, _check_rollup
+from judgeflow.status.check import CheckReport, _check_rollup
 from judgeflow.db.epochs import record_epochs
 from judgeflow.db.rollup import build, compact_rollup, differences, rollup_state, start_over
 from judgeflow.metrics.registry import metric_names

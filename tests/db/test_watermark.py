@@ -173,8 +173,8 @@ def test_traces_read_from_a_lagging_replica_are_scored_by_a_later_run_never_lost
         assert {"lagged-a", "lagged-b", "fresh"} <= _scored_ids(db) and len(results(db)) == 46
 
         # status and db check read the replica too
-        from judgeflow.db.check import check_database
-        from judgeflow.db.status import work_status
+        from judgeflow.status.check import check_database
+        from judgeflow.status.work import work_status
 
         report = work_status(load_settings())
         assert all(report["metrics"][m]["pending"] == 0 and report["metrics"][m]["scored"]

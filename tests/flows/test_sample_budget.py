@@ -106,7 +106,7 @@ def test_a_sample_budget_judges_minimums_then_neyman_and_records_the_rest(run, d
     assert second.scored == 0 and second.failed == 0 and len(judge_server.requests) == calls
     assert _decisions(db) == decided
 
-    from judgeflow.db.status import work_status
+    from judgeflow.status.work import work_status
     from judgeflow.config.settings import load_settings
 
     status = work_status(load_settings())

@@ -101,7 +101,7 @@ def test_a_messy_source_and_a_misbehaving_judge_never_stop_a_night(
 
 def test_db_check_reports_rows_runs_cannot_use(judgeflow_env, db):
     from judgeflow.db import migrate
-    from judgeflow.db.check import check_database
+    from judgeflow.status.check import check_database
     from judgeflow.config.settings import load_settings
 
     _messy_source(db)
@@ -190,7 +190,7 @@ def test_rows_a_view_cannot_read_are_failed_alone_and_the_rest_are_scored(
     assert {results(db)[(t, "toxicity")]["failed_runs"] for t in bad} == {2}
 
     # db check names them, with the database's message
-    from judgeflow.db.check import check_database
+    from judgeflow.status.check import check_database
     from judgeflow.config.settings import load_settings
 
     lines = "\n".join(check_database(load_settings()).lines())

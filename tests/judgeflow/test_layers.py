@@ -30,6 +30,7 @@ LAYERS = (
     "run",
     "calibration",
     "shadow",
+    "status",
     "tasks",
     "flows",
     "demo",

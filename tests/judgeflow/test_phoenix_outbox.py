@@ -151,7 +151,7 @@ def test_db_checks_access_names_what_is_wrong():
 
 
 def test_db_check_checks_the_write_back_only_when_it_is_on():
-    from judgeflow.db.check import CheckReport, _check_write_back
+    from judgeflow.status.check import CheckReport, _check_write_back
     from judgeflow.config.settings import Settings
 
     with PhoenixReceiver(api_key="right-key") as phoenix:

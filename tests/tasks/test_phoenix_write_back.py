@@ -37,7 +37,7 @@ def _scored(db) -> list[str]:
 
 
 def _unwritten(settings) -> int:
-    from judgeflow.db.status import work_status
+    from judgeflow.status.work import work_status
 
     return work_status(settings)["phoenix_write_back"]["unwritten"]
 

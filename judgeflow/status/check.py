@@ -1,5 +1,6 @@
 """`judgeflow db check`: is the trace source usable, indexed, and is
-judgeflow's schema current?"""
+judgeflow's schema current? Also the result rollup, what sits in front of
+PostgreSQL and, with the Phoenix write-back on, whether Phoenix answers."""
 
 from __future__ import annotations
 
@@ -62,20 +63,14 @@ def _check_readable(report: CheckReport, settings: Settings, source, lo, engine)
     """Rows whose columns the database cannot read: those runs recorded
     (failed, invalid_trace) and those it finds reading back the start of the
     next run's window (up to READ_CHECK_KEYS rows)."""
-    from sqlalchemy import text
-
     from judgeflow.db.pairs import key_pages
+    from judgeflow.db.work_counts import unreadable_traces
     from judgeflow.sources.trace_source import KeyFilter, read_bodies, row_error
 
     found: dict[str, str] = {}
     try:
         with engine.connect() as conn:
-            recorded = conn.execute(text(
-                "SELECT DISTINCT ON (trace_id) trace_id, error FROM judgeflow.eval_results "
-                "WHERE status = 'failed' AND error_kind = 'invalid_trace' AND error LIKE :mark "
-                "ORDER BY trace_id, scored_at DESC"
-            ), {"mark": f"%{UNREADABLE_MARK}%"}).all()
-        found.update({t: e.split(UNREADABLE_MARK + ": ", 1)[-1] for t, e in recorded})
+            found.update(unreadable_traces(conn, UNREADABLE_MARK))
     except DBAPIError:
         pass  # no schema yet: reported below
     try:
