@@ -6,7 +6,8 @@ from datetime import datetime
 
 from prefect import flow
 
-from judgeflow.flows.scoring import MAX_THREADS, score_traces
+from judgeflow.flows.scoring import score_traces
+from judgeflow.run.schedule import MAX_THREADS
 from judgeflow.run.entry import run_settings
 from judgeflow.tasks.reporting import RunSummary
 from judgeflow.metrics.registry import chosen

@@ -7,7 +7,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from judgeflow.calibration.labelled import load_labelled, render, table
 from judgeflow.run.entry import run_settings
-from judgeflow.tasks.calibration import judge_labelled_items
+from judgeflow.tasks.calibration import calibration_policy, judge_labelled_items
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.preparation import prepare_metrics, unprepared
 
@@ -22,11 +22,12 @@ def calibrate_judge(path: str, budget_usd: float | None = None) -> str:
     with ``budget_usd``, pairs that do not fit it are not judged."""
     settings = run_settings()
     items = load_labelled(path)
+    policy = calibration_policy(settings, budget_usd)
     labelled = list(dict.fromkeys(metric for item in items for metric in item.labels))
     if unprepared(labelled):  # its steps are the ones runs score with: stored, or written once now
         ensure_schema(settings)
-        prepare_metrics(settings, labelled)
-    reports = judge_labelled_items(settings, items, budget_usd)
+        prepare_metrics(settings, labelled, policy)
+    reports = judge_labelled_items(settings, items, policy)
     markdown = render(reports, judge_model=settings.judge_model, source=path)
     create_table_artifact(key=TABLE_KEY, table=table(reports), description="judge vs human labels")
     create_markdown_artifact(key=REPORT_KEY, markdown=markdown, description="judge calibration report")

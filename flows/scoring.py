@@ -26,17 +26,16 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from judgeflow.run.budget import RunBudget
+from judgeflow.run.budget import RunBudget, run_budget
 from judgeflow.db.claim_filters import ClaimFilters
 from judgeflow.db.leases import LeaseKeeper
 from judgeflow.sources.trace_source import trace_source
-from judgeflow.sources.unusable import describe as describe_unusable
-from judgeflow.run.entry import run_settings, run_stop
-from judgeflow.errors import ConfigError
-from judgeflow.judge.pricing import prices_for, require_prices
-from judgeflow.judge.retry import RetryPolicy
-from judgeflow.run.gate import RunGate
-from judgeflow.run.schedule import BUDGET, DEADLINE, STOPPED, Bounds, RunSchedule, default_batch_size, window_for
+from judgeflow.run.entry import run_settings
+from judgeflow.run.policy import RunPolicy
+from judgeflow.run.schedule import (
+    BUDGET, DEADLINE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size, default_batch_size,
+)
+from judgeflow.run.summary import deferred_note, online_cost, time_budget_spent, unusable_notes
 from judgeflow.config.settings import Settings
 from judgeflow.run import reuse
 from judgeflow.tasks.claims import (
@@ -58,46 +57,17 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
-from judgeflow.tasks.sampling import night_run_budget, plan_night_sample, publish_sample_plan, reweigh_sampled_nights
+from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.metrics.registry import check_names, chosen
 from judgeflow.model import ClaimedBatch, Cursor
-
-# Hard ceiling on max_concurrency (pairs scored at once per process); only
-# guards against a misconfigured parameter.
-MAX_THREADS = 128
-# batches in flight when the judge calls go through the batch API: each holds a
-# task runner thread while its pairs wait on the provider
-BATCH_WINDOW = MAX_THREADS // 2
-BATCH_API_BATCH_SIZE = 1000  # pairs claimed per batch then (each pair is a coroutine waiting on a round)
 
 __all__ = ["MAX_THREADS", "default_batch_size", "score_new_traces", "score_traces"]
 
 
 def _run_name() -> str:
     return f"score-{datetime.now(timezone.utc):%Y-%m-%dT%H:%M}"
-
-
-def _checked_batch_size(settings: Settings, metrics: list[str], sample_rate: float, batch_size: int | None) -> int:
-    """The run's batch size, once its arguments are known to be usable."""
-    check_names(metrics)  # an unknown one: one line naming the registered metrics
-    if not 0.0 < sample_rate <= 1.0:
-        raise ConfigError("sample_rate must be in (0, 1]")
-    if settings.max_concurrency > MAX_THREADS:
-        raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
-    if batch_size is None:  # through the batch API a claim costs no wire slot: large batches, few task runs
-        batch_size = BATCH_API_BATCH_SIZE if settings.judge_batch else default_batch_size(settings.max_concurrency)
-    if batch_size < 1:
-        raise ConfigError("batch_size must be at least 1")
-    return batch_size
-
-
-def _run_budget(settings: Settings) -> RunBudget | None:
-    if settings.run_budget_usd is None:
-        return None
-    prices = require_prices(settings, why=f"a run budget of ${settings.run_budget_usd:g} is set")
-    return RunBudget(settings.run_budget_usd, prices, max_field_chars=settings.max_field_chars)
 
 
 @dataclass
@@ -160,21 +130,11 @@ def _summary(run: _Run, totals: SummaryBuilder, left: dict[str, int] | None, ext
     summary = totals.build(duration_s=time.monotonic() - run.started, flow_run_id=run.run_id,
                            pending_at_start=run.pending, left_to_other_runs=left)
     unusable = run.unusable.result()  # never raises: None when the rows could not be counted
-    source = trace_source(run.settings)
-    notes = [] if unusable is None else describe_unusable(source, unusable)
-    if unusable is None:
-        notes.append("unusable source rows (NULL id / created_at, duplicate ids) could not be counted; "
-                     "see the run log and `judgeflow db check`")
+    notes = unusable_notes(run.settings, unusable)
     return summary.model_copy(update={
         "unusable_rows": None if unusable is None else unusable.as_dict(), "notes": [*run.notes, *notes, *extra_notes],
-        "judge_epochs": run.epochs or [], "online_cost_usd": _online_cost(run.settings, totals),
+        "judge_epochs": run.epochs or [], "online_cost_usd": online_cost(run.settings, totals),
     })
-
-
-def _online_cost(settings: Settings, totals: SummaryBuilder) -> float | None:
-    """A batch run's usage at the online prices (what the same night would have cost online); None otherwise."""
-    prices = prices_for(settings, online=True) if settings.judge_batch else None
-    return None if prices is None else round(totals.cost_at(prices), 6)
 
 
 @contextmanager
@@ -209,28 +169,18 @@ def _cancel(future: PrefectFuture) -> None:
     future.wrapped_future.cancel()  # only succeeds for a task still queued
 
 
-def _time_budget_spent(settings: Settings, elapsed_s: float) -> str:
-    return (f"time budget spent (JUDGEFLOW_MAX_RUN_DURATION={settings.max_run_duration}, {elapsed_s:.0f}s "
-            "elapsed): no more claims; pairs in flight finish their current judge call, start no new attempt, "
-            "and what is left stays pending for the next run")
-
-
-def _schedule(run: _Run, batch_size: int, limit: int | None, gate: RunGate, totals: SummaryBuilder,
+def _schedule(run: _Run, batch_size: int, limit: int | None, policy: RunPolicy, totals: SummaryBuilder,
               progress: Progress, judge: PrefectFuture | None) -> RunSchedule:
-    submit = functools.partial(
-        _submit_batch, score_batch, run.settings, run.owner, run.run_id, run.rescore_before, gate,
-        RetryPolicy.from_settings(run.settings), judge,
-    )
-    # through the batch API every pair claimed joins the rounds at once: a round costs a few HTTP calls
-    window = BATCH_WINDOW if run.settings.judge_batch else window_for(run.settings.max_concurrency, batch_size)
-    bounds = Bounds(batch_size=batch_size, window=window, limit=limit, metrics=len(run.metrics))
-    return RunSchedule(submit=submit, first_done=_first_done, cancel=_cancel, bounds=bounds, gate=gate,
-                       totals=totals, progress=progress, log=get_run_logger())
+    submit = functools.partial(_submit_batch, score_batch, run.settings, run.owner, run.run_id, run.rescore_before,
+                               policy, judge)
+    return RunSchedule(submit=submit, first_done=_first_done, cancel=_cancel, policy=policy, totals=totals,
+                       bounds=bounds_for(run.settings, batch_size, limit, len(run.metrics)), progress=progress,
+                       log=get_run_logger())
 
 
-def _submit_batch(task, settings, owner, run_id, rescore_before, gate, retries, judge, items, claimed_at):
-    return task.submit(items, settings, owner, flow_run_id=run_id, rescore_before=rescore_before, gate=gate,
-                       claimed_at=claimed_at, retries=retries, judge=judge)
+def _submit_batch(task, settings, owner, run_id, rescore_before, policy, judge, items, claimed_at):
+    return task.submit(items, settings, owner, flow_run_id=run_id, rescore_before=rescore_before, policy=policy,
+                       claimed_at=claimed_at, judge=judge)
 
 
 def score_traces(
@@ -246,13 +196,16 @@ def score_traces(
     ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given up unless ``retry_failed``.
     Through the batch API (``JUDGEFLOW_JUDGE_BATCH``) a stop or the time
     budget leaves the batches out, unless ``cancel_batches``."""
-    batch_size = _checked_batch_size(settings, metrics, sample_rate, batch_size)
-    budget = _run_budget(settings)
+    check_names(metrics)  # an unknown one: one line naming the registered metrics
+    batch_size = checked_batch_size(settings, sample_rate, batch_size)
     run = _start(settings, metrics, limit=limit, since=since, until=until, sample_rate=sample_rate,
                  rescore=rescore, retry_failed=retry_failed)
-    budget = night_run_budget(settings, run.sample, budget)  # a sample budget: what is left of the night's
     get_run_logger().info("%d (trace, metric) pairs pending in %s", run.pending, trace_source(settings).display)
-    _prepare(run, limit)
+    # The keeper releases the run's claims on the way out, also when a task or
+    # the database failed: only once nothing still judges or writes under them.
+    keeper = LeaseKeeper(settings, run.owner, before_release=lambda: schedule.cancel_and_wait())
+    policy = RunPolicy.for_run(settings, run.owner, deadline=run.deadline, keeper=keeper, budget=_budget(run))
+    _prepare(run, limit, policy)
     # a new judge model or metric version starts a judge epoch: before the first result is written
     run.epochs = record_judge_epochs(settings, run.metrics, flow_run_id=run.run_id) if run.pending else []
     # the judge (litellm's import, judge worker processes: seconds) only when
@@ -260,20 +213,16 @@ def score_traces(
     judge_started = start_judge.submit(settings) if run.pending and not settings.judge_batch else None
     totals = SummaryBuilder()
     progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id, budget_usd=settings.run_budget_usd)
-    # The keeper releases the run's claims on the way out, also when a task or
-    # the database failed: only once nothing still judges or writes under them.
-    keeper = LeaseKeeper(settings, run.owner, before_release=lambda: schedule.cancel_and_wait())
-    gate = RunGate(settings, run.owner, stop=run_stop(), deadline=run.deadline, budget=budget, keeper=keeper)
-    batched = start_batch_judge(settings, gate, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
+    batched = start_batch_judge(settings, policy, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
         if settings.judge_batch and run.pending else None
-    schedule = _schedule(run, batch_size, limit, gate, totals, progress, batched or judge_started)
+    schedule = _schedule(run, batch_size, limit, policy, totals, progress, batched or judge_started)
     with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
         # what other live runs hold once this one claims no more: counted while its last batches finish
         left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)
         schedule.finish()
         # stopped while its last pairs were waiting (on batches out, say): a stopped run all the same
-        ended = STOPPED if gate.stop.requested() else ended
+        ended = STOPPED if policy.stop.requested() else ended
         progress.show()  # a run that claimed nothing has its artifact too
         left = left_counted.result()
         # past what is now scored, never past a pair still without a result
@@ -285,16 +234,24 @@ def score_traces(
         batched.close()
     reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
     notes = [*_end_notes(run, ended), *batches_left_out(batched)]
-    return _finish(run, _summary(run, totals, left, notes), ended, budget, progress)
+    return _finish(run, _summary(run, totals, left, notes), ended, policy.budget, progress)
 
 
-def _prepare(run: _Run, limit: int | None) -> None:
+def _budget(run: _Run) -> RunBudget | None:
+    """The run's one spend budget: its own, or what is left of the night's sample budget when smaller."""
+    night = run.sample
+    if night is None:
+        return run_budget(run.settings)
+    return run_budget(run.settings, night.run_limit_usd, night.budget_usd)
+
+
+def _prepare(run: _Run, limit: int | None, policy: RunPolicy) -> None:
     """Metrics that need something from the judge once (G-Eval steps) get it before
     the run's epochs are recorded; one the judge could not prepare is left out of
     this run, its pairs pending (the watermark keeps waiting for them)."""
     if not run.pending or not unprepared(run.metrics):
         return
-    prepared = prepare_metrics(run.settings, run.metrics)
+    prepared = prepare_metrics(run.settings, run.metrics, policy)
     run.notes.extend(prepared.notes)
     if prepared.ready != run.metrics:
         run.metrics = prepared.ready
@@ -304,7 +261,7 @@ def _prepare(run: _Run, limit: int | None) -> None:
 def _end_notes(run: _Run, ended: str) -> list[str]:
     if ended != DEADLINE:
         return []
-    note = _time_budget_spent(run.settings, time.monotonic() - run.started)
+    note = time_budget_spent(run.settings, time.monotonic() - run.started)
     get_run_logger().warning(note)
     return [note]
 
@@ -319,10 +276,7 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     elif run.ranged and summary.scored:
         reweigh_sampled_nights(run.settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:
-        waiting = ", or were left waiting in a judge batch still out" if run.settings.judge_batch else ""
-        summary.notes.append(f"{summary.deferred} claimed pair(s) were not started before the time budget ran "
-                             f"out, or not retried once the spend budget had no room{waiting}, and were given back "
-                             "for the next run")
+        summary.notes.append(deferred_note(run.settings, summary.deferred))
     if budget is not None:
         summary.budget_usd = budget.limit_usd
         summary.budget_spent_usd = round(budget.spent_usd, 6)

@@ -9,8 +9,8 @@ from prefect import flow
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from judgeflow.judge.retry import RetryPolicy
 from judgeflow.run.entry import run_settings
+from judgeflow.run.policy import RunPolicy
 from judgeflow.shadow.plan import candidate_settings
 from judgeflow.shadow.report import ShadowReport
 from judgeflow.tasks.database import ensure_schema
@@ -52,9 +52,11 @@ def shadow_score(
     run_id = str(flow_run.get_id())
     # the candidate judges with the steps the judge in force scores with (stored by its runs)
     names = chosen(metrics)
-    ready = prepare_metrics(settings, names).ready if unprepared(names) else names
+    # nothing claimed, no budget: the stop request, the retry levels, the calls in flight
+    policy = RunPolicy.for_run(settings)
+    ready = prepare_metrics(settings, names, policy).ready if unprepared(names) else names
     pairs = select_shadow_sample(settings, ready, since, segment_by, per_segment, seed)
-    score_shadow_sample(pairs, candidate, run_id, RetryPolicy.from_settings(settings))
+    score_shadow_sample(pairs, candidate, run_id, policy)
     report = build_shadow_report(settings, run_id, candidate.judge_model, segment_by, per_segment)
     publish_shadow_report(report)
     return report

@@ -17,7 +17,9 @@ log = logging.getLogger("judgeflow.alerts")
 ALERT_STATE_KEY = "judgeflow-alert-state"
 
 
-@task(name="evaluate-alert-rules", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: a notification that could not be sent stays pending in the outbox (judgeflow/alerts/outbox.py)
+# and is sent again at the next evaluation
+@task(name="evaluate-alert-rules", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def evaluate_alert_rules(settings: Settings, flow_run_id: str | None = None) -> list[RuleEvaluation]:
     """Evaluate every enabled alert rule, send the notifications due, and
     publish the rules' state as a markdown artifact.

@@ -6,8 +6,8 @@ batch and its lines recorded in its own transaction before the run waits on it
 (judgeflow/db/judge_batches.py), each answer of the provider recorded as it
 comes, and the run's table of batches (id, round, lines, counts, status)
 published as a Prefect table artifact on the flow run, a new version at each
-change. The judge waits while the run's gate lets it (a stop, the time budget:
-judgeflow/run/gate.py).
+change. The judge waits while the run's policy lets it (a stop, the time budget:
+judgeflow/run/policy.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from judgeflow.db import judge_batches
 from judgeflow.judge.batch_lines import BatchLine, LineOnRecord
 from judgeflow.judge.batches import SUBMITTED, BatchJudge, Waiting
 from judgeflow.judge.factory import batch_api, judge_config
-from judgeflow.run.gate import RunGate
+from judgeflow.run.policy import RunPolicy
 
 log = logging.getLogger("judgeflow.batches")
 
@@ -68,18 +68,19 @@ class RunBatchLedger:
             log.warning("could not publish the table of batches: %s", error)
 
 
-def batch_waiting(settings: Settings, gate: RunGate, *, cancel_on_stop: bool) -> Waiting:
-    """How the run waits on its batches: until its gate says it may not go on."""
+def batch_waiting(settings: Settings, policy: RunPolicy, *, cancel_on_stop: bool) -> Waiting:
+    """How the run waits on its batches: until its policy says it may not go on (a stop, the time budget)."""
     def why_stop() -> str | None:
-        refusal = gate.why_not_run()
+        refusal = policy.why_not_run()
         return None if refusal is None else refusal.why
 
     return Waiting(why_stop=why_stop, poll_s=settings.judge_batch_poll_s, poll_max_s=settings.judge_batch_poll_max_s,
                    settle_s=settings.judge_batch_settle_s, cancel_on_stop=cancel_on_stop)
 
 
-@task(name="start-batch-judge", cache_policy=NO_CACHE, persist_result=False)
-def start_batch_judge(settings: Settings, gate: RunGate, owner: str, flow_run_id: str | None, *,
+# retries=0: building the judge asks nobody; its lines are retried by the call level
+@task(name="start-batch-judge", cache_policy=NO_CACHE, persist_result=False, retries=0)
+def start_batch_judge(settings: Settings, policy: RunPolicy, owner: str, flow_run_id: str | None, *,
                       cancel_on_stop: bool = False) -> BatchJudge:
     """The run's judge when it sends its calls through the batch API (the module doc)."""
     config = judge_config(settings)
@@ -87,7 +88,7 @@ def start_batch_judge(settings: Settings, gate: RunGate, owner: str, flow_run_id
                     max_bytes=int(settings.judge_batch_max_mb * 1024 * 1024))
     provider = config.model.split("/", 1)[0] if "/" in config.model else "openai"  # litellm's default provider
     return BatchJudge(api, RunBatchLedger(settings, owner, flow_run_id, provider), model=config.model,
-                      waiting=batch_waiting(settings, gate, cancel_on_stop=cancel_on_stop), retry=config.retry)
+                      waiting=batch_waiting(settings, policy, cancel_on_stop=cancel_on_stop), retry=config.retry)
 
 
 def batches_left_out(judge: Any) -> list[str]:

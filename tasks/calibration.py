@@ -6,78 +6,114 @@ the judge's own slots."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from datetime import datetime, timezone
 from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from judgeflow.calibration.labelled import LabelledItem, MetricReport, build_report
-from judgeflow.calibration.plan import SpendLimit, pair_estimator
 from judgeflow.config.settings import Settings
-from judgeflow.errors import JudgeflowError
-from judgeflow.judge.pricing import require_prices
+from judgeflow.errors import CallWithheld, JudgeflowError
+from judgeflow.judge.base import BoundJudge
+from judgeflow.judge.config import own_judge_model
+from judgeflow.judge.send_gate import Call
 from judgeflow.metrics.registry import metric_names
 from judgeflow.metrics.result import MetricResult
+from judgeflow.model import TraceWork
+from judgeflow.run.budget import Reservation, spend_budget
+from judgeflow.run.gate import SPEND_SPENT
+from judgeflow.run.policy import RunPolicy
 
 log = logging.getLogger("judgeflow.calibration.labelled")
 OVER_BUDGET = "not judged: the budget"  # a pair's outcome when it did not fit the budget
+_LABELLED_AT = datetime(1970, 1, 1, tzinfo=timezone.utc)  # a labelled item has no trace time; the budget needs none
 
 Job = tuple[str, LabelledItem]
 Done = tuple[Job, MetricResult | None, str | None]
 
 
-def judge_labelled(settings: Settings, items: list[LabelledItem],
-                   budget_usd: float | None = None) -> list[MetricReport]:
+def calibration_policy(settings: Settings, budget_usd: float | None) -> RunPolicy:
+    """A calibration's policy: its stop request and, with ``budget_usd``, its spend budget."""
+    return RunPolicy.for_run(settings, budget=spend_budget(settings, budget_usd,
+                                                           why=f"a calibration budget of ${budget_usd:g} is set"
+                                                           if budget_usd is not None else ""))
+
+
+def judge_labelled(settings: Settings, items: list[LabelledItem], budget_usd: float | None = None, *,
+                   policy: RunPolicy | None = None) -> list[MetricReport]:
     """Score every labelled (item, metric) with the configured judge and
     compare with the labels. A judge error counts the item as failed (and is
-    reported), never stops the calibration. With ``budget_usd``, a pair
-    starts only while it fits (``SpendLimit``); the others are counted as not judged."""
-    from judgeflow.judge.factory import build_judge
-    from judgeflow.run.judge_loop import judge_loop
+    reported), never stops the calibration. ``policy``: the calibration's
+    (None: one made here with ``budget_usd``); a pair starts only while its
+    spend budget admits it, the others are counted as not judged."""
+    from judgeflow.judge.factory import build_judge, judge_config
     from judgeflow.tasks.scoring import build_metrics
 
-    limit = None if budget_usd is None else SpendLimit(budget_usd)
-    estimate = None if limit is None else pair_estimator(settings)
-    if limit is not None and estimate is None:
-        require_prices(settings, why=f"a calibration budget of ${budget_usd:g} is set")
-    judge = build_judge(settings)
+    policy = policy if policy is not None else calibration_policy(settings, budget_usd)
+    judge = build_judge(judge_config(settings))
     try:
         metrics = build_metrics(settings, judge)
         jobs = [(metric, item) for item in items for metric in metric_names() if metric in item.labels]
-        done = judge_loop().submit(_judge_all, jobs, metrics, settings.max_concurrency, limit, estimate).result()
+        done = _judge_all(jobs, metrics, policy, judge, settings.judge_model)
     finally:
         judge.close()
     return _reports(done, {name: metric.effective_threshold for name, metric in metrics.items()})
 
 
-async def _judge_all(jobs: list[Job], metrics: dict[str, Any], pairs_at_once: int, limit: SpendLimit | None,
-                     estimate) -> list[Done]:
-    # as many pairs at a time as the judge may have calls in flight: with a budget, a pair starts
-    # once the ones before it have told what they cost
-    started = asyncio.Semaphore(pairs_at_once)
-
-    async def one(job: Job) -> Done:
-        async with started:
-            return await _judge_one(job, metrics, limit, estimate(job[1], job[0]) if estimate else 0.0)
-
-    return list(await asyncio.gather(*(one(job) for job in jobs)))
-
-
-async def _judge_one(job: Job, metrics: dict[str, Any], limit: SpendLimit | None, cost: float) -> Done:
+def _work(index: int, job: Job) -> TraceWork:
+    """The pair as the budget estimates it (numbered: two items may share an id)."""
     metric, item = job
-    if limit is not None and not limit.reserve(cost):
-        return job, None, OVER_BUDGET
-    result = None
+    return TraceWork(trace_id=f"{index}:{item.id}", metric=metric, created_at=_LABELLED_AT, input=item.input,
+                     output=item.output, context=item.context)
+
+
+def _judge_all(jobs: list[Job], metrics: dict[str, Any], policy: RunPolicy, judge, judge_model: str) -> list[Done]:
+    """Every pair on the judge loop at once (their calls wait for the judge's
+    slots), each admitted in order by the policy's spend budget, which waits
+    for pairs in flight to tell what they cost before it says no."""
+    from judgeflow.run.judge_loop import judge_loop
+
+    loop, reservation = judge_loop(), Reservation()
+    running: dict[Future, tuple[int, TraceWork]] = {}
+    done: dict[int, Done] = {}
+
+    def finish_one() -> bool:
+        if not running:
+            return False
+        finished, _ = wait(list(running), return_when=FIRST_COMPLETED)
+        for future in finished:
+            index, work = running.pop(future)
+            done[index] = future.result()
+            if policy.budget is not None:
+                result = done[index][1]
+                policy.budget.close_one(reservation, (work.trace_id, work.metric),
+                                        None if result is None else result.cost_usd)
+        return True
+
+    for index, job in enumerate(jobs):
+        work = _work(index, job)
+        if not policy.admit(work, reservation, finish_one):
+            done[index] = (job, None, OVER_BUDGET)
+            continue
+        own = BoundJudge(judge, Call(policy.pair(None)), own_judge_model(judge_model, job[0]))
+        running[loop.submit(_judge_one, job, metrics, own)] = (index, work)
+    while finish_one():
+        pass
+    return [done[index] for index in sorted(done)]
+
+
+async def _judge_one(job: Job, metrics: dict[str, Any], judge: BoundJudge) -> Done:
+    metric, item = job
     try:
-        result = await metrics[metric].ascore(item.input, item.output, item.context)
-        return job, result, None
+        return job, await metrics[metric].ascore(item.input, item.output, item.context, judge=judge), None
+    except CallWithheld as withheld:  # the policy's gate: the spend budget reached, or a stop
+        refused = judge.call.gate.refused
+        return job, None, OVER_BUDGET if refused is SPEND_SPENT else f"{item.id}: {withheld}"
     except JudgeflowError as error:
         return job, None, f"{item.id}: {type(error).__name__}: {error}"
-    finally:
-        if limit is not None:
-            limit.close(cost, None if result is None else result.cost_usd)
 
 
 def _reports(done: list[Done], thresholds: dict[str, float]) -> list[MetricReport]:
@@ -97,7 +133,8 @@ def _reports(done: list[Done], thresholds: dict[str, float]) -> list[MetricRepor
     return reports
 
 
-@task(name="judge-labelled-items", cache_policy=NO_CACHE, persist_result=False)
-def judge_labelled_items(settings: Settings, items: list[LabelledItem],
-                         budget_usd: float | None = None) -> list[MetricReport]:
-    return judge_labelled(settings, items, budget_usd)
+# retries=0: its pairs' calls are retried by the run policy's call level, their replies by the repair
+# level; a re-run of the task would judge every pair again
+@task(name="judge-labelled-items", cache_policy=NO_CACHE, persist_result=False, retries=0)
+def judge_labelled_items(settings: Settings, items: list[LabelledItem], policy: RunPolicy) -> list[MetricReport]:
+    return judge_labelled(settings, items, policy=policy)

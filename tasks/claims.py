@@ -71,6 +71,7 @@ def _work_items(keys, claimed, read, segment_keys: tuple[str, ...] = ()) -> tupl
 KEY_PAGE_MIN = 1000
 
 
+# retries: the task level, for the database (reads only: a dropped connection is read again)
 @task(name="plan-source-reads", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
 def plan_source_reads(
     settings: Settings, metrics: list[str], *, sample_rate: float = 1.0, ranged: bool = False,
@@ -83,7 +84,8 @@ def plan_source_reads(
         raise DatabaseError(f"could not read the watermarks: {exc.orig}") from None
 
 
-@task(name="advance-watermark", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: the next run advances it past the same results
+@task(name="advance-watermark", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def advance_watermark(
     settings: Settings, plan: ReadPlan, metrics: list[str], *, sample_rate: float = 1.0,
     flow_run_id: str | None = None,
@@ -180,6 +182,7 @@ def _with_bodies(settings: Settings, owner: str, keys: list[TraceKey], claimed: 
     return items
 
 
+# retries: the task level, for the database (a claim is one transaction: a failed one claimed nothing)
 @task(name="claim-traces", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=[2, 5])
 def claim_traces(
     settings: Settings,
@@ -222,6 +225,7 @@ def claim_traces(
     )
 
 
+# retries: the task level, for the database (reads only)
 @task(name="count-pending-work", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
 def count_pending_work(
     settings: Settings,
@@ -248,7 +252,8 @@ def count_pending_work(
     return sum(counts.values())
 
 
-@task(name="count-pairs-left-to-other-runs", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: a figure for the summary, read once
+@task(name="count-pairs-left-to-other-runs", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def count_left_to_other_runs(
     settings: Settings,
     owner: str,

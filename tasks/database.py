@@ -15,6 +15,7 @@ from judgeflow.config.settings import Settings
 log = logging.getLogger("judgeflow.sources")
 
 
+# retries: the task level, for the database (migrations are transactional and idempotent)
 @task(name="ensure-schema", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=3)
 def ensure_schema(settings: Settings) -> list[str]:
     """Bring judgeflow's own tables to the current revision (a no-op when they are) and

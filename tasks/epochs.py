@@ -15,6 +15,7 @@ from judgeflow.sources.identity import result_source
 log = logging.getLogger("judgeflow.db.epochs")
 
 
+# retries: the task level, for the database (one transaction; a retry records nothing twice)
 @task(name="record-judge-epochs", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)
 def record_judge_epochs(settings: Settings, metrics: list[str], flow_run_id: str | None = None) -> list[str]:
     """Record a new judge epoch of the configured source for each metric this run

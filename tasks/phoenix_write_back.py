@@ -28,7 +28,8 @@ def write_back(settings: Settings, *, everything: bool = False) -> Sync:
     return outcome
 
 
-@task(name="write-scores-to-phoenix", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: never fails; what Phoenix did not get waits in its outbox for the next run
+@task(name="write-scores-to-phoenix", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def write_scores_to_phoenix(settings: Settings, flow_run_id: str | None = None) -> Sync:
     """Every scored result Phoenix does not have yet and that is due (this run's, and
     any left by an earlier run, a write-back turned on later, or Phoenix being down),

@@ -18,10 +18,11 @@ from judgeflow.errors import JudgeAbstained, JudgeflowError
 from judgeflow.judge.base import BoundJudge, Judge, Usage
 from judgeflow.judge.config import own_judge_model
 from judgeflow.judge.factory import judge_config, model_judge
-from judgeflow.judge.retry import RetryPolicy
+from judgeflow.judge.send_gate import Call
 from judgeflow.metrics.registry import MetricSpec, spec_of
 from judgeflow.metrics.steps import adrive
 from judgeflow.run.judge_loop import judge_loop
+from judgeflow.run.policy import RunPolicy
 
 log = logging.getLogger("judgeflow.metrics")
 
@@ -40,13 +41,17 @@ def unprepared(metrics: list[str]) -> list[str]:
     return [name for name in metrics if (spec := spec_of(name)).prepare is not None and not spec.prepare.ready()]
 
 
+# retries: the task level, for the database (a dropped connection while reading or storing the steps);
+# a run of it re-asks the judge only for what it could not store. Its judge calls are retried by the
+# run policy's call level, their replies by the repair level.
 @task(name="prepare-metrics", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)
-def prepare_metrics(settings: Settings, metrics: list[str]) -> Prepared:
+def prepare_metrics(settings: Settings, metrics: list[str], policy: RunPolicy) -> Prepared:
     """Hand each metric of ``metrics`` what it was prepared with before (stored),
-    or ask the judge for it now and store it. A metric the judge could not
-    prepare is left out of this run (its pairs stay pending, named in the
-    notes); one the judge abstains on (the offline judge has no rubric) stays
-    in: its pairs are skipped with the judge's reason."""
+    or ask the judge for it now and store it, under the run's ``policy`` (a
+    stop, the time budget, the spend budget, which is charged what it cost).
+    A metric the judge could not prepare is left out of this run (its pairs
+    stay pending, named in the notes); one the judge abstains on (the offline
+    judge has no rubric) stays in: its pairs are skipped with the judge's reason."""
     waiting = {name: spec_of(name) for name in unprepared(metrics)}
     result = Prepared(ready=list(metrics))
     if not waiting:
@@ -59,18 +64,18 @@ def prepare_metrics(settings: Settings, metrics: list[str]) -> Prepared:
     judge = model_judge(judge_config(settings))
     try:
         for name, spec in waiting.items():
-            _make(settings, engine, judge, spec, result)
+            _make(settings, engine, judge, spec, result, policy)
     finally:
         judge.close()
     return result
 
 
-def _make(settings: Settings, engine, judge: Judge, spec: MetricSpec, result: Prepared) -> None:
+def _make(settings: Settings, engine, judge: Judge, spec: MetricSpec, result: Prepared, policy: RunPolicy) -> None:
     usage = Usage()
-    flow = spec.prepare.make(RetryPolicy.from_settings(settings).repairs)
+    flow = spec.prepare.make(policy.retry.repairs)
     try:
         # the metric's own judge model (if it has one) writes what it needs, as it will judge
-        own = BoundJudge(judge, None, own_judge_model(settings.judge_model, spec.name))
+        own = BoundJudge(judge, Call(policy.pair(None)), own_judge_model(settings.judge_model, spec.name))
         value = judge_loop().submit(adrive, flow, own, usage=usage, concurrent=False).result()
     except JudgeAbstained as abstained:
         log.info("%s: %s", spec.name, abstained)
@@ -83,6 +88,8 @@ def _make(settings: Settings, engine, judge: Judge, spec: MetricSpec, result: Pr
         return
     finally:
         result.cost_usd += usage.cost_usd or 0.0
+        if policy.budget is not None:
+            policy.budget.spend(usage.cost_usd)
     with engine.begin() as conn:
         kept = store(conn, spec.name, spec.prepare.key, value, usage.model or judge.model)
     spec.prepare.accept(kept)

@@ -242,7 +242,8 @@ class SummaryBuilder:
         )
 
 
-@task(name="publish-run-summary", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: the summary is also returned; the artifact is a view
+@task(name="publish-run-summary", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def publish_run_summary(summary: RunSummary) -> None:
     create_table_artifact(key=SUMMARY_KEY, table=summary.table(), description="judgeflow run summary")
     create_markdown_artifact(key=REPORT_KEY, markdown=summary.markdown(), description="judgeflow run report")
@@ -257,7 +258,8 @@ def publish_run_summary(summary: RunSummary) -> None:
 BUDGET_EXHAUSTED_EVENT = "judgeflow.run.budget-exhausted"
 
 
-@task(name="announce-budget-exhausted", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: never fails; the event is a notice
+@task(name="announce-budget-exhausted", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def announce_budget_exhausted(summary: RunSummary) -> str | None:
     """The Prefect event ``judgeflow.run.budget-exhausted`` about the flow run,
     for automations (e.g. notify whoever owns the budget). Never fails the run."""

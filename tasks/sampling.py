@@ -6,7 +6,7 @@ spent.
 The run's stop at the budget is the run's own spend budget
 (judgeflow/run/budget.py), given what is left of the night's sample budget:
 every billed attempt counts, and no pair starts once the bill plus what is in
-flight reaches it (:func:`night_run_budget`)."""
+flight reaches it (:func:`judgeflow.run.budget.run_budget`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from judgeflow.sources.trace_source import KeyFilter, trace_source
 from judgeflow.db.watermark import ReadPlan
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices
-from judgeflow.run.budget import RunBudget
 from judgeflow.sampling.decisions import record_spend, reweigh, settle
 from judgeflow.sampling.planner import NightPlan, judged_per_stratum, plan_night, restate, spent_per_stratum
 from judgeflow.sampling.table import plan_markdown
@@ -47,7 +46,8 @@ def night_plan(settings: Settings, plan: ReadPlan, metrics: list[str], *, since:
         raise DatabaseError(f"could not plan the night's sample: {exc.orig}") from None
 
 
-@task(name="plan-night-sample", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: one transaction that plans the night; a failure fails the run before any judge call
+@task(name="plan-night-sample", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def plan_night_sample(settings: Settings, plan: ReadPlan, metrics: list[str], *, since: datetime | None = None,
                       until: datetime | None = None, sample_rate: float = 1.0,
                       flow_run_id: str | None = None) -> NightPlan:
@@ -57,7 +57,8 @@ def plan_night_sample(settings: Settings, plan: ReadPlan, metrics: list[str], *,
                       flow_run_id=flow_run_id)
 
 
-@task(name="reweigh-sampled-nights", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: a reweighing missed now is caught up by the next (it counts every trace judged since)
+@task(name="reweigh-sampled-nights", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def reweigh_sampled_nights(settings: Settings) -> int:
     """Traces a sample left out that a run has judged since (a backfill) count
     as judged, and their nights' weights are lowered to match; returns how many."""
@@ -65,18 +66,8 @@ def reweigh_sampled_nights(settings: Settings) -> int:
         return reweigh(conn)
 
 
-def night_run_budget(settings: Settings, night: NightPlan | None, budget: RunBudget | None) -> RunBudget | None:
-    """The run's spend budget under a sample budget: what is left of the
-    night's (its budget less what its earlier runs billed), or the run's own
-    ``--budget-usd`` when that is smaller."""
-    limit = None if night is None else night.run_limit_usd
-    if limit is None or (budget is not None and budget.limit_usd <= limit):
-        return budget
-    prices = require_prices(settings, why=f"a sample budget of ${night.budget_usd:g} is set")
-    return RunBudget(limit, prices, max_field_chars=settings.max_field_chars)
-
-
-@task(name="publish-sample-plan", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: its ledger entry is one transaction; the run's results are stored already
+@task(name="publish-sample-plan", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str, *, spent_usd: float = 0.0
                         ) -> NightPlan:
     """Enter what the run billed (every attempt) in the night's ledger, settle

@@ -7,12 +7,13 @@ process's judge event loop (judgeflow/run/judge_loop.py), all at once: their jud
 calls wait for the judge's slots (judgeflow/judge/wire_slots.py), the
 pair with the longest chain of judge calls first, then the oldest batch's,
 then the pair started first, so the run ends on single calls. Each pair
-gets a gate made from the run's (judgeflow/run/gate.py) and a view of the
-judge its calls carry it through (:class:`~judgeflow.judge.base.BoundJudge`):
-whether the pair may start is asked as its first call is sent, and whether
-the pair is still the run's before every attempt. A pair whose metric failed
-on a transient judge error (after the judge's own attempts) is run again
-after the retry policy's delays (judgeflow/judge/retry.py). Outcomes are
+gets a gate made from the run's policy (judgeflow/run/policy.py,
+judgeflow/run/gate.py) and a view of the judge its calls carry it through
+(:class:`~judgeflow.judge.base.BoundJudge`): whether the pair may start is
+asked as its first call is sent, and whether the pair is still the run's
+before every attempt. A pair whose metric failed on a transient judge error
+(after the judge's own attempts) is run again when the policy says so
+(:meth:`~judgeflow.run.policy.RunPolicy.resend`, the pair level). Outcomes are
 written a few at a time within ``FLUSH_INTERVAL_S`` through the results store
 (judgeflow/db/results_store.py), each write upserting rows and releasing their
 claims in one transaction. A crash loses at most the pairs in flight and the
@@ -41,20 +42,20 @@ from prefect.cache_policies import NO_CACHE
 from prefect.exceptions import MissingContextError
 from prefect.runtime import task_run
 
-from judgeflow.run.budget import RunBudget
 from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import BoundJudge, Judge, Usage
 from judgeflow.run.entry import current_entry
 from judgeflow.judge.config import own_judge_model
 from judgeflow.judge.factory import build_judge, judge_config
-from judgeflow.judge.retry import RetryPolicy
+from judgeflow.judge.retry import GiveUp, Level, RetryPolicy
 from judgeflow.judge.send_gate import Call
 from judgeflow.metrics.registry import BuildOptions, ScoringMetric, registered
 from judgeflow.metrics.result import MetricResult
 from judgeflow.config.settings import Settings
 from judgeflow.run import outcomes, reuse
-from judgeflow.run.gate import TAKEN_OVER, PairGate, RunGate
+from judgeflow.run.gate import TAKEN_OVER, PairGate
+from judgeflow.run.policy import RunPolicy
 from judgeflow.run.judge_loop import judge_loop
 from judgeflow.model import ScoreOutcome, TraceWork
 
@@ -81,7 +82,8 @@ def build_metrics(settings: Settings, judge: Judge) -> Metrics:
             for name, spec in registered().items()}
 
 
-@task(name="start-judge", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: it never fails (None when the judge cannot be built; each batch then builds its own)
+@task(name="start-judge", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def start_judge(settings: Settings) -> Judge | None:
     """The run's judge: the one its entry point started early
     (:func:`judgeflow.run.entry.current_entry`), else one built and started now,
@@ -138,21 +140,22 @@ async def judge_pair(
     judge: Judge,
     gate: PairGate,
     flow_run_id: str | None,
-    rerun_delays: list[float],
     digest: str | None = None,
-    budget: RunBudget | None = None,
 ) -> Scored:
     """Score one claimed (trace, metric): the row to store and the outcome to
     report (its status assuming the row is written). Never raises: the one
-    loop over the pair's runs (judgeflow/judge/retry.py): a transient judge
-    error is run again after ``rerun_delays`` and stored as 'failed' once they
-    run out; every other error is stored as 'failed' at once. A run the pair's
-    ``gate`` refuses (a stop, the time budget) leaves the pair for the next run
-    (the row is None); likewise when the run's spend ``budget`` has no room
-    left for a re-run. What every attempt billed is in the stored tokens,
-    calls and ``cost_usd``."""
+    loop over the pair's runs (the pair level, judgeflow/judge/retry.py): a
+    transient judge error is run again while the run's policy says so (its
+    ``resend``: the retry policy's re-runs and delays, the spend budget's
+    room) and stored as 'failed' once they run out; every other error is
+    stored as 'failed' at once. A run the pair's ``gate`` refuses (a stop, the
+    time budget) leaves the pair for the next run (the row is None); likewise
+    when the spend budget has no room left for a re-run. What every attempt
+    billed is in the stored tokens, calls and ``cost_usd``."""
     billed = Usage()  # what the attempts that failed have billed
-    for attempt in range(1, len(rerun_delays) + 2):
+    attempt = 0
+    while True:
+        attempt += 1
         refusal = gate.why_not_run()
         if refusal is not None:
             return outcomes.deferred(work, attempt - 1, billed, why=refusal.why)
@@ -163,13 +166,13 @@ async def judge_pair(
             return _withheld(work, gate, billed, attempt)
         except TransientJudgeError as error:
             billed.add_billed(error)
-            if attempt > len(rerun_delays):
+            decision = gate.policy.resend(Level.PAIR, attempt, error, work=work, billed=billed)
+            if isinstance(decision, GiveUp):
+                if decision.later:
+                    return outcomes.deferred(work, attempt, billed, why=decision.reason)
                 return outcomes.failure(work, error, attempt, flow_run_id, billed)
-            if budget is not None and not budget.charge_retry(work, billed.cost_usd, billed.calls):
-                return outcomes.deferred(work, attempt, billed, why="the run's spend budget has no room for a retry")
-            log.info("%s for trace %s: %s; retrying in %.1fs", work.metric, work.trace_id, error,
-                     rerun_delays[attempt - 1])
-            await asyncio.sleep(rerun_delays[attempt - 1])
+            log.info("%s for trace %s: %s; retrying in %.1fs", work.metric, work.trace_id, error, decision.after_s)
+            await asyncio.sleep(decision.after_s)
             continue
         except JudgeflowError as error:
             billed.add_billed(error)
@@ -178,7 +181,6 @@ async def judge_pair(
             log.exception("unexpected error scoring %s/%s", work.trace_id, work.metric)
             return outcomes.failure(work, error, attempt, flow_run_id, billed)
         return outcomes.success(work, outcomes.with_billed(result, billed), attempt, flow_run_id, digest)
-    raise AssertionError("unreachable")
 
 
 def _withheld(work: TraceWork, gate: PairGate, billed: Usage, attempt: int) -> Scored:
@@ -196,13 +198,12 @@ def _withheld(work: TraceWork, gate: PairGate, billed: Usage, attempt: int) -> S
 
 
 class PairRun:
-    """What the pairs of one batch share: the run, its metrics, its judge, its gate and its retry policy."""
+    """What the pairs of one batch share: the run, its metrics, its judge and its policy."""
 
     def __init__(self, settings: Settings, metrics: Metrics, judge: Judge, *, owner: str,
-                 flow_run_id: str | None, retries: RetryPolicy, gate: RunGate, claimed_at: float | None) -> None:
+                 flow_run_id: str | None, policy: RunPolicy, claimed_at: float | None) -> None:
         self.settings, self.metrics, self.judge, self.owner = settings, metrics, judge, owner
-        self.flow_run_id, self.gate, self.budget, self.claimed_at = flow_run_id, gate, gate.budget, claimed_at
-        self.rerun_delays = retries.rerun_delays()
+        self.flow_run_id, self.policy, self.budget, self.claimed_at = flow_run_id, policy, policy.budget, claimed_at
 
     def priority(self, work: TraceWork, index: int) -> tuple:
         """The place of the batch's ``index``-th pair's judge calls among the
@@ -236,10 +237,10 @@ class PairRun:
         its calls carrying that gate and ``priority`` (and the metric's own judge
         model, if it has one) to the run's judge, whose slots and retry loop
         every model shares; its spend charged to the budget as it ends."""
-        gate = self.gate.pair(work, self.claimed_at)
+        gate = self.policy.pair(work, self.claimed_at)
         judge = BoundJudge(self.judge, Call(gate, priority), own_judge_model(self.settings.judge_model, work.metric))
-        row, outcome = await judge_pair(work, self.settings, self.metrics, judge=judge, gate=gate, flow_run_id=self.flow_run_id,
-                                        rerun_delays=self.rerun_delays, digest=digest, budget=self.budget)
+        row, outcome = await judge_pair(work, self.settings, self.metrics, judge=judge, gate=gate,
+                                        flow_run_id=self.flow_run_id, digest=digest)
         if self.budget is not None:
             self.budget.charge(work, outcome.cost_usd, outcome.judge_calls)
         return row, outcome
@@ -324,48 +325,47 @@ def _submit_pairs(pairs: PairRun, items: list[TraceWork], writer: BatchWriter, r
     return pending
 
 
-@task(name="score-batch", task_run_name=batch_run_name, cache_policy=NO_CACHE, persist_result=False)
+# retries=0: its pairs are retried inside it, by the run policy's pair level (judge_pair), and its
+# judge calls by the call level; a re-run of the task would judge the pairs already stored again
+@task(name="score-batch", task_run_name=batch_run_name, cache_policy=NO_CACHE, persist_result=False, retries=0)
 def score_batch(
     items: list[TraceWork],
     settings: Settings,
     owner: str,
     flow_run_id: str | None = None,
     rescore_before: datetime | None = None,
-    gate: RunGate | None = None,
+    policy: RunPolicy | None = None,
     claimed_at: float | None = None,
-    retries: RetryPolicy | None = None,
     judge: Judge | None = None,
 ) -> list[ScoreOutcome]:
     """Score a claimed batch of (trace, metric) pairs and store each result as
     soon as it is known (within ``FLUSH_INTERVAL_S``); see the module doc.
-    ``gate``: the run's (judgeflow/run/gate.py; None: no limits, no lease
-    keeper); ``claimed_at`` (``time.time()``): when the batch was claimed;
-    ``retries``: the run's retry policy (None: the settings'). ``judge``: the
-    run's (:func:`start_judge`); without one the batch builds its own and
-    closes it when done."""
-    gate = gate if gate is not None else RunGate(settings, owner)
-    retries = retries if retries is not None else RetryPolicy.from_settings(settings)
+    ``policy``: the run's (judgeflow/run/policy.py; None: the settings' retry
+    levels, no limits, no lease keeper); ``claimed_at`` (``time.time()``):
+    when the batch was claimed. ``judge``: the run's (:func:`start_judge`);
+    without one the batch builds its own and closes it when done."""
+    policy = policy if policy is not None else RunPolicy(settings, owner)
     if judge is not None:
         return _score_batch(items, settings, owner, judge, flow_run_id=flow_run_id, rescore_before=rescore_before,
-                            gate=gate, claimed_at=claimed_at, retries=retries)
+                            policy=policy, claimed_at=claimed_at)
     own = build_judge(judge_config(settings))
     try:
         return _score_batch(items, settings, owner, own, flow_run_id=flow_run_id, rescore_before=rescore_before,
-                            gate=gate, claimed_at=claimed_at, retries=retries)
+                            policy=policy, claimed_at=claimed_at)
     finally:
         own.close()
 
 
 def _score_batch(items: list[TraceWork], settings: Settings, owner: str, judge: Judge, *,
-                 flow_run_id: str | None, rescore_before: datetime | None, gate: RunGate,
-                 claimed_at: float | None, retries: RetryPolicy) -> list[ScoreOutcome]:
+                 flow_run_id: str | None, rescore_before: datetime | None, policy: RunPolicy,
+                 claimed_at: float | None) -> list[ScoreOutcome]:
     try:
         batch_log = get_run_logger()  # the task run's own logger: INFO reaches the UI
     except MissingContextError:  # called as a plain function (tests)
         batch_log = log
     batch_log.info("scoring %d pair(s) of %d trace(s)", len(items), len({w.trace_id for w in items}))
     pairs = PairRun(settings, build_metrics(settings, judge), judge, owner=owner, flow_run_id=flow_run_id,
-                    retries=retries, gate=gate, claimed_at=claimed_at)
+                    policy=policy, claimed_at=claimed_at)
     writer = BatchWriter(settings, owner, rescore_before)
     pending = _submit_pairs(pairs, items, writer, rescore_before)
     try:

@@ -17,12 +17,10 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.db.engine import engine_for
 from judgeflow.sources.table import SourceTable
 from judgeflow.errors import ConfigError, DatabaseError
-from judgeflow.judge.factory import build_judge
+from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.base import BoundJudge
 from judgeflow.judge.send_gate import Call
-from judgeflow.judge.retry import RetryPolicy
-from judgeflow.run.entry import run_stop
-from judgeflow.run.gate import RunGate
+from judgeflow.run.policy import RunPolicy
 from judgeflow.run.progress import RunReporter
 from judgeflow.config.scrub import scrub
 from judgeflow.config.settings import Settings
@@ -60,6 +58,7 @@ _INSERT = text(
 )
 
 
+# retries: a read of the database only, run again on a dropped connection
 @task(name="select-shadow-sample", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
 def select_shadow_sample(
     settings: Settings, metrics: list[str], since: datetime, segment_by: str | None, per_segment: int, seed: str
@@ -101,36 +100,36 @@ def _write(settings: Settings, rows: list[dict]) -> None:
         raise DatabaseError(f"could not store shadow results: {exc.orig}") from None
 
 
-@task(name="score-shadow-sample", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: its pairs are re-run by the run policy's pair level, their calls by the call level
+@task(name="score-shadow-sample", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def score_shadow_sample(
-    pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retries: RetryPolicy
+    pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, policy: RunPolicy
 ) -> dict[str, int]:
     """Judge each sampled pair with the candidate (the scoring run's machinery:
-    same metrics code, judge, retries and concurrency bound) and store each
+    same metrics code, judge, retries and concurrency bound) under the run's
+    ``policy`` (nothing claimed, no budget: a stop only) and store each
     result in judgeflow.shadow_results beside the current judge's. A pair the
     candidate cannot score is stored as 'failed', never fails the run.
     Returns the count per status."""
-    judge = build_judge(candidate)
+    judge = build_judge(judge_config(candidate))
     try:
-        return _score_sample(pairs, candidate, shadow_run_id, retries, judge)
+        return _score_sample(pairs, candidate, shadow_run_id, policy, judge)
     finally:
         judge.close()
 
 
-async def _judge_one(work, candidate: Settings, metrics, judge, gate, shadow_run_id: str, delays: list[float]):
+async def _judge_one(work, candidate: Settings, metrics, judge, gate, shadow_run_id: str):
     """One shadow pair through the pair level's loop, its calls carrying its gate (a stop) to the judge."""
     return await judge_pair(work, candidate, metrics, judge=BoundJudge(judge, Call(gate)), gate=gate,
-                            flow_run_id=shadow_run_id, rerun_delays=delays)
+                            flow_run_id=shadow_run_id)
 
 
-def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, retries: RetryPolicy,
+def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: str, policy: RunPolicy,
                   judge) -> dict[str, int]:
     metrics = build_metrics(candidate, judge)
     loop = judge_loop()
-    gate = RunGate(candidate, None, stop=run_stop())  # nothing claimed, no budgets: a stop only
     futures = {  # every pair at once: their calls wait for the judge's bound
-        loop.submit(_judge_one, p.work, candidate, metrics, judge, gate.pair(p.work, None), shadow_run_id,
-                    retries.rerun_delays()): p
+        loop.submit(_judge_one, p.work, candidate, metrics, judge, policy.pair(p.work), shadow_run_id): p
         for p in pairs
     }
     counts: dict[str, int] = {}
@@ -157,6 +156,7 @@ def _score_sample(pairs: list[ShadowPair], candidate: Settings, shadow_run_id: s
     return counts
 
 
+# retries: a read of the database only
 @task(name="build-shadow-report", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
 def build_shadow_report(
     settings: Settings, shadow_run_id: str, candidate_model: str, segment_by: str | None, per_segment: int
@@ -166,7 +166,8 @@ def build_shadow_report(
                             per_segment=per_segment)
 
 
-@task(name="publish-shadow-report", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: a view; a failure to publish is logged
+@task(name="publish-shadow-report", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def publish_shadow_report(report: ShadowReport) -> None:
     """The report as a markdown artifact; a view: a failure to publish is logged."""
     try:

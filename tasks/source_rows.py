@@ -17,7 +17,8 @@ from judgeflow.config.settings import Settings
 log = logging.getLogger("judgeflow.source")
 
 
-@task(name="count-unusable-rows", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: a report, never fails (None when the rows could not be counted)
+@task(name="count-unusable-rows", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def count_unusable_rows(settings: Settings, lo: datetime | None = None, full: bool = True) -> UnusableRows | None:
     """NULL ids, NULL created_at and duplicate ids in what the run reads: the
     rows created at or after ``lo`` (its window: through the created_at index,

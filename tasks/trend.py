@@ -18,7 +18,8 @@ TREND_KEY = "judgeflow-trend"
 TREND_DAYS = 14
 
 
-@task(name="publish-trend", cache_policy=NO_CACHE, persist_result=False)
+# retries=0: a view; a failure is logged
+@task(name="publish-trend", cache_policy=NO_CACHE, persist_result=False, retries=0)
 def publish_trend(settings: Settings) -> str | None:
     """Publish the last 14 days' per-day rates (overall and top segments) with
     the change against the baseline as a markdown artifact. The trend is a view:

@@ -1,9 +1,9 @@
 """What a calibration will cost, shown before it asks (as `judgeflow shadow`
-does), and the budget it keeps to (`judgeflow calibrate --budget-usd`)."""
+does). The budget it keeps to (`judgeflow calibrate --budget-usd`) is its
+policy's (tasks/calibration.py, judgeflow/run/policy.py)."""
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from typing import Callable
 
@@ -52,27 +52,3 @@ def plan_calibration(settings: Settings, items: list[LabelledItem]) -> Calibrati
     cost = sum(estimate(item, metric) for item in items for metric in item.labels)
     return CalibrationPlan(settings.judge_model, pairs, cost,
                            f"tokens estimated from the items' text, at {prices.source}")
-
-
-class SpendLimit:
-    """A pair starts only while what was spent, plus the estimates of the pairs
-    being judged, plus its own estimate stays within ``limit_usd``."""
-
-    def __init__(self, limit_usd: float):
-        self.limit_usd = float(limit_usd)
-        self.spent_usd = 0.0
-        self.in_flight_usd = 0.0
-        self._lock = threading.Lock()
-
-    def reserve(self, estimate_usd: float) -> bool:
-        with self._lock:
-            if self.spent_usd + self.in_flight_usd + estimate_usd > self.limit_usd:
-                return False
-            self.in_flight_usd += estimate_usd
-            return True
-
-    def close(self, estimate_usd: float, spent_usd: float | None) -> None:
-        """The pair is done; what it cost (its estimate when the judge reported no cost)."""
-        with self._lock:
-            self.in_flight_usd -= estimate_usd
-            self.spent_usd += estimate_usd if spent_usd is None else spent_usd

@@ -1,4 +1,5 @@
-"""The retry policy, declared once: how often a judge request is sent again, at each of three levels.
+"""The retry policy, declared once: how often a judge request is sent again, at each of three levels
+(:class:`Level`), each decided by :meth:`RetryPolicy.resend` and run by one loop.
 
 * **Attempts per call** (:class:`CallRetry`): a judge call that failed on a
   transient error (429, 408/409/425, 5xx, a dropped connection, a timeout:
@@ -35,6 +36,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from judgeflow.errors import CallWithheld, JudgeError, TransientJudgeError
@@ -101,6 +103,30 @@ class CallRetry:
         return retry_delay(attempt, self.backoff_base_s, self.backoff_max_s, retry_after, rng)
 
 
+class Level(str, Enum):
+    """Where a judge request is sent again, each with its one loop (the module doc)."""
+
+    CALL = "attempts per call"  # send_with_retries
+    PAIR = "runs per pair"  # judge_pair (tasks/scoring.py)
+    REPAIR = "rounds per reply"  # judgeflow.metrics.steps.ask
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Send again after ``after_s`` seconds."""
+
+    after_s: float
+
+
+@dataclass(frozen=True)
+class GiveUp:
+    """Do not send again: ``reason``; ``later``: not a failure, the work is left
+    for later (a run's limits said no, not the judge)."""
+
+    reason: str
+    later: bool = False
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """The three levels (the module doc), built from the settings by :meth:`from_settings` only."""
@@ -121,6 +147,23 @@ class RetryPolicy:
             rerun_delay_s=float(settings.task_retry_delay_s),
             repairs=int(settings.judge_max_repairs),
         )
+
+    def resend(self, level: Level, attempt: int, error: Exception, rng: random.Random | None = None
+               ) -> Retry | GiveUp:
+        """Whether what failed on its ``attempt``-th try (1-based) at ``level``
+        with ``error`` is sent again, and after how long. The call level's
+        decision is :meth:`CallRetry.plan` (its loop asks it through
+        :class:`Pace`, which keeps the ``Retry-After`` cool-down); a pair is
+        run again only after a transient error; a reply is re-asked at once."""
+        if level is Level.CALL:
+            plan = self.call.plan(attempt - 1, error, rng or random.Random()) if isinstance(error, JudgeError) \
+                else error
+            return Retry(plan) if isinstance(plan, float) else GiveUp(str(plan))
+        if level is Level.PAIR:
+            if not isinstance(error, TransientJudgeError) or attempt > self.pair_reruns:
+                return GiveUp(str(error))
+            return Retry(self.rerun_delay_s * 2 ** (attempt - 1))
+        return Retry(0.0) if attempt <= self.repairs else GiveUp(str(error))
 
     def rerun_delays(self) -> list[float]:
         """The pause before each re-run of a pair: ``rerun_delay_s * 2**n``."""

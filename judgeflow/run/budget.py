@@ -1,6 +1,8 @@
-"""A scoring run's spend budget (``JUDGEFLOW_RUN_BUDGET_USD``).
+"""A run's spend budget (``JUDGEFLOW_RUN_BUDGET_USD``, what is left of a night's
+sample budget, ``judgeflow calibrate --budget-usd``): one object per run, held by
+its policy (judgeflow/run/policy.py) and chosen once by :func:`run_budget`.
 
-The run asks :meth:`RunBudget.fits` before it hands a claimed pair to the
+The run asks :meth:`RunBudget.admit` before it hands a pair to the
 judge: a pair is started only when what the run has spent, plus the estimated
 cost of what it has in flight, plus this pair's estimate stays within the
 budget. When a pair does not fit the run first waits for work in flight to
@@ -30,10 +32,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
-from judgeflow.judge.pricing import Prices, estimate_pair_cost
+from judgeflow.judge.pricing import Prices, estimate_pair_cost, require_prices
 from judgeflow.model import ScoreOutcome, TraceWork
+
+if TYPE_CHECKING:
+    from judgeflow.config.settings import Settings
 
 # finished estimates needed before the run trusts its own actual/estimate ratio
 _MIN_CALIBRATION_USD_SHARE = 0.02
@@ -81,6 +86,22 @@ class RunBudget:
         with self._lock:
             return self.spent_usd + self.in_flight_usd + self.estimate(work)[1] <= self.limit_usd
 
+    def admit(self, work: TraceWork, reservation: Reservation, finish_one: Callable[[], bool] | None = None
+              ) -> bool:
+        """Whether ``work`` may start; if so its estimate is reserved. While it
+        does not fit, ``finish_one`` waits for one piece of work in flight to
+        finish (whose estimate becomes a real cost; False: nothing is in
+        flight). A pair that still does not fit exhausts the budget, and once
+        it is exhausted no pair is admitted."""
+        while not self.fits(work) and finish_one is not None and finish_one():
+            pass
+        if not self.fits(work):
+            self.exhausted = True
+        if self.exhausted:
+            return False
+        self.reserve(work, reservation)
+        return True
+
     def reserve(self, work: TraceWork, reservation: Reservation) -> None:
         raw, scaled = self.estimate(work)
         with self._lock:
@@ -123,6 +144,20 @@ class RunBudget:
                 return False
             return True
 
+    def close_one(self, reservation: Reservation, key: tuple[str, str], cost_usd: float | None) -> None:
+        """One admitted pair judged outside a scoring batch (calibration) is
+        done: its estimate leaves the in-flight total, and what it cost (its
+        estimate when the judge reported no cost) joins the spend."""
+        raw, scaled = reservation.pairs.pop(key, (0.0, 0.0))
+        with self._lock:
+            self.in_flight_usd = max(0.0, self.in_flight_usd - scaled)
+            self.spent_usd += scaled if cost_usd is None else cost_usd
+
+    def spend(self, cost_usd: float | None) -> None:
+        """Spend of no pair (a metric's preparation) joins the run's."""
+        with self._lock:
+            self.spent_usd += cost_usd or 0.0
+
     def close(self, reservation: Reservation, outcomes: Iterable[ScoreOutcome]) -> None:
         """Work finished: its estimate leaves the in-flight total and what it cost
         joins the spend. A pair whose cost is unknown although the judge was
@@ -142,3 +177,23 @@ class RunBudget:
                 elif outcome.judge_calls > 0 or (outcome.status == "failed" and outcome.error_kind != "invalid_trace"):
                     self.spent_usd += max(0.0, scaled - charged)
             self.in_flight_usd = max(0.0, self.in_flight_usd - reservation.scaled)
+
+
+def spend_budget(settings: "Settings", limit_usd: float | None, *, why: str) -> RunBudget | None:
+    """A budget of ``limit_usd`` (None: none) at the judge's prices, which
+    must be known (``why``: what set the budget, for the error)."""
+    if limit_usd is None:
+        return None
+    return RunBudget(limit_usd, require_prices(settings, why=why), max_field_chars=settings.max_field_chars)
+
+
+def run_budget(settings: "Settings", night_limit_usd: float | None = None, night_budget_usd: float | None = None
+               ) -> RunBudget | None:
+    """A scoring run's one spend budget: ``JUDGEFLOW_RUN_BUDGET_USD``, or under
+    a sample budget (``night_budget_usd``) what is left of the night's
+    (``night_limit_usd``: its budget less what its earlier runs billed) when
+    that is smaller; None without either."""
+    if night_limit_usd is not None and (settings.run_budget_usd is None or night_limit_usd < settings.run_budget_usd):
+        return spend_budget(settings, night_limit_usd, why=f"a sample budget of ${night_budget_usd:g} is set")
+    limit = settings.run_budget_usd
+    return spend_budget(settings, limit, why=f"a run budget of ${limit:g} is set" if limit is not None else "")

@@ -1,12 +1,13 @@
 """The scheduling of a scoring run: which claimed batches go to the judge, and when the run stops claiming.
 
-:class:`RunSchedule` claims a batch, admits its pairs while the spend budget
-has room, submits them as one task and keeps at most ``window`` batches in
+:class:`RunSchedule` claims a batch, admits its pairs while the run's policy
+(judgeflow/run/policy.py: its spend budget) lets them start, submits them
+as one task and keeps at most ``window`` batches in
 flight, folding each finished batch's outcomes into the run's totals, its
 progress and its budget. It stops claiming at the first of: nothing left to
 claim, the trace limit reached, the time budget's deadline or a stop request
-(Ctrl-C), both asked of the run's gate (judgeflow/run/gate.py, the same
-object its pairs' gates are made from), the spend budget exhausted.
+(Ctrl-C), both asked of the run's policy (the same object its pairs' gates
+are made from), the spend budget exhausted.
 Task-level retries are the tasks' own.
 
 It knows nothing of Prefect or the database: the flow hands it the functions
@@ -24,15 +25,17 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
+from judgeflow.config.settings import Settings
+from judgeflow.errors import ConfigError
 from judgeflow.run.budget import Reservation
-from judgeflow.run.gate import RunGate
+from judgeflow.run.policy import RunPolicy
 from judgeflow.model import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
 
 # why a run stopped claiming
 DONE = "done"  # nothing left to claim
 LIMIT = "limit"  # the trace limit is reached
-DEADLINE = "deadline"  # the time budget is spent (the gate's TIME_SPENT.end)
-STOPPED = "stopped"  # a stop was requested (the gate's STOPPED.end)
+DEADLINE = "deadline"  # the time budget is spent (judgeflow/run/gate.py's TIME_SPENT.end)
+STOPPED = "stopped"  # a stop was requested (judgeflow/run/gate.py's STOPPED.end)
 BUDGET = "budget"  # the spend budget has no room for the next pair
 
 
@@ -42,6 +45,13 @@ BUDGET = "budget"  # the spend budget has no room for the next pair
 # (docs/benchmark.md).
 PAIRS_PER_SLOT = 8
 MIN_BATCH_SIZE = 100
+# Hard ceiling on max_concurrency (pairs scored at once per process); only
+# guards against a misconfigured parameter.
+MAX_THREADS = 128
+# batches in flight when the judge calls go through the batch API: each holds a
+# task runner thread while its pairs wait on the provider
+BATCH_WINDOW = MAX_THREADS // 2
+BATCH_API_BATCH_SIZE = 1000  # pairs claimed per batch then (each pair is a coroutine waiting on a round)
 
 
 def default_batch_size(max_concurrency: int) -> int:
@@ -57,6 +67,21 @@ def window_for(max_concurrency: int, batch_size: int) -> int:
     return 2 + math.ceil(max_concurrency / batch_size)
 
 
+def checked_batch_size(settings: Settings, sample_rate: float, batch_size: int | None) -> int:
+    """The run's batch size (unset: :func:`default_batch_size`, or through
+    the batch API, where a claim costs no wire slot, large batches in few task
+    runs), once the run's arguments are known to be usable."""
+    if not 0.0 < sample_rate <= 1.0:
+        raise ConfigError("sample_rate must be in (0, 1]")
+    if settings.max_concurrency > MAX_THREADS:
+        raise ConfigError(f"max_concurrency may be at most {MAX_THREADS}")
+    if batch_size is None:
+        batch_size = BATCH_API_BATCH_SIZE if settings.judge_batch else default_batch_size(settings.max_concurrency)
+    if batch_size < 1:
+        raise ConfigError("batch_size must be at least 1")
+    return batch_size
+
+
 class Future(Protocol):
     def result(self) -> Any: ...
 
@@ -67,12 +92,19 @@ class Future(Protocol):
 class Bounds:
     """What bounds a run's claiming: ``batch_size`` pairs per claim, ``window``
     batches in flight, ``limit`` traces (None: all) of ``metrics`` metrics
-    each (the time budget is the run's gate's)."""
+    each (the time budget is the run's policy's)."""
 
     batch_size: int
     window: int
     limit: int | None
     metrics: int
+
+
+def bounds_for(settings: Settings, batch_size: int, limit: int | None, metrics: int) -> "Bounds":
+    """A run's :class:`Bounds`: through the batch API every pair claimed joins
+    the rounds at once (a round costs a few HTTP calls), so the window is wide."""
+    window = BATCH_WINDOW if settings.judge_batch else window_for(settings.max_concurrency, batch_size)
+    return Bounds(batch_size=batch_size, window=window, limit=limit, metrics=metrics)
 
 
 class RunSchedule:
@@ -82,18 +114,18 @@ class RunSchedule:
     waits for one of them to finish and returns it; ``cancel(future)`` cancels
     a future whose task has not started. ``totals.add(outcomes)`` and
     ``progress.advance(outcomes, batch=n)`` / ``progress.show()`` receive what
-    finishes. ``gate`` is the run's (its time budget, its stop request);
-    ``clock`` stamps each batch's claim time."""
+    finishes. ``policy`` is the run's (its time budget, its stop request, its
+    spend budget); ``clock`` stamps each batch's claim time."""
 
     def __init__(
         self, *, submit: Callable[[list[TraceWork], float], Future], first_done: Callable[[list[Future]], Future],
-        cancel: Callable[[Future], Any], bounds: Bounds, gate: RunGate, totals: Any, progress: Any,
+        cancel: Callable[[Future], Any], bounds: Bounds, policy: RunPolicy, totals: Any, progress: Any,
         log: logging.Logger | logging.LoggerAdapter | None = None, clock: Callable[[], float] = time.time,
     ) -> None:
         self._submit, self._first_done, self._cancel = submit, first_done, cancel
         self.bounds = bounds
-        self.gate = gate
-        self.budget = gate.budget
+        self.policy = policy
+        self.budget = policy.budget
         self._totals, self._progress = totals, progress
         self._log = log or logging.getLogger("judgeflow.schedule")
         self._clock = clock
@@ -134,7 +166,7 @@ class RunSchedule:
         return self.ended
 
     def _why_not_claim(self) -> str | None:
-        refusal = self.gate.why_not_claim()
+        refusal = self.policy.why_not_claim()
         if refusal is not None and refusal.end == STOPPED:
             self._log.warning("stop requested (Ctrl-C): no more claims; judge calls in flight finish and are "
                               "stored, pairs not started are given back for the next run")
@@ -164,16 +196,15 @@ class RunSchedule:
         return kept
 
     def _admit(self, items: list[TraceWork], claimed_at: float) -> None:
-        """Submit the pairs the spend budget lets start. Pairs it refuses keep
-        their claims until the run ends, when the lease keeper releases every
-        claim the run still holds: they stay pending."""
+        """Submit the pairs the policy lets start (its spend budget waits for
+        work in flight, whose estimates become real costs, before saying no).
+        Pairs it refuses keep their claims until the run ends, when the lease
+        keeper releases every claim the run still holds: they stay pending."""
         reservation = Reservation()
         admitted = []
         for work in items:
-            if not self._affordable(work):
+            if not self.policy.admit(work, reservation, self._finish_one):
                 break
-            if self.budget is not None:
-                self.budget.reserve(work, reservation)
             admitted.append(work)
         if admitted:
             future = self._submit(admitted, claimed_at)
@@ -181,16 +212,12 @@ class RunSchedule:
             self._reservations[id(future)] = reservation
             self._progress.show()
 
-    def _affordable(self, work: TraceWork) -> bool:
-        """Whether the budget lets ``work`` start; waits for work in flight
-        (whose estimates become real costs) before saying no."""
-        if self.budget is None:
-            return True
-        while not self.budget.fits(work) and self.running:
-            self._collect()
-        if not self.budget.fits(work):
-            self.budget.exhausted = True
-        return not self.budget.exhausted
+    def _finish_one(self) -> bool:
+        """Wait for one batch in flight and count it; False when none is."""
+        if not self.running:
+            return False
+        self._collect()
+        return True
 
     # --- work in flight ---------------------------------------------------
 

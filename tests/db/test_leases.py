@@ -19,7 +19,8 @@ from judgeflow.db.leases import LeaseKeeper, check_owned
 from judgeflow.db.pending import RUN_LOCK_NAMESPACE
 from judgeflow.db.pooling import TRANSACTION
 from judgeflow.config.settings import load_settings
-from judgeflow.run.gate import TAKEN_OVER, RunGate
+from judgeflow.run.gate import TAKEN_OVER
+from judgeflow.run.policy import RunPolicy
 from judgeflow.tasks.claims import claim_traces
 from tests.support.pgbouncer import warm_pool
 from tests.support.traces import insert_traces, scripted_trace
@@ -97,7 +98,7 @@ def test_a_pair_gate_confirmed_after_a_lapse_is_fresh_again_while_the_lease_is_r
     stays refused, and says so."""
     owner = "run-a:1"
     with _run_a(monkeypatch, owner) as (settings, keeper, batch, claimed_at):
-        run = RunGate(settings, owner, keeper=keeper)
+        run = RunPolicy(settings, owner, keeper=keeper)
         kept, taken = (run.pair(w, claimed_at) for w in batch.items[1:2] + batch.items[:1])
         assert kept.fresh_until() == taken.fresh_until() == -math.inf  # not started: the start is asked first
         assert asyncio.run(kept.confirm()) and asyncio.run(taken.confirm())  # fresh: no database

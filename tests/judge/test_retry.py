@@ -17,7 +17,7 @@ from judgeflow.judge.config import JudgeConfig
 from judgeflow.judge.factory import build_judge
 from judgeflow.judge.retry import CallRetry, RetryPolicy
 from judgeflow.model import TraceWork
-from judgeflow.run.gate import RunGate
+from judgeflow.run.policy import RunPolicy
 from judgeflow.tasks.scoring import build_metrics, judge_pair
 from tests.judge.test_litellm_judge import API_KEY, MODEL
 from tests.support.judge_server import JudgeServer, error_reply, garbage_reply
@@ -62,13 +62,11 @@ def _pair(metric: str = "hallucination") -> TraceWork:
 
 def _judged(settings: Settings, work: TraceWork):
     """One pair through the pair level's loop, with the judge the settings build (started, then closed)."""
-    policy = RetryPolicy.from_settings(settings)
     judge = build_judge(settings)
     judge.start()
     try:
         return asyncio.run(judge_pair(work, settings, build_metrics(settings, judge), judge=judge,
-                                      gate=RunGate(settings, None).pair(work, None), flow_run_id=None,
-                                      rerun_delays=policy.rerun_delays()))
+                                      gate=RunPolicy(settings, None).pair(work, None), flow_run_id=None))
     finally:
         judge.close()
 

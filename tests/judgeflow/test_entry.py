@@ -4,6 +4,7 @@ the environment again; without an entry point it builds them once."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import logging
 import os
@@ -78,17 +79,18 @@ def test_a_flow_run_and_its_tasks_see_the_entry_points_settings(clean_env, prefe
 
 def test_a_stop_is_asked_of_one_entrys_runs_only():
     """The stop request a run's gate reads (judgeflow/run/gate.py) is its entry's own."""
-    from judgeflow.run.gate import STOPPED, RunGate
+    from judgeflow.run.gate import STOPPED
+    from judgeflow.run.policy import RunPolicy
 
     settings = load_settings()
     alone = run_stop()  # no entry (a deployment's flow run): a request of its own, never asked
     assert not alone.requested() and run_stop() is not alone
     stop = StopRequest()
     with entered(settings, stop=stop) as first:
-        gate = RunGate(settings, "run-1", stop=run_stop())
+        gate = RunPolicy(settings, "run-1", stop=run_stop())
         assert first.stop is stop and gate.why_not_claim() is None
         stop.request()  # Ctrl-C on the command
-        assert gate.why_not_claim() is STOPPED and gate.why_not_start() is STOPPED
+        assert gate.why_not_claim() is STOPPED and asyncio.run(gate.why_not_start()) is STOPPED
         with entered(settings):  # another entry point's runs
             assert not run_stop().requested()
         seen_by_a_task = contextvars.copy_context().run(run_stop)  # Prefect runs tasks in a copy

@@ -12,7 +12,8 @@ from judgeflow.config.settings import Settings
 from judgeflow.judge.send_gate import Call
 from judgeflow.run.budget import RunBudget
 from judgeflow.run.entry import StopRequest
-from judgeflow.run.gate import SPEND_SPENT, STOPPED, TIME_SPENT, RunGate
+from judgeflow.run.gate import SPEND_SPENT, STOPPED, TIME_SPENT
+from judgeflow.run.policy import RunPolicy
 from tests.judgeflow.test_budget import PRICES, work
 
 SETTINGS = Settings(_env_file=None)
@@ -30,7 +31,7 @@ def _asked(pair_gate, times: int = 1) -> list[bool]:
 
 def test_a_pair_starts_while_nothing_refuses_and_is_not_cut_by_the_spend_once_started():
     budget = RunBudget(1.0, PRICES)
-    run = RunGate(SETTINGS, "run-1", budget=budget, deadline=math.inf)
+    run = RunPolicy(SETTINGS, "run-1", budget=budget, deadline=math.inf)
     gate = run.pair(work(), claimed_at=1.0)  # no keeper, a known claim time: fresh
     assert gate.fresh_until() == -math.inf  # not started: the first attempt always asks
     assert _asked(gate, 2) == [True, True]
@@ -44,7 +45,7 @@ def test_each_reason_a_pair_may_not_start_is_its_own():
     stop = StopRequest()
     now = [0.0]
     budget = RunBudget(1.0, PRICES)
-    run = RunGate(SETTINGS, "run-1", stop=stop, deadline=10.0, budget=budget, clock=lambda: now[0])
+    run = RunPolicy(SETTINGS, "run-1", stop=stop, deadline=10.0, budget=budget, clock=lambda: now[0])
 
     budget.charge(work("other"), 1.0, 1)  # the spend reached the budget
     spent = run.pair(work("a"), 1.0)
@@ -67,7 +68,7 @@ def test_each_reason_a_pair_may_not_start_is_its_own():
 
 def test_a_stop_asked_while_the_pair_waited_for_its_slot_leaves_it_unsent():
     stop = StopRequest()
-    gate = RunGate(SETTINGS, "run-1", stop=stop).pair(work(), 1.0)
+    gate = RunPolicy(SETTINGS, "run-1", stop=stop).pair(work(), 1.0)
     stop.request()  # before its turn came
     assert _asked(gate) == [False] and gate.refused is STOPPED and not gate.started
 
@@ -86,13 +87,13 @@ class _Keeper:
 
 def test_fresh_claims_cost_a_clock_reading_and_a_pair_not_claimed_is_never_checked():
     keeper = _Keeper(until=math.inf)
-    gate = RunGate(SETTINGS, "run-1", keeper=keeper).pair(work(), claimed_at=5.0)
+    gate = RunPolicy(SETTINGS, "run-1", keeper=keeper).pair(work(), claimed_at=5.0)
     assert _asked(gate, 3) == [True, True, True]
     assert keeper.asked and set(keeper.asked) == {5.0}  # the batch's claim time, no database
     assert gate.fresh_until() == math.inf
 
-    unclaimed = RunGate(SETTINGS, None).pair(work(), None)  # a shadow run's pair
+    unclaimed = RunPolicy(SETTINGS, None).pair(work(), None)  # a shadow run's pair
     assert _asked(unclaimed) == [True] and unclaimed.fresh_until() == math.inf
-    no_keeper = RunGate(SETTINGS, "run-1")
+    no_keeper = RunPolicy(SETTINGS, "run-1")
     assert no_keeper.fresh_until(None) == -math.inf  # claimed at a time nobody knows: checked
     assert no_keeper.fresh_until(5.0) == math.inf  # claimed at a known time, nothing says it lapsed

@@ -18,7 +18,7 @@ from judgeflow.run.schedule import (
 from judgeflow.model import ClaimedBatch, Cursor, ScoreOutcome, TraceWork
 from judgeflow.config.settings import Settings
 from judgeflow.run.entry import StopRequest
-from judgeflow.run.gate import RunGate
+from judgeflow.run.policy import RunPolicy
 
 AT = datetime(2026, 11, 21, tzinfo=timezone.utc)
 
@@ -97,11 +97,11 @@ class Progress:
 def _schedule(tasks: Tasks, *, batch_size=4, window=2, limit=None, metrics=1, deadline=float("inf"),
               budget=None, clock=lambda: 0.0, stop=None) -> tuple[RunSchedule, Totals]:
     totals = Totals()
-    gate = RunGate(Settings(_env_file=None), "run-1", stop=stop, deadline=deadline, budget=budget, clock=clock)
+    gate = RunPolicy(Settings(_env_file=None), "run-1", stop=stop, deadline=deadline, budget=budget, clock=clock)
     schedule = RunSchedule(
         submit=tasks.submit, first_done=tasks.first_done, cancel=tasks.cancel,
         bounds=Bounds(batch_size=batch_size, window=window, limit=limit, metrics=metrics),
-        gate=gate, totals=totals, progress=Progress(), clock=clock,
+        policy=gate, totals=totals, progress=Progress(), clock=clock,
     )
     return schedule, totals
 

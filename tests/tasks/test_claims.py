@@ -269,7 +269,7 @@ def test_a_run_whose_lock_connection_is_killed_takes_it_back_in_seconds_and_skip
 
     from judgeflow.db.pooling import DIRECT, SESSION
     from judgeflow.db.leases import VERIFY_INTERVAL_S, still_owned
-    from judgeflow.run.gate import RunGate
+    from judgeflow.run.policy import RunPolicy
     from judgeflow.tasks.scoring import score_batch
 
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", _through(request, database_url, mode))
@@ -298,7 +298,7 @@ def test_a_run_whose_lock_connection_is_killed_takes_it_back_in_seconds_and_skip
             # the batch claimed before the lapse checks its pairs, although it was claimed a moment ago
             assert keeper.at_risk(claimed_at) and keeper.fresh_until(claimed_at) <= time.monotonic()
             outcomes = score_batch.fn(batch.items, settings, owner, flow_run_id=owner, claimed_at=claimed_at,
-                                      gate=RunGate(settings, owner, keeper=keeper))
+                                      policy=RunPolicy(settings, owner, keeper=keeper))
         assert {o.trace_id: o.status for o in outcomes} == {
             "tr-0000": "taken_over", "tr-0001": "taken_over", "tr-0002": "scored", "tr-0003": "scored",
             "tr-0004": "scored",

@@ -51,7 +51,7 @@ def test_a_trace_its_source_skips_is_stored_skipped_with_the_reason_and_no_judge
 
     from judgeflow.tasks.scoring import build_metrics, judge_pair
     from judgeflow.model import TraceWork
-    from judgeflow.run.gate import RunGate
+    from judgeflow.run.policy import RunPolicy
 
     settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
                         judge_processes=1)
@@ -62,9 +62,8 @@ def test_a_trace_its_source_skips_is_stored_skipped_with_the_reason_and_no_judge
     for metric in ("toxicity", "hallucination"):
         work = TraceWork(trace_id="t1", metric=metric, created_at=datetime.now(timezone.utc), output=None,
                          skip_reason="a cache hit: judged there, once")
-        gate = RunGate(settings, None).pair(work, None)
-        row, outcome = asyncio.run(judge_pair(work, settings, metrics, judge=judge, gate=gate, flow_run_id=None,
-                                                rerun_delays=[]))
+        gate = RunPolicy(settings, None).pair(work, None)
+        row, outcome = asyncio.run(judge_pair(work, settings, metrics, judge=judge, gate=gate, flow_run_id=None))
         assert (row["status"], row["reason"], row["judge_calls"], row["error"]) == (
             "skipped", "a cache hit: judged there, once", 0, None)
         assert row["details"] == {"skipped_by_source": True}
