@@ -1,7 +1,7 @@
 """Running the configured judge over a labelled set (``judgeflow calibrate``).
 
 The pairs are the metrics' ``ascore`` coroutines on the process's judge loop
-(judgeflow/run/judge_loop.py), as a scoring run's are, their calls bounded by
+(judgeflow/judge/judge_loop.py), as a scoring run's are, their calls bounded by
 the judge's own slots."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def judge_labelled(settings: Settings, items: list[LabelledItem],
     reported), never stops the calibration. With ``budget_usd``, a pair
     starts only while it fits (``SpendLimit``); the others are counted as not judged."""
     from judgeflow.judge.factory import build_judge
-    from judgeflow.run.judge_loop import judge_loop
+    from judgeflow.judge.judge_loop import judge_loop
     from judgeflow.tasks.scoring import build_metrics
 
     limit = None if budget_usd is None else SpendLimit(budget_usd)

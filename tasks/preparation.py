@@ -21,7 +21,7 @@ from judgeflow.judge.factory import judge_config, model_judge
 from judgeflow.judge.retry import RetryPolicy
 from judgeflow.metrics.registry import MetricSpec, spec_of
 from judgeflow.metrics.steps import adrive
-from judgeflow.run.judge_loop import judge_loop
+from judgeflow.judge.judge_loop import judge_loop
 
 log = logging.getLogger("judgeflow.metrics")
 

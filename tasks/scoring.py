@@ -3,7 +3,7 @@
 One task per claimed batch, named for its trace ids (``score-batch: tr-1 tr-2
 ...``: the Prefect UI's search of a run's task runs finds a trace's batch),
 with a table artifact of one row per pair. Its pairs run as coroutines on the
-process's judge event loop (judgeflow/run/judge_loop.py), all at once: their judge
+process's judge event loop (judgeflow/judge/judge_loop.py), all at once: their judge
 calls wait for the judge's slots (judgeflow/judge/wire_slots.py), the
 pair with the longest chain of judge calls first, then the oldest batch's,
 then the pair started first, so the run ends on single calls. Each pair
@@ -55,7 +55,7 @@ from judgeflow.metrics.result import MetricResult
 from judgeflow.config.settings import Settings
 from judgeflow.run import outcomes, reuse
 from judgeflow.run.gate import TAKEN_OVER, PairGate, RunGate
-from judgeflow.run.judge_loop import judge_loop
+from judgeflow.judge.judge_loop import judge_loop
 from judgeflow.model import ScoreOutcome, TraceWork
 
 log = logging.getLogger("judgeflow.scoring")

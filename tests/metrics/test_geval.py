@@ -124,7 +124,7 @@ def test_steps_not_given_are_prepared_once_and_then_part_of_the_version(served):
                            "helpfulness.geval": '{"score": 6, "reason": "ok"}'})
     from judgeflow.metrics.steps import adrive
     from judgeflow.judge.base import Usage
-    from judgeflow.run.judge_loop import judge_loop
+    from judgeflow.judge.judge_loop import judge_loop
 
     steps = judge_loop().submit(adrive, spec.prepare.make(1), judge, usage=Usage()).result()
     assert steps == ["Step one.", "Step two."]
