@@ -34,7 +34,7 @@ def judge_labelled(settings: Settings, items: list[LabelledItem],
     compare with the labels. A judge error counts the item as failed (and is
     reported), never stops the calibration. With ``budget_usd``, a pair
     starts only while it fits (``SpendLimit``); the others are counted as not judged."""
-    from judgeflow.judge.factory import build_judge
+    from judgeflow.judge.factory import build_judge, judge_config
     from judgeflow.judge.judge_loop import judge_loop
     from judgeflow.tasks.scoring import build_metrics
 
@@ -42,7 +42,7 @@ def judge_labelled(settings: Settings, items: list[LabelledItem],
     estimate = None if limit is None else pair_estimator(settings)
     if limit is not None and estimate is None:
         require_prices(settings, why=f"a calibration budget of ${budget_usd:g} is set")
-    judge = build_judge(settings)
+    judge = build_judge(judge_config(settings))
     try:
         metrics = build_metrics(settings, judge)
         jobs = [(metric, item) for item in items for metric in metric_names() if metric in item.labels]

@@ -16,7 +16,7 @@ from judgeflow.db.engine import engine_for
 from judgeflow.db.prepared import accept_stored, store
 from judgeflow.errors import JudgeAbstained, JudgeflowError
 from judgeflow.judge.base import BoundJudge, Judge, Usage
-from judgeflow.judge.config import own_judge_model
+from judgeflow.config.judge_models import own_judge_model
 from judgeflow.judge.factory import judge_config, model_judge
 from judgeflow.judge.retry import RetryPolicy
 from judgeflow.metrics.registry import MetricSpec, spec_of
@@ -70,7 +70,7 @@ def _make(settings: Settings, engine, judge: Judge, spec: MetricSpec, result: Pr
     flow = spec.prepare.make(RetryPolicy.from_settings(settings).repairs)
     try:
         # the metric's own judge model (if it has one) writes what it needs, as it will judge
-        own = BoundJudge(judge, None, own_judge_model(settings.judge_model, spec.name))
+        own = BoundJudge(judge, None, own_judge_model(settings, spec.name))
         value = judge_loop().submit(adrive, flow, own, usage=usage, concurrent=False).result()
     except JudgeAbstained as abstained:
         log.info("%s: %s", spec.name, abstained)

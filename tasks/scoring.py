@@ -46,7 +46,7 @@ from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import BoundJudge, Judge, Usage
 from judgeflow.run.entry import current_entry
-from judgeflow.judge.config import own_judge_model
+from judgeflow.config.judge_models import own_judge_model
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.retry import RetryPolicy
 from judgeflow.judge.send_gate import Call
@@ -76,7 +76,7 @@ def build_metrics(settings: Settings, judge: Judge) -> Metrics:
     its own judge to ``ascore(..., judge=...)``."""
     options = BuildOptions(include_reason=settings.include_reason, max_field_chars=settings.max_field_chars,
                            max_repairs=RetryPolicy.from_settings(settings).repairs)
-    return {name: spec.build(BoundJudge(judge, None, own_judge_model(settings.judge_model, name)),
+    return {name: spec.build(BoundJudge(judge, None, own_judge_model(settings, name)),
                              settings.metric(name), options)
             for name, spec in registered().items()}
 
@@ -237,7 +237,7 @@ class PairRun:
         model, if it has one) to the run's judge, whose slots and retry loop
         every model shares; its spend charged to the budget as it ends."""
         gate = self.gate.pair(work, self.claimed_at)
-        judge = BoundJudge(self.judge, Call(gate, priority), own_judge_model(self.settings.judge_model, work.metric))
+        judge = BoundJudge(self.judge, Call(gate, priority), own_judge_model(self.settings, work.metric))
         row, outcome = await judge_pair(work, self.settings, self.metrics, judge=judge, gate=gate, flow_run_id=self.flow_run_id,
                                         rerun_delays=self.rerun_delays, digest=digest, budget=self.budget)
         if self.budget is not None:

@@ -17,7 +17,7 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.db.engine import engine_for
 from judgeflow.sources.table import SourceTable
 from judgeflow.errors import ConfigError, DatabaseError
-from judgeflow.judge.factory import build_judge
+from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.base import BoundJudge
 from judgeflow.judge.send_gate import Call
 from judgeflow.judge.retry import RetryPolicy
@@ -110,7 +110,7 @@ def score_shadow_sample(
     result in judgeflow.shadow_results beside the current judge's. A pair the
     candidate cannot score is stored as 'failed', never fails the run.
     Returns the count per status."""
-    judge = build_judge(candidate)
+    judge = build_judge(judge_config(candidate))
     try:
         return _score_sample(pairs, candidate, shadow_run_id, retries, judge)
     finally:

@@ -15,7 +15,7 @@ from judgeflow.db.engine import engine_for
 from judgeflow.db.judge_batches import batches_out
 from judgeflow.db.pending import held
 from judgeflow.errors import DatabaseError
-from judgeflow.judge.config import judge_models
+from judgeflow.config.judge_models import judge_models
 from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import metric_names
 
@@ -93,7 +93,7 @@ def work_status(settings: Settings) -> dict:
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": runs,
-        "judge_models": judge_models(settings.judge_model),  # the model that judges each metric now
+        "judge_models": judge_models(settings),  # the model that judges each metric now
         "batches_out": [asdict(batch) for batch in batches_out(settings)],
     }
 
@@ -288,7 +288,7 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int
                       ) -> tuple[dict[str, int], dict[str, tuple[float, float]]]:
     """Per metric, the pairs to score and the prompt and completion tokens they
     are expected to take, from the mean size of the sampled ``bodies``."""
-    from judgeflow.judge.pricing import estimate_tokens
+    from judgeflow.metrics.cost import estimate_tokens
 
     chars = {
         "input": _mean(min(len(b.input or ""), cap) for b in bodies),

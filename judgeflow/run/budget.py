@@ -32,7 +32,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from judgeflow.judge.pricing import Prices, estimate_pair_cost
+from judgeflow.judge.pricing import Prices
+from judgeflow.metrics.cost import estimate_pair_cost
 from judgeflow.model import ScoreOutcome, TraceWork
 
 # finished estimates needed before the run trusts its own actual/estimate ratio

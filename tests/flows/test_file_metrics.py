@@ -62,7 +62,7 @@ def _cli(*args: str):
 
 @pytest.fixture
 def file_env(prefect_server, judgeflow_env, monkeypatch, tmp_path):
-    from judgeflow.metrics.geval.file import serve_metrics_file
+    from judgeflow.run.metric_door import open_metrics
 
     path = tmp_path / "metrics.toml"
     path.write_text(FILE, encoding="utf-8")
@@ -73,7 +73,7 @@ def file_env(prefect_server, judgeflow_env, monkeypatch, tmp_path):
     monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "1.0")
     monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "2.0")
     yield path
-    serve_metrics_file(None)
+    open_metrics(None)
     assert list(registered()) == ["toxicity", "hallucination"]
 
 
@@ -368,7 +368,8 @@ def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
     from judgeflow.config.settings import load_settings
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.judge.pricing import estimate_pair_cost, map_prices, prices_for
+    from judgeflow.judge.pricing import map_prices, prices_for
+    from judgeflow.metrics.cost import estimate_pair_cost
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
 

@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from judgeflow.errors import ConfigError
-from judgeflow.metrics.geval.file import load_metrics_file, serve_metrics_file
+from judgeflow.metrics.geval.file import load_metrics_file
+from judgeflow.run.metric_door import open_metrics
 from judgeflow.metrics.registry import metric_names, origin_of, registered, served_file
 
 runner = CliRunner()
@@ -36,7 +37,7 @@ model = "openai/gpt-4o"
 @pytest.fixture(autouse=True)
 def no_file_metrics_after():
     yield
-    serve_metrics_file(None)
+    open_metrics(None)
     assert list(metric_names()) == ["toxicity", "hallucination"]
 
 
@@ -346,7 +347,7 @@ def test_metrics_lists_the_version_runs_score_with_once_the_judge_wrote_the_step
     steps = ["Find each claim of the reply.", "Check each claim against the context."]
     with db.begin() as conn:  # as the first run stores what the judge wrote
         store(conn, "grounded", registered()["grounded"].prepare.key, steps, "openai/gpt-4o")
-    serve_metrics_file(None)  # a new command: nothing handed over in this process yet
+    open_metrics(None)  # a new command: nothing handed over in this process yet
     after = listing()
     version = {row["name"]: row["version"] for row in after["metrics"]}["grounded"]
     assert after["note"] is None, after
