@@ -48,15 +48,20 @@ from judgeflow.metrics.toxicity.schema import Opinions, Verdicts
 SPLITS = ("dev", "holdout", "fresh1", "fresh2")
 
 
-def offline_judge() -> OfflineJudge:
-    """The offline judge with the answers the registered metrics declare (the metrics opened as
-    an entry point opens them)."""
+def declared_answers() -> tuple[dict[str, str], frozenset[str]]:
+    """What the registered metrics declare the offline judge answers (the metrics opened as an
+    entry point opens them), as a judge is handed it when built."""
     from judgeflow.judge.config import offline_answers_of
     from judgeflow.metrics.registry import registered
     from judgeflow.run.metric_door import open_metrics
 
     open_metrics()
-    answers, steps = offline_answers_of(registered().values())
+    return offline_answers_of(registered().values())
+
+
+def offline_judge() -> OfflineJudge:
+    """The offline judge with the answers the registered metrics declare."""
+    answers, steps = declared_answers()
     return OfflineJudge(answers=answers, steps=steps)
 
 

@@ -229,8 +229,9 @@ class Settings(BaseSettings):
     # rules' limits, ...; the metrics from judgeflow.config.metric_catalogue), filled at load from JUDGEFLOW_<NAME>_<FIELD> (:class:`_MetricVariables`) and
     # from keyword arguments named as those variables are (``<name>_threshold=0.3``).
     metric_settings: dict[str, Any] = Field(default_factory=dict, exclude=False)
-    # the metrics these settings serve (the catalogue's fixed ones, then metrics_file's), as read when built
-    _metrics: dict[str, CataloguedMetric] = PrivateAttr(default_factory=dict)
+    # the metrics these settings serve (the catalogue's fixed ones, then metrics_file's), as read when
+    # validated (None: not yet, as for a copy made without validation)
+    _metrics: dict[str, CataloguedMetric] | None = PrivateAttr(default=None)
 
     # --- database --------------------------------------------------------
     database_url: SecretStr | None = Field(None, description="unset: the embedded database")
@@ -429,6 +430,8 @@ class Settings(BaseSettings):
     def metric_specs(self) -> dict[str, CataloguedMetric]:
         """The metrics these settings serve, by name, in order: the built-ins and plugins, then
         ``metrics_file``'s."""
+        if self._metrics is None:
+            self._metrics = served_metrics(self.metrics_file)
         return dict(self._metrics)
 
     @field_validator("source_schema")
@@ -509,9 +512,10 @@ class Settings(BaseSettings):
     def metric_segment_keys(self, name: str) -> tuple[str, ...]:
         """The keys metric ``name``'s own rules and trend lines segment by: its own ``segment_by`` (a metrics
         file's), in place of JUDGEFLOW_ALERT_SEGMENT_BY's; without one, those."""
-        if name not in self._metrics:
-            raise ConfigError(f"unknown metric {name!r}; choose from {', '.join(self._metrics)}")
-        own = self._metrics[name].segment_by
+        specs = self.metric_specs()
+        if name not in specs:
+            raise ConfigError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
+        own = specs[name].segment_by
         return self.alert_segment_keys if own is None else own
 
     @property
@@ -520,7 +524,7 @@ class Settings(BaseSettings):
         segment keys (the judge failure rate's, and every metric's without keys of its own) and every served
         metric's own, so each metric's rules can be counted per its keys from any result."""
         keys = dict.fromkeys(self.alert_segment_keys)
-        for spec in self._metrics.values():
+        for spec in self.metric_specs().values():
             keys.update(dict.fromkeys(spec.segment_by or ()))
         return tuple(keys)
 

@@ -107,10 +107,11 @@ def test_a_metrics_own_segment_keys_replace_the_global_ones_for_its_rules_only(t
     from judgeflow.config.settings import Settings
 
     plain = write(tmp_path, GOOD)
-    Settings(_env_file=None, metrics_file=plain)
+    open_metrics(plain)
     version = registered()["helpfulness"].version
     path = write(tmp_path, GOOD.replace("rate_max = 0.10\n", 'rate_max = 0.10\nsegment_by = ["tier", "plan"]\n')
                  .replace("strict_mode = 1\n", "strict_mode = 1\nsegment_by = []\n"))
+    open_metrics(path)
     settings = Settings(_env_file=None, metrics_file=path, alert_segment_by="app,tier")
     assert (registered()["helpfulness"].segment_by, registered()["grounded"].segment_by) == (("tier", "plan"), ())
     assert registered()["helpfulness"].version == version
@@ -166,11 +167,14 @@ def test_an_unreadable_file_is_one_line(tmp_path):
         load_metrics_file(tmp_path / "missing.toml")
 
 
-def test_settings_serve_the_file_metrics_beside_the_built_ins_with_the_files_values(tmp_path):
+def test_the_door_serves_the_file_metrics_beside_the_built_ins_with_the_files_values(tmp_path):
     from judgeflow.config.settings import Settings
 
     path = write(tmp_path, GOOD)
     settings = Settings(metrics_file=path)
+    assert list(settings.metric_specs()) == ["toxicity", "hallucination", "helpfulness", "grounded"]
+    assert list(metric_names()) == ["toxicity", "hallucination"]  # building settings serves nothing
+    open_metrics(path)
     assert list(metric_names()) == ["toxicity", "hallucination", "helpfulness", "grounded"]
     assert [origin_of(n) for n in metric_names()] == ["built-in", "built-in", "file", "file"]
     assert served_file() == str(path)
@@ -185,8 +189,9 @@ def test_settings_serve_the_file_metrics_beside_the_built_ins_with_the_files_val
     assert registered()["helpfulness"].higher_is_better and not registered()["toxicity"].higher_is_better
     # keyword arguments win over the file, as over the environment
     assert Settings(metrics_file=path, helpfulness_threshold=0.8).metric("helpfulness").threshold == 0.8
-    # a settings object without the file serves none of its metrics
-    Settings()
+    # settings without the file read none of its metrics; the door opened without it serves none
+    assert list(Settings().metric_specs()) == ["toxicity", "hallucination"]
+    open_metrics(None)
     assert list(metric_names()) == ["toxicity", "hallucination"]
 
 
@@ -194,10 +199,11 @@ def test_a_metric_removed_from_the_file_is_no_longer_served(tmp_path):
     from judgeflow.config.settings import Settings
 
     path = write(tmp_path, GOOD)
-    Settings(metrics_file=path)
+    open_metrics(path)
     path.write_text(GOOD.split("[metrics.grounded]")[0], encoding="utf-8")
-    Settings(metrics_file=path)
+    open_metrics(path)
     assert list(metric_names()) == ["toxicity", "hallucination", "helpfulness"]
+    assert list(Settings(metrics_file=path).metric_specs()) == ["toxicity", "hallucination", "helpfulness"]
 
 
 def test_a_bad_file_stops_a_command_before_anything_is_judged(tmp_path, monkeypatch, judge_server):
