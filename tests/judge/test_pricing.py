@@ -105,6 +105,7 @@ def test_a_metric_with_its_own_model_is_priced_at_it_and_an_unpriced_one_refuses
     path = tmp_path / "metrics.toml"
     path.write_text(METRIC_FILE.format(model="openai/gpt-4o"), encoding="utf-8")
     try:
+        open_metrics(path)  # as the command's entry point does: estimates read the served metrics' costs
         s = _settings(monkeypatch, tmp_path, judge_model="openai/gpt-4o-mini", metrics_file=str(path))
         prices = prices_for(s)
         assert (prices.of("toxicity").input_per_mtok, prices.of("toxicity").output_per_mtok) == (
