@@ -33,6 +33,7 @@ segment_by = []
 def metrics_file(tmp_path):
     path = tmp_path / "metrics.toml"
     path.write_text(FILE, encoding="utf-8")
+    open_metrics(path)  # as the entry point whose settings name it does
     yield path
     open_metrics(None)
 

@@ -60,6 +60,7 @@ def test_a_regression_rule_with_segment_keys_of_its_own_is_sized_for_its_own_fam
     path.write_text('[metrics.helpfulness]\ncriteria = "Helps."\nevaluation_steps = ["Read it."]\n'
                     'regression = 0.02\nsegment_by = []\n', encoding="utf-8")
     try:
+        open_metrics(path)  # as the entry point whose settings name it does
         alone = _settings(metrics_file=str(path), alert_segment_by="app")
         assert family_size(alone, ["app=a", "app=b"], alone.metric_segment_keys("helpfulness")) == 1
         assert (detect_for(alone, ["app=a", "app=b"]).tests, detect_for(alone, ["app=a"]).min_increase) == (1, 0.02)
