@@ -226,8 +226,9 @@ class Settings(BaseSettings):
     include_reason: bool = True
     max_field_chars: int = Field(20_000, ge=100, description="per-field truncation budget")
     # Each served metric's own settings (judgeflow/metrics/registry.py: its threshold, its alert
-    # rules' limits, ...; the metrics from judgeflow.config.metric_catalogue), filled at load from JUDGEFLOW_<NAME>_<FIELD> (:class:`_MetricVariables`) and
-    # from keyword arguments named as those variables are (``<name>_threshold=0.3``).
+    # rules' limits, ...; which metrics: judgeflow/config/metric_catalogue.py), filled at load from
+    # JUDGEFLOW_<NAME>_<FIELD> (:class:`_MetricVariables`) and from keyword arguments named as those
+    # variables are (``<name>_threshold=0.3``).
     metric_settings: dict[str, Any] = Field(default_factory=dict, exclude=False)
     # the metrics these settings serve (the catalogue's fixed ones, then metrics_file's), as read when
     # validated (None: not yet, as for a copy made without validation)
@@ -392,11 +393,15 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _metric_segment_keys_are_the_sources(self):
+    def _read_the_served_metrics(self):
         self._metrics = served_metrics(self.metrics_file)
+        return self
+
+    @model_validator(mode="after")
+    def _metric_segment_keys_are_the_sources(self):
         known = PRESET_METADATA_KEYS.get(self.source)
         fixed = catalogue().fixed()
-        for name, spec in self._metrics.items() if known else ():
+        for name, spec in self.metric_specs().items() if known else ():
             unknown = [key for key in spec.segment_by or () if key not in known]
             if unknown:
                 where = "metric plugin" if name in fixed else str(self.metrics_file)
