@@ -34,6 +34,7 @@ CATALOGUE = RegistryCatalogue()
 def serve(metrics_file: str | Path | None) -> tuple[MetricSpec, ...]:
     """Serve the built-ins and plugins (read once per process) and the metrics of
     ``metrics_file`` (None: none), in place of any metrics file's served before."""
-    specs = () if metrics_file is None or str(metrics_file) == "" else load_metrics_file(metrics_file)
-    serve_file_metrics(specs, None if metrics_file is None or str(metrics_file) == "" else str(metrics_file))
+    path = None if metrics_file is None or str(metrics_file) == "" else str(metrics_file)
+    specs = () if path is None else load_metrics_file(path)
+    serve_file_metrics(specs, path)
     return specs
