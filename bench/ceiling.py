@@ -52,7 +52,7 @@ def _requests(n: int):
 
 
 def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency_s: float = 0.2) -> Ceiling:
-    from judgeflow.judge.factory import build_judge
+    from judgeflow.judge.factory import build_judge, judge_config
     from judgeflow.judge.pool.process_pool import JudgeProcessPool
     from judgeflow.config.settings import Settings
 
@@ -60,7 +60,7 @@ def measure(processes: int, *, calls: int = 1400, concurrency: int = 64, latency
         settings = Settings(_env_file=None, judge_model="openai/gpt-4o-mini", judge_api_base=judge_server.url,
                             judge_api_key="bench-key-not-secret", max_concurrency=concurrency,
                             judge_processes=processes)
-        judge = build_judge(settings)
+        judge = build_judge(judge_config(settings))
         pool = judge if isinstance(judge, JudgeProcessPool) else None
         requests = _requests(calls)
 

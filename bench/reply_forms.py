@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from judgeflow.demo import load_demo_traces
 from judgeflow.errors import InvalidJudgeReplyError
 from judgeflow.judge.base import JudgeReply, JudgeRequest
-from judgeflow.judge.offline import OfflineJudge
+from bench.offline_evaluation import offline_judge
 from judgeflow.metrics import HallucinationMetric, ToxicityMetric
 from tests.support.reply_forms import with_trailing_commas
 
@@ -45,7 +45,7 @@ class HabitualJudge:
     """The offline judge's answers in :func:`habitual_form`, counting calls."""
 
     def __init__(self) -> None:
-        self.inner = OfflineJudge()
+        self.inner = offline_judge()
         self.calls = 0
         self.repairs = 0
 
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     rows = [row for row in load_demo_traces(datetime.now(timezone.utc)) if row["context"]][: args.traces]
-    strict_judge, habitual = OfflineJudge(), HabitualJudge()
+    strict_judge, habitual = offline_judge(), HabitualJudge()
     metrics = {
         "strict": (ToxicityMetric(strict_judge, async_mode=False), HallucinationMetric(strict_judge)),
         "habitual": (ToxicityMetric(habitual, async_mode=False), HallucinationMetric(habitual)),

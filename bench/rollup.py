@@ -244,4 +244,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from judgeflow.run.metric_door import open_metrics
+
+    open_metrics()  # the script is its own entry point: its metrics open once, before any settings
     main()

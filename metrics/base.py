@@ -109,7 +109,7 @@ class JudgeMetric:
         """:meth:`ascore` for a caller without an event loop (a script, a test),
         run on the process's judge loop, where runs and calibration run it too:
         litellm binds what it caches to the first loop that used it."""
-        from judgeflow.run.judge_loop import judge_loop
+        from judgeflow.judge.judge_loop import judge_loop
 
         return judge_loop().submit(self.ascore, input, output, context).result()
 

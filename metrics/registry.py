@@ -2,12 +2,15 @@
 
 A metric is a :class:`MetricSpec`. The trunk (tasks, flows, the database,
 alerts, sampling, calibration, pricing, the CLI) knows metrics only through
-this module: it names none of them. Metrics come in through one door,
-:func:`register`; the registry, on first use, registers what the entry
-points of the group ``judgeflow.metrics`` give (a spec or a sequence of
-specs, in order). judgeflow's own two metrics are such an entry point
+this module: it names none of them. Every metric is written here by one
+call, :func:`register`: those the entry points of the group
+``judgeflow.metrics`` give (a spec or a sequence of specs, in order; read
+once per process, on first use), those of a metrics file (:func:`serve_file_metrics`)
+and a plugin registered from code. judgeflow's own two metrics are such an entry point
 (pyproject.toml, :mod:`judgeflow.metrics.builtin`), so a plugin is served
-exactly as they are.
+exactly as they are. A process opens its metrics once, at its entry point
+(:func:`judgeflow.run.metric_door.open_metrics`): the settings read the
+metrics' settings from what it serves; building settings writes nothing here.
 
 What a spec declares:
 
@@ -33,7 +36,7 @@ What a spec declares:
   the trunk stores it and hands it back on every later run.
 - ``judge_model``: a litellm model that judges this metric instead of the
   run's (same endpoint, key, slots and retry loop; priced at its own price);
-  None: the run's judge model (:func:`judgeflow.judge.config.metric_judge_model`).
+  None: the run's judge model (:func:`judgeflow.config.judge_models.metric_judge_model`).
 - ``segment_by``: the metadata keys its own alert rules (``<name>_rate``,
   ``<name>_regression``) and its trend lines are segmented by, in place of
   ``JUDGEFLOW_ALERT_SEGMENT_BY`` (``()``: overall only); None: those global keys.
@@ -208,16 +211,16 @@ _FILE: list[str | None] = [None]
 _loaded = [False]
 
 
-def register(spec: MetricSpec, *, replace: bool = False) -> MetricSpec:
-    """Serve ``spec`` from now on; a second metric of the same name is an
-    error unless ``replace``."""
+def register(spec: MetricSpec, *, origin: Origin = "plugin", replace: bool = False) -> MetricSpec:
+    """Serve ``spec`` from now on, as a metric of ``origin``: the one writer of
+    the registry. A second metric of the same name is an error unless ``replace``."""
     if not isinstance(spec, MetricSpec):
         raise ConfigError(f"not a metric spec: {spec!r}")
     _load_entry_points()
     if spec.name in _REGISTERED and not replace and _REGISTERED[spec.name] is not spec:
         raise ConfigError(f"metric {spec.name!r} is registered already")
     _REGISTERED[spec.name] = spec
-    _ORIGINS.setdefault(spec.name, "plugin")
+    _ORIGINS[spec.name] = origin
     return spec
 
 
@@ -246,8 +249,7 @@ def serve_file_metrics(specs: Sequence[MetricSpec], path: str | None) -> None:
     for name in [name for name, origin in _ORIGINS.items() if origin == "file"]:
         unregister(name)
     for spec in specs:
-        _REGISTERED[spec.name] = spec
-        _ORIGINS[spec.name] = "file"
+        register(spec, origin="file")
     _FILE[0] = path if specs else None
 
 
@@ -274,8 +276,7 @@ def _load_entry_points() -> None:
                 raise ConfigError(f"metric plugin {entry.value} gave {spec!r}, not a MetricSpec")
             if spec.name in _REGISTERED and _REGISTERED[spec.name] is not spec:
                 raise ConfigError(f"metric {spec.name!r} is given by two plugins ({entry.value} and another)")
-            _REGISTERED[spec.name] = spec
-            _ORIGINS[spec.name] = origin
+            register(spec, origin=origin)
 
 
 def _distribution(entry: importlib.metadata.EntryPoint) -> str | None:

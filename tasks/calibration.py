@@ -1,7 +1,7 @@
 """Running the configured judge over a labelled set (``judgeflow calibrate``).
 
 The pairs are the metrics' ``ascore`` coroutines on the process's judge loop
-(judgeflow/run/judge_loop.py), as a scoring run's are, their calls bounded by
+(judgeflow/judge/judge_loop.py), as a scoring run's are, their calls bounded by
 the judge's own slots."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def _judge_all(jobs: list[Job], metrics: dict[str, Any], policy: RunPolicy, judg
     """Every pair on the judge loop at once (their calls wait for the judge's
     slots), each admitted in order by the policy's spend budget, which waits
     for pairs in flight to tell what they cost before it says no."""
-    from judgeflow.run.judge_loop import judge_loop
+    from judgeflow.judge.judge_loop import judge_loop
 
     loop, reservation = judge_loop(), Reservation()
     running: dict[Future, tuple[int, TraceWork]] = {}

@@ -16,12 +16,12 @@ from judgeflow.db.engine import engine_for
 from judgeflow.db.prepared import accept_stored, store
 from judgeflow.errors import JudgeAbstained, JudgeflowError
 from judgeflow.judge.base import BoundJudge, Judge, Usage
-from judgeflow.judge.config import own_judge_model
+from judgeflow.config.judge_models import own_judge_model
 from judgeflow.judge.factory import judge_config, model_judge
 from judgeflow.judge.send_gate import Call
 from judgeflow.metrics.registry import MetricSpec, spec_of
 from judgeflow.metrics.steps import adrive
-from judgeflow.run.judge_loop import judge_loop
+from judgeflow.judge.judge_loop import judge_loop
 from judgeflow.run.policy import RunPolicy
 
 log = logging.getLogger("judgeflow.metrics")
@@ -75,7 +75,7 @@ def _make(settings: Settings, engine, judge: Judge, spec: MetricSpec, result: Pr
     flow = spec.prepare.make(policy.retry.repairs)
     try:
         # the metric's own judge model (if it has one) writes what it needs, as it will judge
-        own = BoundJudge(judge, Call(policy.pair(None)), own_judge_model(settings.judge_model, spec.name))
+        own = BoundJudge(judge, Call(policy.pair(None)), own_judge_model(settings, spec.name))
         value = judge_loop().submit(adrive, flow, own, usage=usage, concurrent=False).result()
     except JudgeAbstained as abstained:
         log.info("%s: %s", spec.name, abstained)

@@ -3,7 +3,7 @@
 One task per claimed batch, named for its trace ids (``score-batch: tr-1 tr-2
 ...``: the Prefect UI's search of a run's task runs finds a trace's batch),
 with a table artifact of one row per pair. Its pairs run as coroutines on the
-process's judge event loop (judgeflow/run/judge_loop.py), all at once: their judge
+process's judge event loop (judgeflow/judge/judge_loop.py), all at once: their judge
 calls wait for the judge's slots (judgeflow/judge/wire_slots.py), the
 pair with the longest chain of judge calls first, then the oldest batch's,
 then the pair started first, so the run ends on single calls. Each pair
@@ -46,7 +46,7 @@ from judgeflow.db.results_store import release_pairs, store_outcomes
 from judgeflow.errors import CallWithheld, InvalidTraceError, JudgeflowError, TransientJudgeError
 from judgeflow.judge.base import BoundJudge, Judge, Usage
 from judgeflow.run.entry import current_entry
-from judgeflow.judge.config import own_judge_model
+from judgeflow.config.judge_models import own_judge_model
 from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.retry import GiveUp, Level, RetryPolicy
 from judgeflow.judge.send_gate import Call
@@ -54,9 +54,9 @@ from judgeflow.metrics.registry import BuildOptions, ScoringMetric, registered
 from judgeflow.metrics.result import MetricResult
 from judgeflow.config.settings import Settings
 from judgeflow.run import outcomes, reuse
+from judgeflow.judge.judge_loop import judge_loop
 from judgeflow.run.gate import TAKEN_OVER, PairGate
 from judgeflow.run.policy import RunPolicy
-from judgeflow.run.judge_loop import judge_loop
 from judgeflow.model import ScoreOutcome, TraceWork
 
 log = logging.getLogger("judgeflow.scoring")
@@ -77,7 +77,7 @@ def build_metrics(settings: Settings, judge: Judge) -> Metrics:
     its own judge to ``ascore(..., judge=...)``."""
     options = BuildOptions(include_reason=settings.include_reason, max_field_chars=settings.max_field_chars,
                            max_repairs=RetryPolicy.from_settings(settings).repairs)
-    return {name: spec.build(BoundJudge(judge, None, own_judge_model(settings.judge_model, name)),
+    return {name: spec.build(BoundJudge(judge, None, own_judge_model(settings, name)),
                              settings.metric(name), options)
             for name, spec in registered().items()}
 
@@ -238,7 +238,7 @@ class PairRun:
         model, if it has one) to the run's judge, whose slots and retry loop
         every model shares; its spend charged to the budget as it ends."""
         gate = self.policy.pair(work, self.claimed_at)
-        judge = BoundJudge(self.judge, Call(gate, priority), own_judge_model(self.settings.judge_model, work.metric))
+        judge = BoundJudge(self.judge, Call(gate, priority), own_judge_model(self.settings, work.metric))
         row, outcome = await judge_pair(work, self.settings, self.metrics, judge=judge, gate=gate,
                                         flow_run_id=self.flow_run_id, digest=digest)
         if self.budget is not None:

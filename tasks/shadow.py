@@ -27,7 +27,7 @@ from judgeflow.config.settings import Settings
 from judgeflow.shadow.report import ShadowReport, build_report
 from judgeflow.shadow.sample import ShadowPair, select_sample
 from judgeflow.sources.identity import result_source
-from judgeflow.run.judge_loop import judge_loop
+from judgeflow.judge.judge_loop import judge_loop
 from judgeflow.tasks.scoring import build_metrics, judge_pair
 
 log = logging.getLogger("judgeflow.shadow")

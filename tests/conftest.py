@@ -26,6 +26,12 @@ from tests.support.litellm_fixtures import litellm_db, litellm_template, spend_l
 for _key in [k for k in os.environ if k.startswith("JUDGEFLOW_")]:
     del os.environ[_key]
 
+# the test process's metrics, opened once as an entry point does (built-ins and plugins, no metrics file):
+# every Settings a test builds reads its metrics' settings from them
+from judgeflow.run.metric_door import open_metrics  # noqa: E402
+
+open_metrics()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left_behind(tmp_path_factory):

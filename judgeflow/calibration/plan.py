@@ -26,7 +26,8 @@ class CalibrationPlan:
 
 def pair_estimator(settings: Settings) -> Callable[[LabelledItem, str], float] | None:
     """USD one labelled (item, metric) is expected to cost; None without prices."""
-    from judgeflow.judge.pricing import estimate_pair_cost, prices_for
+    from judgeflow.judge.pricing import prices_for
+    from judgeflow.metrics.cost import estimate_pair_cost
 
     prices = prices_for(settings)
     if prices is None:

@@ -247,9 +247,9 @@ def list_alerts(
     if ctx.invoked_subcommand is not None:
         return
     from judgeflow.alerts.rules import all_rules
-    from judgeflow.config.settings import load_settings
+    from judgeflow.cli.command import command_settings
 
-    settings = load_settings()
+    settings = command_settings()
     rules = all_rules(settings)
     reading = _read(settings, limit=limit, rule=rule)
     if reading.dead_line:
@@ -274,11 +274,9 @@ def check(
     from judgeflow.alerts.service import evaluate_rules
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.config.settings import load_settings
+    from judgeflow.cli.command import command_settings, use_prefect
 
-    from judgeflow.cli.command import use_prefect
-
-    settings = load_settings()
+    settings = command_settings()
     engine = engine_for(settings)
     migrate.upgrade(engine)
     use_prefect(settings)  # dead deliveries' events (and alert events) go to the runs' Prefect server

@@ -14,10 +14,10 @@ if TYPE_CHECKING:
 
 def command_settings(**overrides) -> "Settings":
     """The command's settings, built once: the environment's and ``.env``'s,
-    with the command's options (those given, not None) on top."""
-    from judgeflow.config.settings import load_settings
+    with the command's options (those given, not None) on top; its metrics opened with them."""
+    from judgeflow.run.metric_door import entry_settings
 
-    return load_settings(**{name: value for name, value in overrides.items() if value is not None})
+    return entry_settings(**{name: value for name, value in overrides.items() if value is not None})
 
 
 def use_prefect(settings: "Settings") -> tuple[str, "LocalPrefectServer | None"]:

@@ -19,7 +19,7 @@ def _pct(value: float) -> str:
 def metric_rows(settings) -> list[dict]:
     """One row per registered metric, in registration order."""
     from judgeflow.alerts.rules import all_rules
-    from judgeflow.judge.config import judge_models
+    from judgeflow.config.judge_models import judge_models
     from judgeflow.metrics.registry import origin_of, registered
 
     rules: dict[str, list[str]] = {}
@@ -28,7 +28,7 @@ def metric_rows(settings) -> list[dict]:
             limit = f"+{_pct(rule.limit)}" if rule.is_regression else f"max {_pct(rule.limit)}"
             rules.setdefault(rule.metric, []).append(f"{rule.name} {limit}")
     rows = []
-    models = judge_models(settings.judge_model)
+    models = judge_models(settings)
     for name, spec in registered().items():
         own = settings.metric(name)
         rows.append({

@@ -37,7 +37,7 @@ from typing import Iterable, Mapping
 from urllib.parse import urlsplit
 
 from judgeflow.errors import ConfigError
-from judgeflow.judge.config import judge_models
+from judgeflow.config.judge_models import judge_models
 
 # litellm's provider variables: <PROVIDER>_API_BASE (and _API_BASE_IMAGE and the like),
 # <PROVIDER>_BASE_URL, a few others (watsonx, bedrock)
@@ -161,7 +161,7 @@ def check_key_destinations(settings, environ: Mapping[str, str] | None = None) -
                             environ=environ, allowed_hosts=allowed, base_setting="JUDGEFLOW_JUDGE_API_BASE",
                             key_setting="JUDGEFLOW_JUDGE_API_KEY")
     check_metric_models(settings.judge_model, _value(settings.judge_api_base), _value(settings.judge_api_key),
-                        judge_models(settings.judge_model))
+                        judge_models(settings))
     if settings.shadow_judge_api_key is not None:
         refuse_plain_http_key(_value(settings.shadow_judge_api_base), key_setting="the candidate's key",
                               url_setting="--judge-api-base / JUDGEFLOW_SHADOW_JUDGE_API_BASE", allowed_hosts=allowed)

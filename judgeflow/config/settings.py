@@ -10,17 +10,16 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from judgeflow.errors import ConfigError
 from judgeflow.config.key_transport import check_key_destinations
+from judgeflow.config.metric_catalogue import CataloguedMetric, catalogue, served_metrics
 from judgeflow.config.scrub import install_log_scrubbing, register_settings
 from judgeflow.config.secrets import resolve_secrets
-from judgeflow.metrics.geval.file import serve_metrics_file
-from judgeflow.metrics.registry import MetricSettings, origin_of, registered, served_file, spec_of
 
 log = logging.getLogger("judgeflow.config.settings")
 
@@ -70,7 +69,7 @@ def normalise_database_url(url: str) -> str:
 
 class _MetricVariables(PydanticBaseSettingsSource):
     """One of pydantic-settings' own sources (the environment, or ``.env``),
-    with the registered metrics' variables (``JUDGEFLOW_<NAME>_THRESHOLD``,
+    with the catalogue's metrics' variables (``JUDGEFLOW_<NAME>_THRESHOLD``,
     ...) it holds given as ``{"metric_settings": {metric: {field: raw value}}}``
     (a ``.env`` source would give them as flat keys, which would then win over
     the environment's)."""
@@ -94,9 +93,9 @@ class _MetricVariables(PydanticBaseSettingsSource):
         given = self._variables()
         found: dict[str, dict[str, Any]] = {}
         values, prefix = self._variables.env_vars, self._variables.env_prefix
-        for spec in registered().values():
-            if origin_of(spec.name) == "file":
-                continue  # its file gives its settings: which file is only known once these are read
+        # a metrics file's metrics are left out: their file gives their settings, and which file is only
+        # known once these are read
+        for spec in catalogue().fixed().values():
             for setting, name in spec.setting_names().items():
                 given.pop(setting, None)
                 key = f"{prefix}{setting}"
@@ -106,17 +105,16 @@ class _MetricVariables(PydanticBaseSettingsSource):
         return {**given, "metric_settings": found} if found else given
 
 
-def _metric_values(data: dict[str, Any]) -> dict[str, MetricSettings]:
-    """Each registered metric's settings from ``data``: its nested
+def _metric_values(data: dict[str, Any], specs: dict[str, CataloguedMetric]) -> dict[str, BaseModel]:
+    """Each served metric's settings from ``data``: its nested
     ``metric_settings`` (the environment's), then keyword arguments named as
     its variables are, which win."""
     nested = data.pop("metric_settings", None) or {}
-    specs = registered()
     unknown = set(nested) - set(specs)
     if unknown:
         raise ConfigError(f"settings for unknown metric(s) {', '.join(sorted(unknown))}; registered: "
                           f"{', '.join(specs)}")
-    built: dict[str, MetricSettings] = {}
+    built: dict[str, BaseModel] = {}
     for name, spec in specs.items():
         given = nested.get(name, {})
         values = dict(given.model_dump() if isinstance(given, BaseModel) else given)
@@ -227,10 +225,14 @@ class Settings(BaseSettings):
     )
     include_reason: bool = True
     max_field_chars: int = Field(20_000, ge=100, description="per-field truncation budget")
-    # Each registered metric's own settings (judgeflow/metrics/registry.py: its threshold, its alert
-    # rules' limits, ...), filled at load from JUDGEFLOW_<NAME>_<FIELD> (:class:`_MetricVariables`) and
-    # from keyword arguments named as those variables are (``<name>_threshold=0.3``).
+    # Each served metric's own settings (judgeflow/metrics/registry.py: its threshold, its alert
+    # rules' limits, ...; which metrics: judgeflow/config/metric_catalogue.py), filled at load from
+    # JUDGEFLOW_<NAME>_<FIELD> (:class:`_MetricVariables`) and from keyword arguments named as those
+    # variables are (``<name>_threshold=0.3``).
     metric_settings: dict[str, Any] = Field(default_factory=dict, exclude=False)
+    # the metrics these settings serve (the catalogue's fixed ones, then metrics_file's), as read when
+    # validated (None: not yet, as for a copy made without validation)
+    _metrics: dict[str, CataloguedMetric] | None = PrivateAttr(default=None)
 
     # --- database --------------------------------------------------------
     database_url: SecretStr | None = Field(None, description="unset: the embedded database")
@@ -391,12 +393,18 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
+    def _read_the_served_metrics(self):
+        self._metrics = served_metrics(self.metrics_file)
+        return self
+
+    @model_validator(mode="after")
     def _metric_segment_keys_are_the_sources(self):
         known = PRESET_METADATA_KEYS.get(self.source)
-        for name, spec in registered().items() if known else ():
+        fixed = catalogue().fixed()
+        for name, spec in self.metric_specs().items() if known else ():
             unknown = [key for key in spec.segment_by or () if key not in known]
             if unknown:
-                where = served_file() if origin_of(name) == "file" else "metric plugin"
+                where = "metric plugin" if name in fixed else str(self.metrics_file)
                 raise ConfigError(f"{where}: metric {name}: segment_by: unknown metadata key {unknown[0]!r}: the "
                                   f"{self.source} source's traces carry {', '.join(known)}")
         return self
@@ -406,10 +414,8 @@ class Settings(BaseSettings):
     def _fill_metric_settings(cls, data):
         if isinstance(data, dict):
             data = dict(data)
-            # the file's metrics are registered before their settings are read (a run serves those of the
-            # file its settings name, and no other file's)
-            serve_metrics_file(data.get("metrics_file") or None)
-            data["metric_settings"] = _metric_values(data)
+            # a run serves the metrics of the file its settings name, and no other file's
+            data["metric_settings"] = _metric_values(data, served_metrics(data.get("metrics_file") or None))
         return data
 
     @classmethod
@@ -418,13 +424,20 @@ class Settings(BaseSettings):
         return (init_settings, _MetricVariables(settings_cls, env_settings),
                 _MetricVariables(settings_cls, dotenv_settings), file_secret_settings)
 
-    def metric(self, name: str) -> MetricSettings:
-        """Metric ``name``'s own settings (its spec's model)."""
+    def metric(self, name: str) -> Any:
+        """Metric ``name``'s own settings (its spec's model, a ``MetricSettings``)."""
         try:
             return self.metric_settings[name]
         except KeyError:
             raise ConfigError(f"no settings for metric {name!r}: it was registered after these settings were "
                               "built, or is not registered") from None
+
+    def metric_specs(self) -> dict[str, CataloguedMetric]:
+        """The metrics these settings serve, by name, in order: the built-ins and plugins, then
+        ``metrics_file``'s."""
+        if self._metrics is None:
+            self._metrics = served_metrics(self.metrics_file)
+        return dict(self._metrics)
 
     @field_validator("source_schema")
     @classmethod
@@ -504,7 +517,10 @@ class Settings(BaseSettings):
     def metric_segment_keys(self, name: str) -> tuple[str, ...]:
         """The keys metric ``name``'s own rules and trend lines segment by: its own ``segment_by`` (a metrics
         file's), in place of JUDGEFLOW_ALERT_SEGMENT_BY's; without one, those."""
-        own = spec_of(name).segment_by
+        specs = self.metric_specs()
+        if name not in specs:
+            raise ConfigError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
+        own = specs[name].segment_by
         return self.alert_segment_keys if own is None else own
 
     @property
@@ -513,7 +529,7 @@ class Settings(BaseSettings):
         segment keys (the judge failure rate's, and every metric's without keys of its own) and every served
         metric's own, so each metric's rules can be counted per its keys from any result."""
         keys = dict.fromkeys(self.alert_segment_keys)
-        for spec in registered().values():
+        for spec in self.metric_specs().values():
             keys.update(dict.fromkeys(spec.segment_by or ()))
         return tuple(keys)
 
@@ -597,19 +613,11 @@ def with_parameters(settings: Settings, **parameters) -> Settings:
     return updated
 
 
-def run_settings(**parameters) -> Settings:
-    """The settings of a flow run that is its own entry point (a deployment's):
-    built once, with the run's parameters (those not None) on top. A flow gets
-    them through :func:`judgeflow.run.entry.run_settings`, which uses its entry
-    point's settings when there is one."""
-    return load_settings(**{name: value for name, value in parameters.items() if value is not None})
-
-
 def setting_fields() -> dict[str, FieldInfo]:
     """Every setting by name (``JUDGEFLOW_`` + upper case in the environment):
-    the fields of :class:`Settings` and those of each registered metric."""
+    the fields of :class:`Settings` and those of each built-in or plugin metric."""
     fields = {name: field for name, field in Settings.model_fields.items() if name != "metric_settings"}
-    for spec in registered().values():
+    for spec in catalogue().fixed().values():
         for setting, name in spec.setting_names().items():
             fields[setting] = spec.settings.model_fields[name]
     return fields

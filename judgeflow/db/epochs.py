@@ -31,8 +31,8 @@ from typing import Iterable
 from sqlalchemy import Connection, text
 
 from judgeflow.db.schema import SCHEMA
-from judgeflow.judge.config import judge_models
-from judgeflow.metrics.registry import current_versions
+from judgeflow.config.judge_models import metric_judge_model
+from judgeflow.metrics.registry import current_versions, spec_of
 
 # results stored before sources were recorded count as the configured source's
 # (judgeflow/sources/identity.py of_source)
@@ -98,7 +98,7 @@ def configured(judge_model: str, metrics: Iterable[str], *, own_models: bool = T
     """``{metric: (metric_version, judge model)}`` a run with ``judge_model`` scores with: a metric's
     own judge model where it has one (``own_models``; a shadow's candidate judges every metric)."""
     versions = current_versions()
-    models = judge_models(judge_model, list(metrics))
+    models = {m: metric_judge_model(judge_model, spec_of(m).judge_model) for m in metrics}
     return {m: (versions[m], models[m] if own_models else judge_model) for m in models}
 
 

@@ -20,6 +20,7 @@ from judgeflow.db.engine import dispose_engines, engine_for
 from judgeflow.sources.table import CREATE_DEFAULT_TABLE
 from judgeflow.demo import load_demo_traces
 from judgeflow.config.settings import Settings
+from judgeflow.run.metric_door import open_metrics
 
 # The columns of CREATE_DEFAULT_TABLE the demo fills. none_as_null: a trace
 # without context stores SQL NULL (no context), not the JSON value null.
@@ -54,7 +55,9 @@ def demo_settings(settings: Settings) -> tuple[Settings, str]:
     if settings.metrics_file is None:
         # a metric of a file beside the built-ins; validated again so its settings are built
         values = {**settings.model_dump(exclude={"metric_settings"}), **update, "metrics_file": DEMO_METRICS}
-        return Settings.model_validate(values), note
+        demo = Settings.model_validate(values)
+        open_metrics(DEMO_METRICS)  # the demo's metrics file served through the door, as its command's own would be
+        return demo, note
     return settings.model_copy(update=update), note
 
 

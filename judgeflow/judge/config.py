@@ -14,12 +14,17 @@ import os
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from judgeflow.config.judge_models import is_offline_model, metric_models
 from judgeflow.judge.base import queue_ahead_for
 from judgeflow.judge.retry import CallRetry, RetryPolicy
-from judgeflow.metrics.registry import MetricSpec, registered, spec_of
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from judgeflow.config.metric_catalogue import CataloguedMetric
     from judgeflow.config.settings import Settings
+
+__all__ = ["JudgeConfig", "is_offline_model", "judge_process_count", "offline_answers_of"]
 
 # More workers than this buy nothing at the concurrency one run allows, and
 # each costs memory (docs/benchmark.md).
@@ -27,35 +32,12 @@ MAX_DEFAULT_JUDGE_PROCESSES = 4
 CGROUP_CPU_MAX = "/sys/fs/cgroup/cpu.max"
 
 
-def is_offline_model(model: str) -> bool:
-    return model == "offline" or model.startswith("offline/")
-
-
-def metric_judge_model(run_model: str, spec: MetricSpec) -> str:
-    """The model that judges ``spec``'s metric in a run whose judge is
-    ``run_model``: the metric's own (``MetricSpec.judge_model``), else the
-    run's. An offline run judges every metric offline: it sends nothing."""
-    if is_offline_model(run_model) or not spec.judge_model:
-        return run_model
-    return spec.judge_model
-
-
-def own_judge_model(run_model: str, metric: str) -> str | None:
-    """The model a pair of ``metric`` asks instead of the run's judge model, or
-    None when the run's judges it (its requests then name no model)."""
-    model = metric_judge_model(run_model, spec_of(metric))
-    return None if model == run_model else model
-
-
-def judge_models(run_model: str, metrics: "list[str] | tuple[str, ...] | None" = None) -> dict[str, str]:
-    """``{metric: the model that judges it}``, every registered metric or ``metrics``."""
-    specs = registered()
-    return {name: metric_judge_model(run_model, specs[name]) for name in (specs if metrics is None else metrics)}
-
-
-def metric_models(run_model: str) -> tuple[str, ...]:
-    """The models the registered metrics ask besides the run's, each once, in order."""
-    return tuple(dict.fromkeys(m for m in judge_models(run_model).values() if m != run_model))
+def offline_answers_of(specs: "Iterable[CataloguedMetric]") -> tuple[dict[str, str], frozenset[str]]:
+    """What the offline judge answers, as the metrics ``specs`` declare it: step ->
+    ``"module:function"``, and every step a metric has (one without an answer abstains)."""
+    specs = list(specs)
+    return ({step: target for spec in specs for step, target in spec.offline.items()},
+            frozenset(step for spec in specs for step in spec.steps))
 
 
 def cpu_quota_cores(path: str = CGROUP_CPU_MAX) -> int | None:
@@ -109,10 +91,16 @@ class JudgeConfig:
     metric_models: tuple[str, ...] = ()
     # a batch call's price as a fraction of the online one, where litellm's map has no batch prices
     batch_discount: float = 0.5
+    # the offline judge's answers (step -> "module:function") and every step a metric has: the metrics'
+    # declarations, handed to the judge as data
+    offline_answers: tuple[tuple[str, str], ...] = ()
+    metric_steps: frozenset[str] = frozenset()
 
     @classmethod
     def from_settings(cls, settings: "Settings") -> "JudgeConfig":
         prices = (settings.judge_input_cost_per_mtok, settings.judge_output_cost_per_mtok)
+        offline = is_offline_model(settings.judge_model)
+        answers, steps = offline_answers_of(settings.metric_specs().values()) if offline else ({}, frozenset())
         return cls(
             model=settings.judge_model,
             api_base=settings.judge_api_base.get_secret_value() if settings.judge_api_base is not None else None,
@@ -123,8 +111,10 @@ class JudgeConfig:
             prices_per_mtok=None if None in prices else (float(prices[0]), float(prices[1])),
             cached_price_per_mtok=settings.judge_cached_input_cost_per_mtok,
             processes=judge_process_count(settings),
-            metric_models=metric_models(settings.judge_model),
+            metric_models=metric_models(settings),
             batch_discount=float(settings.judge_batch_discount),
+            offline_answers=tuple(answers.items()),
+            metric_steps=steps,
         )
 
     @property

@@ -39,16 +39,14 @@ def model_judge(config: JudgeConfig) -> Judge:
     if config.offline:
         from judgeflow.judge.offline import OfflineJudge
 
-        return OfflineJudge()
+        return OfflineJudge(answers=config.offline_answers, steps=config.metric_steps)
     from judgeflow.judge.litellm_judge import LiteLLMJudge
 
     return LiteLLMJudge.from_config(config)
 
 
-def build_judge(config: "JudgeConfig | Settings") -> Judge:
+def build_judge(config: JudgeConfig) -> Judge:
     """The judge a run uses: its worker processes' pool, or the model's judge in this process."""
-    if not isinstance(config, JudgeConfig):
-        config = judge_config(config)
     if config.processes > 1 and not config.offline:
         from judgeflow.judge.pool.process_pool import JudgeProcessPool
 

@@ -8,8 +8,7 @@ the offline judge is free. A metric with its own judge model
 (``MetricSpec.judge_model``) is priced from the map for that model: the
 configured prices are the run's judge model's. Tokens of a pair not yet scored are estimated from
 the length of its text, by each metric's declared cost
-(:class:`judgeflow.metrics.registry.CostEstimate`, measured by rendering its
-prompts for short and long traces), at ~4 characters per token.
+(:mod:`judgeflow.metrics.cost`).
 
 With ``JUDGEFLOW_JUDGE_BATCH`` on, the run's calls go through the provider's
 batch API, so every estimate prices pairs at the batch rate: litellm's batch
@@ -21,21 +20,16 @@ cache hit; recorded usage prices its cached tokens at the cached rate.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from judgeflow.config.judge_models import is_offline_model, judge_models
 from judgeflow.errors import ConfigError
-from judgeflow.judge.config import judge_models
-from judgeflow.judge.factory import is_offline_model
 from judgeflow.judge.spend import usage_cost
-from judgeflow.metrics.registry import spec_of
 
 if TYPE_CHECKING:
     from judgeflow.config.settings import Settings
-
-CHARS_PER_TOKEN = 4.0
 
 
 @dataclass(frozen=True)
@@ -118,7 +112,7 @@ def unpriced_model(settings: "Settings", *, own_models: bool = True) -> str | No
     """The first judge model (the run's, then the metrics' own) nobody knows the prices of; None: all priced."""
     if _judge_prices(settings) is None:
         return settings.judge_model
-    models = judge_models(settings.judge_model).values() if own_models else ()
+    models = judge_models(settings).values() if own_models else ()
     return next((m for m in dict.fromkeys(models)
                  if m != settings.judge_model and _model_prices(settings, m, online=False) is None), None)
 
@@ -131,7 +125,7 @@ def prices_for(settings: "Settings", *, own_models: bool = True, online: bool = 
     if prices is None or not own_models:
         return prices
     per_metric = {}
-    for metric, model in judge_models(settings.judge_model).items():
+    for metric, model in judge_models(settings).items():
         if model != settings.judge_model:
             own = _model_prices(settings, model, online=online)
             if own is None:
@@ -147,7 +141,7 @@ def require_prices(settings: "Settings", *, why: str) -> Prices:
         if model != settings.judge_model:
             raise ConfigError(
                 f"{why}, but litellm has no price for judge model {model!r}, the judge model of metric(s) "
-                f"{', '.join(m for m, own in judge_models(settings.judge_model).items() if own == model)} "
+                f"{', '.join(m for m, own in judge_models(settings).items() if own == model)} "
                 "(their 'model' in JUDGEFLOW_METRICS_FILE): choose a model litellm prices, or remove the budget"
             )
         raise ConfigError(
@@ -155,35 +149,3 @@ def require_prices(settings: "Settings", *, why: str) -> Prices:
             "JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK and JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK (USD per million tokens)"
         )
     return prices
-
-
-def _chars(value: Any) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, str):
-        return len(value)
-    return len(json.dumps(value, ensure_ascii=False, default=str))
-
-
-def estimate_tokens(metric: str, *, input_chars: float, output_chars: float,
-                    context_chars: float, max_field_chars: int | None = None) -> tuple[float, float]:
-    """(prompt, completion) tokens one (trace, metric) pair is expected to cost."""
-    if max_field_chars is not None:  # metrics truncate each field to this budget
-        input_chars, output_chars, context_chars = (min(c, max_field_chars)
-                                                    for c in (input_chars, output_chars, context_chars))
-    cost = spec_of(metric).cost
-    weights = cost.field_weights
-    prompt_chars = (cost.prompt_overhead_chars + weights.get("input", 0) * input_chars
-                    + weights.get("output", 0) * output_chars + weights.get("context", 0) * context_chars)
-    completion = cost.completion_overhead_tokens + cost.completion_output_share * output_chars / CHARS_PER_TOKEN
-    return prompt_chars / CHARS_PER_TOKEN, completion
-
-
-def estimate_pair_cost(prices: Prices, metric: str, *, input: Any, output: Any, context: Any,
-                       max_field_chars: int | None = None) -> float:
-    """USD one pending (trace, metric) pair is expected to cost."""
-    prompt, completion = estimate_tokens(
-        metric, input_chars=_chars(input), output_chars=_chars(output), context_chars=_chars(context),
-        max_field_chars=max_field_chars,
-    )
-    return prices.of(metric).cost(prompt, completion)

@@ -34,7 +34,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable
 
-from judgeflow.judge.pricing import Prices, estimate_pair_cost, require_prices
+from judgeflow.judge.pricing import Prices, require_prices
+from judgeflow.metrics.cost import estimate_pair_cost
 from judgeflow.model import ScoreOutcome, TraceWork
 
 if TYPE_CHECKING:

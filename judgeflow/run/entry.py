@@ -87,13 +87,14 @@ def run_stop() -> StopRequest:
 def run_settings(**parameters: Any) -> "Settings":
     """A flow run's settings, with its parameters (those not None) on top:
     what its entry point entered, else (a deployment's flow run is its own
-    entry point) built now, once (:func:`judgeflow.config.settings.run_settings`)."""
-    from judgeflow.config.settings import run_settings as built_now, with_parameters
+    entry point) built now, once, its metrics opened with them (:func:`judgeflow.run.metric_door.entry_settings`)."""
+    from judgeflow.config.settings import with_parameters
+    from judgeflow.run.metric_door import entry_settings
 
     _info_to_the_runs_log()
     entry = current_entry()
     if entry is None:
-        return built_now(**parameters)
+        return entry_settings(**{name: value for name, value in parameters.items() if value is not None})
     return with_parameters(entry.settings, **parameters)
 
 

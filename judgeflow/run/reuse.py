@@ -38,7 +38,7 @@ from sqlalchemy.exc import DBAPIError
 
 from judgeflow.db.engine import engine_for
 from judgeflow.errors import DatabaseError
-from judgeflow.judge.config import metric_judge_model
+from judgeflow.config.judge_models import metric_judge_model
 from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import spec_of
 from judgeflow.model import TraceWork
@@ -107,7 +107,7 @@ def content_hash(work: TraceWork, settings: Settings, metric_version: str) -> st
     key = {
         "metric": work.metric,
         "metric_version": metric_version,
-        "judge_model": metric_judge_model(settings.judge_model, spec_of(work.metric)),
+        "judge_model": metric_judge_model(settings.judge_model, spec_of(work.metric).judge_model),
         "judge_api_base": _secret_digest(settings.judge_api_base),
         **settings.metric(work.metric).content_key(),
         "include_reason": settings.include_reason,

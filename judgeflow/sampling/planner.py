@@ -25,7 +25,8 @@ from sqlalchemy import Engine, text
 
 from judgeflow.db.pairs import key_pages
 from judgeflow.sources.trace_source import KeyFilter, TraceSource, read_bodies
-from judgeflow.judge.pricing import Prices, estimate_pair_cost
+from judgeflow.judge.pricing import Prices
+from judgeflow.metrics.cost import estimate_pair_cost
 from judgeflow.metrics.registry import metric_names
 from judgeflow.sampling import decisions
 from judgeflow.sampling.allocation import Allocation, Detect, SamplePlan, StratumInput, allocate

@@ -87,7 +87,8 @@ def plan_shadow(
     settings: Settings, candidate: Settings, *, metrics: list[str], since: datetime, segment_by: str | None,
     per_segment: int, seed: str,
 ) -> ShadowPlan:
-    from judgeflow.judge.pricing import estimate_pair_cost, prices_for
+    from judgeflow.judge.pricing import prices_for
+    from judgeflow.metrics.cost import estimate_pair_cost
 
     engine = engine_for(settings)
     migrate.upgrade(engine)

@@ -25,7 +25,7 @@ from typing import Any
 from judgeflow.errors import ConfigError
 from judgeflow.metrics.geval.metric import DEFAULT_REGRESSION_MIN_INCREASE, GEvalDefinition, geval_spec
 from judgeflow.metrics.geval.schema import MAX_STEP_CHARS, MAX_STEPS
-from judgeflow.metrics.registry import MetricSpec, origin_of, registered, serve_file_metrics
+from judgeflow.metrics.registry import MetricSpec, origin_of, registered
 
 ALLOWED_INPUTS = ("input", "output", "context")
 MAX_NAME_CHARS = 40
@@ -215,10 +215,3 @@ def load_metrics_file(path: str | Path) -> tuple[MetricSpec, ...]:
     if digest not in _SPECS:
         _SPECS[digest] = tuple(geval_spec(d) for d in definitions(path, document))
     return _SPECS[digest]
-
-
-def serve_metrics_file(path: str | Path | None) -> tuple[MetricSpec, ...]:
-    """Serve the metrics of ``path`` (None: no file metrics) in place of any served before."""
-    specs = () if path is None or str(path) == "" else load_metrics_file(path)
-    serve_file_metrics(specs, None if path is None else str(path))
-    return specs

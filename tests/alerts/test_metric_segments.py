@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from judgeflow.alerts import evaluate_rules
-from judgeflow.metrics.geval.file import serve_metrics_file
+from judgeflow.run.metric_door import open_metrics
 from tests.alerts.helpers import add_results, alert_events_rows, alert_row, make_settings
 from tests.alerts.raw_figures import raw_figures
 
@@ -33,8 +33,9 @@ segment_by = []
 def metrics_file(tmp_path):
     path = tmp_path / "metrics.toml"
     path.write_text(FILE, encoding="utf-8")
+    open_metrics(path)  # as the entry point whose settings name it does
     yield path
-    serve_metrics_file(None)
+    open_metrics(None)
 
 
 def _by_rule(results, rule: str) -> list[tuple[dict, str, str | None]]:

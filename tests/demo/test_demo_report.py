@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from judgeflow.config.settings import load_settings
 from judgeflow.db import migrate
 from judgeflow.demo.report import build_report
-from judgeflow.metrics.geval.file import serve_metrics_file
+from judgeflow.run.metric_door import entry_settings, open_metrics
 from tests.support.traces import insert_traces, scripted_trace
 
 HELPFULNESS = '''
@@ -27,7 +26,7 @@ def test_the_five_worst_traces_are_the_worst_whichever_way_a_metric_scores(judge
     insert_traces(db, [scripted_trace(i)[0] for i in range(4)])
     migrate.upgrade(db)
     try:
-        settings = load_settings()
+        settings = entry_settings()  # as a command builds its settings: the file's metrics served with them
         with db.begin() as conn:
             # helpfulness is better higher: its worst failure is its lowest score; toxicity the other way
             conn.execute(sa.text(
@@ -36,5 +35,5 @@ def test_the_five_worst_traces_are_the_worst_whichever_way_a_metric_scores(judge
                 "('tr-0002', 'toxicity', 'scored', 0.6, false), ('tr-0003', 'helpfulness', 'scored', 0.9, true)"))
         worst = [(row["trace_id"], row["metric"]) for row in build_report(settings).worst]
     finally:
-        serve_metrics_file(None)
+        open_metrics(None)
     assert worst == [("tr-0001", "helpfulness"), ("tr-0002", "toxicity"), ("tr-0000", "helpfulness")]

@@ -85,11 +85,11 @@ def test_labelled_toxic_share_is_high_on_day_0_only(rows):
 
 @pytest.fixture(scope="module")
 def scored(rows):
-    from judgeflow.judge.offline import OfflineJudge
+    from bench.offline_evaluation import offline_judge
     from judgeflow.metrics.hallucination.metric import HallucinationMetric
     from judgeflow.metrics.toxicity.metric import ToxicityMetric
 
-    judge = OfflineJudge()
+    judge = offline_judge()
     toxicity = ToxicityMetric(judge, threshold=0.5, async_mode=False)
     hallucination = HallucinationMetric(judge, threshold=0.5)
     out = []

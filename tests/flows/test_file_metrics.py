@@ -62,7 +62,7 @@ def _cli(*args: str):
 
 @pytest.fixture
 def file_env(prefect_server, judgeflow_env, monkeypatch, tmp_path):
-    from judgeflow.metrics.geval.file import serve_metrics_file
+    from judgeflow.run.metric_door import open_metrics
 
     path = tmp_path / "metrics.toml"
     path.write_text(FILE, encoding="utf-8")
@@ -73,7 +73,7 @@ def file_env(prefect_server, judgeflow_env, monkeypatch, tmp_path):
     monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "1.0")
     monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "2.0")
     yield path
-    serve_metrics_file(None)
+    open_metrics(None)
     assert list(registered()) == ["toxicity", "hallucination"]
 
 
@@ -365,18 +365,19 @@ def test_the_offline_judge_skips_a_file_metric_with_its_reason(file_env, db, mon
 def test_the_sample_budget_prices_a_file_metric_in_every_stratum(file_env, db):
     """A night with file metrics costs the built-ins' pairs plus exactly the file metrics' pairs, stratum by
     stratum (the night's plan, without judging)."""
-    from judgeflow.config.settings import load_settings
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
-    from judgeflow.judge.pricing import estimate_pair_cost, map_prices, prices_for
+    from judgeflow.judge.pricing import map_prices, prices_for
+    from judgeflow.metrics.cost import estimate_pair_cost
     from judgeflow.tasks.claims import plan_source_reads
+    from judgeflow.run.metric_door import entry_settings
     from judgeflow.tasks.sampling import night_plan
 
     now = datetime.now(timezone.utc)
     rows = [{"id": f"s{i}", "created_at": now - timedelta(hours=2, seconds=i), "input": "q" * (10 + i),
              "output": "an answer " * (1 + i), "context": ["doc"], "metadata": {"app": "ab"[i % 2]}} for i in range(8)]
     insert_traces(db, rows)
-    settings = load_settings()
+    settings = entry_settings()  # as a command builds its settings: the file's metrics served with them
     migrate.upgrade(engine_for(settings))
 
     def night(metrics: list[str]):

@@ -21,7 +21,7 @@ inputs = ["input", "output"]
 def test_a_file_metric_is_written_back_as_its_own_annotation(prefect_server, judgeflow_env, db, judge_server,
                                                              pg_server, tmp_path, monkeypatch):
     from judgeflow.flows.scoring import score_new_traces
-    from judgeflow.metrics.geval.file import serve_metrics_file
+    from judgeflow.run.metric_door import open_metrics
     from tests.support.phoenix import phoenix_with_traces
 
     path = tmp_path / "metrics.toml"
@@ -50,4 +50,4 @@ def test_a_file_metric_is_written_back_as_its_own_annotation(prefect_server, jud
                                 for a in reply.json()["data"] if a["name"] == "judgeflow.helpfulness"})
             assert written == {span: ("pass" if passed else "fail", 1.0) for span, passed in scored}
     finally:
-        serve_metrics_file(None)
+        open_metrics(None)

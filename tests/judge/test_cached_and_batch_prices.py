@@ -16,7 +16,8 @@ from judgeflow.judge.base import JudgeReply, JudgeRequest, Usage
 from judgeflow.judge.litellm_judge import (
     cached_prompt_tokens, completion_cost_usd, model_batch_prices, model_cached_price, model_prices,
 )
-from judgeflow.judge.pricing import Prices, estimate_pair_cost, prices_for, require_prices
+from judgeflow.judge.pricing import Prices, prices_for, require_prices
+from judgeflow.metrics.cost import estimate_pair_cost
 from judgeflow.judge.spend import CallSpend, usage_cost
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.config.settings import load_settings

@@ -563,11 +563,11 @@ def test_the_judge_config_carries_the_judges_key_and_no_other_secret():
 @pytest.mark.parametrize("model", ["offline", "offline/classifier"])
 def test_factory_offline(model):
     pytest.importorskip("judgeflow.judge.offline")
-    from judgeflow.judge.factory import build_judge
+    from judgeflow.judge.factory import build_judge, judge_config
     from judgeflow.judge.offline import OfflineJudge
     from judgeflow.config.settings import Settings
 
-    assert isinstance(build_judge(Settings(judge_model=model)), OfflineJudge)
+    assert isinstance(build_judge(judge_config(Settings(judge_model=model))), OfflineJudge)
 
 
 # --------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from judgeflow.judge.offline import (
     OfflineJudge,
     split_sentences,
 )
-from judgeflow.judge.offline.evaluation import evaluate, load_items
+from bench.offline_evaluation import evaluate, load_items, offline_judge
 from judgeflow.metrics import HallucinationMetric
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.toxicity.schema import Opinions, ToxicityReason, Verdicts
@@ -29,7 +29,7 @@ LABELLED = Path(__file__).parent / "data" / "offline_labelled.jsonl"
 
 @pytest.fixture(scope="module")
 def judge() -> OfflineJudge:
-    return OfflineJudge()
+    return offline_judge()
 
 
 def ask(judge, step, schema, fields, context=None):
@@ -257,7 +257,7 @@ async def test_acomplete_gives_the_same_reply(judge):
 
 
 def test_concurrent_calls_from_threads_agree():
-    judge = OfflineJudge()
+    judge = offline_judge()
     request = JudgeRequest("toxicity.opinions", [], Opinions, {"input": "", "output": "You are useless. I think so!"})
     results: list[str] = []
     threads = [threading.Thread(target=lambda: results.append(judge.complete(request).content)) for _ in range(8)]
@@ -340,10 +340,10 @@ def test_a_registered_metric_without_offline_answers_is_skipped_not_failed():
 
     register(SPEC)
     try:
-        result = SPEC.build(OfflineJudge(), SPEC.settings(), BuildOptions()).score("q", "You fool.")
+        result = SPEC.build(offline_judge(), SPEC.settings(), BuildOptions()).score("q", "You fool.")
     finally:
         unregister(SPEC.name)
     assert (result.status, result.score, result.judge_calls) == ("skipped", None, 0)
     assert result.reason == "the offline judge has no answer for step 'rudeness': its metric declares none"
     with pytest.raises(PermanentJudgeError, match="does not know step 'rudeness'"):  # not registered any more
-        OfflineJudge().complete(JudgeRequest(step="rudeness", messages=[], response_format=None, fields={}))
+        offline_judge().complete(JudgeRequest(step="rudeness", messages=[], response_format=None, fields={}))

@@ -1,5 +1,5 @@
 """Reading public labelled toxicity sets for the offline judge's measurement
-(judgeflow/judge/offline/public_sets.py, `evaluation --format`)."""
+(judgeflow/judge/offline/public_sets.py, `python -m bench.offline_evaluation --format`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from judgeflow.judge.offline import evaluation
+from bench import offline_evaluation as evaluation
 from judgeflow.judge.offline.public_sets import read_ethos, read_tweeteval
 
 

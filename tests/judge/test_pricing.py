@@ -8,7 +8,8 @@ import pytest
 from judgeflow.errors import ConfigError
 from judgeflow.judge.base import JudgeRequest
 from judgeflow.judge.litellm_judge import LiteLLMJudge
-from judgeflow.judge.pricing import Prices, estimate_pair_cost, estimate_tokens, prices_for, require_prices
+from judgeflow.judge.pricing import Prices, prices_for, require_prices
+from judgeflow.metrics.cost import estimate_pair_cost, estimate_tokens
 from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.data_block import render_data_block
 from judgeflow.config.settings import load_settings
@@ -99,11 +100,12 @@ def test_a_request_naming_a_model_asks_it_and_is_priced_at_its_map_price(judge_s
 
 
 def test_a_metric_with_its_own_model_is_priced_at_it_and_an_unpriced_one_refuses_a_budget(monkeypatch, tmp_path):
-    from judgeflow.metrics.geval.file import serve_metrics_file
+    from judgeflow.run.metric_door import open_metrics
 
     path = tmp_path / "metrics.toml"
     path.write_text(METRIC_FILE.format(model="openai/gpt-4o"), encoding="utf-8")
     try:
+        open_metrics(path)  # as the command's entry point does: estimates read the served metrics' costs
         s = _settings(monkeypatch, tmp_path, judge_model="openai/gpt-4o-mini", metrics_file=str(path))
         prices = prices_for(s)
         assert (prices.of("toxicity").input_per_mtok, prices.of("toxicity").output_per_mtok) == (
@@ -127,4 +129,4 @@ def test_a_metric_with_its_own_model_is_priced_at_it_and_an_unpriced_one_refuses
         s = _settings(monkeypatch, tmp_path, judge_model="offline", metrics_file=str(path))
         assert prices_for(s).of("grounded").cost(1e6, 1e6) == 0.0
     finally:
-        serve_metrics_file(None)
+        open_metrics(None)

@@ -14,7 +14,7 @@ import pytest
 from judgeflow.config.settings import Settings
 from judgeflow.errors import InvalidJudgeReplyError
 from judgeflow.judge.config import JudgeConfig
-from judgeflow.judge.factory import build_judge
+from judgeflow.judge.factory import build_judge, judge_config
 from judgeflow.judge.retry import CallRetry, RetryPolicy
 from judgeflow.model import TraceWork
 from judgeflow.run.policy import RunPolicy
@@ -62,7 +62,7 @@ def _pair(metric: str = "hallucination") -> TraceWork:
 
 def _judged(settings: Settings, work: TraceWork):
     """One pair through the pair level's loop, with the judge the settings build (started, then closed)."""
-    judge = build_judge(settings)
+    judge = build_judge(judge_config(settings))
     judge.start()
     try:
         return asyncio.run(judge_pair(work, settings, build_metrics(settings, judge), judge=judge,

@@ -99,3 +99,22 @@ def test_the_layer_reader_counts_function_and_type_checking_imports(tmp_path):
 def test_no_folder_imports_a_folder_above_it():
     wrong = upward_imports(judgeflow_modules())
     assert not wrong, f"{len(wrong)} imports go up the layers (docs/DEVELOPING.md, \"Layers\"):\n" + "\n".join(wrong)
+
+
+def test_the_lower_folders_import_nothing_above_them():
+    """config, infra, judge and metrics already hold the order (the rest follows, issue 55)."""
+    lower = {"core", "config", "infra", "judge", "metrics"}
+    wrong = [line for line in upward_imports(judgeflow_modules()) if layer_of(line.split(" ", 1)[0]) in lower]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_metrics_import_only_the_judge_interface_and_the_loose_modules():
+    """A metric knows the judge by its interface alone (and the loop a judge is called on, for a metric's
+    ``score()`` outside a run), and nothing of the settings or the run."""
+    allowed = ("judgeflow.judge.base", "judgeflow.judge.judge_loop", "judgeflow.errors", "judgeflow.model")
+    wrong = [f"{name} imports {target}" for name, path in sorted(judgeflow_modules().items())
+             if layer_of(name) == "metrics"
+             for target in sorted(every_import(name, path))
+             if layer_of(target) != "metrics" and target != "judgeflow"
+             and not any(target == ok or target.startswith(ok + ".") for ok in allowed)]
+    assert not wrong, "\n".join(wrong)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from judgeflow.errors import ConfigError, InvalidJudgeReplyError
-from judgeflow.judge.offline import OfflineJudge
+from bench.offline_evaluation import offline_judge
 from judgeflow.metrics.data_block import BEGIN, END, parse_data_block
 from judgeflow.metrics.geval.metric import GEvalDefinition, NO_RUBRIC, geval_spec, geval_version
 from judgeflow.metrics.geval.schema import GEvalScore
@@ -108,7 +108,7 @@ def served():
 
 def test_the_offline_judge_has_no_rubric_so_the_metric_is_skipped_not_failed(served):
     spec = served(geval_spec(definition()))
-    metric = spec.build(OfflineJudge(), spec.settings(), BuildOptions())
+    metric = spec.build(offline_judge(), spec.settings(), BuildOptions())
     result = metric.score("q", "a")
     assert (result.status, result.score, result.passed) == ("skipped", None, None)
     assert result.reason == NO_RUBRIC.format(name="helpfulness")
@@ -118,13 +118,13 @@ def test_steps_not_given_are_prepared_once_and_then_part_of_the_version(served):
     spec = served(geval_spec(definition(evaluation_steps=None)))
     assert spec.prepare is not None and not spec.prepare.ready()
     assert spec.version.endswith("+steps-pending")
-    offline = spec.build(OfflineJudge(), spec.settings(), BuildOptions())
+    offline = spec.build(offline_judge(), spec.settings(), BuildOptions())
     assert offline.score("q", "a").status == "skipped"  # the offline judge cannot write steps either
     judge = ScriptedJudge({"helpfulness.geval_steps": json.dumps({"steps": ["Step one.", "Step two."]}),
                            "helpfulness.geval": '{"score": 6, "reason": "ok"}'})
     from judgeflow.metrics.steps import adrive
     from judgeflow.judge.base import Usage
-    from judgeflow.run.judge_loop import judge_loop
+    from judgeflow.judge.judge_loop import judge_loop
 
     steps = judge_loop().submit(adrive, spec.prepare.make(1), judge, usage=Usage()).result()
     assert steps == ["Step one.", "Step two."]

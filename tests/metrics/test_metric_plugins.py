@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.builtins import BUILT_IN
+
 PLUGIN = '''
 from judgeflow.metrics.geval.metric import GEvalDefinition, geval_spec
 
@@ -42,7 +44,7 @@ def test_a_plugin_metric_is_served_through_the_entry_point_group_beside_the_buil
     assert listed.returncode == 0, listed.stderr
     rows = {row["name"]: row for row in json.loads(listed.stdout)["metrics"]}
     assert [(name, row["origin"]) for name, row in rows.items()] == [
-        ("toxicity", "built-in"), ("hallucination", "built-in"), ("politeness", "plugin")]
+        *((name, "built-in") for name in BUILT_IN), ("politeness", "plugin")]
     assert rows["politeness"]["inputs"] == ["output"] and rows["politeness"]["version"].startswith("politeness/1+")
     clash = _judgeflow(tmp_path, "metrics", "--check", "clash.toml")
     assert clash.returncode == 2

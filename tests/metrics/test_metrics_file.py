@@ -11,7 +11,9 @@ import pytest
 from typer.testing import CliRunner
 
 from judgeflow.errors import ConfigError
-from judgeflow.metrics.geval.file import load_metrics_file, serve_metrics_file
+from judgeflow.metrics.geval.file import load_metrics_file
+from judgeflow.run.metric_door import open_metrics
+from tests.support.builtins import BUILT_IN
 from judgeflow.metrics.registry import metric_names, origin_of, registered, served_file
 
 runner = CliRunner()
@@ -36,8 +38,8 @@ model = "openai/gpt-4o"
 @pytest.fixture(autouse=True)
 def no_file_metrics_after():
     yield
-    serve_metrics_file(None)
-    assert list(metric_names()) == ["toxicity", "hallucination"]
+    open_metrics(None)
+    assert list(metric_names()) == [*BUILT_IN]
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -106,19 +108,19 @@ def test_a_metrics_own_segment_keys_replace_the_global_ones_for_its_rules_only(t
     from judgeflow.config.settings import Settings
 
     plain = write(tmp_path, GOOD)
-    Settings(_env_file=None, metrics_file=plain)
+    open_metrics(plain)
     version = registered()["helpfulness"].version
     path = write(tmp_path, GOOD.replace("rate_max = 0.10\n", 'rate_max = 0.10\nsegment_by = ["tier", "plan"]\n')
                  .replace("strict_mode = 1\n", "strict_mode = 1\nsegment_by = []\n"))
+    open_metrics(path)
     settings = Settings(_env_file=None, metrics_file=path, alert_segment_by="app,tier")
     assert (registered()["helpfulness"].segment_by, registered()["grounded"].segment_by) == (("tier", "plan"), ())
     assert registered()["helpfulness"].version == version
     assert {r.name: r.segment_by for r in all_rules(settings) if r.kind in ("not_passed_rate", "regression",
                                                                                 "failure_rate")} == {
-        "toxicity_rate": ("app", "tier"), "hallucination_rate": ("app", "tier"), "helpfulness_rate": ("tier", "plan"),
-        "grounded_rate": (), "judge_failure_rate": ("app", "tier"), "toxicity_regression": ("app", "tier"),
-        "hallucination_regression": ("app", "tier"), "helpfulness_regression": ("tier", "plan"),
-        "grounded_regression": ()}
+        **{f"{name}_{kind}": ("app", "tier") for name in BUILT_IN for kind in ("rate", "regression")},
+        "helpfulness_rate": ("tier", "plan"), "grounded_rate": (), "judge_failure_rate": ("app", "tier"),
+        "helpfulness_regression": ("tier", "plan"), "grounded_regression": ()}
     assert settings.stored_segment_keys == ("app", "tier", "plan")
     assert settings.metric_segment_keys("toxicity") == ("app", "tier")
     # without the file: the global keys alone are stored
@@ -165,12 +167,15 @@ def test_an_unreadable_file_is_one_line(tmp_path):
         load_metrics_file(tmp_path / "missing.toml")
 
 
-def test_settings_serve_the_file_metrics_beside_the_built_ins_with_the_files_values(tmp_path):
+def test_the_door_serves_the_file_metrics_beside_the_built_ins_with_the_files_values(tmp_path):
     from judgeflow.config.settings import Settings
 
     path = write(tmp_path, GOOD)
     settings = Settings(metrics_file=path)
-    assert list(metric_names()) == ["toxicity", "hallucination", "helpfulness", "grounded"]
+    assert list(settings.metric_specs()) == [*BUILT_IN, "helpfulness", "grounded"]
+    assert list(metric_names()) == [*BUILT_IN]  # building settings serves nothing
+    open_metrics(path)
+    assert list(metric_names()) == [*BUILT_IN, "helpfulness", "grounded"]
     assert [origin_of(n) for n in metric_names()] == ["built-in", "built-in", "file", "file"]
     assert served_file() == str(path)
     helpfulness, grounded = settings.metric("helpfulness"), settings.metric("grounded")
@@ -184,19 +189,21 @@ def test_settings_serve_the_file_metrics_beside_the_built_ins_with_the_files_val
     assert registered()["helpfulness"].higher_is_better and not registered()["toxicity"].higher_is_better
     # keyword arguments win over the file, as over the environment
     assert Settings(metrics_file=path, helpfulness_threshold=0.8).metric("helpfulness").threshold == 0.8
-    # a settings object without the file serves none of its metrics
-    Settings()
-    assert list(metric_names()) == ["toxicity", "hallucination"]
+    # settings without the file read none of its metrics; the door opened without it serves none
+    assert list(Settings().metric_specs()) == [*BUILT_IN]
+    open_metrics(None)
+    assert list(metric_names()) == [*BUILT_IN]
 
 
 def test_a_metric_removed_from_the_file_is_no_longer_served(tmp_path):
     from judgeflow.config.settings import Settings
 
     path = write(tmp_path, GOOD)
-    Settings(metrics_file=path)
+    open_metrics(path)
     path.write_text(GOOD.split("[metrics.grounded]")[0], encoding="utf-8")
-    Settings(metrics_file=path)
-    assert list(metric_names()) == ["toxicity", "hallucination", "helpfulness"]
+    open_metrics(path)
+    assert list(metric_names()) == [*BUILT_IN, "helpfulness"]
+    assert list(Settings(metrics_file=path).metric_specs()) == [*BUILT_IN, "helpfulness"]
 
 
 def test_a_bad_file_stops_a_command_before_anything_is_judged(tmp_path, monkeypatch, judge_server):
@@ -219,7 +226,7 @@ def test_metrics_check_validates_without_judging(tmp_path):
     good = runner.invoke(app, ["metrics", "--check", str(write(tmp_path, GOOD))])
     assert good.exit_code == 0, good.output
     assert good.output.strip() == f"{tmp_path / 'metrics.toml'}: 2 metric(s) usable: helpfulness, grounded"
-    assert list(metric_names()) == ["toxicity", "hallucination"]  # checked, not served
+    assert list(metric_names()) == [*BUILT_IN]  # checked, not served
     bad = runner.invoke(app, ["metrics", "--check", str(write(tmp_path, '[metrics.toxicity]\ncriteria = "x"\n'))])
     assert bad.exit_code == 2
     (line,) = bad.output.strip().splitlines()
@@ -266,7 +273,7 @@ def test_metrics_lists_every_metric_with_origin_version_inputs_and_rules(tmp_pat
     assert result.exit_code == 0, result.output
     listing = json.loads(result.output)
     rows = {row["name"]: row for row in listing["metrics"]}
-    assert list(rows) == ["toxicity", "hallucination", "helpfulness", "grounded"]
+    assert list(rows) == [*BUILT_IN, "helpfulness", "grounded"]
     assert rows["toxicity"]["origin"] == "built-in" and rows["toxicity"]["rules"] == ["toxicity_rate max 5%"]
     helpfulness = rows["helpfulness"]
     assert (helpfulness["origin"], helpfulness["inputs"], helpfulness["rules"], helpfulness["passes"]) == (
@@ -283,8 +290,8 @@ def test_metrics_lists_every_metric_with_origin_version_inputs_and_rules(tmp_pat
     monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "offline")
     assert models() == dict.fromkeys(rows, "offline")
     monkeypatch.setenv("JUDGEFLOW_JUDGE_MODEL", "openai/gpt-4o-mini")
-    assert models() == {"toxicity": "openai/gpt-4o-mini", "hallucination": "openai/gpt-4o-mini",
-                        "helpfulness": "openai/gpt-4o-mini", "grounded": "openai/gpt-4o"}
+    assert models() == {**dict.fromkeys(BUILT_IN, "openai/gpt-4o-mini"), "helpfulness": "openai/gpt-4o-mini",
+                        "grounded": "openai/gpt-4o"}
     text = runner.invoke(app, ["metrics"]).output
     assert f"metrics file: {tmp_path / 'metrics.toml'}" in text
     assert any(line.startswith("helpfulness") and " file " in line and "helpfulness_rate max 10%" in line
@@ -303,7 +310,7 @@ def test_metrics_lists_each_metrics_segment_keys(tmp_path, monkeypatch):
     result = runner.invoke(app, ["metrics", "--json"])
     assert result.exit_code == 0, result.output
     rows = {row["name"]: (row["segment_by"], row["segment_by_own"]) for row in json.loads(result.output)["metrics"]}
-    assert rows == {"toxicity": (["app"], False), "hallucination": (["app"], False), "helpfulness": (["tier"], True),
+    assert rows == {**dict.fromkeys(BUILT_IN, (["app"], False)), "helpfulness": (["tier"], True),
                     "grounded": ([], True)}
     lines = {line.split()[0]: line for line in runner.invoke(app, ["metrics"]).output.splitlines()
              if line and not line.startswith("metrics file")}
@@ -346,7 +353,7 @@ def test_metrics_lists_the_version_runs_score_with_once_the_judge_wrote_the_step
     steps = ["Find each claim of the reply.", "Check each claim against the context."]
     with db.begin() as conn:  # as the first run stores what the judge wrote
         store(conn, "grounded", registered()["grounded"].prepare.key, steps, "openai/gpt-4o")
-    serve_metrics_file(None)  # a new command: nothing handed over in this process yet
+    open_metrics(None)  # a new command: nothing handed over in this process yet
     after = listing()
     version = {row["name"]: row["version"] for row in after["metrics"]}["grounded"]
     assert after["note"] is None, after

@@ -12,6 +12,7 @@ import os
 import pytest
 
 from judgeflow.judge.base import JudgeReply, JudgeRequest
+from bench.offline_evaluation import declared_answers
 from judgeflow.judge.offline import OfflineJudge
 from judgeflow.metrics.data_block import BEGIN, END
 from judgeflow.metrics.geval.metric import GEvalDefinition, geval_spec
@@ -39,7 +40,8 @@ class RecordingJudge(OfflineJudge):
     """The offline judge (it answers every built-in step), recording each request it was asked."""
 
     def __init__(self) -> None:
-        super().__init__()
+        answers, steps = declared_answers()
+        super().__init__(answers=answers, steps=steps)
         self.requests: list[JudgeRequest] = []
 
     def complete(self, request: JudgeRequest, call=None) -> JudgeReply:

@@ -54,16 +54,17 @@ def test_a_stratum_judged_fewer_than_planned_has_its_rise_restated_for_what_was_
 
 def test_a_regression_rule_with_segment_keys_of_its_own_is_sized_for_its_own_family(tmp_path):
     """A file metric's segment_by makes its regression rule's family; the strata are sized for the largest."""
-    from judgeflow.metrics.geval.file import serve_metrics_file
+    from judgeflow.run.metric_door import open_metrics
 
     path = tmp_path / "metrics.toml"
     path.write_text('[metrics.helpfulness]\ncriteria = "Helps."\nevaluation_steps = ["Read it."]\n'
                     'regression = 0.02\nsegment_by = []\n', encoding="utf-8")
     try:
+        open_metrics(path)  # as the entry point whose settings name it does
         alone = _settings(metrics_file=str(path), alert_segment_by="app")
         assert family_size(alone, ["app=a", "app=b"], alone.metric_segment_keys("helpfulness")) == 1
         assert (detect_for(alone, ["app=a", "app=b"]).tests, detect_for(alone, ["app=a"]).min_increase) == (1, 0.02)
         both = _settings(metrics_file=str(path), alert_segment_by="app", toxicity_regression_min_increase=0.05)
         assert (detect_for(both, ["app=a", "app=b"]).tests, detect_for(both, ["app=a"]).min_increase) == (3, 0.02)
     finally:
-        serve_metrics_file(None)
+        open_metrics(None)

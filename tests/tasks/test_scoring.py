@@ -55,9 +55,9 @@ def test_a_trace_its_source_skips_is_stored_skipped_with_the_reason_and_no_judge
 
     settings = Settings(judge_model="openai/judge-test", judge_api_base=judge_server.url, judge_api_key="k",
                         judge_processes=1)
-    from judgeflow.judge.factory import build_judge
+    from judgeflow.judge.factory import build_judge, judge_config
 
-    judge = build_judge(settings)
+    judge = build_judge(judge_config(settings))
     metrics = build_metrics(settings, judge)
     for metric in ("toxicity", "hallucination"):
         work = TraceWork(trace_id="t1", metric=metric, created_at=datetime.now(timezone.utc), output=None,

@@ -44,14 +44,14 @@ figures.
 The package, by concern: :mod:`.sentences` (sentence splitting, tokens,
 stems), :mod:`.classifier` (the lazily loaded classifier), :mod:`.opinions`,
 :mod:`.verdicts` (verdicts and reason), :mod:`.overlap` (context overlap for
-hallucination), :mod:`.judge` (the adapter) and :mod:`.evaluation` (quality
-on the labelled set, ``python -m judgeflow.judge.offline.evaluation``).
+hallucination), :mod:`.judge` (the adapter); its quality on the labelled set is measured by
+``python -m bench.offline_evaluation``.
 """
 
 from __future__ import annotations
 
 from judgeflow.judge.offline.classifier import toxicity_probabilities
-from judgeflow.judge.offline.judge import MODEL_NAME, OfflineJudge, offline_steps
+from judgeflow.judge.offline.judge import MODEL_NAME, OfflineJudge
 from judgeflow.judge.offline.opinions import OPINION_PROB_BAR, extract_opinions
 from judgeflow.judge.offline.overlap import (
     ABSTAIN_NO_CONTEXT,
@@ -70,7 +70,6 @@ __all__ = [
     "MODEL_NAME",
     "OfflineJudge",
     "OPINION_PROB_BAR",
-    "offline_steps",
     "TOXIC_PROB_THRESHOLD",
     "check_output",
     "extract_opinions",

@@ -10,7 +10,7 @@ import functools
 import importlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -21,42 +21,39 @@ from judgeflow.judge.offline import classifier
 
 MODEL_NAME = "offline/profanity-svm+overlap-v1"
 
-def offline_steps() -> dict[str, str]:
-    """Step -> ``"module:function"`` answering it, as the registered metrics declare."""
-    from judgeflow.metrics.registry import registered
-
-    return {step: target for spec in registered().values() for step, target in spec.offline.items()}
-
-
 @functools.cache
 def _resolve(target: str) -> Callable[[Any, str], tuple[dict[str, Any], dict[str, Any] | None]]:
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
 
 
-def offline_answer(step: str) -> Callable[[Any, str], tuple[dict[str, Any], dict[str, Any] | None]]:
-    """The function answering ``step``; a step no registered metric gives an answer for is a permanent error."""
-    steps = offline_steps()
-    if step not in steps:
-        from judgeflow.metrics.registry import registered
-
-        if any(step in spec.steps for spec in registered().values()):  # a metric without offline answers
+def offline_answer(step: str, answers: Mapping[str, str],
+                   steps: frozenset[str]) -> Callable[[Any, str], tuple[dict[str, Any], dict[str, Any] | None]]:
+    """The function answering ``step`` (``answers``: step -> ``"module:function"``); a step of a
+    metric (``steps``) without one abstains, a step no metric has is a permanent error."""
+    if step not in answers:
+        if step in steps:  # a metric without offline answers
             raise JudgeAbstained(f"the offline judge has no answer for step {step!r}: its metric declares none")
-        raise PermanentJudgeError(f"offline judge does not know step {step!r} (it answers {', '.join(steps)})")
+        raise PermanentJudgeError(f"offline judge does not know step {step!r} (it answers {', '.join(answers)})")
     try:
-        return _resolve(steps[step])
+        return _resolve(answers[step])
     except (ImportError, AttributeError) as error:
-        raise PermanentJudgeError(f"offline judge: step {step!r}'s answer {steps[step]} cannot be loaded: "
+        raise PermanentJudgeError(f"offline judge: step {step!r}'s answer {answers[step]} cannot be loaded: "
                                   f"{error}") from None
 
 
 class OfflineJudge(JudgeBase):
     """A :class:`~judgeflow.judge.base.Judge` that needs no network and no key."""
 
-    def __init__(self, model: str = MODEL_NAME) -> None:
+    def __init__(self, model: str = MODEL_NAME, *, answers: Mapping[str, str] | Iterable[tuple[str, str]] = (),
+                 steps: Iterable[str] = ()) -> None:
+        """``answers`` and ``steps``: what the metrics declare (:func:`judgeflow.judge.config.offline_answers_of`),
+        handed in by whoever builds the judge."""
         if not model.startswith("offline/"):
             model = f"offline/{model}"
         self._model = model
+        self._answers = dict(answers)
+        self._steps = frozenset(steps) | frozenset(self._answers)
 
     @property
     def model(self) -> str:
@@ -90,7 +87,7 @@ class OfflineJudge(JudgeBase):
     # ------------------------------------------------------------------
 
     def _answer(self, request: JudgeRequest) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        answer = offline_answer(request.step)
+        answer = offline_answer(request.step, self._answers, self._steps)
         return answer(request.fields, request.step)
 
     def _validate(self, request: JudgeRequest, content: str, context: dict[str, Any] | None) -> None:

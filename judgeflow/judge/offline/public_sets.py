@@ -1,5 +1,5 @@
 """Public labelled toxicity sets, read into the items the offline judge's
-measurement (``evaluation --format``) scores. Neither set is shipped with
+measurement (``python -m bench.offline_evaluation --format``) scores. Neither set is shipped with
 judgeflow; docs/offline-judge.md says where to get them.
 
 - ``ethos``: ETHOS binary (Mollas et al., 2022), ``Ethos_Dataset_Binary.csv``:

@@ -13,7 +13,7 @@ from judgeflow.judge.offline.classifier import toxicity_probabilities
 from judgeflow.judge.offline.sentences import clip
 
 # Calibrated on the "dev" split of tests/judge/data/offline_labelled.jsonl with
-# ``python -m judgeflow.judge.offline.evaluation --sweep`` (see the README, "The offline judge").
+# ``python -m bench.offline_evaluation --sweep`` (see the README, "The offline judge").
 TOXIC_PROB_THRESHOLD = 0.40
 
 # Disparaging words that make a sentence a put-down when aimed at the addressee.

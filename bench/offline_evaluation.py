@@ -1,9 +1,9 @@
 """Measure the offline judge on a labelled set and print the figures.
 
-    python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl
-    python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl --sweep
-    python -m judgeflow.judge.offline.evaluation tests/judge/data/offline_labelled.jsonl --errors
-    python -m judgeflow.judge.offline.evaluation --format tweeteval PATH/TO/tweeteval/datasets/offensive
+    python -m bench.offline_evaluation tests/judge/data/offline_labelled.jsonl
+    python -m bench.offline_evaluation tests/judge/data/offline_labelled.jsonl --sweep
+    python -m bench.offline_evaluation tests/judge/data/offline_labelled.jsonl --errors
+    python -m bench.offline_evaluation --format tweeteval PATH/TO/tweeteval/datasets/offensive
 
 Each line of the file is one item:
 
@@ -21,8 +21,9 @@ Decisions measured (the positive class is "toxic" / "unfaithful"):
 - ``hallucination (metric @0.5)``: unfaithful when the score is above 0.5, the
   metric's default threshold (a one-of-two-sentences problem passes).
 
-Every call goes through :class:`OfflineJudge` with the metric schemas, so the
-figures are those of the code path the metrics use. ``--sweep`` reprints the
+Every call goes through :class:`OfflineJudge` with the metric schemas and the
+answers the built-in metrics declare, so the figures are those of the code path
+the metrics use. ``--sweep`` reprints the
 threshold sweeps the constants in :mod:`judgeflow.judge.offline.verdicts` and
 :mod:`judgeflow.judge.offline.overlap` were chosen from (on the ``dev`` split).
 """
@@ -45,6 +46,23 @@ from judgeflow.metrics.hallucination.schema import HallucinationJudgement
 from judgeflow.metrics.toxicity.schema import Opinions, Verdicts
 
 SPLITS = ("dev", "holdout", "fresh1", "fresh2")
+
+
+def declared_answers() -> tuple[dict[str, str], frozenset[str]]:
+    """What the registered metrics declare the offline judge answers (the metrics opened as an
+    entry point opens them), as a judge is handed it when built."""
+    from judgeflow.judge.config import offline_answers_of
+    from judgeflow.metrics.registry import registered
+    from judgeflow.run.metric_door import open_metrics
+
+    open_metrics()
+    return offline_answers_of(registered().values())
+
+
+def offline_judge() -> OfflineJudge:
+    """The offline judge with the answers the registered metrics declare."""
+    answers, steps = declared_answers()
+    return OfflineJudge(answers=answers, steps=steps)
 
 
 @dataclass(frozen=True)
@@ -155,7 +173,7 @@ class Row:
 
 
 def evaluate_rows(items: list[dict[str, Any]], judge: OfflineJudge | None = None) -> list[Row]:
-    judge = judge or OfflineJudge()
+    judge = judge or offline_judge()
     rows: list[Row] = []
     for item in items:
         if item["task"] == "toxicity":
@@ -227,7 +245,7 @@ def _sweep(name: str, module: ModuleType, attr: str, values: list[float], run: C
 
 
 def sweep(items: list[dict[str, Any]]) -> None:
-    judge = OfflineJudge()
+    judge = offline_judge()
     dev = [i for i in items if i.get("split") == "dev"]
     tox = [i for i in dev if i["task"] == "toxicity"]
     hal = [i for i in dev if i["task"] == "hallucination"]
@@ -240,7 +258,7 @@ def sweep(items: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m judgeflow.judge.offline.evaluation", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.offline_evaluation", description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="labelled JSONL, e.g. tests/judge/data/offline_labelled.jsonl, or a public "
                                      "set in the --format given")
     parser.add_argument("--format", choices=["jsonl", *READERS], default="jsonl",

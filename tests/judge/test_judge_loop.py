@@ -7,7 +7,7 @@ import asyncio
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
 from judgeflow.judge.wire_slots import CallSlots
-from judgeflow.run.judge_loop import judge_loop
+from judgeflow.judge.judge_loop import judge_loop
 from tests.metrics.fakes import ScriptedJudge
 
 
@@ -51,7 +51,7 @@ def test_toxicity_chains_more_judge_calls_than_hallucination():
 _TASK_LEFT_ON_THE_LOOP = """
 import asyncio, logging
 logging.basicConfig()
-from judgeflow.run.judge_loop import judge_loop
+from judgeflow.judge.judge_loop import judge_loop
 
 held = []
 
