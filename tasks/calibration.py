@@ -18,7 +18,7 @@ from judgeflow.calibration.labelled import LabelledItem, MetricReport, build_rep
 from judgeflow.config.settings import Settings
 from judgeflow.errors import CallWithheld, JudgeflowError
 from judgeflow.judge.base import BoundJudge
-from judgeflow.judge.config import own_judge_model
+from judgeflow.config.judge_models import own_judge_model
 from judgeflow.judge.send_gate import Call
 from judgeflow.metrics.registry import metric_names
 from judgeflow.metrics.result import MetricResult
@@ -57,7 +57,7 @@ def judge_labelled(settings: Settings, items: list[LabelledItem], budget_usd: fl
     try:
         metrics = build_metrics(settings, judge)
         jobs = [(metric, item) for item in items for metric in metric_names() if metric in item.labels]
-        done = _judge_all(jobs, metrics, policy, judge, settings.judge_model)
+        done = _judge_all(jobs, metrics, policy, judge, settings)
     finally:
         judge.close()
     return _reports(done, {name: metric.effective_threshold for name, metric in metrics.items()})
@@ -70,7 +70,7 @@ def _work(index: int, job: Job) -> TraceWork:
                      output=item.output, context=item.context)
 
 
-def _judge_all(jobs: list[Job], metrics: dict[str, Any], policy: RunPolicy, judge, judge_model: str) -> list[Done]:
+def _judge_all(jobs: list[Job], metrics: dict[str, Any], policy: RunPolicy, judge, settings: Settings) -> list[Done]:
     """Every pair on the judge loop at once (their calls wait for the judge's
     slots), each admitted in order by the policy's spend budget, which waits
     for pairs in flight to tell what they cost before it says no."""
@@ -98,7 +98,7 @@ def _judge_all(jobs: list[Job], metrics: dict[str, Any], policy: RunPolicy, judg
         if not policy.admit(work, reservation, finish_one):
             done[index] = (job, None, OVER_BUDGET)
             continue
-        own = BoundJudge(judge, Call(policy.pair(None)), own_judge_model(judge_model, job[0]))
+        own = BoundJudge(judge, Call(policy.pair(None)), own_judge_model(settings, job[0]))
         running[loop.submit(_judge_one, job, metrics, own)] = (index, work)
     while finish_one():
         pass

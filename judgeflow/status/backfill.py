@@ -41,7 +41,7 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int
                       ) -> tuple[dict[str, int], dict[str, tuple[float, float]]]:
     """Per metric, the pairs to score and the prompt and completion tokens they
     are expected to take, from the mean size of the sampled ``bodies``."""
-    from judgeflow.judge.pricing import estimate_tokens
+    from judgeflow.metrics.cost import estimate_tokens
 
     chars = {
         "input": _mean(min(len(b.input or ""), cap) for b in bodies),

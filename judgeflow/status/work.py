@@ -14,7 +14,7 @@ from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.db.judge_batches import batches_out
 from judgeflow.db.work_counts import open_claims, preset_skips, superseded_counts
 from judgeflow.errors import DatabaseError
-from judgeflow.judge.config import judge_models
+from judgeflow.config.judge_models import judge_models
 from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import metric_names
 
@@ -82,7 +82,7 @@ def work_status(settings: Settings) -> dict:
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
         "runs": runs,
-        "judge_models": judge_models(settings.judge_model),  # the model that judges each metric now
+        "judge_models": judge_models(settings),  # the model that judges each metric now
         "batches_out": [asdict(batch) for batch in batches_out(settings)],
     }
 
