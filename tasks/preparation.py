@@ -95,4 +95,4 @@ def _make(settings: Settings, engine, judge: Judge, spec: MetricSpec, result: Pr
     spec.prepare.accept(kept)
     cost = "" if usage.cost_usd is None else f", ${usage.cost_usd:.4f}"
     result.notes.append(f"{spec.name}: its evaluation steps were written by the judge once ({usage.calls} call(s)"
-                        f"{cost}, outside the run's figures) and stored; later runs score with the same steps")
+                        f"{cost}, charged to the run's spend budget, not to any pair) and stored; later runs score with the same steps")

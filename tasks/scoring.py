@@ -48,7 +48,7 @@ from judgeflow.judge.base import BoundJudge, Judge, Usage
 from judgeflow.run.entry import current_entry
 from judgeflow.config.judge_models import own_judge_model
 from judgeflow.judge.factory import build_judge, judge_config
-from judgeflow.judge.retry import GiveUp, Level, RetryPolicy
+from judgeflow.judge.retry import GiveUp, RetryPolicy
 from judgeflow.judge.send_gate import Call
 from judgeflow.metrics.registry import BuildOptions, ScoringMetric, registered
 from judgeflow.metrics.result import MetricResult
@@ -166,7 +166,7 @@ async def judge_pair(
             return _withheld(work, gate, billed, attempt)
         except TransientJudgeError as error:
             billed.add_billed(error)
-            decision = gate.policy.resend(Level.PAIR, attempt, error, work=work, billed=billed)
+            decision = gate.policy.resend(attempt, error, work=work, billed=billed)
             if isinstance(decision, GiveUp):
                 if decision.later:
                     return outcomes.deferred(work, attempt, billed, why=decision.reason)

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.support.postgres import create_database, drop_database, start_test_server
-# LiteLLM's spend-log table and rows, for the litellm source preset's tests (tests/db/sources, tests/sources, tests/flows)
+# LiteLLM's spend-log table and rows, for the litellm source preset's tests (tests/sources, tests/flows)
 from tests.support.litellm_fixtures import litellm_db, litellm_template, spend_log_rows  # noqa: F401
 
 # never let a developer's .env or shell leak into tests

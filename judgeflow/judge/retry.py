@@ -36,7 +36,6 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import TYPE_CHECKING, Awaitable, Callable
 
 from judgeflow.errors import CallWithheld, JudgeError, TransientJudgeError
@@ -103,14 +102,6 @@ class CallRetry:
         return retry_delay(attempt, self.backoff_base_s, self.backoff_max_s, retry_after, rng)
 
 
-class Level(str, Enum):
-    """Where a judge request is sent again, each with its one loop (the module doc)."""
-
-    CALL = "attempts per call"  # send_with_retries
-    PAIR = "runs per pair"  # judge_pair (tasks/scoring.py)
-    REPAIR = "rounds per reply"  # judgeflow.metrics.steps.ask
-
-
 @dataclass(frozen=True)
 class Retry:
     """Send again after ``after_s`` seconds."""
@@ -148,22 +139,16 @@ class RetryPolicy:
             repairs=int(settings.judge_max_repairs),
         )
 
-    def resend(self, level: Level, attempt: int, error: Exception, rng: random.Random | None = None
-               ) -> Retry | GiveUp:
-        """Whether what failed on its ``attempt``-th try (1-based) at ``level``
-        with ``error`` is sent again, and after how long. The call level's
-        decision is :meth:`CallRetry.plan` (its loop asks it through
-        :class:`Pace`, which keeps the ``Retry-After`` cool-down); a pair is
-        run again only after a transient error; a reply is re-asked at once."""
-        if level is Level.CALL:
-            plan = self.call.plan(attempt - 1, error, rng or random.Random()) if isinstance(error, JudgeError) \
-                else error
-            return Retry(plan) if isinstance(plan, float) else GiveUp(str(plan))
-        if level is Level.PAIR:
-            if not isinstance(error, TransientJudgeError) or attempt > self.pair_reruns:
-                return GiveUp(str(error))
-            return Retry(self.rerun_delay_s * 2 ** (attempt - 1))
-        return Retry(0.0) if attempt <= self.repairs else GiveUp(str(error))
+    def rerun(self, attempt: int, error: Exception) -> Retry | GiveUp:
+        """The pair level's decision: whether a pair whose ``attempt``-th run
+        (1-based) failed with ``error`` runs again, and after how long. Only a
+        transient error runs again. The call level decides in
+        :meth:`CallRetry.plan` (asked through :class:`Pace`, in whichever
+        process sends the attempt); the repair level is the bound ``repairs``
+        handed to the metrics."""
+        if not isinstance(error, TransientJudgeError) or attempt > self.pair_reruns:
+            return GiveUp(str(error))
+        return Retry(self.rerun_delay_s * 2 ** (attempt - 1))
 
     def rerun_delays(self) -> list[float]:
         """The pause before each re-run of a pair: ``rerun_delay_s * 2**n``."""

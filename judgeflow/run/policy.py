@@ -11,10 +11,12 @@ It holds each of the run's limits as one object:
 * **ownership**: the run's lease keeper (judgeflow/db/leases.py), whose
   freshness each pair's gate (judgeflow/run/gate.py) compares before it asks
   the database;
-* the **calls in flight** (``in_flight``, ``JUDGEFLOW_MAX_CONCURRENCY``): the
-  bound the judge's slots keep (judgeflow/judge/wire_slots.py), split over
-  judge worker processes by ``JudgeConfig.shares()``; the policy states it,
-  the judge (which owns the wire) enforces it;
+* not the **calls in flight**: that bound (``JUDGEFLOW_MAX_CONCURRENCY``)
+  is a place on the wire, kept by the judge's one ``CallSlots``
+  (judgeflow/judge/wire_slots.py) and split over judge worker processes by
+  ``JudgeConfig.shares()``; the judge is started before the policy exists
+  (a command's early judge), and an attempt holds its slot first and then
+  asks this policy's gate, so the wire never waits on a refused call;
 * the **account limit** (``account``): a rate limit shared by every run of
   an account, asked before a pair's first call; None until one is plugged in;
 * the **retry levels** (``retry``, judgeflow/judge/retry.py): :meth:`RunPolicy.resend`.
@@ -30,7 +32,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Callable, Protocol
 
-from judgeflow.judge.retry import GiveUp, Level, Retry, RetryPolicy
+from judgeflow.judge.retry import GiveUp, Retry, RetryPolicy
 from judgeflow.run.entry import StopRequest, run_stop
 from judgeflow.run.gate import SPEND_SPENT, STOPPED, TIME_SPENT, PairGate, Refusal
 
@@ -67,7 +69,6 @@ class RunPolicy:
         self.stop = stop if stop is not None else StopRequest()
         self.deadline, self.budget, self.keeper, self._clock = deadline, budget, keeper, clock
         self.retry = retry if retry is not None else RetryPolicy.from_settings(settings)
-        self.in_flight = settings.max_concurrency
         self.account = account
 
     @classmethod
@@ -122,13 +123,16 @@ class RunPolicy:
 
     # --- may it be sent again ------------------------------------------------
 
-    def resend(self, level: Level, attempt: int, error: Exception, *, work: "TraceWork | None" = None,
+    def resend(self, attempt: int, error: Exception, *, work: "TraceWork | None" = None,
                billed: "Usage | None" = None) -> Retry | GiveUp:
-        """Whether what failed on its ``attempt``-th try at ``level`` is sent
-        again: the retry policy's decision, and for a pair's re-run the spend
-        budget's too (what the failed run billed is charged first)."""
-        decision = self.retry.resend(level, attempt, error)
-        if (level is Level.PAIR and isinstance(decision, Retry) and self.budget is not None and work is not None
+        """Whether a pair whose ``attempt``-th run failed with ``error`` runs
+        again (the pair level): the retry policy's :meth:`RetryPolicy.rerun`,
+        and the spend budget's room for it (what the failed run billed is
+        charged first). The call level decides inside the judge
+        (:meth:`~judgeflow.judge.retry.CallRetry.plan`, in whichever process
+        sends the attempt), from the same ``retry`` this policy holds."""
+        decision = self.retry.rerun(attempt, error)
+        if (isinstance(decision, Retry) and self.budget is not None and work is not None
                 and not self.budget.charge_retry(work, billed.cost_usd if billed else None,
                                                  billed.calls if billed else 0)):
             return NO_RETRY_ROOM

@@ -8,7 +8,7 @@ the same model name is another judge), every setting that changes a score or
 its reason (:data:`SCORE_SETTINGS`: include_reason, the field truncation
 budget; and the metric's own, its settings' ``score_fields``) and the trace's input,
 output and context. Every other setting is declared score-neutral
-(:data:`SCORE_NEUTRAL_SETTINGS`); tests/tasks/test_reuse.py fails for a
+(:data:`SCORE_NEUTRAL_SETTINGS`); tests/run/test_reuse.py fails for a
 setting that is neither, so a new one is classified when it is added. A pair whose hash matches a stored
 ``scored``/``skipped`` result copies it instead of calling the judge: same
 score and reason, ``passed`` decided by the current threshold, no tokens, no

@@ -13,7 +13,7 @@ Task-level retries are the tasks' own.
 It knows nothing of Prefect or the database: the flow hands it the functions
 that claim a batch, submit one and wait for the first finished future
 (flows/scoring.py), so its rules are tested on their own
-(tests/judgeflow/test_run_schedule.py).
+(tests/run/test_schedule.py).
 """
 
 from __future__ import annotations

@@ -88,11 +88,6 @@ def trace_source(settings: Settings) -> TraceSource:
     return factory(settings)
 
 
-def separate_source_database(settings: Settings) -> bool:
-    """True when traces are read from another database than judgeflow's own."""
-    return getattr(settings, "source_database_url", None) is not None
-
-
 # SQLSTATE classes of errors that belong to a row's values, not to the query,
 # the connection or the server: 22 data exception (casts, division by zero,
 # JSON paths), P0 PL/pgSQL raise, 2F/38/39 errors inside a function. Anything

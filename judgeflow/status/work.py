@@ -19,12 +19,6 @@ from judgeflow.config.settings import Settings
 from judgeflow.metrics.registry import metric_names
 
 
-def result_counts(settings: Settings) -> dict[str, dict[str, int]]:
-    """Per metric: results by status (and passed), plus the pairs without a
-    done result split by their claims; see :func:`work_status`."""
-    return work_status(settings)["metrics"]
-
-
 def work_status(settings: Settings) -> dict:
     """What is true in the database right now, per metric:
 

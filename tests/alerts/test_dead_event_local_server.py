@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from judgeflow.alerts.dead_letters import DEAD_EVENT, dead_event_id
 from judgeflow.infra.prefect_server import LocalPrefectServer
 from tests.alerts.helpers import add_results, migrated
-from tests.judgeflow.test_prefect_server import _judgeflow
+from tests.infra.test_prefect_server import _judgeflow
 from tests.support.processes import kill_processes_under
 from tests.support.webhook_receiver import WebhookReceiver
 

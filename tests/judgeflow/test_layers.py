@@ -108,3 +108,13 @@ def test_metrics_import_only_the_judge_interface_and_the_loose_modules():
              if layer_of(target) != "metrics" and target != "judgeflow"
              and not any(target == ok or target.startswith(ok + ".") for ok in allowed)]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_tests_mirror_the_source_tree():
+    """Each folder of tests/ is a folder of the product (its tests), or names what it tests besides code."""
+    repo = Path(__file__).resolve().parents[2]
+    besides_code = {"judgeflow", "support", "bench", "deployments", "docker", "docs"}
+    folders = {p.name for p in (repo / "tests").iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders - besides_code <= set(LAYERS) - {"core"}, sorted(folders - besides_code - set(LAYERS))
+    assert not [p for p in (repo / "tests").glob("*/*/test_*.py") if p.parts[-3] != "support"], \
+        "tests one folder deeper than the source they test"

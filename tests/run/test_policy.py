@@ -1,21 +1,22 @@
 """The run policy's decisions (judgeflow/run/policy.py), each with each of its refusals: may a pair be
 admitted (the spend budget), may its first call go (stop, time, spend, the account limit), may it be sent
-again (each retry level). The gate's ownership side is in tests/judgeflow/test_gate.py."""
+again (each retry level). The gate's ownership side is in tests/run/test_gate.py."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import math
 
 from judgeflow.config.settings import Settings
 from judgeflow.errors import InvalidJudgeReplyError, TransientJudgeError
 from judgeflow.judge.base import Usage
-from judgeflow.judge.retry import CallRetry, GiveUp, Level, Retry, RetryPolicy
+from judgeflow.judge.retry import CallRetry, GiveUp, Retry, RetryPolicy
 from judgeflow.run.budget import Reservation, RunBudget, run_budget
 from judgeflow.run.entry import StopRequest
 from judgeflow.run.gate import SPEND_SPENT, STOPPED, TIME_SPENT, Refusal
 from judgeflow.run.policy import NO_RETRY_ROOM, RunPolicy
-from tests.judgeflow.test_budget import PRICES, work
+from tests.run.test_budget import PRICES, work
 
 SETTINGS = Settings(_env_file=None)
 RETRY = RetryPolicy(call=CallRetry(max_retries=1, backoff_base_s=0.0), pair_reruns=2, rerun_delay_s=1.0, repairs=1)
@@ -27,7 +28,7 @@ def _start(policy: RunPolicy):
 
 def test_it_is_built_from_the_settings_with_nothing_refused():
     policy = RunPolicy(SETTINGS)
-    assert policy.retry == RetryPolicy.from_settings(SETTINGS) and policy.in_flight == SETTINGS.max_concurrency
+    assert policy.retry == RetryPolicy.from_settings(SETTINGS)
     assert policy.account is None and policy.budget is None and policy.owner is None
     assert policy.why_not_claim() is None and policy.why_not_run() is None and _start(policy) is None
     assert policy.admit(work(), Reservation()) and policy.fresh_until(None) == math.inf
@@ -93,24 +94,25 @@ def test_one_budget_chosen_the_smaller_of_the_run_and_the_night():
     assert run_budget(priced, 3.0, 10.0).limit_usd == 3.0
 
 
-def test_each_retry_level_decides_once_with_its_levels_named():
+def test_each_retry_level_decides_in_one_place():
     transient, invalid = TransientJudgeError("503"), InvalidJudgeReplyError("not JSON", step="s", raw="x", attempts=1)
-    assert [level.value for level in Level] == ["attempts per call", "runs per pair", "rounds per reply"]
-    assert isinstance(RETRY.resend(Level.CALL, 1, transient), Retry)
-    assert isinstance(RETRY.resend(Level.CALL, 2, transient), GiveUp)  # max_retries 1: two attempts
-    assert isinstance(RETRY.resend(Level.CALL, 1, invalid), GiveUp)
-    assert [RETRY.resend(Level.PAIR, n, transient) for n in (1, 2, 3)] == [Retry(1.0), Retry(2.0),
-                                                                           GiveUp("503")]
-    assert RETRY.resend(Level.PAIR, 1, invalid) == GiveUp("not JSON")  # only a transient error runs again
-    assert RETRY.resend(Level.REPAIR, 1, invalid) == Retry(0.0) and isinstance(
-        RETRY.resend(Level.REPAIR, 2, invalid), GiveUp)
+    rng = random.Random(3)
+    # attempts per call: CallRetry.plan, what the judge's one loop asks (a delay, or the error that ends the call)
+    assert isinstance(RETRY.call.plan(0, transient, rng), float)
+    assert not isinstance(RETRY.call.plan(1, transient, rng), float)  # max_retries 1: two attempts
+    assert not isinstance(RETRY.call.plan(0, invalid, rng), float)
+    # runs per pair: RetryPolicy.rerun, asked through RunPolicy.resend
+    assert [RETRY.rerun(n, transient) for n in (1, 2, 3)] == [Retry(1.0), Retry(2.0), GiveUp("503")]
+    assert RETRY.rerun(1, invalid) == GiveUp("not JSON")  # only a transient error runs again
+    # rounds per reply: the bound the metrics get
+    assert RETRY.repairs == 1 and RETRY.worst_case_sends() == 2 * 3 * 2
 
 
 def test_a_pair_runs_again_only_while_the_spend_budget_has_room_for_it():
     budget = RunBudget(1.0, PRICES)
     policy = RunPolicy(SETTINGS, "run-1", budget=budget, retry=RETRY)
     billed = Usage()
-    assert policy.resend(Level.PAIR, 1, TransientJudgeError("503"), work=work(), billed=billed) == Retry(1.0)
+    assert policy.resend(1, TransientJudgeError("503"), work=work(), billed=billed) == Retry(1.0)
     billed.cost_usd, billed.calls = 2.0, 1  # what the failed run billed passes the budget
-    assert policy.resend(Level.PAIR, 1, TransientJudgeError("503"), work=work(), billed=billed) is NO_RETRY_ROOM
+    assert policy.resend(1, TransientJudgeError("503"), work=work(), billed=billed) is NO_RETRY_ROOM
     assert NO_RETRY_ROOM.later and budget.exhausted and budget.spent_usd == 2.0

@@ -14,7 +14,7 @@ from judgeflow.run.budget import RunBudget
 from judgeflow.run.entry import StopRequest
 from judgeflow.run.gate import SPEND_SPENT, STOPPED, TIME_SPENT
 from judgeflow.run.policy import RunPolicy
-from tests.judgeflow.test_budget import PRICES, work
+from tests.run.test_budget import PRICES, work
 
 SETTINGS = Settings(_env_file=None)
 
