@@ -35,7 +35,7 @@ from judgeflow.run.policy import RunPolicy
 from judgeflow.run.schedule import (
     BUDGET, DEADLINE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size, default_batch_size,
 )
-from judgeflow.run.summary import deferred_note, online_cost, time_budget_spent, unusable_notes
+from judgeflow.run.summary import deferred_note, online_cost, stopped_early, time_budget_spent, unusable_notes
 from judgeflow.config.settings import Settings
 from judgeflow.run import reuse
 from judgeflow.tasks.claims import (
@@ -146,8 +146,7 @@ def _summary_if_stopped(run: _Run, totals: SummaryBuilder, schedule: RunSchedule
         yield
     except Exception as error:
         schedule.drain()
-        summary = _summary(run, totals, {}, [f"the run stopped early ({type(error).__name__}: {error}); "
-                                             "pairs it did not score are left for the next run"])
+        summary = _summary(run, totals, {}, [stopped_early(error)])
         try:
             publish_run_summary(summary)
         except Exception as publish_error:

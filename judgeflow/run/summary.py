@@ -18,6 +18,12 @@ def time_budget_spent(settings: "Settings", elapsed_s: float) -> str:
             "and what is left stays pending for the next run")
 
 
+def stopped_early(error: BaseException) -> str:
+    """A run an infrastructure failure stopped part-way (the database gone for longer than the retries ride out)."""
+    return (f"the run stopped early ({type(error).__name__}: {error}); "
+            "pairs it did not score are left for the next run")
+
+
 def unusable_notes(settings: "Settings", unusable: Any) -> list[str]:
     """The source's rows no run can use (``unusable``: their count, None when they could not be counted)."""
     if unusable is None:
