@@ -261,8 +261,8 @@ def _write_back_line(r: dict) -> str:
     """Where the result's Phoenix write-back stands, with its last error."""
     error = f"; last error: {_one_line(r['write_back_error'], 300)}" if r["write_back_error"] else ""
     if r.get("write_back_given_up"):
-        return (f"    in Phoenix: not written, given up after {r['write_back_tries']} refusals (runs no longer try "
-                f"it; `judgeflow phoenix sync` does){error}")
+        return (f"    in Phoenix: not written for good, refused {r['write_back_tries']} tries (no run or sync tries it "
+                f"again; `judgeflow phoenix sync --repair` tries once more){error}")
     return f"    in Phoenix: not written yet{error}"
 
 

@@ -146,7 +146,7 @@ def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Pos
         elif status in AUTH_REFUSED:
             _refusal(out, reply, base)
         elif named := _named(reply, results, batch):
-            out.refused.update({i: f"span {results[i]['trace_id']}: Phoenix does not hold it (HTTP {status})"
+            out.refused.update({i: f"Phoenix no longer holds span {results[i]['trace_id']} (HTTP {status})"
                                 for i in named})
             rest = [i for i in batch if i not in named]
             todo = ([rest] if rest else []) + todo
