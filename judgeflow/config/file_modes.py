@@ -5,11 +5,14 @@ once per entry point, with the fix (``chmod 600``); they still read it."""
 
 from __future__ import annotations
 
+import re
 import stat
 from pathlib import Path
 from typing import Iterable
 
-from judgeflow.config.key_transport import provider_key_name
+# a key by its name, whoever reads it: a provider's (OPENAI_API_KEY), Prefect's (PREFECT_API_KEY,
+# PREFECT_API_AUTH_STRING), PostgreSQL's (PGPASSWORD)
+_KEY_NAME = re.compile(r"^[A-Z0-9_]*(API_?KEY|_TOKEN|_SECRET|_SECRET_KEY|PASSWORD|AUTH_STRING)$")
 
 
 def open_to_others(path: Path) -> int:
@@ -22,7 +25,7 @@ def open_to_others(path: Path) -> int:
 
 def keys_in_dotenv(path: Path, secret_settings: Iterable[str]) -> list[str]:
     """The variables of the dotenv file ``path`` that hold a key: a secret setting's
-    (``JUDGEFLOW_JUDGE_API_KEY``, ...) or a provider's as litellm reads it (``OPENAI_API_KEY``)."""
+    (``JUDGEFLOW_JUDGE_API_KEY``, ...) or one named as a key (``OPENAI_API_KEY``)."""
     from dotenv import dotenv_values
 
     secret = {name.upper() for name in secret_settings}
@@ -31,7 +34,7 @@ def keys_in_dotenv(path: Path, secret_settings: Iterable[str]) -> list[str]:
     except (OSError, UnicodeDecodeError):
         return []
     return sorted(name for name, value in values.items()
-                  if value and (name.upper() in secret or provider_key_name(name)))
+                  if value and (name.upper() in secret or _KEY_NAME.match(name.upper())))
 
 
 def key_file_warning(path: Path, secret_settings: Iterable[str]) -> str | None:

@@ -102,11 +102,6 @@ def litellm_environment(cwd: Path | None = None) -> dict[str, str]:
     return {**found, **os.environ}
 
 
-def provider_key_name(name: str) -> bool:
-    """``name`` is a provider's key as litellm reads it (``OPENAI_API_KEY``), not another program's."""
-    return bool(_PROVIDER_KEY.match(name)) and not name.startswith(_NOT_LITELLM)
-
-
 def _litellm_names(environ: Mapping[str, str], pattern: re.Pattern) -> list[str]:
     return sorted(name for name, value in environ.items()
                   if value and pattern.match(name) and not name.startswith(_NOT_LITELLM))
