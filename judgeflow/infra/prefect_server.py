@@ -145,9 +145,10 @@ class LocalPrefectServer:
         if not state:
             return "no server is recorded"
         pid, port = int(state["pid"]), int(state["port"])
-        if not _is_our_server(pid, self.base_dir):
-            return f"pid {pid} is not your process working in {self.base_dir}"
-        return why_not_served_by(pid, HOST, port)
+        why = why_not_served_by(pid, HOST, port)  # first: the socket's owner is the telling fact
+        if why is None and not _is_our_server(pid, self.base_dir):
+            why = f"pid {pid} is not your process working in {self.base_dir}"
+        return why
 
     def prove_ours(self) -> None:
         """PrefectServerError, one line, unless :meth:`why_not_ours` proves the server ours."""
