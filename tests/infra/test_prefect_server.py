@@ -247,6 +247,15 @@ def test_another_users_server_at_the_recorded_pid_and_port_is_refused_and_sent_n
                            "is not judgeflow's own (")
     assert f"its socket belongs to uid {os.stat(f'/proc/{pid}').st_uid} ({IMPOSTOR})" in line
     assert "its auth string was not sent" in line and proc.stdout == ""
+    # what every command does before its first Prefect call, then such a call: refused before it
+    client = subprocess.run(
+        [sys.executable, "-c", "from judgeflow.run.metric_door import entry_settings\n"
+         "from judgeflow.infra.prefect_server import use_prefect\n"
+         "use_prefect(entry_settings())\n"
+         "from prefect.client.orchestration import get_client\n"
+         "with get_client(sync_client=True) as c: c.read_flows(limit=1)\n"],
+        env=_cli_env(home), cwd=home.parent, capture_output=True, text=True, timeout=300)
+    assert client.returncode != 0 and "PrefectServerError" in client.stderr, client.stderr
     asked = received()
     assert asked, "judgeflow never reached the impostor: the test proves nothing"
     password = secret.split(":", 1)[1]
