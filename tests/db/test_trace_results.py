@@ -189,7 +189,7 @@ def test_show_names_a_spans_phoenix_trace_and_project_and_takes_its_id_in_upper_
     assert [v.trace_id for v in found.views] == [span]
     text = render_lookup(found, ui_url=None, source_name="px.spans")
     assert text.splitlines()[:2] == [f"trace {span}", f"  in Phoenix: trace {trace}, project support-bot"]
-    assert "toxicity: passed" in text or "toxicity" in text.splitlines()[2]
+    assert text.splitlines()[2].startswith("  toxicity: score 0.000, ")  # the result, found under the typed id
     with db.begin() as conn:
         conn.execute(sa.text("DELETE FROM px.spans"))
     gone = render_lookup(look_up(settings, span), ui_url=None, source_name="px.spans")
