@@ -15,13 +15,14 @@ from judgeflow.config.settings import Settings
 log = logging.getLogger("judgeflow.phoenix")
 
 
-def write_back(settings: Settings, *, everything: bool = False) -> Sync:
+def write_back(settings: Settings, *, everything: bool = False, repair: bool = False) -> Sync:
     """The configured source's unwritten scores, written to Phoenix: those due, or
-    all of them (``everything``). Never raises: a failure is the outcome's note."""
+    all of them (``everything``), or every scored one again (``repair``). Never
+    raises: a failure is the outcome's note."""
     api_key = settings.phoenix_api_key.get_secret_value() if settings.phoenix_api_key else None
     try:
         outcome = sync_phoenix(engine_for(settings), result_source(settings), settings.phoenix_url, api_key,
-                               everything=everything)
+                               everything=everything, repair=repair)
     except Exception as error:  # a report, never a reason to fail the run
         outcome = Sync(stop=f"could not read the unwritten scores: {type(error).__name__}: {error}")
     (log.warning if outcome.failed or outcome.stop else log.info)(outcome.note)

@@ -12,10 +12,14 @@ phoenix_app = typer.Typer(help="Arize Phoenix: write the scores Phoenix does not
 
 @phoenix_app.command("sync")
 @clear_errors
-def sync() -> None:
+def sync(
+    repair: bool = typer.Option(False, "--repair", help="also write again every score already written (Phoenix "
+                                "lost an annotation) and those whose span Phoenix no longer held"),
+) -> None:
     """Write every scored result of the configured Phoenix source that Phoenix does not have
     yet (turned on later, failed before, Phoenix down) as span annotations, whatever its
-    backoff. Nothing is judged again. Exit code 1 when some are still unwritten."""
+    backoff. Nothing is judged again. Exit code 1 when some are still unwritten; those
+    whose span Phoenix no longer holds are final and do not count."""
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
     from judgeflow.db.result_sources import adopt_configured_source
@@ -32,7 +36,7 @@ def sync() -> None:
         typer.echo(note, err=True)
     if not settings.phoenix_write_back:
         typer.echo("JUDGEFLOW_PHOENIX_WRITE_BACK is off: runs do not write to Phoenix; this sync does, once", err=True)
-    outcome = write_back(settings, everything=True)
+    outcome = write_back(settings, everything=True, repair=repair)
     typer.echo(outcome.note)
     if outcome.left:
         raise typer.Exit(1)

@@ -590,7 +590,19 @@ def load_settings(**overrides) -> Settings:
     # record of the process (and from texts passed through judgeflow.config.scrub.scrub)
     register_settings(settings)
     install_log_scrubbing()
+    _warn_of_open_key_file()
     return settings
+
+
+def _warn_of_open_key_file() -> None:
+    """A ``.env`` holding a key that other local users can read: said, with its fix."""
+    from judgeflow.config.file_modes import key_file_warning
+
+    secret = [f"JUDGEFLOW_{name}" for name, field in Settings.model_fields.items()
+              if "SecretStr" in str(field.annotation)]
+    warning = key_file_warning(Path.cwd() / ".env", secret)
+    if warning:
+        log.warning(warning)
 
 
 def with_parameters(settings: Settings, **parameters) -> Settings:

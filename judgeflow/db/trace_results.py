@@ -11,6 +11,7 @@ trace's LLM spans are shown (:func:`look_up`). Read-only."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -58,6 +59,8 @@ class TraceView:
     trace_id: str
     metrics: list[MetricView] = field(default_factory=list)
     in_source: bool | None = None  # None: not asked (it has results) or could not tell
+    # a Phoenix source: the span's (Phoenix trace id, project), or "gone" when Phoenix no longer holds it
+    phoenix_home: tuple[str, str] | str | None = None
 
     @property
     def known(self) -> bool:
@@ -108,15 +111,39 @@ class Lookup:
 
 def look_up(settings: Settings, some_id: str) -> Lookup:
     """:func:`find_trace`; with a Phoenix source, an id judgeflow knows nothing of and
-    that is no LLM span is looked for as a Phoenix trace id or the id of any span."""
+    that is no LLM span is looked for as a Phoenix trace id or the id of any span.
+    Phoenix's ids are lower-case hex: one typed in upper case is found too. Each
+    span shown is named with its Phoenix trace and project."""
+    if settings.source != "phoenix":
+        return Lookup([find_trace(settings, some_id)])
+    if _HEX.fullmatch(some_id):
+        some_id = some_id.lower()
     view = find_trace(settings, some_id)
-    if view.known or settings.source != "phoenix":
-        return Lookup([view])
+    if view.known:
+        return Lookup([_with_phoenix_home(settings, view)])
     found = _phoenix_trace(settings, some_id)
     if found is None:
         return Lookup([view])
     trace_id, spans = found
-    return Lookup([find_trace(settings, span) for span in spans], phoenix_trace_id=trace_id)
+    return Lookup([_with_phoenix_home(settings, find_trace(settings, span)) for span in spans],
+                  phoenix_trace_id=trace_id)
+
+
+_HEX = re.compile(r"[0-9A-Fa-f]+")
+
+
+def _with_phoenix_home(settings: Settings, view: TraceView) -> TraceView:
+    from judgeflow.sources.trace_source import trace_source
+
+    source = trace_source(settings)
+    try:
+        with source_engine(settings).connect() as conn:
+            with conn.begin():
+                conn.execute(text(f"SET LOCAL statement_timeout = {_SOURCE_TIMEOUT_MS}"))
+                view.phoenix_home = source.span_home(conn, view.trace_id) or "gone"
+    except DBAPIError:
+        view.phoenix_home = None  # Phoenix's database could not be asked: the results are shown without it
+    return view
 
 
 def _phoenix_trace(settings: Settings, some_id: str) -> tuple[str, list[str]] | None:
@@ -193,6 +220,10 @@ def render_lookup(lookup: Lookup, *, ui_url: str | None, source_name: str) -> st
 
 def render(view: TraceView, *, ui_url: str | None, source_name: str, label: str = "trace") -> str:
     lines = [f"{label} {view.trace_id}"]
+    if isinstance(view.phoenix_home, tuple):
+        lines.append(f"  in Phoenix: trace {view.phoenix_home[0]}, project {view.phoenix_home[1]}")
+    elif view.phoenix_home == "gone":
+        lines.append("  in Phoenix: no longer held (its retention, or a user, deleted the span)")
     if view.in_source is not None and not any(m.result or m.claim for m in view.metrics):
         lines.append(f"  in {source_name}, not scored yet: the next run scores it")
     for mv in view.metrics:
@@ -261,8 +292,8 @@ def _write_back_line(r: dict) -> str:
     """Where the result's Phoenix write-back stands, with its last error."""
     error = f"; last error: {_one_line(r['write_back_error'], 300)}" if r["write_back_error"] else ""
     if r.get("write_back_given_up"):
-        return (f"    in Phoenix: not written, given up after {r['write_back_tries']} refusals (runs no longer try "
-                f"it; `judgeflow phoenix sync` does){error}")
+        return (f"    in Phoenix: not written for good, refused {r['write_back_tries']} tries (no run or sync tries it "
+                f"again; `judgeflow phoenix sync --repair` tries once more){error}")
     return f"    in Phoenix: not written yet{error}"
 
 

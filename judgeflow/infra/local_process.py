@@ -26,11 +26,15 @@ def pid_alive(pid: int) -> bool:
 
 
 def runs_in(pid: int, directory: Path) -> bool:
-    """``pid`` is still the process started with ``directory`` as its working directory."""
+    """``pid`` is still the process started with ``directory`` as its working
+    directory: this user's, and there. A pid that cannot be read is not (another
+    user's pid counts as alive, and pids are reused)."""
     try:
+        if os.stat(f"/proc/{pid}").st_uid != os.geteuid():
+            return False
         return Path(os.readlink(f"/proc/{pid}/cwd")).resolve() == directory.resolve()
     except OSError:
-        return pid_alive(pid)
+        return False
 
 
 def wait_gone(pid: int, timeout_s: float) -> bool:

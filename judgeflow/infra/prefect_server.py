@@ -21,6 +21,14 @@ also holds the server's sqlite database); every judgeflow command that uses the
 server sets ``PREFECT_API_AUTH_STRING`` from it, and the UI asks for it once.
 A server found running without authentication (started by an older judgeflow)
 is replaced.
+
+The auth string is sent only to a server proven judgeflow's own
+(:meth:`LocalPrefectServer.why_not_ours`): the pid ``server.json`` names is this
+user's process working in ``<home>/prefect``, and every socket that would take a
+connection to its port is this user's and held by that process's session
+(``judgeflow/infra/local_listener.py``). After a crash ``server.json`` still names a
+pid and a port that another local user may since hold; such a server is refused
+with one line and is sent nothing but the unauthenticated health checks.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from pathlib import Path
 from judgeflow.config.scrub import register
 from judgeflow.infra.dir_lock import locked
 from judgeflow.errors import PrefectServerError
+from judgeflow.infra.local_listener import why_not_served_by
 from judgeflow.infra.local_process import pid_alive as _pid_alive, runs_in as _is_our_server, terminate
 
 HOST = "127.0.0.1"
@@ -128,6 +137,27 @@ class LocalPrefectServer:
         self.base_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.base_dir.stat().st_mode & 0o077 and self.base_dir.stat().st_uid == os.geteuid():
             os.chmod(self.base_dir, 0o700)
+
+    def why_not_ours(self) -> str | None:
+        """None when the server ``server.json`` names is proven the one judgeflow started
+        here (the module doc); else why not, in words."""
+        state = self.state()
+        if not state:
+            return "no server is recorded"
+        pid, port = int(state["pid"]), int(state["port"])
+        why = why_not_served_by(pid, HOST, port)  # first: the socket's owner is the telling fact
+        if why is None and not _is_our_server(pid, self.base_dir):
+            why = f"pid {pid} is not your process working in {self.base_dir}"
+        return why
+
+    def prove_ours(self) -> None:
+        """PrefectServerError, one line, unless :meth:`why_not_ours` proves the server ours."""
+        why = self.why_not_ours()
+        if why:
+            raise PrefectServerError(
+                f"the Prefect server on {HOST}:{self.port} that {self.state_file} names is not judgeflow's own "
+                f"({why}); its auth string was not sent. `judgeflow stop` forgets it and the next command "
+                "starts judgeflow's own")
 
     # -- lifecycle ----------------------------------------------------------
     def start(self, timeout_s: float = START_TIMEOUT_S) -> tuple[str, bool]:
@@ -254,6 +284,7 @@ def use_prefect(settings) -> tuple[str, LocalPrefectServer | None, bool]:
         return configured, None, False
     server = LocalPrefectServer.for_settings(settings)
     url, started = server.start()
+    server.prove_ours()  # before the auth string goes anywhere
     os.environ["PREFECT_API_URL"] = url
     auth = server.auth_string()
     os.environ["PREFECT_API_AUTH_STRING"] = auth

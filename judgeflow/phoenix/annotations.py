@@ -133,9 +133,13 @@ def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Pos
                                 json={"data": [annotation(results[i]) for i in batch]})
         except httpx.HTTPError as exc:
             error = _error(exc)
-            out.failed.update({i: error for i in batch})
-            if isinstance(exc, httpx.TransportError):  # Phoenix does not answer: the rest would not either
+            if isinstance(exc, httpx.TransportError):
+                # Phoenix does not answer: the rest would not either. A stop, so the batch in flight
+                # counts no try, as none of the rest does (Phoenix keeps one annotation per span and
+                # name: if it did store them, posting them again changes nothing)
                 out.stop = f"Phoenix at {origin(base)} did not answer ({error})"
+            else:
+                out.failed.update({i: error for i in batch})
             continue
         status = reply.status_code
         if status < 300:
@@ -146,7 +150,7 @@ def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Pos
         elif status in AUTH_REFUSED:
             _refusal(out, reply, base)
         elif named := _named(reply, results, batch):
-            out.refused.update({i: f"span {results[i]['trace_id']}: Phoenix does not hold it (HTTP {status})"
+            out.refused.update({i: f"Phoenix no longer holds span {results[i]['trace_id']} (HTTP {status})"
                                 for i in named})
             rest = [i for i in batch if i not in named]
             todo = ([rest] if rest else []) + todo

@@ -241,6 +241,15 @@ class PhoenixSource:
         ), {"t": trace.id}).scalars().all()
         return str(trace.trace_id), list(spans)
 
+    def span_home(self, conn: Connection, span_id: str) -> tuple[str, str] | None:
+        """(the Phoenix trace id, the project's name) of the span ``span_id``; None when
+        Phoenix no longer holds it."""
+        row = conn.execute(text(
+            f"SELECT tr.trace_id, p.name FROM {self.rel('spans')} s JOIN {self.rel('traces')} tr "
+            f"ON tr.id = s.trace_rowid JOIN {self.rel('projects')} p ON p.id = tr.project_rowid WHERE s.span_id = :id"
+        ), {"id": span_id}).first()
+        return None if row is None else (str(row[0]), str(row[1]))
+
     def unusable(self, conn: Connection, *, lo: datetime | None, full: bool, timeout_s: float = 60.0) -> UnusableRows:
         """span_id and start_time are NOT NULL in Phoenix's schema and span_id is unique;
         counted anyway, over the LLM spans of the window (or of everything)."""

@@ -38,9 +38,11 @@ def status_notes(report: dict) -> list[str]:
     if wb is not None:
         state = "on" if wb["on"] else "off (JUDGEFLOW_PHOENIX_WRITE_BACK)"
         lines.append(f"Phoenix write-back {state}: {wb['unwritten']} scored result(s) not yet written to Phoenix"
-                     + (f" ({wb['waiting']} waiting for their next try, {wb['given_up']} given up: runs no longer "
-                        "try those)" if wb["waiting"] or wb["given_up"] else "")
+                     + (f" ({wb['waiting']} waiting for their next try)" if wb["waiting"] else "")
                      + ("; `judgeflow phoenix sync` writes them now" if wb["unwritten"] else ""))
+        if wb["gone"]:
+            lines.append(f"Phoenix write-back: {wb['gone']} scored result(s) not written for good: Phoenix no longer "
+                         "holds their span (`judgeflow phoenix sync --repair` tries them once more)")
         if wb["unwritten"] and wb.get("last_error"):
             lines.append(f"Phoenix write-back's last error: {wb['last_error']}")
     return lines

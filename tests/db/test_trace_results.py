@@ -156,3 +156,43 @@ def test_show_an_id_that_is_not_text_is_one_line(judgeflow_env, db):
     assert shown.returncode == 2, shown.stderr
     lines = shown.stderr.strip().splitlines()
     assert len(lines) == 1 and "not UTF-8" in lines[0] and "Traceback" not in shown.stderr, shown.stderr
+
+
+def test_show_names_a_spans_phoenix_trace_and_project_and_takes_its_id_in_upper_case(judgeflow_env, db, monkeypatch):
+    """Phoenix's three tables as the preset reads them (their real shape is tests/sources/test_phoenix.py's,
+    behind --slow): a span judgeflow scored, then deleted from Phoenix."""
+    from judgeflow.config.settings import load_settings
+    from judgeflow.db import migrate
+    from judgeflow.db.result_sources import adopt_configured_source
+    from judgeflow.db.trace_results import look_up, render_lookup
+
+    span, trace = "a1b2c3d4e5f60718", "0af7651916cd43dd8448eb211c80319c"
+    monkeypatch.setenv("JUDGEFLOW_SOURCE", "phoenix")
+    monkeypatch.setenv("JUDGEFLOW_SOURCE_SCHEMA", "px")
+    settings = load_settings()
+    migrate.upgrade(db)
+    source = adopt_configured_source(db, settings).source
+    with db.begin() as conn:
+        for sql in ("CREATE SCHEMA px", "CREATE TABLE px.projects (id int PRIMARY KEY, name text)",
+                    "CREATE TABLE px.traces (id int PRIMARY KEY, trace_id text, project_rowid int)",
+                    "CREATE TABLE px.spans (id int PRIMARY KEY, span_id text, trace_rowid int, span_kind text)",
+                    "INSERT INTO px.projects VALUES (1, 'support-bot')",
+                    f"INSERT INTO px.traces VALUES (7, '{trace}', 1)",
+                    f"INSERT INTO px.spans VALUES (70, '{span}', 7, 'LLM')"):
+            conn.execute(sa.text(sql))
+        conn.execute(sa.text(
+            "INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed, threshold, reason, "
+            "judge_model, metric_version, source) VALUES (:t, 'toxicity', 'scored', 0.0, true, 0.5, 'fine', "
+            "'judge', '3', :s)"), {"t": span, "s": source})
+
+    found = look_up(settings, span.upper())
+    assert [v.trace_id for v in found.views] == [span]
+    text = render_lookup(found, ui_url=None, source_name="px.spans")
+    assert text.splitlines()[:2] == [f"trace {span}", f"  in Phoenix: trace {trace}, project support-bot"]
+    assert text.splitlines()[2].startswith("  toxicity: score 0.000, ")  # the result, found under the typed id
+    with db.begin() as conn:
+        conn.execute(sa.text("DELETE FROM px.spans"))
+    gone = render_lookup(look_up(settings, span), ui_url=None, source_name="px.spans")
+    assert gone.splitlines()[1] == "  in Phoenix: no longer held (its retention, or a user, deleted the span)"
+    # an id that is not hex is taken as typed
+    assert look_up(settings, "NOT-HEX").views[0].trace_id == "NOT-HEX"

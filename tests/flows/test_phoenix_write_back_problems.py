@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from typer.testing import CliRunner
 
 from judgeflow.db import migrate
+from judgeflow.phoenix.outbox import GIVE_UP_AFTER
 from tests.support.phoenix_receiver import PhoenixReceiver
 from tests.support.postgres import create_database, drop_database
 
@@ -154,3 +155,30 @@ def test_a_wrong_phoenix_url_is_caught_stays_visible_and_pages_until_fixed(
         assert "last error" not in _cli("status").stdout
         assert _cli("alerts", "check").exit_code == 0
         assert tuple(_rule(db))[:2] == ("ok", "ok")
+
+        # a span is named with its Phoenix trace and project, and found by its id in upper case
+        shown = _cli("show", LLM_1.upper())
+        assert shown.stdout.splitlines()[:2] == [f"trace {LLM_1}", f"  in Phoenix: trace {TRACE}, project chat-app"]
+        # a user deletes an annotation in Phoenix, and Phoenix's retention deletes a span
+        del phoenix.annotations[(LLM_1, "judgeflow.toxicity", "judgeflow")]
+        phoenix.spans = spans - {OTHER_LLM}
+        phoenix_db = sa.create_engine(phoenix_tables)
+        with phoenix_db.begin() as conn:
+            conn.execute(sa.text("DELETE FROM spans WHERE span_id = :s"), {"s": OTHER_LLM})
+        phoenix_db.dispose()
+        repaired = _cli("phoenix", "sync", "--repair")
+        assert repaired.exit_code == 1, repaired.output  # the deleted span's score is unwritten, 1 try counted
+        assert (LLM_1, "judgeflow.toxicity", "judgeflow") in phoenix.annotations
+        assert f"Phoenix no longer holds span {OTHER_LLM} (HTTP 404)" in repaired.stdout
+        with db.begin() as conn:  # its other tries, as the nights to come would count them
+            conn.execute(sa.text("UPDATE judgeflow.eval_results SET write_back_tries = :n - 1, write_back_next_at = "
+                                 "now() WHERE trace_id = :t"), {"n": GIVE_UP_AFTER, "t": OTHER_LLM})
+        final = _cli("phoenix", "sync")
+        assert final.exit_code == 0, final.output  # final: nothing left to write
+        assert "1 score(s) not written for good: Phoenix no longer holds their span" in final.stdout
+        status = _cli("status").stdout
+        assert "Phoenix write-back on: 0 scored result(s) not yet written to Phoenix" in status
+        assert "1 scored result(s) not written for good: Phoenix no longer holds their span" in status
+        gone = _cli("show", OTHER_LLM).stdout
+        assert "  in Phoenix: no longer held (its retention, or a user, deleted the span)" in gone
+        assert f"in Phoenix: not written for good, refused {GIVE_UP_AFTER} tries" in gone

@@ -175,3 +175,94 @@ def test_a_server_that_does_not_come_up_is_one_clear_error_and_nothing_is_left_r
     assert "\n" not in message
     assert "did not answer within 0 s" in message and str(server.log_file) in message
     assert processes_under(tmp_path / "home") == [] and server.state() is None
+
+
+IMPOSTOR = "judgeflow-impostor"
+
+
+def _impostor_account() -> str:
+    """A second local account (made once, without a home or a login shell)."""
+    import pwd
+
+    try:
+        pwd.getpwnam(IMPOSTOR)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", IMPOSTOR],
+                       check=True, capture_output=True)
+    return IMPOSTOR
+
+
+@pytest.fixture
+def impostor():
+    """Another local user's server on a free port, holding a pid of its own: what that user
+    can set up after a crash left server.json naming a port and a pid (pids are reused).
+    Yields (its pid, its port, what it received)."""
+    import shutil
+    import tempfile
+
+    from tests.docker.test_ui_served import _free_port
+
+    if os.geteuid() != 0:
+        pytest.skip("making and becoming a second Unix user needs root")
+    account = _impostor_account()
+    shared = Path(tempfile.mkdtemp(prefix="judgeflow-test-impostor-"))  # /tmp: the other account reaches it
+    os.chmod(shared, 0o777)
+    script = shared / "impostor_server.py"
+    shutil.copy(Path(__file__).parents[1] / "support" / "impostor_server.py", script)
+    os.chmod(script, 0o644)
+    log, port = shared / "received.jsonl", _free_port()
+    proc = subprocess.Popen(["/usr/sbin/runuser", "-u", account, "--", "/usr/bin/python3", str(script), str(port),
+                             str(log)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert log.exists() and log.read_text(), proc.stderr.read().decode() if proc.poll() is not None else "no start"
+    pid = json.loads(log.read_text().splitlines()[0])["pid"]
+
+    def received() -> list[dict]:
+        return [json.loads(line) for line in log.read_text().splitlines()[1:]]
+
+    try:
+        yield pid, port, received
+    finally:
+        subprocess.run(["/usr/sbin/runuser", "-u", account, "--", "kill", str(pid)], capture_output=True)
+        proc.wait(timeout=30)
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_another_users_server_at_the_recorded_pid_and_port_is_refused_and_sent_no_auth_string(tmp_path, impostor):
+    pid, port, received = impostor
+    home = tmp_path / "home"
+    server = LocalPrefectServer(home)
+    server._private_dir()
+    secret = server.auth_string()
+    # a crash left server.json; the pid and the port are now the other user's
+    server.state_file.write_text(json.dumps({"pid": pid, "port": port, "started_at": time.time()}))
+
+    proc = _judgeflow(home, "ui")
+
+    assert proc.returncode == 2, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"judgeflow: the Prefect server on 127.0.0.1:{port} that {server.state_file} names "
+                           "is not judgeflow's own (")
+    assert f"its socket belongs to uid {os.stat(f'/proc/{pid}').st_uid} ({IMPOSTOR})" in line
+    assert "its auth string was not sent" in line and proc.stdout == ""
+    # what every command does before its first Prefect call, then such a call: refused before it
+    client = subprocess.run(
+        [sys.executable, "-c", "from judgeflow.run.metric_door import entry_settings\n"
+         "from judgeflow.infra.prefect_server import use_prefect\n"
+         "use_prefect(entry_settings())\n"
+         "from prefect.client.orchestration import get_client\n"
+         "with get_client(sync_client=True) as c: c.read_flows(limit=1)\n"],
+        env=_cli_env(home), cwd=home.parent, capture_output=True, text=True, timeout=300)
+    assert client.returncode != 0 and "PrefectServerError" in client.stderr, client.stderr
+    asked = received()
+    assert asked, "judgeflow never reached the impostor: the test proves nothing"
+    password = secret.split(":", 1)[1]
+    for request in asked:
+        assert not any(name.lower() in ("authorization", "proxy-authorization") for name in request["headers"])
+        assert password not in json.dumps(request) and secret not in json.dumps(request)
+    # `judgeflow stop` forgets it without signalling another user's process
+    stopped = _judgeflow(home, "stop")
+    assert "Prefect's local server was not running" in stopped.stdout, stopped.stderr
+    assert server.state() is None and Path(f"/proc/{pid}").exists()

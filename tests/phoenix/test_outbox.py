@@ -5,12 +5,14 @@ a refused key stops at once with one note, a re-score is written again."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+
 import pytest
 from sqlalchemy import text
 
 from judgeflow.db import migrate
 from judgeflow.phoenix.annotations import check_access
-from judgeflow.phoenix.outbox import GIVE_UP_AFTER, sync_phoenix, unwritten_counts
+from judgeflow.phoenix.outbox import GIVE_UP_AFTER, stale_unwritten_counts, sync_phoenix, unwritten_counts
 from tests.support.phoenix import free_port
 from tests.support.phoenix_receiver import PhoenixReceiver
 
@@ -38,7 +40,7 @@ def results(db):
 
 def _counts(conn) -> dict:
     counts = unwritten_counts(conn, SOURCE)
-    return {k: counts[k] for k in ("unwritten", "given_up", "waiting", "last_error")}
+    return {k: counts[k] for k in ("unwritten", "gone", "waiting", "last_error")}
 
 
 def _errors(engine) -> list[str | None]:
@@ -58,7 +60,7 @@ def _state(engine, trace_id):
 
 def test_results_scored_before_the_write_back_are_written_once_and_a_rescore_again(results):
     with results.connect() as conn:
-        assert _counts(conn) == {"unwritten": 3, "given_up": 0, "waiting": 0, "last_error": None}
+        assert _counts(conn) == {"unwritten": 3, "gone": 0, "waiting": 0, "last_error": None}
     with PhoenixReceiver() as phoenix:
         first = sync_phoenix(results, SOURCE, phoenix.url, None)
         again = sync_phoenix(results, SOURCE, phoenix.url, None)
@@ -80,15 +82,16 @@ def test_a_phoenix_that_is_down_is_retried_with_backoff_and_caught_up_when_it_is
     port = free_port()  # nothing listens there yet
     url = f"http://127.0.0.1:{port}"
     down = sync_phoenix(results, SOURCE, url, None)
-    assert (down.written, down.failed, down.left) == (0, 3, 3)
+    assert (down.written, down.failed, down.left) == (0, 0, 3)
     assert "did not answer" in down.note and "ConnectError" in down.note and "phoenix sync" in down.note
-    state = _state(results, SPANS[1])
-    assert state["write_back_tries"] == 1 and state["waiting"] and "ConnectError" in state["write_back_error"]
+    # a stop: the batch in flight counts no try, as the rest does not; the stop is every result's last error
+    for span in SPANS:
+        state = _state(results, span)
+        assert state["write_back_tries"] == 0 and not state["waiting"]
+        assert "ConnectError" in state["write_back_error"]
     with PhoenixReceiver(port=port) as phoenix:
-        waiting = sync_phoenix(results, SOURCE, url, None)  # a run: nothing is due before its backoff ends
-        assert (waiting.written, waiting.failed, phoenix.posts()) == (0, 0, [])
-        caught_up = sync_phoenix(results, SOURCE, url, None, everything=True)  # `judgeflow phoenix sync`
-        assert (caught_up.written, caught_up.left) == (3, 0)
+        caught_up = sync_phoenix(results, SOURCE, url, None)  # the next run: all due, all written
+        assert (caught_up.written, caught_up.left, phoenix.posts()) == (3, 0, [200])
     state = _state(results, SPANS[1])
     assert state["written_back_at"] is not None and state["write_back_error"] is None
 
@@ -96,7 +99,7 @@ def test_a_phoenix_that_is_down_is_retried_with_backoff_and_caught_up_when_it_is
 def test_a_due_retry_is_made_by_the_next_run(results):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    assert sync_phoenix(results, SOURCE, url, None, backoff_s=0).failed == 3  # due again at once
+    assert sync_phoenix(results, SOURCE, url, None, backoff_s=0).stop  # Phoenix down: a stop, all still due
     with PhoenixReceiver(port=port):
         assert sync_phoenix(results, SOURCE, url, None).written == 3
 
@@ -116,24 +119,48 @@ def test_a_refused_key_stops_at_once_with_one_note_and_leaves_the_results_due(re
     assert _errors(results) == [None] * 3
 
 
-def test_a_span_phoenix_does_not_hold_fails_alone_and_is_given_up_after_repeated_refusals(results):
+def test_a_span_phoenix_no_longer_holds_fails_alone_and_is_final_after_its_tries(results):
+    gone = f"Phoenix no longer holds span {SPANS[0]} (HTTP 404)"
     with PhoenixReceiver(spans=set(SPANS[1:])) as phoenix:
         first = sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0)
         assert (first.written, first.failed) == (2, 1) and SPANS[0] in first.errors[0]
         # Phoenix names the span it does not hold: the batch is posted again without it, not one by one
         assert phoenix.posts() == [404, 200]
-        assert first.errors == [f"span {SPANS[0]}: Phoenix does not hold it (HTTP 404)"]
+        assert first.errors == [gone]
         for _ in range(GIVE_UP_AFTER - 1):
             last = sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0)
-        assert last.given_up == 1
-        assert "1 score(s) given up after Phoenix refused their span" in last.note
-        assert "`judgeflow phoenix sync` does" in last.note and "wait unwritten" not in last.note
+        assert (last.gone, last.left, last.left_gone) == (1, 0, 1)
+        assert "1 score(s) not written for good: Phoenix no longer holds their span" in last.note
+        assert "wait unwritten" not in last.note
+        with results.connect() as conn:  # final: counted apart, not unwritten, not an error of the outbox
+            assert _counts(conn) == {"unwritten": 0, "gone": 1, "waiting": 0, "last_error": None}
+            assert stale_unwritten_counts(conn, SOURCE, stale_before=datetime.now(timezone.utc)) == (0, 0)
+        assert _state(results, SPANS[0])["write_back_error"] == gone
+        posts = len(phoenix.posts())
+        synced = sync_phoenix(results, SOURCE, phoenix.url, None, everything=True)  # `phoenix sync`
+        assert (synced.failed, synced.left, len(phoenix.posts())) == (0, 0, posts)  # not tried again
+        phoenix.spans = None  # Phoenix has the span after all: a repair writes it
+        assert sync_phoenix(results, SOURCE, phoenix.url, None, repair=True).written == 3
         with results.connect() as conn:
-            assert _counts(conn) == {"unwritten": 1, "given_up": 1, "waiting": 0,
-                                     "last_error": f"span {SPANS[0]}: Phoenix does not hold it (HTTP 404)"}
-        assert sync_phoenix(results, SOURCE, phoenix.url, None, backoff_s=0).failed == 0  # not due any more
-        phoenix.spans = None  # Phoenix has the span after all
-        assert sync_phoenix(results, SOURCE, phoenix.url, None, everything=True).written == 1
+            assert _counts(conn)["gone"] == 0
+
+
+def test_a_repair_rewrites_annotations_phoenix_lost(results):
+    with PhoenixReceiver() as phoenix:
+        assert sync_phoenix(results, SOURCE, phoenix.url, None).written == 3
+        lost = (SPANS[1], "judgeflow.toxicity", "judgeflow")
+        del phoenix.annotations[lost]  # a user deleted it in Phoenix
+        assert sync_phoenix(results, SOURCE, phoenix.url, None, everything=True).written == 0  # outbox empty
+        repaired = sync_phoenix(results, SOURCE, phoenix.url, None, repair=True)
+        assert (repaired.written, repaired.left) == (3, 0)  # not the skip, not the other source
+        assert phoenix.annotations[lost]["result"] == {"label": "pass", "score": 0.0, "explanation": "why"}
+        assert sorted(span for span, _, _ in phoenix.annotations) == SPANS
+        # a written span that Phoenix deleted since: back in the outbox, its tries counting
+        phoenix.spans = set(SPANS[1:])
+        again = sync_phoenix(results, SOURCE, phoenix.url, None, repair=True, backoff_s=0)
+        assert (again.written, again.failed, again.left) == (2, 1, 1)
+        state = _state(results, SPANS[0])
+        assert state["written_back_at"] is None and state["write_back_tries"] == 1
 
 
 def test_db_checks_access_names_what_is_wrong():
@@ -200,6 +227,6 @@ def test_a_url_that_is_not_phoenixs_api_stops_at_once_and_gives_nothing_up(resul
         for told in (stopped.note, *_errors(results)):
             assert "secret-path-token" not in told and "query-token" not in told and "/v1/" not in told
         with results.connect() as conn:
-            assert _counts(conn) == {"unwritten": 3, "given_up": 0, "waiting": 0, "last_error": stopped.stop}
+            assert _counts(conn) == {"unwritten": 3, "gone": 0, "waiting": 0, "last_error": stopped.stop}
         assert _state(results, SPANS[0])["write_back_tries"] == 0
         assert sync_phoenix(results, SOURCE, phoenix.url, None).written == 3

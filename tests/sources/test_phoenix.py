@@ -192,7 +192,7 @@ def test_a_wrong_prefix_is_caught_by_db_check_stops_the_write_back_and_show_take
         assert f"Phoenix at {server.url} refused the annotation request itself (HTTP 405)" in stopped.note
         written = sync_phoenix(results, source, server.url, None)
         assert (written.written, written.failed) == (1, 1)
-        assert written.errors == ["span 0000000000000001: Phoenix does not hold it (HTTP 404)"]
+        assert written.errors == ["Phoenix no longer holds span 0000000000000001 (HTTP 404)"]
     finally:
         results.dispose()
 

@@ -87,7 +87,9 @@ def test_write_back_turned_on_later_then_phoenix_stopped_and_started_again(
         assert "0 score(s) written" in note and "did not answer" in note and "4 score(s) wait unwritten" in note
         assert _unwritten(load_settings()) == 4
         status = runner.invoke(app, ["status"])
-        assert "Phoenix write-back on: 4 scored result(s) not yet written to Phoenix (4 waiting" in status.stdout
+        # Phoenix down is a stop: no try counted, nothing waits for a backoff
+        assert ("Phoenix write-back on: 4 scored result(s) not yet written to Phoenix; `judgeflow phoenix sync` "
+                "writes them now") in status.stdout
         check = runner.invoke(app, ["db", "check"])
         assert check.exit_code == 1 and "[MISSING] Phoenix write-back" in check.stdout and "does not answer" in check.stdout
 

@@ -1,0 +1,26 @@
+"""`judgeflow status`'s lines about the Phoenix write-back (judgeflow/status/notes.py), from the
+outbox's counts as judgeflow/phoenix/outbox.py's `unwritten_counts` gives them (tests/phoenix/test_outbox.py
+makes them over real PostgreSQL)."""
+
+from __future__ import annotations
+
+from judgeflow.status.notes import status_notes
+
+
+def _report(**write_back) -> dict:
+    counts = {"on": True, "unwritten": 0, "gone": 0, "waiting": 0, "last_error": None, "oldest_scored_at": None}
+    return {"source": "phoenix:spans", "source_notes": [], "skipped_by_preset": {},
+            "phoenix_write_back": {**counts, **write_back}}
+
+
+def test_spans_phoenix_no_longer_holds_are_counted_apart_and_not_offered_to_sync():
+    lines = status_notes(_report(gone=2))
+    assert lines[1:] == [
+        "Phoenix write-back on: 0 scored result(s) not yet written to Phoenix",
+        "Phoenix write-back: 2 scored result(s) not written for good: Phoenix no longer holds their span "
+        "(`judgeflow phoenix sync --repair` tries them once more)"]
+    waiting = status_notes(_report(unwritten=3, waiting=1, last_error="Phoenix at http://px:6006 did not answer"))
+    assert waiting[1:] == [
+        "Phoenix write-back on: 3 scored result(s) not yet written to Phoenix (1 waiting for their next try); "
+        "`judgeflow phoenix sync` writes them now",
+        "Phoenix write-back's last error: Phoenix at http://px:6006 did not answer"]
