@@ -12,7 +12,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.deployments import run_deployment
-from prefect.states import Cancelling
+from prefect.states import Cancelled, Cancelling
 
 from judgeflow.config.settings import Settings
 from judgeflow.db.engine import engine_for
@@ -65,11 +65,16 @@ def wait_for_shard_runs(flow_run_ids: list[str], stop: StopRequest) -> None:
 
 
 def _cancel(client, flow_run_ids: list[str]) -> None:
+    """A child not started yet is cancelled at once; a running one is asked to cancel (Cancelling),
+    and its worker or runner ends its process, as the UI's cancel does."""
     for run_id in flow_run_ids:
         state = client.read_flow_run(run_id).state
-        if state is None or not state.is_final():
-            log.warning("cancelling shard flow run %s", run_id)
-            client.set_flow_run_state(run_id, Cancelling(message="the parent run was stopped"), force=True)
+        if state is not None and state.is_final():
+            continue
+        started = state is not None and (state.is_running() or state.is_cancelling())
+        log.warning("cancelling shard flow run %s", run_id)
+        new = Cancelling if started else Cancelled
+        client.set_flow_run_state(run_id, new(message="the night's parent run was stopped"), force=True)
 
 
 # retries=2: reads only

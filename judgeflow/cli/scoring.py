@@ -15,11 +15,7 @@ JUDGE_PROCESSES_HELP = (
     "worker processes making judge calls (default JUDGEFLOW_JUDGE_PROCESSES, else one per core, at most 4; "
     "1: in this process)"
 )
-SAMPLE_SHARDS_HELP = (
-    "the night as N child flow runs claiming from the same backlog, on the work pool that serves "
-    "score-shard/shards, else as N processes here; alerts, trend and the summary once (docs/running.md)"
-)
-BUDGET_HELP = (
+SAMPLE_BUDGET_HELP = (
     "judge a stratified sample of the new traces that fits this many USD when judging all would cost more; "
     "the rest is recorded as not sampled (default JUDGEFLOW_SAMPLE_BUDGET_USD)"
 )
