@@ -174,3 +174,47 @@ def test_a_killed_shard_loses_no_pair_and_the_parent_names_it(prefect_server, ju
     # only a call the dead shard had on the wire can have been paid for twice
     assert twice <= on_the_wire and all(n <= 2 for n in calls.values()), twice - on_the_wire
     assert f"(flow run {victim.id}) ended Crashed" in out, out
+
+
+# ~1-2 min (a process work pool's worker, a parent and two children): outside the default run
+@pytest.mark.slow
+def test_a_work_pool_serving_the_shard_deployment_runs_the_children(prefect_server, judgeflow_env, db,
+                                                                    judge_server):
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.types.entrypoint import EntrypointType
+
+    from judgeflow.cli.shards import pooled_deployment
+    from judgeflow.flows.shards import score_shard
+
+    _prepare(db, 20)
+    env = _env(judgeflow_env, prefect_server)
+    pool = f"shards-{os.getpid()}"
+    with get_client(sync_client=True) as client:
+        client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+        queue = client.read_work_queue_by_name("default", work_pool_name=pool).id
+    deployment_id = score_shard.to_deployment(name="shards", entrypoint_type=EntrypointType.MODULE_PATH).apply(
+        work_pool_name=pool)
+    worker = subprocess.Popen([sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type",
+                               "process"], env={**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}, cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for(lambda: pooled_deployment() == "score-shard/shards", "the worker to make the pool ready")
+        proc = _start_score(env, "--shards", "2", "--batch-size", "5", "--max-concurrency", "2")
+        out = proc.communicate(timeout=600)[0]
+        stored = results(db)
+        with get_client(sync_client=True) as client:  # before the pool (and its queue) is deleted
+            children = [client.read_flow_run(run_id) for run_id in {r["flow_run_id"] for r in stored.values()}]
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(deployment_id)  # no later test finds a pool nobody serves
+            client.delete_work_pool(pool)
+    assert proc.returncode == 0, out
+    assert "2 child flow runs of score-shard/shards, on its work pool" in out
+
+    assert len(stored) == 40 and all(r["status"] == "scored" for r in stored.values()), out
+    assert set(first_step_calls(judge_server).values()) == {1}
+    # taken from the pool's queue: its worker is the only process that serves it
+    assert children and {child.work_queue_id for child in children} == {queue}
