@@ -45,6 +45,7 @@ from judgeflow.tasks.claims import (
     count_pending_work,
     plan_source_reads,
 )
+from judgeflow.flows.fan_out import check_shards, score_in_shards
 from judgeflow.tasks.batches import batches_left_out, start_batch_judge
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.epochs import record_judge_epochs
@@ -329,6 +330,8 @@ def score_new_traces(
     sample_budget_usd: float | None = None,
     batch: bool | None = None,
     cancel_batches: bool = False,
+    shards: int = 1,
+    shard_deployment: str | None = None,
 ) -> RunSummary:
     """Score every trace that has no result yet (new, late, or failed before),
     oldest first, then evaluate the alert rules.
@@ -349,18 +352,22 @@ def score_new_traces(
     sampled (docs/running.md). ``batch`` overrides ``JUDGEFLOW_JUDGE_BATCH``:
     the judge calls go through the provider's batch API (about half the
     price; the run waits on its batches within its time budget, which then
-    stay out for the next run unless ``cancel_batches``)."""
+    stay out for the next run unless ``cancel_batches``). ``shards`` > 1: the
+    night as child flow runs of ``shard_deployment``, flows/fan_out.py."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                              settle_delay=settle_delay, run_budget_usd=budget_usd,
                              sample_budget_usd=sample_budget_usd, judge_batch=batch)
     from judgeflow.tasks.alerting import evaluate_alert_rules
 
+    check_shards(settings, shards, limit=limit)
+    scope = dict(batch_size=batch_size, since=since, until=until, sample_rate=sample_rate, retry_failed=retry_failed)
     with _alerts_also_if_failed(settings, evaluate_alerts):
-        summary = score_traces(
-            settings, batch_size=batch_size, limit=limit, since=since, until=until,
-            sample_rate=sample_rate, metrics=chosen(metrics), rescore=False, retry_failed=retry_failed,
-            cancel_batches=cancel_batches,
-        )
+        if shards > 1:  # each child is handed the night's scope and its judge's settings
+            summary = score_in_shards(settings, shards, shard_deployment, dict(scope, metrics=metrics,
+                max_concurrency=max_concurrency, judge_processes=judge_processes, settle_delay=settle_delay))
+        else:
+            summary = score_traces(settings, **scope, limit=limit, metrics=chosen(metrics), rescore=False,
+                                   cancel_batches=cancel_batches)
     if evaluate_alerts:
         evaluate_alert_rules(settings, flow_run_id=summary.flow_run_id)
     from judgeflow.tasks.trend import publish_trend

@@ -32,6 +32,10 @@ REPORT_KEY = "judgeflow-run-report"
 PROGRESS_KEY = "judgeflow-run-progress"
 
 
+# figures only a run that judged knows (a sharded night's parent judged nothing: its children did)
+_CHILD_ONLY = ("reused (identical content, no judge call)", "taken over by another run", "left to other live runs")
+
+
 class RunSummary(BaseModel):
     flow_run_id: str | None = None
     pending_at_start: int = 0
@@ -80,6 +84,9 @@ class RunSummary(BaseModel):
     notes: list[str] = Field(default_factory=list)  # what people should know, e.g. how to list those rows
     # judge epochs this run started (a new judge model or metric version), one line each
     judge_epochs: list[str] = Field(default_factory=list)
+    # a sharded night's parent: one row per child flow run (judgeflow/run/shards.py), its figures read
+    # from the database; the parent's own figures are their sums
+    shards: list[dict] = Field(default_factory=list)
 
     @classmethod
     def from_outcomes(
@@ -111,6 +118,8 @@ class RunSummary(BaseModel):
             {"figure": "taken over by another run", "value": self.taken_over},
             {"figure": "left to other live runs", "value": self.left_to_other_pairs},
         ]
+        if self.shards:  # the parent's figures are what its children stored; these only each child knew
+            rows = [row for row in rows if row["figure"] not in _CHILD_ONLY]
         if self.deferred:
             why = "stopped" if self.stopped else "time budget"
             rows.append({"figure": f"left for the next run ({why})", "value": self.deferred})
@@ -148,6 +157,11 @@ class RunSummary(BaseModel):
             lines += [f"**Judge changed.** {started}", ""]
         lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {r['figure']} | {r['value']} |" for r in self.table()]
+        if self.shards:
+            lines += ["", "## Shards", "", "| " + " | ".join(self.shards[0]) + " |",
+                      "|" + "---|" * len(self.shards[0])]
+            lines += ["| " + " | ".join("" if v is None else str(v) for v in row.values()) + " |"
+                      for row in self.shards]
         if self.left_to_other_runs:
             lines += ["", "## Left to other live runs", "", "| flow run | pairs |", "|---|---|"]
             lines += [f"| {run} | {n} |" for run, n in self.left_to_other_runs.items()]

@@ -28,6 +28,10 @@ BATCH_HELP = (
     "(up to 24 h); for nightly runs, not interactive ones (default JUDGEFLOW_JUDGE_BATCH)"
 )
 CANCEL_BATCHES_HELP = "with --batch: a stop (Ctrl-C) or the end of the time budget cancels the batches still out"
+SHARDS_HELP = (
+    "the night as N child flow runs claiming from the same backlog, on the work pool that serves "
+    "score-shard/shards, else as N processes here; alerts, trend and the summary once (docs/running.md)"
+)
 BUDGET_HELP = (
     "stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
     "(default JUDGEFLOW_RUN_BUDGET_USD)"
@@ -61,6 +65,7 @@ def score(
     plan: bool = typer.Option(False, "--plan", help=PLAN_HELP),
     batch: Optional[bool] = typer.Option(None, "--batch/--no-batch", help=BATCH_HELP),
     cancel_batches: bool = typer.Option(False, "--cancel-batches", help=CANCEL_BATCHES_HELP),
+    shards: int = typer.Option(1, "--shards", help=SHARDS_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
     """Score every trace without a result, once, now. Ctrl-C stops it: calls in flight finish, exit code 130."""
@@ -70,7 +75,7 @@ def score(
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 settle_delay=settle_delay, run_budget_usd=budget_usd,
                                 sample_budget_usd=sample_budget_usd, judge_batch=batch)
-    _refuse_what_cannot_run(settings, plan=plan, cancel_batches=cancel_batches)
+    _refuse_what_cannot_run(settings, plan=plan, cancel_batches=cancel_batches, shards=shards, limit=limit)
     announce_database(settings)
     start, end = parse_when(since), parse_when(until)
     if plan:
@@ -80,19 +85,28 @@ def score(
     if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed):
         _nothing_to_score(settings, alerts=alerts)
         return
-    judge = None if settings.judge_batch else start_judge_early(settings)
-    from judgeflow.flows.scoring import score_new_traces
-
+    # a sharded night judges in its children: none here
+    judge = None if settings.judge_batch or shards > 1 else start_judge_early(settings)
     use_prefect(settings)
-    summary = run_flow(ctx, "score", settings, lambda: score_new_traces(
-        batch_size=batch_size, limit=limit, since=start, until=end,
-        sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
-        judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=settings.run_budget_usd,
-        retry_failed=retry_failed, sample_budget_usd=settings.sample_budget_usd,
-        batch=settings.judge_batch, cancel_batches=cancel_batches,
-    ), judge=judge)
+    summary = _run_night(ctx, settings, shards, judge, batch_size=batch_size, limit=limit, since=start, until=end,
+                         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
+                         judge_processes=judge_processes, settle_delay=settle_delay,
+                         budget_usd=settings.run_budget_usd, retry_failed=retry_failed,
+                         sample_budget_usd=settings.sample_budget_usd, batch=settings.judge_batch,
+                         cancel_batches=cancel_batches)
     typer.echo(summary.markdown())
     exit_if_stopped(summary)
+
+
+def _run_night(ctx, settings, shards: int, judge, **parameters):
+    """The scoring flow run; with ``shards`` > 1 its children are started from the deployment
+    :func:`judgeflow.cli.shards.children_deployment` gives for the time of the run."""
+    from judgeflow.cli.shards import children_deployment
+    from judgeflow.flows.scoring import score_new_traces
+
+    with children_deployment(shards) as shard_deployment:
+        return run_flow(ctx, "score", settings, lambda: score_new_traces(
+            shards=shards, shard_deployment=shard_deployment, **parameters), judge=judge)
 
 
 def _print_plan(settings, *, since, until, sample_rate: float) -> None:
@@ -113,7 +127,14 @@ def _print_plan(settings, *, since, until, sample_rate: float) -> None:
     typer.echo(plan_text(night))
 
 
-def _refuse_what_cannot_run(settings, *, plan: bool, cancel_batches: bool) -> None:
+def _refuse_what_cannot_run(settings, *, plan: bool, cancel_batches: bool, shards: int, limit: int | None) -> None:
+    from judgeflow.errors import ConfigError
+    from judgeflow.run.shards import refusal
+
+    refused = refusal(shards, limit=limit, run_budget_usd=settings.run_budget_usd,
+                      sample_budget_usd=settings.sample_budget_usd, judge_batch=settings.judge_batch)
+    if refused:
+        raise ConfigError(refused)
     _refuse_budgets_without_prices(settings, plan=plan)
     _refuse_batches_that_cannot_be(settings, cancel_batches=cancel_batches)
 

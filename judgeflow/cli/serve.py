@@ -2,13 +2,16 @@
 long-running process (Prefect's ``serve``), for machines without a work pool
 and a worker.
 
-The two deployments are the ones ``deployments/prefect.yaml`` defines, with the
+The three deployments are the ones ``deployments/prefect.yaml`` defines, with the
 same names, schedule, parameters and concurrency (a test keeps them equal):
 
 - ``score-new-traces/nightly``: cron ``0 2 * * *`` in ``JUDGEFLOW_SCHEDULE_TIMEZONE``
   (default UTC); at most one run at a time, a run due while the previous one is
   still going is cancelled (skipped);
-- ``backfill-traces/on-demand``: no schedule, started from the UI with a range.
+- ``backfill-traces/on-demand``: no schedule, started from the UI with a range;
+- ``score-shard/shards``: the children of a nightly run with ``shards`` > 1; no
+  schedule and no concurrency limit (``--limit`` must leave room for the parent
+  and its N children).
 
 Use either this or ``prefect deploy`` for a Prefect server, not both: they
 register deployments of the same names.
@@ -42,6 +45,7 @@ NIGHTLY_PARAMETERS: dict[str, Any] = {
     "evaluate_alerts": True,
     "settle_delay": NIGHTLY_SETTLE_DELAY,
     "batch": None,  # JUDGEFLOW_JUDGE_BATCH decides; True: through the provider's batch API
+    "shards": 1,  # > 1: the night as that many child flow runs of score-shard/shards
 }
 BACKFILL_PARAMETERS: dict[str, Any] = {
     "rescore": False,
@@ -49,6 +53,7 @@ BACKFILL_PARAMETERS: dict[str, Any] = {
 }
 NIGHTLY_TAGS = ["judgeflow", "nightly"]
 BACKFILL_TAGS = ["judgeflow", "backfill"]
+SHARD_TAGS = ["judgeflow", "shard"]
 
 
 def schedule_timezone(settings: Settings, override: str | None = None) -> str:
@@ -63,7 +68,7 @@ def schedule_timezone(settings: Settings, override: str | None = None) -> str:
 
 
 def build_deployments(settings: Settings, *, timezone: str | None = None) -> list:
-    """The nightly and the backfill deployments as Prefect ``RunnerDeployment``
+    """The nightly, the backfill and the shard deployments as Prefect ``RunnerDeployment``
     objects, not yet registered. Entry points are module paths
     (``judgeflow.flows.scoring.score_new_traces``), so the process that serves
     them may start in any directory."""
@@ -73,6 +78,8 @@ def build_deployments(settings: Settings, *, timezone: str | None = None) -> lis
 
     from judgeflow.flows.backfill import backfill_traces
     from judgeflow.flows.scoring import score_new_traces
+    from judgeflow.flows.shards import score_shard
+    from judgeflow.run.shards import SHARD_DEPLOYMENT
 
     nightly = score_new_traces.to_deployment(
         name=NIGHTLY_DEPLOYMENT,
@@ -94,7 +101,14 @@ def build_deployments(settings: Settings, *, timezone: str | None = None) -> lis
         tags=list(BACKFILL_TAGS),
         entrypoint_type=EntrypointType.MODULE_PATH,
     )
-    return [nightly, backfill]
+    # no concurrency limit: children of a limited deployment have been left AwaitingConcurrencySlot (prefect#16027)
+    shards = score_shard.to_deployment(
+        name=SHARD_DEPLOYMENT,
+        description="A sharded night's children, started by the nightly run with shards > 1. Not started by hand.",
+        tags=list(SHARD_TAGS),
+        entrypoint_type=EntrypointType.MODULE_PATH,
+    )
+    return [nightly, backfill, shards]
 
 
 def serve(settings: Settings, *, timezone: str | None = None, limit: int | None = None) -> None:

@@ -1,6 +1,6 @@
 """deployments/prefect.yaml: entry points resolve from the repository root,
 parameters validate against the flows' signatures, the schedule and the
-concurrency are what the docs say, and `prefect deploy --all` registers both
+concurrency are what the docs say, and `prefect deploy --all` registers its
 deployments on a real Prefect server."""
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ POOL = "judgeflow"
 EXPECTED = {
     "nightly": ("score-new-traces", REPO / "flows" / "scoring.py"),
     "on-demand": ("backfill-traces", REPO / "flows" / "backfill.py"),
+    "shards": ("score-shard", REPO / "flows" / "shards.py"),
 }
 
 
@@ -216,7 +217,7 @@ def read_deployment(name: str):
         return client.read_deployment_by_name(name)
 
 
-def test_prefect_deploy_all_registers_both_deployments(prefect_server, tmp_path):
+def test_prefect_deploy_all_registers_the_deployments(prefect_server, tmp_path):
     ensure_process_pool()
 
     done = prefect_deploy(prefect_server, tmp_path, "--all")
@@ -240,6 +241,11 @@ def test_prefect_deploy_all_registers_both_deployments(prefect_server, tmp_path)
     assert backfill.schedules == []
     assert backfill.parameter_openapi_schema["required"] == ["since", "until"]
     assert backfill.concurrency_options.collision_strategy.value == "ENQUEUE"
+
+    shards = read_deployment("score-shard/shards")
+    assert shards.entrypoint == "flows/shards.py:score_shard"
+    assert shards.work_pool_name == POOL and shards.schedules == []
+    assert shards.global_concurrency_limit is None  # prefect#16027: no limit on children
 
     # the timezone comes from the environment of `prefect deploy`; redeploying replaces the schedule
     done = prefect_deploy(prefect_server, tmp_path, "--name", "nightly", JUDGEFLOW_SCHEDULE_TIMEZONE="America/New_York")

@@ -32,7 +32,7 @@ def by_name(deployments) -> dict:
 
 def test_nightly_and_backfill(settings):
     built = by_name(build_deployments(settings))
-    assert set(built) == {"nightly", "on-demand"}
+    assert set(built) == {"nightly", "on-demand", "shards"}
 
     nightly = built["nightly"]
     assert nightly.flow_name == "score-new-traces"
@@ -51,6 +51,13 @@ def test_nightly_and_backfill(settings):
     assert backfill.parameters == BACKFILL_PARAMETERS
     assert backfill._parameter_openapi_schema.required == ["since", "until"]
 
+    shards = built["shards"]
+    assert shards.flow_name == "score-shard"
+    assert shards.entrypoint == "judgeflow.flows.shards.score_shard"
+    assert shards.schedules == [] and shards.parameters == {}
+    # no concurrency limit: children of a limited deployment can wait forever for a slot (prefect#16027)
+    assert shards.concurrency_limit is None
+
 
 def test_the_same_as_prefect_yaml(settings):
     config = {d["name"]: d for d in yaml.safe_load(PREFECT_YAML.read_text())["deployments"]}
@@ -58,15 +65,17 @@ def test_the_same_as_prefect_yaml(settings):
         spec = config[name]
         assert built.parameters == spec["parameters"]
         assert sorted(built.tags) == sorted(spec["tags"])
-        assert built.concurrency_limit == spec["concurrency_limit"]["limit"]
-        assert built.concurrency_options.collision_strategy.value == spec["concurrency_limit"]["collision_strategy"]
+        limit = spec.get("concurrency_limit")
+        assert built.concurrency_limit == (limit["limit"] if limit else None)
+        if limit:
+            assert built.concurrency_options.collision_strategy.value == limit["collision_strategy"]
         assert [s.schedule.cron for s in built.schedules] == [s["cron"] for s in spec["schedules"]]
 
 
 def test_timezone_from_the_argument_or_the_setting(settings):
     assert schedule_timezone(settings) == "UTC"
     assert schedule_timezone(settings, "Europe/Berlin") == "Europe/Berlin"
-    [nightly, _] = build_deployments(settings, timezone="Asia/Tokyo")
+    [nightly, *_] = build_deployments(settings, timezone="Asia/Tokyo")
     assert nightly.schedules[0].schedule.timezone == "Asia/Tokyo"
     if "schedule_timezone" in Settings.model_fields:
         configured = Settings(_env_file=None, schedule_timezone="America/Chicago")

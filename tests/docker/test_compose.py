@@ -134,6 +134,13 @@ def test_the_services(services):
     assert {"postgres", "prefect-server", "deploy", "worker"} <= set(services)
 
 
+def test_the_worker_can_be_scaled(services):
+    """`up --scale worker=N` for a sharded night: N containers cannot share a name or a host port."""
+    worker = services["worker"]
+    assert "container_name" not in worker and "ports" not in worker
+    assert "--name" not in shlex.split(command_of(worker))  # each worker names itself
+
+
 @pytest.mark.parametrize("name", ["postgres", "prefect-server", "worker"])
 def test_long_running_services_have_health_checks_and_restart(services, name):
     check = services[name]["healthcheck"]

@@ -1,0 +1,95 @@
+"""A sharded night's Prefect I/O: the parent starts its children from the shard
+deployment, waits for their flow runs to end (cancelling them when it is asked
+to stop), and reads what each child stored."""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import get_client
+from prefect.deployments import run_deployment
+from prefect.states import Cancelled, Cancelling
+
+from judgeflow.config.settings import Settings
+from judgeflow.db.engine import engine_for
+from judgeflow.db.run_results import results_of_runs, traces_of_runs
+from judgeflow.run.entry import StopRequest
+from judgeflow.run.shards import ShardReport, shard_key, shard_run_name
+
+log = logging.getLogger("judgeflow.shards")
+POLL_S = 2.0
+
+
+# retries=2: each child's idempotency key makes a retry find the children already started, not start more
+@task(name="start-shard-runs", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
+def start_shard_runs(deployment: str, shards: int, parameters: dict, *, parent_run_id: str,
+                     night: datetime) -> list[str]:
+    """The night's ``shards`` child flow runs, started from ``deployment`` (flow/deployment) and not
+    waited for; started inside the parent's flow run, Prefect shows them under it."""
+    started = []
+    for shard in range(1, shards + 1):
+        child = run_deployment(
+            deployment, parameters={**parameters, "shard": shard, "shards": shards}, timeout=0,
+            flow_run_name=shard_run_name(night, shard, shards),
+            idempotency_key=shard_key(parent_run_id, shard, shards),
+        )
+        log.info("shard %d of %d: flow run %s (%s)", shard, shards, child.id, child.name)
+        started.append(str(child.id))
+    return started
+
+
+# retries=0: the wait's own loop rides out the API's errors; a retry would wait again for the same runs
+@task(name="wait-for-shard-runs", cache_policy=NO_CACHE, persist_result=False, retries=0)
+def wait_for_shard_runs(flow_run_ids: list[str], stop: StopRequest) -> None:
+    """Until every child's flow run is in a final state. A stop request (Ctrl-C in the command), or
+    the parent itself ending here on an error, cancels the children that are still going."""
+    with get_client(sync_client=True) as client:
+        cancelled = False
+        try:
+            while True:
+                states = {run_id: client.read_flow_run(run_id).state for run_id in flow_run_ids}
+                going = [run_id for run_id, state in states.items() if state is None or not state.is_final()]
+                if not going:
+                    return
+                if stop.requested() and not cancelled:
+                    _cancel(client, going)
+                    cancelled = True
+                time.sleep(POLL_S)
+        except BaseException:
+            _cancel(client, flow_run_ids)
+            raise
+
+
+def _cancel(client, flow_run_ids: list[str]) -> None:
+    """A child not started yet is cancelled at once; a running one is asked to cancel (Cancelling),
+    and its worker or runner ends its process, as the UI's cancel does."""
+    for run_id in flow_run_ids:
+        state = client.read_flow_run(run_id).state
+        if state is not None and state.is_final():
+            continue
+        started = state is not None and (state.is_running() or state.is_cancelling())
+        log.warning("cancelling shard flow run %s", run_id)
+        new = Cancelling if started else Cancelled
+        client.set_flow_run_state(run_id, new(message="the night's parent run was stopped"), force=True)
+
+
+# retries=2: reads only
+@task(name="read-shard-results", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)
+def read_shard_results(settings: Settings, flow_run_ids: list[str]) -> tuple[list[ShardReport], int]:
+    """Each child's final state and run time (Prefect's), what it stored (judgeflow's database), and
+    the distinct traces they stored results of together."""
+    with engine_for(settings).connect() as conn:
+        stored = results_of_runs(conn, flow_run_ids)
+        traces = traces_of_runs(conn, flow_run_ids)
+    reports = []
+    with get_client(sync_client=True) as client:
+        for shard, run_id in enumerate(flow_run_ids, start=1):
+            run = client.read_flow_run(run_id)
+            duration = run.total_run_time.total_seconds() if run.total_run_time else None
+            reports.append(ShardReport(shard=shard, flow_run_id=run_id, state=run.state.type.value,
+                                       state_name=run.state.name, duration_s=duration, **stored[run_id]))
+    return reports, traces
