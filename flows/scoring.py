@@ -115,6 +115,8 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     if settings.sample_budget_usd is not None and not run.ranged:
         run.sample = plan_night_sample(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate,
                                        flow_run_id=run_id)
+        # the night's own selected traces are claimed first, in rank order (judgeflow/sampling/order.py)
+        run.filters = replace(run.filters, sample_night=run.sample.night)
         if run.sample.reads_from is not None and plan.lo is not None and run.sample.reads_from < plan.lo:
             # a larger budget selected traces behind the watermark: the run reads from the oldest
             run.filters = replace(run.filters, plan=replace(plan, lo=run.sample.reads_from))

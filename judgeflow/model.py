@@ -35,13 +35,15 @@ class TraceWork(BaseModel):
 class Cursor(BaseModel):
     """Keyset position of a run's reads: keys are taken in (created_at,
     trace_id) order, so a run never re-reads rows it has passed. ``phase``:
-    "retry" (failed pairs older than the window, from eval_results) or
-    "window" (the source's keys)."""
+    "night" / "earlier" (a sample budget's selected traces, tonight's then
+    earlier nights', in rank order: judgeflow/sampling/order.py), "retry"
+    (failed pairs older than the window, from eval_results) or "window" (the
+    source's keys)."""
 
     created_at: datetime
     trace_id: str
     metric: str = ""
-    phase: Literal["retry", "window"] = "window"
+    phase: Literal["night", "earlier", "retry", "window"] = "window"
 
 
 class ClaimedBatch(BaseModel):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from prefect import task
@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from judgeflow.alerts.segments import segment_values
 from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.db.claim_filters import ClaimFilters
-from judgeflow.db.pairs import claim_keys, failed_keys
+from judgeflow.db.pairs import Done, claim_keys, failed_keys
 from judgeflow.db.pending import held
 from judgeflow.db.pending_work import count_plan_pending, run_read_plan
 from judgeflow.db.results_store import release_pairs
@@ -33,6 +33,7 @@ from judgeflow.db.result_counts import compact_result_counts
 from judgeflow.sources.table import SAMPLE_SQL
 from judgeflow.sources.trace_source import TraceKey, read_bodies, trace_source
 from judgeflow.db.watermark import ReadPlan, advance, plan_reads
+from judgeflow.sampling.order import selected_waiting
 from judgeflow.errors import DatabaseError
 from judgeflow.config.settings import Settings
 from judgeflow.model import ClaimedBatch, Cursor, TraceWork
@@ -105,21 +106,69 @@ def advance_watermark(
         return None
 
 
+# The phases of a run's reads, in order. Under a sample budget (``sample_night``
+# set in its filters) its own night's selected traces come first, in rank order
+# (judgeflow/sampling/order.py); then failed pairs older than the window ("retry",
+# with a window) and the window's keys (tonight's traces when the night's plan
+# judges them all; not the traces an earlier night decided on); last, under a sample budget, the traces earlier nights selected
+# and left unjudged, in rank order: they get what tonight's own work leaves over.
+PHASES = ("night", "retry", "window", "earlier")
+# the sampled phases read their list afresh at each claim: what is claimed or done drops out of it
+RANKED = ("night", "earlier")
+
+
 @dataclass
 class _Reads:
-    """Where a claim reads its candidate keys: its phase ("retry": failed pairs
-    older than the plan's window, from eval_results; "window": the source's
-    keys), the key after which it reads, and what it filters on."""
+    """Where a claim reads its candidate keys: its phase (``PHASES``), the key
+    after which it reads, and what it filters on."""
 
     phase: str
     after: tuple[datetime, str] | None
     filters: ClaimFilters
     lo: datetime | None
     page: int
+    ranked: list[TraceKey] | None = None  # a sampled phase's keys, read once per claim
+
+
+def _first_phase(filters: ClaimFilters, lo: datetime | None) -> str:
+    if filters.sample_night is not None:
+        return "night"
+    return "retry" if lo is not None else "window"
+
+
+def _next_phase(reads: _Reads) -> str | None:
+    """The phase after ``reads.phase`` (None: the reads are over); "retry"
+    needs a window, "earlier" a sample budget."""
+    later = PHASES[PHASES.index(reads.phase) + 1:]
+    return next((p for p in later if (p != "retry" or reads.lo is not None)
+                 and (p != "earlier" or reads.filters.sample_night is not None)), None)
+
+
+def _done(reads: _Reads) -> Done:
+    """When a pair counts as done in this phase: in the window, a trace an
+    earlier night's sample selected waits for the last phase (a failed pair
+    of one is retried in "retry", as any failed pair)."""
+    done = reads.filters.done
+    if reads.filters.sample_night is not None and reads.phase == "window":
+        done = replace(done, decided_before_night=reads.filters.sample_night)
+    return done
+
+
+def _ranked_page(settings: Settings, reads: _Reads) -> list[TraceKey]:
+    if reads.ranked is None:
+        with engine_for(settings).connect() as conn:
+            reads.ranked = selected_waiting(conn, reads.filters.sample_night, earlier=reads.phase == "earlier",
+                                            min_first=settings.alert_min_samples)
+    start = 0
+    if reads.after is not None:
+        start = next((i + 1 for i, k in enumerate(reads.ranked) if k.id == reads.after[1]), len(reads.ranked))
+    return reads.ranked[start:start + reads.page]
 
 
 def _candidate_keys(settings: Settings, metrics: list[str], reads: _Reads) -> list[TraceKey]:
     """The next page of keys of the current phase."""
+    if reads.phase in RANKED:
+        return _ranked_page(settings, reads)
     if reads.phase == "retry":
         with engine_for(settings).connect() as conn:
             return failed_keys(conn, metrics, before=reads.lo, done=reads.filters.done,
@@ -132,7 +181,7 @@ def _candidate_keys(settings: Settings, metrics: list[str], reads: _Reads) -> li
 def _claim_next(settings: Settings, owner: str, metrics: list[str], reads: _Reads, n_keys: int,
                 owner_key: int | None) -> tuple[list[TraceKey], list] | None:
     """Claim on the keys after ``reads.after`` until some are claimed: (the
-    keys, the claim results), or None once both phases are read to their end.
+    keys, the claim results), or None once every phase is read to its end.
     Moves ``reads`` along."""
     while True:
         keys = _candidate_keys(settings, metrics, reads)
@@ -142,7 +191,7 @@ def _claim_next(settings: Settings, owner: str, metrics: list[str], reads: _Read
             # trying to take them over would wait on it for as long as it is frozen
             with engine_for(settings).connect() as conn:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-                claimed, whole = claim_keys(conn, keys, metrics, n_keys=n_keys, done=reads.filters.done, owner=owner,
+                claimed, whole = claim_keys(conn, keys, metrics, n_keys=n_keys, done=_done(reads), owner=owner,
                                             owner_key=owner_key, lease_s=settings.lease_timeout_s)
             last = keys[-1] if whole else keys[max(index for index, _, _ in claimed)]
             reads.after = (last.created_at, last.id)
@@ -150,9 +199,10 @@ def _claim_next(settings: Settings, owner: str, metrics: list[str], reads: _Read
                 return keys, claimed
             if len(keys) == reads.page:  # more of this phase to read
                 continue
-        if reads.phase != "retry":
+        phase = _next_phase(reads)
+        if phase is None:
             return None
-        reads.phase, reads.after = "window", None
+        reads.phase, reads.after, reads.ranked = phase, None, None
 
 
 def _with_bodies(settings: Settings, owner: str, keys: list[TraceKey], claimed: list) -> list[TraceWork]:
@@ -204,13 +254,17 @@ def claim_traces(
     pairs claimed on judgeflow's database by primary key; then the claimed
     traces are read by key (judgeflow/sources/trace_source.py: a row that cannot be
     read becomes a failed ``invalid_trace`` result, the others are scored).
-    With a plan that has a window, failed pairs older than it come first
-    (phase "retry", from eval_results), then the window's keys."""
+    Under a sample budget the night's selected traces come first, in rank
+    order; with a plan that has a window, failed pairs older than it come
+    next (phase "retry", from eval_results), then the window's keys; last,
+    under a sample budget, the traces earlier nights selected and left
+    unjudged, in rank order (``PHASES``)."""
     n_keys = max(1, math.ceil(batch_size / max(len(metrics), 1)))
     lo = filters.plan.lo if filters.plan is not None else None
     reads = _Reads(
-        phase=cursor.phase if cursor is not None else ("retry" if lo is not None else "window"),
-        after=(cursor.created_at, cursor.trace_id) if cursor is not None else None,
+        phase=cursor.phase if cursor is not None else _first_phase(filters, lo),
+        # a sampled phase reads its list afresh: what this run claimed or judged is no longer waiting in it
+        after=(cursor.created_at, cursor.trace_id) if cursor is not None and cursor.phase not in RANKED else None,
         filters=filters, lo=lo, page=max(4 * n_keys, KEY_PAGE_MIN),
     )
     try:

@@ -24,6 +24,7 @@ from judgeflow.db.watermark import ReadPlan
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices
 from judgeflow.sampling.decisions import record_spend, reweigh, settle
+from judgeflow.sampling.order import nights_judged_by
 from judgeflow.sampling.planner import NightPlan, judged_per_stratum, plan_night, restate, spent_per_stratum
 from judgeflow.sampling.table import plan_markdown
 from judgeflow.config.settings import Settings
@@ -71,12 +72,14 @@ def reweigh_sampled_nights(settings: Settings) -> int:
 def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str, *, spent_usd: float = 0.0
                         ) -> NightPlan:
     """Enter what the run billed (every attempt) in the night's ledger, settle
-    the night's sample weights on what was judged, and publish the plan's table with what the run spent per stratum as the
+    the sample weights of the night, and of each earlier night whose traces it
+    judged, on what was judged, and publish the plan's table with what the run spent per stratum as the
     ``judgeflow-sample-plan`` artifact."""
     if night.budget_usd is not None:
         with engine_for(settings).begin() as conn:
             record_spend(conn, night.night, flow_run_id, night.budget_usd, spent_usd)
-            settle(conn, [night.night])
+            # earlier nights' traces this run judged are settled in their own night, with its weights
+            settle(conn, [night.night, *nights_judged_by(conn, flow_run_id)])
     spent = spent_per_stratum(engine_for(settings), night.night, flow_run_id)
     night.rows = [replace(r, spent_usd=spent.get(r.stratum, 0.0)) for r in night.rows]
     if night.sampled:

@@ -8,7 +8,7 @@ Prefect task takes it as a parameter like any other."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 
 from judgeflow.db.pairs import Done
 from judgeflow.db.watermark import ReadPlan
@@ -32,6 +32,8 @@ class ClaimFilters:
     plan: ReadPlan | None = None  # where the run reads; None: the whole source
     # a run without batches leaves a pair whose line is in a live batch to a batch run (Done.batch_window_s)
     batch_window_s: float | None = None
+    # a run under a sample budget: the night it plans; its selected traces are claimed first (tasks/claims.py)
+    sample_night: date | None = None
 
     @property
     def done(self) -> Done:

@@ -7,7 +7,7 @@ live in different databases and nothing is ever scanned."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from typing import Any, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, text
@@ -37,6 +37,9 @@ class Done:
     # a run that does not send batches: a pair whose line is in a live batch (younger than this
     # window, judgeflow/db/judge_batches.py) is left to the batch run that collects it; None: claimed
     batch_window_s: float | None = None
+    # a run under a sample budget, in the phases before its last: traces a sample decided for a night
+    # before this one wait for that phase, after tonight's own work (tasks/claims.py)
+    decided_before_night: date | None = None
 
     def sql(self, r: str = "r") -> tuple[str, dict[str, Any]]:
         """A condition on the eval_results row ``r``."""
@@ -80,6 +83,10 @@ def _pending_pairs(done: Done, *, exclude_held: bool = True) -> tuple[str, dict[
     if done.not_sampled_done:
         sql += """
           AND NOT EXISTS (SELECT 1 FROM judgeflow.sample_decisions d WHERE d.trace_id = k.id AND NOT d.selected)"""
+    if done.decided_before_night is not None:
+        sql += """
+          AND NOT EXISTS (SELECT 1 FROM judgeflow.sample_decisions d WHERE d.trace_id = k.id AND d.night < :night)"""
+        params["night"] = done.decided_before_night
     if exclude_held:
         sql += f"""
           AND NOT EXISTS (SELECT 1 FROM judgeflow.claims c

@@ -133,6 +133,8 @@ class RunSchedule:
         self._reservations: dict[int, Reservation] = {}  # id(future) -> what it holds against the budget
         self._traces_seen: set[str] = set()  # only kept for a trace limit
         self._cursor: Cursor | None = None
+        # the claim being admitted: (claimed at, its pairs admitted and not submitted yet, what they hold)
+        self._open: tuple[float, list[TraceWork], Reservation] | None = None
         self.batches = 0
         self.ended: str | None = None
 
@@ -196,24 +198,41 @@ class RunSchedule:
         return kept
 
     def _admit(self, items: list[TraceWork], claimed_at: float) -> None:
-        """Submit the pairs the policy lets start (its spend budget waits for
-        work in flight, whose estimates become real costs, before saying no).
-        Pairs it refuses keep their claims until the run ends, when the lease
-        keeper releases every claim the run still holds: they stay pending."""
-        reservation = Reservation()
-        admitted = []
+        """Submit the pairs the policy lets start. A pair that does not fit
+        waits for work in flight (whose estimates become real costs), and the
+        pairs of this claim admitted before it are submitted first and count
+        as work in flight (:meth:`_finish_one`): a claim is cut only where
+        billed + in flight + the next pair's estimate passes the budget with
+        nothing left to wait for, whatever the batch size. Pairs refused keep
+        their claims until the run ends, when the lease keeper releases every
+        claim the run still holds: they stay pending."""
+        self._open = (claimed_at, [], Reservation())
         for work in items:
-            if not self.policy.admit(work, reservation, self._finish_one):
+            # the open reservation object stays this claim's, emptied when its pairs are submitted
+            if not self.policy.admit(work, self._open[2], self._finish_one):
                 break
-            admitted.append(work)
-        if admitted:
-            future = self._submit(admitted, claimed_at)
-            self.running.append(future)
-            self._reservations[id(future)] = reservation
-            self._progress.show()
+            self._open[1].append(work)
+        self._submit_open()
+        self._open = None
+
+    def _submit_open(self) -> None:
+        """Submit the pairs of the current claim admitted so far, with what they hold against the budget."""
+        if self._open is None or not self._open[1]:
+            return
+        claimed_at, admitted, reservation = self._open
+        held = Reservation(dict(reservation.pairs))
+        reservation.pairs.clear()
+        future = self._submit(list(admitted), claimed_at)
+        admitted.clear()
+        self.running.append(future)
+        self._reservations[id(future)] = held
+        self._progress.show()
 
     def _finish_one(self) -> bool:
-        """Wait for one batch in flight and count it; False when none is."""
+        """Wait for one batch in flight and count it (the current claim's
+        admitted pairs are submitted first, so they can be waited on); False
+        when nothing is in flight."""
+        self._submit_open()
         if not self.running:
             return False
         self._collect()

@@ -289,3 +289,44 @@ def test_a_run_killed_mid_night_leaves_its_spend_in_the_ledger_for_the_next(pref
     bound = _overrun_bound(priced, concurrency=2)
     assert priced.billed_usd <= budget + bound, (priced.billed_usd, budget, bound)
     assert bound < 0.4 * budget  # a run given the whole budget again would bill ~1.4x it
+
+
+def _leave_last_nights_selection(db, traces: list[dict], selected: int, prob: float):
+    """Last night's plan as its run left it: ``selected`` of ``traces`` selected, none judged."""
+    with db.begin() as conn:
+        night = conn.execute(sa.text("SELECT (now() AT TIME ZONE 'UTC')::date - 1")).scalar_one()
+        conn.execute(sa.text("INSERT INTO judgeflow.sample_strata (night, stratum, inclusion_prob, cost_per_trace) "
+                             "VALUES (:n, 'app=short', :p, 0)"), {"n": night, "p": prob})
+        conn.execute(
+            sa.text("INSERT INTO judgeflow.sample_decisions (trace_id, night, stratum, inclusion_prob, selected, "
+                    "est_cost_usd, created_at) VALUES (:id, :n, 'app=short', :p, :sel, 0, :at)"),
+            [{"id": t["id"], "n": night, "p": prob, "sel": i < selected, "at": t["created_at"]}
+             for i, t in enumerate(traces)])
+    return night
+
+
+def test_a_night_funds_its_own_traces_before_earlier_nights_leftovers_and_settles_those_in_their_night(
+        prefect_server, db, priced):
+    old = _traces("old", 300, "short", timedelta(hours=30))
+    insert_traces(db, old)
+    last_night = _leave_last_nights_selection(db, old, selected=250, prob=250 / 300)
+    insert_traces(db, _traces("new", 60, "short", timedelta(hours=2)))
+    budget = 1.5 * _full_cost()  # tonight's 60 traces fit, with half as much again left over
+
+    score_new_traces(evaluate_alerts=False, sample_budget_usd=budget, max_concurrency=CONCURRENCY)
+
+    judged = {t for t, _ in results(db)}
+    old_judged = {t for t in judged if t.startswith("old-")}
+    assert {f"new-{i:04d}" for i in range(60)} <= judged  # tonight's own work first, all of it
+    # the leftovers get what tonight left over: some, not all 250, and only selected ones
+    assert 0 < len(old_judged) < 250, len(old_judged)
+    assert old_judged <= {f"old-{i:04d}" for i in range(250)}
+    # spent on real costs: the run stopped with the budget billed, not on an estimate
+    spent = sum(r.spent_usd for r in _query(db, "SELECT spent_usd FROM judgeflow.sample_ledger"))
+    assert 0.95 * budget <= priced.billed_usd <= budget + _overrun_bound(priced), (priced.billed_usd, budget)
+    assert 0.9 * priced.billed_usd <= spent <= 1.25 * priced.billed_usd
+    # last night is settled with its own traces: its 300 stand for themselves through those judged
+    probs = {r.inclusion_prob for r in _query(db, "SELECT inclusion_prob FROM judgeflow.sample_decisions "
+                                                  "WHERE night = :n AND selected", n=last_night)}
+    scored = {t for (t, _), r in results(db).items() if r["status"] == "scored" and t.startswith("old-")}
+    assert len(probs) == 1 and probs.pop() == pytest.approx(len(scored) / 300)

@@ -97,6 +97,33 @@ def test_a_budget_stops_claiming_and_a_second_run_finishes(run, db, judge_server
     assert set(first_step_calls(judge_server).values()) == {1}  # no pair judged twice
 
 
+def test_one_claim_larger_than_the_budget_is_billed_to_the_budget_at_the_judge_server(run, db, judge_server,
+                                                                                     monkeypatch):
+    from judgeflow.judge.pricing import Prices
+    from judgeflow.model import TraceWork
+    from judgeflow.run.budget import RunBudget
+    from tests.support.traces import scripted_trace
+
+    judge_server.prices_per_mtok = (100.0, 200.0)
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "100")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "200")
+    traces = [scripted_trace(i)[0] for i in range(40)]
+    insert_traces(db, traces)
+    estimator = RunBudget(1.0, Prices(input_per_mtok=100.0, output_per_mtok=200.0, source="test"))
+    estimated = sum(estimator.estimate(TraceWork(trace_id=t["id"], metric=m, created_at=t["created_at"],
+                                                 input=t["input"], output=t["output"], context=t["context"]))[0]
+                    for t in traces for m in ("toxicity", "hallucination"))
+    budget = 0.3 * estimated
+
+    # one claim holds every pair: its estimates alone pass the budget
+    summary = run(budget_usd=budget, batch_size=400, max_concurrency=4)
+
+    assert summary.budget_exhausted and summary.left_pending > 0  # work was left
+    # spent on what the judge server billed, to the pair: at least 0.95x, at most the in-flight bound
+    assert 0.95 * budget <= judge_server.billed_usd, (judge_server.billed_usd, budget)
+    assert summary.budget_spent_usd == pytest.approx(judge_server.billed_usd, rel=0.1)
+
+
 def test_a_budget_is_refused_without_a_price(judgeflow_env, db):
     from typer.testing import CliRunner
 

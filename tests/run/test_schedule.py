@@ -199,6 +199,43 @@ def test_the_spend_budget_admits_pairs_while_they_fit_and_then_ends_claiming():
     assert len(totals.outcomes) == 2
 
 
+@pytest.mark.parametrize("batch_size", [1, 10, 400])
+def test_a_claim_larger_than_the_budget_is_spent_on_real_costs_whatever_the_batch_size(batch_size):
+    # pairs bill half their estimate; the budget's estimates cover half of 150 pairs: the run must
+    # not stop on the estimates of one claim, but admit again as real costs come in
+    prices = Prices(input_per_mtok=1000.0, output_per_mtok=1000.0, source="test")
+    per_pair = RunBudget(1.0, prices).estimate(_work(0))[1]
+    budget = RunBudget(75 * per_pair, prices)
+    source, tasks = Source([_work(i) for i in range(150)]), Tasks(cost_usd=per_pair / 2)
+    schedule, totals = _schedule(tasks, batch_size=batch_size, window=3, budget=budget)
+
+    ended = schedule.run(source.claim)
+    schedule.finish()
+
+    billed = sum(o.cost_usd for o in totals.outcomes)
+    assert billed == pytest.approx(budget.spent_usd)
+    assert 0.95 * budget.limit_usd <= billed <= budget.limit_usd + 1e-12
+    assert ended == BUDGET and budget.in_flight_usd == pytest.approx(0.0)
+    assert sum(len(b) for b in tasks.submitted) == len(totals.outcomes) < 150  # the rest stays pending
+
+
+def test_a_pair_that_does_not_fit_first_sends_its_claims_admitted_pairs_and_waits_for_them():
+    prices = Prices(input_per_mtok=1000.0, output_per_mtok=1000.0, source="test")
+    per_pair = RunBudget(1.0, prices).estimate(_work(0))[1]
+    budget = RunBudget(3.5 * per_pair, prices)
+    source, tasks = Source([_work(i) for i in range(12)]), Tasks(cost_usd=per_pair / 4)
+    schedule, totals = _schedule(tasks, batch_size=12, window=2, budget=budget)
+
+    schedule.run(source.claim)
+    schedule.finish()
+
+    # three fit on estimates and go as one task; once they billed a quarter of it, the run's
+    # actual/estimate ratio admits the other nine (9 x 1/4 + 3/4 = 3 <= 3.5) in a second
+    assert [len(b) for b in tasks.submitted] == [3, 9]
+    assert [w.trace_id for b in tasks.submitted for w in b] == [w.trace_id for w in source.pairs]
+    assert budget.spent_usd == pytest.approx(3 * per_pair) and budget.in_flight_usd == pytest.approx(0.0)
+
+
 def test_before_release_cancels_what_has_not_started_and_waits_for_the_rest():
     source, tasks = Source([_work(i) for i in range(6)]), Tasks()
     schedule, totals = _schedule(tasks, batch_size=2, window=5)
