@@ -236,12 +236,35 @@ def _print_history(history: list, *, limit: int, rule: str | None) -> None:
     ))
 
 
+def alerts_json(settings, rules: list, reading: _Reading, *, limit: int) -> dict:
+    """`judgeflow alerts --json`: the tables of the text as lists of objects, each row's stored columns."""
+    by_name = {r.name: r for r in rules}
+    names = [r.name for r in rules] + sorted(set(reading.rows) - set(by_name))
+    states = []
+    for name in names:
+        spec, row = by_name.get(name), reading.rows.get(name)
+        enabled = spec is not None and spec.enabled
+        state = (row.state if row else "ok") if enabled else "disabled"
+        states.append({**(row._asdict() if row else {}), "rule": name, "state": state, "enabled": enabled,
+                       "kind": spec.kind if spec else None, "maximum": spec.maximum if spec else None,
+                       "min_increase": spec.min_increase if spec else None, "evaluated": row is not None})
+    return {
+        "window": settings.alert_window, "min_samples": settings.alert_min_samples,
+        "segment_keys": list(settings.alert_segment_keys), "rules": states,
+        "segments": [r._asdict() for r in reading.segments],
+        "undelivered": [w._asdict() for w in reading.waiting], "dead": [w._asdict() for w in reading.dead],
+        "dead_summary": reading.dead_line, "epochs": [e.as_json() for e in reversed(reading.epochs[-limit:])],
+        "history": [h._asdict() for h in reading.history],
+    }
+
+
 @alerts_app.callback()
 @clear_errors
 def list_alerts(
     ctx: typer.Context,
     limit: int = typer.Option(20, min=1, help="how many past alerts to show"),
     rule: Optional[str] = typer.Option(None, help="only this rule's past alerts"),
+    as_json: bool = typer.Option(False, "--json", help="print the same as one JSON object"),
 ) -> None:
     """List each rule's current state and the most recent alerts (fired, reminder, resolved)."""
     if ctx.invoked_subcommand is not None:
@@ -252,6 +275,11 @@ def list_alerts(
     settings = command_settings()
     rules = all_rules(settings)
     reading = _read(settings, limit=limit, rule=rule)
+    if as_json:
+        from judgeflow.cli.json_output import dumps
+
+        typer.echo(dumps(alerts_json(settings, rules, reading, limit=limit)))
+        return
     if reading.dead_line:
         typer.secho(reading.dead_line, fg="red")
         typer.echo("")

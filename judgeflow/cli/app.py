@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from judgeflow.cli.alerts import alerts_app
-from judgeflow.cli import demo, judge_checks, metrics, reports, scoring, servers
+from judgeflow.cli import demo, judge_checks, metrics, reports, results, scoring, servers
 from judgeflow.cli.db import db_app
 from judgeflow.cli.phoenix import phoenix_app
 from judgeflow.cli.runs import Program
@@ -25,7 +25,8 @@ def version() -> None:
 
 
 for command in (scoring.score, scoring.backfill, judge_checks.shadow, judge_checks.calibrate, servers.serve,
-                reports.status, reports.report, reports.show, metrics.metrics, demo.demo, servers.ui, servers.stop):
+                reports.status, reports.report, reports.show, results.results, metrics.metrics, demo.demo,
+                servers.ui, servers.stop):
     app.command()(command)
 
 

@@ -9,6 +9,7 @@ import typer
 from judgeflow.cli.command import VERBOSE_HELP, announce_database, command_settings, quiet_unless, use_prefect
 from judgeflow.cli.runs import exit_if_stopped, run_flow, start_judge_early
 from judgeflow.cli.errors import clear_errors
+from judgeflow.cli.metric_option import chosen_metrics, metric_option
 
 BATCH_SIZE_HELP = "(trace, metric) pairs claimed per batch (default: 8 per judge call in flight, at least 100)"
 JUDGE_PROCESSES_HELP = (
@@ -59,6 +60,7 @@ def score(
     # read as text: the settings refuse a bad amount in one line (judgeflow.config.settings.usd_budget)
     sample_budget_usd: Optional[str] = typer.Option(None, help=SAMPLE_BUDGET_HELP),
     plan: bool = typer.Option(False, "--plan", help=PLAN_HELP),
+    metric: Optional[list[str]] = metric_option(),
     batch: Optional[bool] = typer.Option(None, "--batch/--no-batch", help=BATCH_HELP),
     cancel_batches: bool = typer.Option(False, "--cancel-batches", help=CANCEL_BATCHES_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
@@ -71,13 +73,15 @@ def score(
                                 settle_delay=settle_delay, run_budget_usd=budget_usd,
                                 sample_budget_usd=sample_budget_usd, judge_batch=batch)
     _refuse_what_cannot_run(settings, plan=plan, cancel_batches=cancel_batches)
+    metrics = chosen_metrics(metric)  # None: every registered metric
     announce_database(settings)
     start, end = parse_when(since), parse_when(until)
     if plan:
-        return _print_plan(settings, since=start, until=end, sample_rate=sample_rate)
+        return _print_plan(settings, since=start, until=end, sample_rate=sample_rate, metrics=metrics)
     from judgeflow.cli.pending import anything_pending
 
-    if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed):
+    if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed,
+                            metrics=metrics):
         _nothing_to_score(settings, alerts=alerts)
         return
     judge = None if settings.judge_batch else start_judge_early(settings)
@@ -85,7 +89,7 @@ def score(
 
     use_prefect(settings)
     summary = run_flow(ctx, "score", settings, lambda: score_new_traces(
-        batch_size=batch_size, limit=limit, since=start, until=end,
+        batch_size=batch_size, limit=limit, since=start, until=end, metrics=metrics,
         sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
         judge_processes=judge_processes, settle_delay=settle_delay, budget_usd=settings.run_budget_usd,
         retry_failed=retry_failed, sample_budget_usd=settings.sample_budget_usd,
@@ -95,17 +99,17 @@ def score(
     exit_if_stopped(summary)
 
 
-def _print_plan(settings, *, since, until, sample_rate: float) -> None:
+def _print_plan(settings, *, since, until, sample_rate: float, metrics: list[str] | None) -> None:
     """`judgeflow score --plan`: the night's sample plan, with no judge call and nothing recorded."""
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
     from judgeflow.sampling.table import plan_text
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
-    from judgeflow.metrics.registry import metric_names
+    from judgeflow.metrics.registry import chosen
 
     migrate.upgrade(engine_for(settings))
-    metrics = list(metric_names())
+    metrics = chosen(metrics)
     plan = plan_source_reads.fn(settings, metrics, sample_rate=sample_rate,
                                 ranged=since is not None or until is not None)
     night = night_plan(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate, record=False,
@@ -173,11 +177,14 @@ def backfill(
     rescore: bool = typer.Option(False, help="also re-score traces that already have a result"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     batch_size: Optional[int] = typer.Option(None, help=BATCH_SIZE_HELP),
-    max_concurrency: Optional[int] = typer.Option(None),
+    max_concurrency: Optional[int] = typer.Option(
+        None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"
+    ),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
     budget_usd: Optional[str] = typer.Option(None, help="see `judgeflow score --help`"),
     batch: Optional[bool] = typer.Option(None, "--batch/--no-batch", help=BATCH_HELP),
     cancel_batches: bool = typer.Option(False, "--cancel-batches", help=CANCEL_BATCHES_HELP),
+    metric: Optional[list[str]] = metric_option(),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
@@ -188,10 +195,11 @@ def backfill(
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 run_budget_usd=budget_usd, judge_batch=batch)
     _refuse_batches_that_cannot_be(settings, cancel_batches=cancel_batches)
+    metrics = chosen_metrics(metric)  # None: every registered metric
     start, end = parse_when(since), parse_when(until)
     if start >= end:
         raise typer.BadParameter("--since must be before --until")
-    estimate = estimate_backfill(settings, since=start, until=end, rescore=rescore)
+    estimate = estimate_backfill(settings, since=start, until=end, rescore=rescore, metrics=metrics)
     typer.echo(estimate.describe())
     if estimate.pairs == 0:
         return
@@ -203,7 +211,7 @@ def backfill(
 
     use_prefect(settings)
     summary = run_flow(ctx, "backfill", settings, lambda: backfill_traces(
-        since=start, until=end, rescore=rescore, batch_size=batch_size, max_concurrency=max_concurrency,
+        since=start, until=end, rescore=rescore, metrics=metrics, batch_size=batch_size, max_concurrency=max_concurrency,
         judge_processes=judge_processes, budget_usd=settings.run_budget_usd, batch=settings.judge_batch,
         cancel_batches=cancel_batches), judge=judge)
     typer.echo(summary.markdown())
