@@ -10,7 +10,10 @@ from judgeflow.cli.db import db_app
 from judgeflow.cli.phoenix import phoenix_app
 from judgeflow.cli.runs import Program
 
-app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
+# click's own help layout (rich_markup_mode=None): it wraps at the terminal's width and never cuts a
+# word, where rich's narrow help column cut setting names off (tests/cli/test_app.py)
+app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True,
+                  rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 app.add_typer(alerts_app, name="alerts", help="Alert rules: current state, history, evaluate now.")
 app.add_typer(phoenix_app, name="phoenix")

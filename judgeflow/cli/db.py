@@ -7,7 +7,8 @@ import typer
 from judgeflow.cli.command import announce_database, command_settings
 from judgeflow.cli.errors import clear_errors
 
-db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True)
+db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True,
+                     rich_markup_mode=None)  # as the app's (judgeflow/cli/app.py)
 
 
 @db_app.command("upgrade")
@@ -84,7 +85,7 @@ def db_rollup(
 @db_app.command("fill-segments")
 @clear_errors
 def db_fill_segments(
-    keys: list[str] = typer.Argument(..., metavar="KEY...", help="metadata keys to fill in, e.g. app"),
+    keys: list[str] = typer.Argument(..., metavar="KEY", help="metadata keys to fill in, e.g. app"),
 ) -> None:
     """Fill segment keys into past results from the traces' metadata in the source, no judge call:
     for a key added to JUDGEFLOW_ALERT_SEGMENT_BY after its results were scored. A page of traces per

@@ -11,7 +11,7 @@ METRIC_HELP = "a registered metric, repeatable (default: every one; `judgeflow m
 
 
 def metric_option(help_text: str = METRIC_HELP) -> Optional[list[str]]:
-    return typer.Option(None, "--metric", help=help_text)
+    return typer.Option(None, "--metric", metavar="NAME", help=help_text)
 
 
 def chosen_metrics(values: list[str] | None) -> list[str] | None:

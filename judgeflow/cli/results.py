@@ -21,7 +21,7 @@ def results(
     errors: bool = typer.Option(False, "--errors", help="only results the judge could not score"),
     since: Optional[str] = typer.Option(None, help="only traces created at/after this (ISO time or e.g. 7d)"),
     until: Optional[str] = typer.Option(None, help="only traces created before this"),
-    segment: Optional[list[str]] = typer.Option(None, "--segment", help=SEGMENT_HELP),
+    segment: Optional[list[str]] = typer.Option(None, "--segment", metavar="KEY=VALUE", help=SEGMENT_HELP),
     source: Optional[str] = typer.Option(None, "--source", help=SOURCE_HELP),
     limit: int = typer.Option(50, "--limit", min=1, help="print at most this many results"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON list, one object per result"),

@@ -156,8 +156,8 @@ def _nothing_to_score(settings, *, alerts: bool) -> None:
     write_back_if_on(settings)  # scores Phoenix does not have yet are written all the same
     if not alerts:
         return
-    from judgeflow.cli.alerts import _flush_prefect_events
-    from judgeflow.alerts.service import evaluate_rules, render_markdown
+    from judgeflow.cli.alerts import _flush_prefect_events, evaluated_line
+    from judgeflow.alerts.service import evaluate_rules
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
 
@@ -166,7 +166,7 @@ def _nothing_to_score(settings, *, alerts: bool) -> None:
     migrate.upgrade(engine)
     evaluations = evaluate_rules(settings, engine=engine)
     _flush_prefect_events()
-    typer.echo(render_markdown(evaluations))
+    typer.echo(evaluated_line(evaluations))
 
 
 @clear_errors
