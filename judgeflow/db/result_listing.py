@@ -86,7 +86,8 @@ def listing_sql(f: ResultFilter, metrics: list[str]):
     for i, metric in enumerate(metrics):
         parts.append(_one_metric(i, condition))
         params[f"m{i}"] = metric
-    sql = text(" UNION ALL ".join(parts) + " ORDER BY trace_created_at DESC, metric, trace_id LIMIT :limit")
+    sql = text(f"SELECT * FROM ({' UNION ALL '.join(parts)}) AS listed "
+               "ORDER BY trace_created_at DESC, metric, trace_id LIMIT :limit")
     if f.segment:
         sql = sql.bindparams(bindparam("segment", type_=JSONB))
     return sql, params

@@ -26,7 +26,8 @@ def test_a_line_per_result_cut_to_the_width():
                                         error="TimeoutError " + "x" * 200)], limit=50, width=80)
     lines = text.splitlines()
     assert lines[1] == "2026-11-28 10:05  toxicity       fail     0.90  t1  an insult in two lines"
-    assert lines[2].startswith("2026-11-28 10:05  toxicity       error        -  t2  TimeoutError xxx")
+    assert lines[2].startswith("2026-11-28 10:05  toxicity       error       -  t2  TimeoutError xxx")
+    assert lines[2].endswith("x…")
     assert all(len(line) <= 80 for line in lines)
     assert render_results([], limit=50) == "no result matches"
     assert render_results([_row()], limit=1).endswith("(the newest 1; --limit shows more)")
