@@ -41,24 +41,23 @@ def _by_metric(db) -> dict[str, int]:
         return dict(conn.execute(sa.text("SELECT metric, count(*) FROM judgeflow.eval_results GROUP BY metric")).all())
 
 
-def test_scoring_one_metric_alone_judges_and_stores_only_it(judgeflow_env, db, prefect_server, judge_server):
+def test_scoring_one_metric_alone_judges_stores_and_pays_for_only_it(judgeflow_env, db, prefect_server,
+                                                                     judge_server):
+    # hallucination scored earlier for two of the four traces; toxicity is the metric added since
     insert_traces(db, [scripted_trace(i)[0] for i in range(4)])
-    result = runner.invoke(app, ["score", "--no-alerts", "--metric", "hallucination"])
-    assert result.exit_code == 0, result.output
-    assert _by_metric(db) == {"hallucination": 4}
-    assert {r.step for r in judge_server.requests} == {"HallucinationJudgement"}
-
-    # the metric added later, scored alone: the other's results are neither judged nor paid again
-    with db.connect() as conn:
-        before = conn.execute(sa.text("SELECT scored_at FROM judgeflow.eval_results")).scalars().all()
-    judged = len(judge_server.requests)
+    with db.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed, trace_created_at) "
+            "SELECT id, 'hallucination', 'scored', 0, true, created_at FROM public.llm_traces "
+            "ORDER BY id LIMIT 2"))
+        before = conn.execute(sa.text("SELECT trace_id, scored_at FROM judgeflow.eval_results")).all()
     result = runner.invoke(app, ["score", "--no-alerts", "--metric", "toxicity"])
     assert result.exit_code == 0, result.output
-    assert _by_metric(db) == {"hallucination": 4, "toxicity": 4}
-    assert "HallucinationJudgement" not in {r.step for r in judge_server.requests[judged:]}
+    assert _by_metric(db) == {"hallucination": 2, "toxicity": 4}  # the other two hallucination pairs wait
+    assert judge_server.requests and "HallucinationJudgement" not in {r.step for r in judge_server.requests}
     with db.connect() as conn:
         kept = conn.execute(sa.text(
-            "SELECT scored_at FROM judgeflow.eval_results WHERE metric = 'hallucination'")).scalars().all()
+            "SELECT trace_id, scored_at FROM judgeflow.eval_results WHERE metric = 'hallucination'")).all()
     assert sorted(kept) == sorted(before)
 
 
