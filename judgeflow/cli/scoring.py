@@ -67,6 +67,7 @@ def score(
 ) -> None:
     """Score every trace without a result, once, now. Ctrl-C stops it: calls in flight finish, exit code 130."""
     quiet_unless(verbose)
+    from judgeflow.cli.pending import anything_pending
     from judgeflow.cli.timeparse import parse_when
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
@@ -78,8 +79,6 @@ def score(
     start, end = parse_when(since), parse_when(until)
     if plan:
         return _print_plan(settings, since=start, until=end, sample_rate=sample_rate, metrics=metrics)
-    from judgeflow.cli.pending import anything_pending
-
     if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed,
                             metrics=metrics):
         _nothing_to_score(settings, alerts=alerts)
