@@ -22,6 +22,11 @@ class ConfigError(JudgeflowError):
     """Settings, parameters or identifiers that cannot be used as given."""
 
 
+class MetricError(ConfigError):
+    """A metric that cannot be used as named or declared: not registered, or a
+    metrics file's table that cannot be read (docs/metrics.md explains both)."""
+
+
 class InvalidTraceError(JudgeflowError):
     """A trace row that cannot be scored as it stands (e.g. null output)."""
 

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from judgeflow.errors import ConfigError
+from judgeflow.errors import ConfigError, MetricError
 from judgeflow.judge.base import Judge
 from judgeflow.metrics.result import MetricResult
 
@@ -244,7 +244,7 @@ def serve_file_metrics(specs: Sequence[MetricSpec], path: str | None) -> None:
     _load_entry_points()
     for spec in specs:
         if spec.name in _REGISTERED and _ORIGINS.get(spec.name) != "file":
-            raise ConfigError(f"{path}: metric {spec.name!r} clashes with the {_ORIGINS.get(spec.name, 'plugin')} "
+            raise MetricError(f"{path}: metric {spec.name!r} clashes with the {_ORIGINS.get(spec.name, 'plugin')} "
                               f"metric of that name; choose another name")
     for name in [name for name, origin in _ORIGINS.items() if origin == "file"]:
         unregister(name)
@@ -300,7 +300,7 @@ def spec_of(name: str) -> MetricSpec:
     """The metric called ``name``; an unknown one is a ConfigError naming the registered ones."""
     specs = registered()
     if name not in specs:
-        raise ConfigError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
+        raise MetricError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
     return specs[name]
 
 
@@ -309,7 +309,7 @@ def check_names(names: Sequence[str]) -> list[str]:
     specs = registered()
     unknown = [name for name in names if name not in specs]
     if unknown:
-        raise ConfigError(f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+        raise MetricError(f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                           f"choose from {', '.join(specs)}")
     return list(names)
 

@@ -25,6 +25,6 @@ def record_judge_epochs(settings: Settings, metrics: list[str], flow_run_id: str
     with engine_for(settings).begin() as conn:
         started = record_epochs(conn, result_source(settings), configured(settings.judge_model, metrics),
                                 flow_run_id=flow_run_id)
-    for s in started:
-        (log.info if s.previous is None else log.warning)("%s", s.describe())
+    for s in started:  # info, not a warning: the run summary says a change once ("Judge changed.")
+        log.info("%s", s.describe())
     return [s.describe() for s in started if s.previous is not None]

@@ -153,8 +153,8 @@ class RunSummary(BaseModel):
                       "stored; pairs not started were given back: the next run scores them.", ""]
         if self.budget_exhausted:
             lines += [f"**Budget exhausted.** {self.budget_line()}; the next run scores them.", ""]
-        for started in self.judge_epochs:
-            lines += [f"**Judge changed.** {started}", ""]
+        if self.judge_epochs:  # said once, each metric's new epoch under it
+            lines += ["**Judge changed.**", "", *[f"- {started}" for started in self.judge_epochs], ""]
         lines += ["| figure | value |", "|---|---|"]
         lines += [f"| {r['figure']} | {r['value']} |" for r in self.table()]
         if self.shards:

@@ -38,6 +38,8 @@ from judgeflow.metrics.registry import metric_names
 SPARKS = "▁▂▃▄▅▆▇█"
 NO_DATA = "·"
 TOP_SEGMENTS = 5  # per key, besides overall
+# a sparkline has at most this many characters: a longer period gives each several days
+MAX_BUCKETS = 60
 COLOURS = ("#1f2937", "#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2")
 
 
@@ -65,6 +67,11 @@ class Series:
     @property
     def rates(self) -> list[float | None]:
         return [e.rate for e in self.estimates]
+
+    def bucket_rates(self, size: int) -> list[float | None]:
+        """The rate of each bucket of ``size`` days (:func:`buckets`), from the bucket's counts."""
+        counts = self.weights or [WeightedCounts.unweighted(n, bad) for bad, n in self.days]
+        return [estimate(_sum_counts([counts[i] for i in days])).rate for days in buckets(len(counts), size)]
 
     @property
     def total(self) -> int:
@@ -99,6 +106,24 @@ class Trend:
             if self.since <= day <= self.until:
                 days.setdefault((day - self.since).days, []).append(e)
         return days
+
+
+def days_per_bucket(n_days: int) -> int:
+    """Days per sparkline character: one, or as many as keep the line within MAX_BUCKETS."""
+    return max(1, math.ceil(n_days / MAX_BUCKETS))
+
+
+def buckets(n_days: int, size: int) -> list[range]:
+    """The day indexes of each bucket, oldest first; the newest bucket ends today, the oldest may be short."""
+    first = n_days % size or size
+    return [range(0, first)] + [range(i, i + size) for i in range(first, n_days, size)]
+
+
+def _sum_counts(counts: list[WeightedCounts]) -> WeightedCounts:
+    return WeightedCounts(
+        n=sum(c.n for c in counts), bad=sum(c.bad for c in counts), sum_w=math.fsum(c.sum_w for c in counts),
+        sum_w_bad=math.fsum(c.sum_w_bad for c in counts), sum_w2=math.fsum(c.sum_w2 for c in counts),
+    )
 
 
 def compute_trend(
@@ -202,19 +227,20 @@ def sparkline(rates: list[float | None], top: float) -> str:
     return "".join(chars)
 
 
-def _scale(series: list[Series]) -> float:
-    return max([r for s in series for r in s.rates if r is not None], default=0.0)
+def _scale(series: list[Series], size: int = 1) -> float:
+    return max([r for s in series for r in s.bucket_rates(size) if r is not None], default=0.0)
 
 
 def _rows(trend: Trend, metric: str) -> list[list[str]]:
     series = trend.for_metric(metric)
-    top = _scale(series)
+    size = days_per_bucket(len(trend.dates))
+    top = _scale(series, size)
     rows = []
     for s in series:
         c = s.change
         rows.append([
             s.label,
-            sparkline(s.rates, top),
+            sparkline(s.bucket_rates(size), top),
             _pct(next((r for r in reversed(s.rates) if r is not None), None)),
             _with_interval(c),
             _pct(c.baseline_value if c else None),
@@ -227,9 +253,10 @@ def _rows(trend: Trend, metric: str) -> list[list[str]]:
 
 
 def epoch_marks(trend: Trend, metric: str) -> str:
-    """The per-day column's row of epoch starts: ``^`` the day a judge epoch started."""
+    """The sparkline's row of epoch starts: ``^`` under the day (or bucket of days) a judge epoch started."""
     days = trend.epoch_days(metric)
-    return "".join("^" if i in days else " " for i in range(len(trend.dates)))
+    n = len(trend.dates)
+    return "".join("^" if any(i in days for i in bucket) else " " for bucket in buckets(n, days_per_bucket(n)))
 
 
 def epoch_lines(trend: Trend, metric: str) -> list[str]:
@@ -240,6 +267,11 @@ def epoch_lines(trend: Trend, metric: str) -> list[str]:
         f"{e.metric_version} judged by {e.judge_model}"
         for e in trend.epochs_of(metric)
     ]
+
+
+def headers(trend: Trend) -> list[str]:
+    size = days_per_bucket(len(trend.dates))
+    return HEADERS if size == 1 else [HEADERS[0], f"per {size} days", *HEADERS[2:]]
 
 
 HEADERS = ["segment", "per day", "last day", "window [95% CI]", "baseline", "change", "p (rise)",
@@ -384,7 +416,7 @@ def render_markdown(trend: Trend) -> str:
     ]
     for metric in metric_names():
         lines += ["", f"## {metric}", "", f"![{metric} trend]({svg_data_uri(svg_chart(trend, metric))})", ""]
-        lines.append("| " + " | ".join(HEADERS) + " |")
+        lines.append("| " + " | ".join(headers(trend)) + " |")
         lines.append("|" + "---|" * len(HEADERS))
         for row in _rows(trend, metric):
             row[1] = f"`{row[1]}`"
@@ -398,20 +430,24 @@ def render_markdown(trend: Trend) -> str:
 
 
 def render_text(trend: Trend) -> str:
-    out = [
-        f"Per-day not-passed rate, {trend.since} to {trend.until} (UTC days, {NO_DATA} = no results); "
+    import textwrap
+
+    size = days_per_bucket(len(trend.dates))
+    unit = "UTC days" if size == 1 else f"each character {size} UTC days"
+    out = textwrap.wrap(
+        f"Not-passed rate, {trend.since} to {trend.until} ({unit}, {NO_DATA} = no results); "
         f"change: last {trend.window} vs the {trend.baseline} before it; p: Fisher's exact test of a rise; "
         "rates are weighted by sample weights, with 95% intervals; judged / traffic: results judged in the "
-        "window and the traffic they stand for",
-    ]
+        "window and the traffic they stand for", width=80, break_long_words=False, break_on_hyphens=False)
+    names = headers(trend)
     for metric in metric_names():
         rows = _rows(trend, metric)
-        cells = [HEADERS] + rows
-        widths = [max(len(r[i]) for r in cells) for i in range(len(HEADERS))]
+        cells = [names] + rows
+        widths = [max(len(r[i]) for r in cells) for i in range(len(names))]
         if trend.epoch_days(metric):
             widths[0] = max(widths[0], len("judge changed"))
-        out += ["", f"{metric} (sparkline scale 0–{_pct(_scale(trend.for_metric(metric)))})"]
-        out.append("  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip())
+        out += ["", f"{metric} (sparkline scale 0–{_pct(_scale(trend.for_metric(metric), size))})"]
+        out.append("  ".join(h.ljust(w) for h, w in zip(names, widths)).rstrip())
         out.append("  ".join("-" * w for w in widths))
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         if trend.epoch_days(metric):

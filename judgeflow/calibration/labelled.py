@@ -63,6 +63,15 @@ def _label(value: Any, *, where: str, words: dict[str, bool]) -> bool:
                       f"of {'/'.join(passes)}")
 
 
+def only_metrics(items: list[LabelledItem], metrics: list[str] | None) -> list[LabelledItem]:
+    """The items with their labels of ``metrics`` only (None: all), those left with none dropped:
+    calibrating one metric neither judges nor prices the others."""
+    if metrics is None:
+        return items
+    kept = (replace(item, labels={m: v for m, v in item.labels.items() if m in metrics}) for item in items)
+    return [item for item in kept if item.labels]
+
+
 def load_labelled(path: str | Path) -> list[LabelledItem]:
     """Read a labelled set; a malformed line is an error naming its line number."""
     try:

@@ -16,6 +16,7 @@ from judgeflow.cli.errors import clear_errors
 alerts_app = typer.Typer(
     help="Alert rules: current state and past alerts; `check` evaluates them now.",
     invoke_without_command=True,
+    rich_markup_mode=None,  # as the app's (judgeflow/cli/app.py)
 )
 
 
@@ -39,6 +40,20 @@ def _outcome(outcome: str | None, epoch_started_at: datetime | None = None) -> s
     if outcome == "insufficient_data":
         return f"insufficient data: judge changed at {_when(epoch_started_at)}"
     return {"not_enough_data": "not enough data", None: "-"}.get(outcome, outcome or "-")
+
+
+def _limit(value: float | None, *, regression: bool) -> str:
+    """A maximum rule's line, or a regression rule's smallest rise over its baseline that pages."""
+    if value is None:
+        return "-"
+    return f"min rise +{_pct(value)}" if regression else f"max {_pct(value)}"
+
+
+def _state(state: str, value: float | None, maximum: float | None, hysteresis: float) -> str:
+    """A firing maximum rule back below its line says it is held, and until when (hysteresis)."""
+    if state != "firing" or value is None or maximum is None or value > maximum:
+        return state.upper()
+    return f"FIRING (held by hysteresis until at or below {_pct(maximum * (1 - hysteresis))})"
 
 
 def _p(value: float | None) -> str:
@@ -78,6 +93,15 @@ def _delivery(status: str | None, error: str | None) -> str:
     if status is None:
         return "-"
     return f"{status}: {error[:80]}" if error else status
+
+
+def evaluated_line(evaluations: list) -> str:
+    """What an evaluation found, in one line: the rules firing (`judgeflow alerts` shows the tables)."""
+    enabled = [e for e in evaluations if e.enabled]
+    firing = [f"{_rule(e.rule, e.segment_label if e.segment else '')} ({_pct(e.value)}, "
+              f"{_limit(e.threshold, regression=e.is_regression)})" for e in enabled if e.state == "firing"]
+    head = f"alert rules evaluated: {len({e.rule for e in enabled})} enabled, "
+    return head + (f"firing: {'; '.join(firing)}" if firing else "none firing") + " (`judgeflow alerts` shows them)"
 
 
 def alert_tables_exist_now(engine) -> bool:
@@ -145,17 +169,20 @@ def _print_rules(settings, rules: list, rows: dict) -> None:
         spec, row = by_name.get(name), rows.get(name)
         maximum = spec.maximum if spec else None
         enabled = spec is not None and spec.enabled
-        state = (row.state.upper() if row else "OK") if enabled else "disabled"
+        regression = spec.is_regression if spec else name.endswith("_regression")
+        limit = _limit(spec.limit if enabled else row.threshold if row else None, regression=regression)
+        state = (_state(row.state, row.value, maximum, settings.alert_hysteresis) if row else "OK") if enabled \
+            else "disabled"
         if row is None:
-            table.append([name, state, "never evaluated" if enabled else "-", "-", _pct(maximum), "-", "-", "-", "-", "-"])
+            table.append([name, state, "never evaluated" if enabled else "-", "-", limit, "-", "-", "-", "-", "-"])
             continue
         table.append([
-            name, state, _outcome(row.last_outcome, row.epoch_started_at), _pct(row.value), _pct(maximum if enabled else row.threshold),
+            name, state, _outcome(row.last_outcome, row.epoch_started_at), _pct(row.value), limit,
             f"{row.sample_size}/{row.min_samples or '-'}", str(row.failed_count), _since(row),
             _when(row.last_notified_at), _delivery(row.delivery_status, row.delivery_error),
         ])
     typer.echo(_table(
-        ["rule", "state", "last evaluation", "value", "max", "samples/min", "failed", "since", "last notified", "delivery"],
+        ["rule", "state", "last evaluation", "value", "limit", "samples/min", "failed", "since", "last notified", "delivery"],
         table,
     ))
     typer.echo("")
@@ -227,13 +254,36 @@ def _print_history(history: list, *, limit: int, rule: str | None) -> None:
         return
     typer.echo(f"Past alerts (newest first, up to {limit})")
     typer.echo(_table(
-        ["id", "when", "rule", "alert", "value", "max", "samples", "failed", "flow run", "delivery"],
+        ["id", "when", "rule", "alert", "value", "limit", "samples", "failed", "flow run", "delivery"],
         [
-            [str(h.id), _when(h.occurred_at), _rule(h.rule, h.segment_key), h.kind, _pct(h.value), _pct(h.threshold), str(h.sample_size),
+            [str(h.id), _when(h.occurred_at), _rule(h.rule, h.segment_key), h.kind, _pct(h.value),
+             _limit(h.threshold, regression=h.rule.endswith("_regression")), str(h.sample_size),
              str(h.failed_count), h.flow_run_id or "-", _delivery(h.delivery_status, h.delivery_error)]
             for h in history
         ],
     ))
+
+
+def alerts_json(settings, rules: list, reading: _Reading, *, limit: int) -> dict:
+    """`judgeflow alerts --json`: the tables of the text as lists of objects, each row's stored columns."""
+    by_name = {r.name: r for r in rules}
+    names = [r.name for r in rules] + sorted(set(reading.rows) - set(by_name))
+    states = []
+    for name in names:
+        spec, row = by_name.get(name), reading.rows.get(name)
+        enabled = spec is not None and spec.enabled
+        state = (row.state if row else "ok") if enabled else "disabled"
+        states.append({**(row._asdict() if row else {}), "rule": name, "state": state, "enabled": enabled,
+                       "kind": spec.kind if spec else None, "maximum": spec.maximum if spec else None,
+                       "min_increase": spec.min_increase if spec else None, "evaluated": row is not None})
+    return {
+        "window": settings.alert_window, "min_samples": settings.alert_min_samples,
+        "segment_keys": list(settings.alert_segment_keys), "rules": states,
+        "segments": [r._asdict() for r in reading.segments],
+        "undelivered": [w._asdict() for w in reading.waiting], "dead": [w._asdict() for w in reading.dead],
+        "dead_summary": reading.dead_line, "epochs": [e.as_json() for e in reversed(reading.epochs[-limit:])],
+        "history": [h._asdict() for h in reading.history],
+    }
 
 
 @alerts_app.callback()
@@ -242,6 +292,7 @@ def list_alerts(
     ctx: typer.Context,
     limit: int = typer.Option(20, min=1, help="how many past alerts to show"),
     rule: Optional[str] = typer.Option(None, help="only this rule's past alerts"),
+    as_json: bool = typer.Option(False, "--json", help="print the same as one JSON object"),
 ) -> None:
     """List each rule's current state and the most recent alerts (fired, reminder, resolved)."""
     if ctx.invoked_subcommand is not None:
@@ -252,6 +303,11 @@ def list_alerts(
     settings = command_settings()
     rules = all_rules(settings)
     reading = _read(settings, limit=limit, rule=rule)
+    if as_json:
+        from judgeflow.cli.json_output import dumps
+
+        typer.echo(dumps(alerts_json(settings, rules, reading, limit=limit)))
+        return
     if reading.dead_line:
         typer.secho(reading.dead_line, fg="red")
         typer.echo("")
@@ -284,12 +340,13 @@ def check(
     _flush_prefect_events()
 
     typer.echo(_table(
-        ["rule", "state", "evaluation", "value", "max", "samples/min", "failed", "baseline", "p (rise)", "notification"],
+        ["rule", "state", "evaluation", "value", "limit", "samples/min", "failed", "baseline", "p (rise)", "notification"],
         [
             [r.rule, "disabled", "-", "-", "-", "-", "-", "-", "-", "-"] if not r.enabled else [
-                _rule(r.rule, "" if not r.segment else r.segment_label), (r.state or "").upper(),
+                _rule(r.rule, "" if not r.segment else r.segment_label),
+                _state(r.state or "", r.value, None if r.is_regression else r.threshold, settings.alert_hysteresis),
                 _outcome(r.outcome, r.epoch_started_at),
-                _pct(r.value), ("+" if r.is_regression else "") + _pct(r.threshold),
+                _pct(r.value), _limit(r.threshold, regression=r.is_regression),
                 f"{r.sample_size}/{r.min_samples}", str(r.failed_count), _pct(r.baseline_value),
                 _p(r.p_value) + (f" (Holm {_p(r.p_adjusted)})" if r.p_adjusted is not None and (r.tests or 0) > 1
                                  else ""),

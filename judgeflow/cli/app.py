@@ -5,12 +5,15 @@ from __future__ import annotations
 import typer
 
 from judgeflow.cli.alerts import alerts_app
-from judgeflow.cli import demo, judge_checks, metrics, reports, scoring, servers
+from judgeflow.cli import demo, judge_checks, metrics, reports, results, scoring, servers
 from judgeflow.cli.db import db_app
 from judgeflow.cli.phoenix import phoenix_app
 from judgeflow.cli.runs import Program
 
-app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True)
+# click's own help layout (rich_markup_mode=None): it wraps at the terminal's width and never cuts a
+# word, where rich's narrow help column cut setting names off (tests/cli/test_app.py)
+app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces.", no_args_is_help=True,
+                  rich_markup_mode=None)
 app.add_typer(db_app, name="db")
 app.add_typer(alerts_app, name="alerts", help="Alert rules: current state, history, evaluate now.")
 app.add_typer(phoenix_app, name="phoenix")
@@ -25,7 +28,8 @@ def version() -> None:
 
 
 for command in (scoring.score, scoring.backfill, judge_checks.shadow, judge_checks.calibrate, servers.serve,
-                reports.status, reports.report, reports.show, metrics.metrics, demo.demo, servers.ui, servers.stop):
+                reports.status, reports.report, reports.show, results.results, metrics.metrics, demo.demo,
+                servers.ui, servers.stop):
     app.command()(command)
 
 

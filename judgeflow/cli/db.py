@@ -7,7 +7,8 @@ import typer
 from judgeflow.cli.command import announce_database, command_settings
 from judgeflow.cli.errors import clear_errors
 
-db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True)
+db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True,
+                     rich_markup_mode=None)  # as the app's (judgeflow/cli/app.py)
 
 
 @db_app.command("upgrade")
@@ -79,6 +80,29 @@ def db_rollup(
     rollup.build(engine, hours=hours, progress=show)
     if rollup.cover_window_index(engine):
         typer.echo("window index rebuilt with source and trace id (concurrently): the cut hours are read index-only")
+
+
+@db_app.command("fill-segments")
+@clear_errors
+def db_fill_segments(
+    keys: list[str] = typer.Argument(..., metavar="KEY", help="metadata keys to fill in, e.g. app"),
+) -> None:
+    """Fill segment keys into past results from the traces' metadata in the source, no judge call:
+    for a key added to JUDGEFLOW_ALERT_SEGMENT_BY after its results were scored. A page of traces per
+    transaction; stopped, run it again: it goes on with the results that still lack the key."""
+    from judgeflow.alerts.segment_fill import fill_segment_key
+    from judgeflow.db import migrate
+    from judgeflow.db.engine import engine_for
+
+    settings = command_settings()
+    announce_database(settings)
+    migrate.upgrade(engine_for(settings))
+    for key in dict.fromkeys(k.strip() for k in keys if k.strip()):
+        if key not in settings.stored_segment_keys:
+            typer.echo(f"{key} is not a segment key now (JUDGEFLOW_ALERT_SEGMENT_BY, a metric's segment_by): "
+                       "results scored from now on will not carry it")
+        done = fill_segment_key(settings, key, on_page=lambda d, key=key: typer.echo(d.line(key) + " ..."))
+        typer.echo(done.line(key) + " (done)")
 
 
 @db_app.command("start")

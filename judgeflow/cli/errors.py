@@ -18,6 +18,7 @@ from judgeflow.errors import (
     JudgeAbstained,
     JudgeError,
     JudgeflowError,
+    MetricError,
     PrefectServerError,
 )
 
@@ -25,6 +26,7 @@ from judgeflow.errors import (
 # class in the error's MRO wins (so every JudgeError subclass has a page).
 DOCS_PAGES: dict[type[JudgeflowError], str] = {
     ConfigError: "docs/settings.md",  # every setting, its default and its rules
+    MetricError: "docs/metrics.md",  # the registered metrics and a metrics file's tables
     DatabaseError: "docs/running.md",  # connecting, `judgeflow db upgrade`, restarts
     PrefectServerError: "docs/running.md",  # the local Prefect server, PREFECT_API_URL
     InvalidTraceError: "docs/tables.md",  # the shape of a trace row

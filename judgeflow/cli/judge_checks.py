@@ -10,6 +10,7 @@ import typer
 
 from judgeflow.cli.command import command_settings, quiet_unless, use_prefect
 from judgeflow.cli.errors import clear_errors
+from judgeflow.cli.metric_option import chosen_metrics, metric_option
 
 
 @clear_errors
@@ -32,9 +33,7 @@ def shadow(
         "key; '' for none)"
     ),
     since: str = typer.Option("7d", help="sample traces created since this (ISO time or e.g. 7d)"),
-    metric: Optional[list[str]] = typer.Option(
-        None, "--metric", help="a registered metric, repeatable (default: every one; `judgeflow status` lists them)"
-    ),
+    metric: Optional[list[str]] = metric_option(),
     seed: str = typer.Option("judgeflow-shadow", help="picks the sample: the same seed, the same traces"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
@@ -64,6 +63,9 @@ def calibrate(
     budget_usd: Optional[str] = typer.Option(  # read as text: a bad amount is refused in one line
         None, help="judge a pair only while spent + in-flight estimated cost stays within this many USD"
     ),
+    metric: Optional[list[str]] = metric_option(
+        "judge only this metric's labels, repeatable (default: every labelled metric)"
+    ),
 ) -> None:
     """Run the configured judge over human-labelled traces and report how well it agrees:
     Cohen's kappa, precision/recall/F1 at the configured thresholds, and the threshold
@@ -74,8 +76,10 @@ def calibrate(
         raise typer.BadParameter("give FILE.jsonl or --sample (not both)")
     from judgeflow.config.settings import usd_budget
 
+    settings = command_settings()
     run_calibrate(path=str(SAMPLE_PATH) if sample else path, prefect=prefect, yes=yes,
-                  budget_usd=usd_budget("--budget-usd", budget_usd), settings=command_settings())
+                  budget_usd=usd_budget("--budget-usd", budget_usd), settings=settings,
+                  metrics=chosen_metrics(metric))
 
 
 def run_shadow(
@@ -83,16 +87,11 @@ def run_shadow(
     since: str, metrics: list[str] | None, seed: str, yes: bool, as_json: bool,
 ) -> None:
     """Plan, show the cost, ask, run the shadow-score flow, print the report."""
-    from judgeflow.errors import ConfigError
     from judgeflow.shadow.plan import candidate_settings, plan_shadow
-    from judgeflow.metrics.registry import metric_names
+    from judgeflow.metrics.registry import chosen as every_if_none
     from judgeflow.cli.timeparse import parse_when
 
-    names = metric_names()
-    chosen = list(dict.fromkeys(m.strip() for s in (metrics or list(names)) for m in s.split(",") if m.strip()))
-    unknown = [m for m in chosen if m not in names]
-    if unknown:
-        raise ConfigError(f"unknown metric(s) {', '.join(unknown)}; choose from {', '.join(names)}")
+    chosen = every_if_none(chosen_metrics(metrics))
     if segment_by is None:
         segment_by = settings.alert_segment_keys[0] if settings.alert_segment_keys else None
     segment_by = segment_by or None  # '' asks for no stratification
@@ -127,13 +126,18 @@ def run_shadow(
         raise typer.Exit(EXIT_STOPPED)
 
 
-def run_calibrate(*, path: str, prefect: bool, yes: bool, budget_usd: float | None, settings) -> None:
-    """Read the labelled set, show the cost, ask, judge, print the report."""
-    from judgeflow.calibration.labelled import load_labelled, render
+def run_calibrate(*, path: str, prefect: bool, yes: bool, budget_usd: float | None, settings,
+                  metrics: list[str] | None = None) -> None:
+    """Read the labelled set (only ``metrics``' labels, None: all), show the cost, ask, judge, print the report."""
+    from judgeflow.calibration.labelled import load_labelled, only_metrics, render
     from judgeflow.calibration.plan import plan_calibration
     from judgeflow.judge.pricing import require_prices
 
-    items = load_labelled(path)  # a file it cannot read is a ConfigError: one line, exit 2
+    items = only_metrics(load_labelled(path), metrics)  # a file it cannot read is a ConfigError: one line, exit 2
+    if metrics and not items:
+        from judgeflow.errors import MetricError
+
+        raise MetricError(f"{path} has no label for {', '.join(metrics or [])}")
     if budget_usd is not None:
         require_prices(settings, why=f"a calibration budget of ${budget_usd:g} is set")
     plan = plan_calibration(settings, items)
@@ -148,7 +152,7 @@ def run_calibrate(*, path: str, prefect: bool, yes: bool, budget_usd: float | No
         from judgeflow.flows.calibration import calibrate_judge
 
         with entered(settings):
-            typer.echo(calibrate_judge(path, budget_usd=budget_usd))
+            typer.echo(calibrate_judge(path, budget_usd=budget_usd, metrics=metrics))
         return
     from judgeflow.tasks.calibration import judge_labelled
 

@@ -12,18 +12,18 @@ if TYPE_CHECKING:
 
 
 def anything_pending(settings: "Settings", *, since: datetime | None, until: datetime | None,
-                     sample_rate: float, retry_failed: bool = False) -> bool:
+                     sample_rate: float, retry_failed: bool = False, metrics: list[str] | None = None) -> bool:
     """The run's own answer (:func:`judgeflow.db.pending_work.anything_pending`:
     its read plan and its definition of done). Any doubt (no schema yet, an
-    error) means yes: run the flow, which records what went wrong."""
+    error) means yes. ``metrics``: those the run scores (None: every registered one).: run the flow, which records what went wrong."""
     from sqlalchemy.exc import SQLAlchemyError
 
     from judgeflow.db.pending_work import anything_pending as run_has_pending
     from judgeflow.errors import JudgeflowError
-    from judgeflow.metrics.registry import metric_names
+    from judgeflow.metrics.registry import chosen
 
     try:
-        return run_has_pending(settings, list(metric_names()), since=since, until=until, sample_rate=sample_rate,
+        return run_has_pending(settings, chosen(metrics), since=since, until=until, sample_rate=sample_rate,
                                retry_failed=retry_failed) or _budget_raised(settings, ranged=since or until)
     except (SQLAlchemyError, JudgeflowError):
         return True

@@ -7,7 +7,8 @@ import typer
 from judgeflow.cli.command import command_settings
 from judgeflow.cli.errors import clear_errors
 
-phoenix_app = typer.Typer(help="Arize Phoenix: write the scores Phoenix does not have yet.", no_args_is_help=True)
+phoenix_app = typer.Typer(help="Arize Phoenix: write the scores Phoenix does not have yet.", no_args_is_help=True,
+                          rich_markup_mode=None)  # as the app's (judgeflow/cli/app.py)
 
 
 @phoenix_app.command("sync")

@@ -9,22 +9,19 @@ import typer
 from judgeflow.cli.command import announce_database, command_settings
 from judgeflow.cli.errors import clear_errors
 
-STATUS_LEGEND_HEAD = (
-    "scored/passed/skipped/failed/given up: exact (counts kept by triggers on judgeflow.eval_results). "
-    "pending: exact count of the pairs without a done result that no live run holds, in what the next "
-    "nightly run reads: "
-)
-STATUS_LEGEND_TAIL = (
-    ". in progress / stranded: claims held by a live run / by a run that is gone or stopped renewing its "
-    "lease (the next run takes those over at once)"
-)
-
 
 @clear_errors
 def status(
     as_json: bool = typer.Option(False, "--json", help="print the figures as JSON"),
 ) -> None:
-    """Results per metric and status, what is pending, and what live runs are scoring now."""
+    """Results per metric and status, what is pending, and what live runs are scoring now.
+
+    scored, passed, skipped, failed, given up: exact counts, kept by triggers on judgeflow.eval_results.
+    pending: the pairs without a done result that no live run holds, in what the next nightly run reads:
+    the traces created since the window's start (the watermark minus JUDGEFLOW_SOURCE_LOOKBACK; the
+    whole source before the first run) and failed pairs older than that. Older traces without a result
+    are not counted: `judgeflow backfill` scores them. in progress / stranded: claims held by a live run /
+    by a run that is gone or stopped renewing its lease (the next run takes those over at once)."""
     import json
 
     from judgeflow.status.notes import dead_delivery_line
@@ -51,13 +48,9 @@ def render_status(report: dict) -> str:
     for metric, row in report["metrics"].items():
         lines.append(f"{metric:<15}" + "".join(f"{row.get(c, 0):>13}" for c in columns))
     window = report.get("window_start")
-    lines.append(
-        STATUS_LEGEND_HEAD
-        + ("the whole source (no watermark yet)" if window is None else
-           f"traces created since {window} (the watermark minus JUDGEFLOW_SOURCE_LOOKBACK) and failed pairs "
-           "older than that; older traces without a result are not counted (`judgeflow backfill` scores them)")
-        + STATUS_LEGEND_TAIL
-    )
+    lines.append(("pending: in the whole source (no watermark yet)" if window is None else
+                  f"pending: in traces created since {window}, and failed pairs")
+                 + "; `judgeflow status --help` says what each column counts")
     lines.extend(status_notes(report))
     lines.extend(_rate_line(metric, r) for metric, r in report.get("rates", {}).items())
     if report.get("not_sampled"):
@@ -105,20 +98,35 @@ def report(
     migrate.upgrade(engine)
     with engine.connect() as conn:
         trend = compute_trend(conn, settings, days=days, segment_keys=keys)
+        notes = _segment_notes(settings, conn, keys, trend)
     if as_json:
         import json
 
         from judgeflow.alerts.trend import trend_json
 
-        typer.echo(json.dumps(trend_json(trend), indent=2))
+        typer.echo(json.dumps({**trend_json(trend), "notes": notes}, indent=2))
         return
-    typer.echo(render_text(trend))
+    typer.echo("\n".join([render_text(trend), *notes]))
+
+
+def _segment_notes(settings, conn, keys: tuple[str, ...] | None, trend) -> list[str]:
+    """A key the report breaks down by that the period's results do not all carry, said in one line."""
+    from datetime import datetime, timezone
+
+    from judgeflow.alerts.segment_fill import missing_key_lines
+    from judgeflow.metrics.registry import metric_names
+
+    if keys is None:  # each metric's rules' keys
+        keys = tuple(dict.fromkeys(k for m in metric_names() for k in settings.metric_segment_keys(m)))
+    start = datetime.combine(trend.since, datetime.min.time(), tzinfo=timezone.utc)
+    return missing_key_lines(settings, conn, keys, start)
 
 
 @clear_errors
 def show(trace_id: str = typer.Argument(
         ..., help="the trace's id, as in the trace source; with JUDGEFLOW_SOURCE=phoenix also a Phoenix trace id "
-        "or the id of any span of the trace (its LLM spans are listed)")) -> None:
+        "or the id of any span of the trace (its LLM spans are listed)"),
+        as_json: bool = typer.Option(False, "--json", help="print the results as JSON")) -> None:
     """One trace's results per metric: score, pass/fail, reason, verdicts, judge and metric version,
     cost, when and by which flow run (with its Prefect UI link), and whether it was copied from an
     identical trace. Exit code 1 when judgeflow knows nothing of the id."""
@@ -136,5 +144,11 @@ def show(trace_id: str = typer.Argument(
         typer.echo(f"judgeflow: no trace {trace_id!r}: judgeflow has no result or claim for it, and "
                    f"{trace_source(settings).display} {where}", err=True)
         raise typer.Exit(1)
+    if as_json:
+        from judgeflow.cli.json_output import dumps
+        from judgeflow.db.trace_results import lookup_json
+
+        typer.echo(dumps(lookup_json(found, ui_url=ui_url_without_import(settings))))
+        return
     typer.echo(render_lookup(found, ui_url=ui_url_without_import(settings),
                              source_name=trace_source(settings).display))

@@ -9,6 +9,7 @@ import typer
 from judgeflow.cli.command import VERBOSE_HELP, announce_database, command_settings, quiet_unless, use_prefect
 from judgeflow.cli.runs import exit_if_stopped, run_flow, start_judge_early
 from judgeflow.cli.errors import clear_errors
+from judgeflow.cli.metric_option import chosen_metrics, metric_option
 
 BATCH_SIZE_HELP = "(trace, metric) pairs claimed per batch (default: 8 per judge call in flight, at least 100)"
 JUDGE_PROCESSES_HELP = (
@@ -63,6 +64,7 @@ def score(
     # read as text: the settings refuse a bad amount in one line (judgeflow.config.settings.usd_budget)
     sample_budget_usd: Optional[str] = typer.Option(None, help=SAMPLE_BUDGET_HELP),
     plan: bool = typer.Option(False, "--plan", help=PLAN_HELP),
+    metric: Optional[list[str]] = metric_option(),
     batch: Optional[bool] = typer.Option(None, "--batch/--no-batch", help=BATCH_HELP),
     cancel_batches: bool = typer.Option(False, "--cancel-batches", help=CANCEL_BATCHES_HELP),
     shards: int = typer.Option(1, "--shards", help=SHARDS_HELP),
@@ -70,25 +72,27 @@ def score(
 ) -> None:
     """Score every trace without a result, once, now. Ctrl-C stops it: calls in flight finish, exit code 130."""
     quiet_unless(verbose)
+    from judgeflow.cli.pending import anything_pending
     from judgeflow.cli.timeparse import parse_when
 
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 settle_delay=settle_delay, run_budget_usd=budget_usd,
                                 sample_budget_usd=sample_budget_usd, judge_batch=batch)
     _refuse_what_cannot_run(settings, plan=plan, cancel_batches=cancel_batches, shards=shards, limit=limit)
+    metrics = chosen_metrics(metric)  # None: every registered metric
     announce_database(settings)
     start, end = parse_when(since), parse_when(until)
     if plan:
-        return _print_plan(settings, since=start, until=end, sample_rate=sample_rate)
-    from judgeflow.cli.pending import anything_pending
-
-    if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed):
+        return _print_plan(settings, since=start, until=end, sample_rate=sample_rate, metrics=metrics)
+    if not anything_pending(settings, since=start, until=end, sample_rate=sample_rate, retry_failed=retry_failed,
+                            metrics=metrics):
         _nothing_to_score(settings, alerts=alerts)
         return
     # a sharded night judges in its children: none here
     judge = None if settings.judge_batch or shards > 1 else start_judge_early(settings)
     use_prefect(settings)
     summary = _run_night(ctx, settings, shards, judge, batch_size=batch_size, limit=limit, since=start, until=end,
+                         metrics=metrics,
                          sample_rate=sample_rate, max_concurrency=max_concurrency, evaluate_alerts=alerts,
                          judge_processes=judge_processes, settle_delay=settle_delay,
                          budget_usd=settings.run_budget_usd, retry_failed=retry_failed,
@@ -109,17 +113,17 @@ def _run_night(ctx, settings, shards: int, judge, **parameters):
             shards=shards, shard_deployment=shard_deployment, **parameters), judge=judge)
 
 
-def _print_plan(settings, *, since, until, sample_rate: float) -> None:
+def _print_plan(settings, *, since, until, sample_rate: float, metrics: list[str] | None) -> None:
     """`judgeflow score --plan`: the night's sample plan, with no judge call and nothing recorded."""
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
     from judgeflow.sampling.table import plan_text
     from judgeflow.tasks.claims import plan_source_reads
     from judgeflow.tasks.sampling import night_plan
-    from judgeflow.metrics.registry import metric_names
+    from judgeflow.metrics.registry import chosen
 
     migrate.upgrade(engine_for(settings))
-    metrics = list(metric_names())
+    metrics = chosen(metrics)
     plan = plan_source_reads.fn(settings, metrics, sample_rate=sample_rate,
                                 ranged=since is not None or until is not None)
     night = night_plan(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate, record=False,
@@ -173,8 +177,8 @@ def _nothing_to_score(settings, *, alerts: bool) -> None:
     write_back_if_on(settings)  # scores Phoenix does not have yet are written all the same
     if not alerts:
         return
-    from judgeflow.cli.alerts import _flush_prefect_events
-    from judgeflow.alerts.service import evaluate_rules, render_markdown
+    from judgeflow.cli.alerts import _flush_prefect_events, evaluated_line
+    from judgeflow.alerts.service import evaluate_rules
     from judgeflow.db import migrate
     from judgeflow.db.engine import engine_for
 
@@ -183,7 +187,7 @@ def _nothing_to_score(settings, *, alerts: bool) -> None:
     migrate.upgrade(engine)
     evaluations = evaluate_rules(settings, engine=engine)
     _flush_prefect_events()
-    typer.echo(render_markdown(evaluations))
+    typer.echo(evaluated_line(evaluations))
 
 
 @clear_errors
@@ -194,11 +198,14 @@ def backfill(
     rescore: bool = typer.Option(False, help="also re-score traces that already have a result"),
     yes: bool = typer.Option(False, "--yes", "-y", help="do not ask for confirmation"),
     batch_size: Optional[int] = typer.Option(None, help=BATCH_SIZE_HELP),
-    max_concurrency: Optional[int] = typer.Option(None),
+    max_concurrency: Optional[int] = typer.Option(
+        None, help="judge calls in flight (default JUDGEFLOW_MAX_CONCURRENCY)"
+    ),
     judge_processes: Optional[int] = typer.Option(None, help="see `judgeflow score --help`"),
     budget_usd: Optional[str] = typer.Option(None, help="see `judgeflow score --help`"),
     batch: Optional[bool] = typer.Option(None, "--batch/--no-batch", help=BATCH_HELP),
     cancel_batches: bool = typer.Option(False, "--cancel-batches", help=CANCEL_BATCHES_HELP),
+    metric: Optional[list[str]] = metric_option(),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
     """Score (or with --rescore, re-score) every trace in a time range."""
@@ -209,10 +216,11 @@ def backfill(
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 run_budget_usd=budget_usd, judge_batch=batch)
     _refuse_batches_that_cannot_be(settings, cancel_batches=cancel_batches)
+    metrics = chosen_metrics(metric)  # None: every registered metric
     start, end = parse_when(since), parse_when(until)
     if start >= end:
         raise typer.BadParameter("--since must be before --until")
-    estimate = estimate_backfill(settings, since=start, until=end, rescore=rescore)
+    estimate = estimate_backfill(settings, since=start, until=end, rescore=rescore, metrics=metrics)
     typer.echo(estimate.describe())
     if estimate.pairs == 0:
         return
@@ -224,7 +232,7 @@ def backfill(
 
     use_prefect(settings)
     summary = run_flow(ctx, "backfill", settings, lambda: backfill_traces(
-        since=start, until=end, rescore=rescore, batch_size=batch_size, max_concurrency=max_concurrency,
+        since=start, until=end, rescore=rescore, metrics=metrics, batch_size=batch_size, max_concurrency=max_concurrency,
         judge_processes=judge_processes, budget_usd=settings.run_budget_usd, batch=settings.judge_batch,
         cancel_batches=cancel_batches), judge=judge)
     typer.echo(summary.markdown())

@@ -312,3 +312,35 @@ def _preset_skip_lines(metric: str, r: dict, ui_url: str | None) -> list[str]:
 def _one_line(value: Any, limit: int = 300) -> str:
     s = " ".join(str(value if value is not None else "").split())
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def lookup_json(lookup: Lookup, *, ui_url: str | None) -> dict[str, Any]:
+    """`judgeflow show --json`: the same facts as the text, as data. Each metric's ``state``:
+    scored, skipped, failed (the judge could not score it), in_progress, stranded, pending,
+    or other_source (the id's result was read from another source than the configured one)."""
+    return {"phoenix_trace_id": lookup.phoenix_trace_id,
+            "traces": [_view_json(view, ui_url) for view in lookup.views]}
+
+
+def _view_json(view: TraceView, ui_url: str | None) -> dict[str, Any]:
+    return {"trace_id": view.trace_id, "in_source": view.in_source,
+            "metrics": [_metric_json(mv, ui_url) for mv in view.metrics]}
+
+
+def _metric_json(mv: MetricView, ui_url: str | None) -> dict[str, Any]:
+    r, claim = mv.result, mv.claim
+    if mv.other_source is not None:
+        state = "other_source"
+    elif r is not None:
+        state = r["status"]
+    elif claim is not None:
+        state = "in_progress" if claim["live"] else "stranded"
+    else:
+        state = "pending"
+    run = r["flow_run_id"] if r else None
+    return {
+        "metric": mv.metric, "state": state, "result": r,
+        "claim": None if claim is None else {**claim, "flow_run_id": claim["owner"].split(":", 1)[0]},
+        "epoch_started_at": mv.epoch_started_at, "other_source": mv.other_source,
+        "flow_run_url": f"{ui_url}/runs/flow-run/{run}" if run and ui_url else None,
+    }

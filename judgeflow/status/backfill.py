@@ -13,7 +13,7 @@ from judgeflow.config.settings import Settings
 from judgeflow.db import migrate
 from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.errors import DatabaseError
-from judgeflow.metrics.registry import metric_names
+from judgeflow.metrics.registry import chosen
 
 SIZE_SAMPLE = 500  # traces whose text sizes a backfill's estimate
 
@@ -37,7 +37,7 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else 0.0
 
 
-def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int
+def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int, metrics: list[str]
                       ) -> tuple[dict[str, int], dict[str, tuple[float, float]]]:
     """Per metric, the pairs to score and the prompt and completion tokens they
     are expected to take, from the mean size of the sampled ``bodies``."""
@@ -48,9 +48,9 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int
         "output": _mean(min(len(b.output or ""), cap) for b in bodies),
         "context": _mean(min(len("" if b.context is None else json.dumps(b.context)), cap) for b in bodies),
     }
-    per_metric = {m: 0 for m in metric_names()}
+    per_metric = {m: 0 for m in metrics}
     tokens: dict[str, tuple[float, float]] = {}
-    for metric in metric_names():
+    for metric in metrics:
         n = counts.get(metric, 0)
         if not n:
             continue
@@ -62,8 +62,9 @@ def _estimated_tokens(counts: dict[str, int], bodies: list, cap: int
     return per_metric, tokens
 
 
-def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, rescore: bool) -> BackfillEstimate:
-    """Pairs a backfill would score and what they would cost under the run
+def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, rescore: bool,
+                      metrics: list[str] | None = None) -> BackfillEstimate:
+    """Pairs a backfill of ``metrics`` (None: every registered one) would score and what they would cost under the run
     budget's cost model (judgeflow.judge.pricing): the judge's prices times
     the tokens the pairs' text is expected to take."""
     from judgeflow.judge.pricing import prices_for, unpriced_model
@@ -77,7 +78,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
     migrate.upgrade(engine)
     source = trace_source(settings)
     reader = source_engine(settings)
-    metrics = list(metric_names())
+    metrics = chosen(metrics)
     cap = settings.max_field_chars
     done = Done(rescore_before=datetime.max.replace(tzinfo=since.tzinfo) if rescore else None)
     try:
@@ -94,7 +95,7 @@ def estimate_backfill(settings: Settings, *, since: datetime, until: datetime, r
         bodies = list(read_bodies(source, reader, sample).bodies.values())
     except DBAPIError as exc:
         raise DatabaseError(f"could not estimate the backfill: {exc.orig}") from None
-    per_metric, tokens = _estimated_tokens(counts, bodies, cap)
+    per_metric, tokens = _estimated_tokens(counts, bodies, cap, metrics)
     prompt_tokens, completion_tokens = (sum(t[i] for t in tokens.values()) for i in (0, 1))
     pairs = sum(per_metric.values())
     prices = prices_for(settings)

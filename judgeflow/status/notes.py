@@ -25,8 +25,9 @@ def status_notes(report: dict) -> list[str]:
     if len(by_model) > 1:  # a metric judged by a model of its own
         lines.append("judged by: " + "; ".join(f"{model} ({', '.join(ms)})" for model, ms in by_model.items()))
     for metric, n in report.get("no_longer_scored", {}).items():
-        lines.append(f"{metric}: no longer scored (not a served metric: removed from JUDGEFLOW_METRICS_FILE, or its "
-                     f"plugin is gone); its {n} stored result(s) are kept")
+        # no guess at why: the results may be another settings' (`judgeflow demo`'s own metrics file)
+        lines.append(f"{metric}: not scored now (no built-in, plugin or metrics file of these settings serves "
+                     f"it); its {n} stored result(s) are kept")
     for metric, reasons in report["skipped_by_preset"].items():
         total = sum(reasons.values())
         why = "; ".join(f"{n}: {reason}" for reason, n in list(reasons.items())[:5])

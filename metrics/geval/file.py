@@ -11,7 +11,7 @@
                               # JUDGEFLOW_ALERT_SEGMENT_BY's ([]: overall only)
 
 Every field is checked before anything is judged; a problem is one
-:class:`ConfigError` line naming the file, the metric and the field.
+:class:`MetricError` line (docs/metrics.md) naming the file, the metric and the field.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from judgeflow.errors import ConfigError
+from judgeflow.errors import MetricError
 from judgeflow.metrics.geval.metric import DEFAULT_REGRESSION_MIN_INCREASE, GEvalDefinition, geval_spec
 from judgeflow.metrics.geval.schema import MAX_STEP_CHARS, MAX_STEPS
 from judgeflow.metrics.registry import MetricSpec, origin_of, registered
@@ -47,9 +47,9 @@ class _Where:
     def __init__(self, path: str, metric: str | None = None):
         self.path, self.metric = path, metric
 
-    def error(self, field: str | None, problem: str) -> ConfigError:
+    def error(self, field: str | None, problem: str) -> MetricError:
         parts = [self.path] + ([f"metric {self.metric}"] if self.metric else []) + ([field] if field else [])
-        return ConfigError(f"{': '.join(parts)}: {problem}")
+        return MetricError(f"{': '.join(parts)}: {problem}")
 
 
 def read_file(path: str | Path) -> dict[str, Any]:
@@ -57,13 +57,13 @@ def read_file(path: str | Path) -> dict[str, Any]:
     try:
         raw = Path(path).read_bytes()
     except OSError as error:
-        raise ConfigError(f"JUDGEFLOW_METRICS_FILE {path}: cannot read it: {error.strerror or error}") from None
+        raise MetricError(f"JUDGEFLOW_METRICS_FILE {path}: cannot read it: {error.strerror or error}") from None
     try:
         return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text; save the metrics file as UTF-8") from None
+        raise MetricError(f"{path}: not UTF-8 text; save the metrics file as UTF-8") from None
     except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+        raise MetricError(f"{path}: not valid TOML: {error}") from None
 
 
 def definitions(path: str | Path, document: Mapping[str, Any]) -> list[GEvalDefinition]:

@@ -83,3 +83,32 @@ def test_report_command(engine, database_url, monkeypatch, tmp_path):
     # without --segment and without JUDGEFLOW_ALERT_SEGMENT_BY: overall only
     result = CliRunner().invoke(app, ["report"])
     assert result.exit_code == 0 and "app=a" not in result.output and "overall" in result.output
+
+
+def test_a_long_period_is_bucketed_into_at_most_60_characters():
+    from judgeflow.alerts.trend import MAX_BUCKETS, Series, buckets, days_per_bucket
+
+    assert days_per_bucket(14) == 1 and days_per_bucket(60) == 1 and days_per_bucket(61) == 2
+    assert days_per_bucket(36500) == 609
+    for n in (1, 14, 60, 61, 365, 36500):
+        parts = buckets(n, days_per_bucket(n))
+        assert len(parts) <= MAX_BUCKETS and [d for part in parts for d in part] == list(range(n))
+        assert len(parts[-1]) == days_per_bucket(n)  # the newest bucket is whole, ending today
+    # a bucket's rate is its days' results together, not the mean of their rates
+    s = Series("toxicity", {}, [(1, 1), (0, 9), (0, 0), (5, 10)])
+    assert s.bucket_rates(2) == [0.1, 0.5]
+
+
+def test_report_of_a_century_prints_no_line_wider_than_its_table(engine, database_url, monkeypatch, tmp_path):
+    from judgeflow.cli import app
+
+    _seed(engine)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", database_url)
+    result = CliRunner().invoke(app, ["report", "--since", "36500d", "--segment", "app"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(map(len, lines)) < 200, max(lines, key=len)
+    a = next(line for line in lines if line.startswith("app=a"))
+    assert re.search(r"app=a\s+·{59}█\s", a), a  # 60 characters of 609 days; the newest holds the data
+    assert "per 609 days" in result.output

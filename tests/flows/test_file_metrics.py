@@ -310,7 +310,8 @@ def _editing_the_criteria_starts_an_epoch_and_pages_nothing(db, path: Path) -> N
 def _removed_from_the_file_its_results_stay(db, path: Path) -> None:
     path.write_text(FILE.split("[metrics.grounded]")[0], encoding="utf-8")
     status = _cli("status")
-    assert "grounded: no longer scored" in status and "its 8 stored result(s) are kept" in status, status
+    assert "grounded: not scored now (no built-in, plugin or metrics file of these settings serves it)" in status
+    assert "its 8 stored result(s) are kept" in status, status
     assert len(_rows(db, "SELECT 1 FROM judgeflow.eval_results WHERE metric = 'grounded'")) == 8  # t0-t7
     assert not any(line.startswith("grounded ") for line in status.splitlines())  # not in the table of served
 

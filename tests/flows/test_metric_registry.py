@@ -138,7 +138,7 @@ def test_an_unknown_metric_is_one_line_naming_the_registered_ones(prefect_server
     result = runner.invoke(app_cli(), ["shadow", "--metric", "rudeness", "--yes"])
     assert result.exit_code == 2
     (line,) = result.output.strip().splitlines()
-    assert "unknown metric(s) rudeness; choose from toxicity, hallucination" in line
+    assert "unknown metric 'rudeness'; choose from toxicity, hallucination (see docs/metrics.md)" in line
 
 
 def app_cli():

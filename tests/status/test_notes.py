@@ -1,6 +1,6 @@
-"""`judgeflow status`'s lines about the Phoenix write-back (judgeflow/status/notes.py), from the
-outbox's counts as judgeflow/phoenix/outbox.py's `unwritten_counts` gives them (tests/phoenix/test_outbox.py
-makes them over real PostgreSQL)."""
+"""`judgeflow status`'s lines besides its table (judgeflow/status/notes.py) say what the database holds, and
+guess no cause; the Phoenix write-back's counts as judgeflow/phoenix/outbox.py's `unwritten_counts` gives them
+(tests/phoenix/test_outbox.py makes them over real PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -24,3 +24,12 @@ def test_spans_phoenix_no_longer_holds_are_counted_apart_and_not_offered_to_sync
         "Phoenix write-back on: 3 scored result(s) not yet written to Phoenix (1 waiting for their next try); "
         "`judgeflow phoenix sync` writes them now",
         "Phoenix write-back's last error: Phoenix at http://px:6006 did not answer"]
+
+
+def test_results_of_a_metric_no_setting_serves_name_no_variable_the_user_never_set():
+    report = {"source": "table:public.llm_traces@results-db", "source_notes": [], "skipped_by_preset": {},
+              "no_longer_scored": {"helpfulness": 24}}
+    [line] = [line for line in status_notes(report) if line.startswith("helpfulness")]
+    assert line == ("helpfulness: not scored now (no built-in, plugin or metrics file of these settings serves it); "
+                    "its 24 stored result(s) are kept")
+    assert "JUDGEFLOW_METRICS_FILE" not in line

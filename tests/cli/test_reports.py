@@ -1,0 +1,52 @@
+"""`judgeflow show --json` and `status`'s footnote: the facts of the text, as data and in --help."""
+
+from __future__ import annotations
+
+import json
+
+import sqlalchemy as sa
+from typer.testing import CliRunner
+
+from judgeflow.cli import app
+from tests.support.traces import insert_traces, scripted_trace
+
+runner = CliRunner()
+
+
+def test_show_json_holds_each_metric_state_and_its_stored_row(judgeflow_env, db):
+    from judgeflow.db import migrate
+
+    insert_traces(db, [scripted_trace(i)[0] for i in range(2)])
+    migrate.upgrade(db)
+    with db.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO judgeflow.eval_results (trace_id, metric, status, score, passed, threshold, reason, "
+            "flow_run_id, trace_created_at) VALUES "
+            "('tr-0000', 'toxicity', 'scored', 0.5, false, 0.4, 'rude', 'run-1', '2026-11-21T00:00Z')"))
+    shown = runner.invoke(app, ["show", "tr-0000", "--json"])
+    assert shown.exit_code == 0, shown.output
+    data = json.loads(shown.stdout)
+    assert data["phoenix_trace_id"] is None
+    [trace] = data["traces"]
+    metrics = {m["metric"]: m for m in trace["metrics"]}
+    tox = metrics["toxicity"]
+    assert tox["state"] == "scored" and tox["claim"] is None
+    assert (tox["result"]["score"], tox["result"]["passed"], tox["result"]["reason"]) == (0.5, False, "rude")
+    assert tox["result"]["trace_created_at"] == "2026-11-21T00:00:00+00:00"
+    assert metrics["hallucination"] == {"metric": "hallucination", "state": "pending", "result": None,
+                                        "claim": None, "epoch_started_at": None, "other_source": None,
+                                        "flow_run_url": None}
+    text = runner.invoke(app, ["show", "tr-0000"]).stdout
+    assert "toxicity: score 0.500, FAILED (threshold 0.4)" in text and "hallucination: no result yet" in text
+
+
+def test_status_prints_one_line_on_pending_and_its_definitions_are_in_help(judgeflow_env, db):
+    insert_traces(db, [scripted_trace(0)[0]])
+    lines = runner.invoke(app, ["status"]).stdout.splitlines()
+    assert "pending: in the whole source (no watermark yet); `judgeflow status --help` says what each column " \
+           "counts" in lines
+    table = next(line for line in lines if line.startswith("metric "))
+    assert max(map(len, lines)) <= len(table), max(lines, key=len)  # no footnote wider than the table
+    helped = " ".join(runner.invoke(app, ["status", "--help"]).stdout.split())
+    assert "in progress / stranded: claims held by a live run" in helped
+    assert "the watermark minus JUDGEFLOW_SOURCE_LOOKBACK" in helped
