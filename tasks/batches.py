@@ -99,7 +99,8 @@ def batches_left_out(judge: Any) -> list[str]:
     ids = ", ".join(sorted(judge.left_out))
     why = sorted(set(judge.left_out.values()))
     lines = sum(judge.left_lines.values())
-    fate = ("cancelled: the provider bills the lines it answered before the cancel, read by no run"
+    fate = ("cancelled: the provider bills the lines it answered before the cancel; the next "
+            "`judgeflow score --batch` reads those from the batch and sends only the rest again"
             if judge.waiting.cancel_on_stop else
             "the provider bills them as it answers them; `judgeflow score --batch` collects and stores them "
             "without sending them again")

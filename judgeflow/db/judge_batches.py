@@ -67,8 +67,10 @@ def live_params(settings: Settings) -> dict:
     return {"dead": list(DEAD), "window_s": settings.judge_batch_window_s}
 
 
-# collected from a completed batch within the window, and its pair stored no result since
-_ANSWERED = (f"l.collected_at IS NOT NULL AND b.status = 'completed' AND {_LIVE} AND NOT EXISTS ("
+# collected (its answer is in the batch's output file: a completed batch's, or the part a cancelled or
+# expired one answered) within the window, and its pair stored no result since
+_ANSWERED = ("l.collected_at IS NOT NULL AND b.status <> 'lost' "
+             "AND b.created_at > now() - make_interval(secs => :window_s) AND NOT EXISTS ("
              f"SELECT 1 FROM {SCHEMA}.eval_results r WHERE r.trace_id = l.trace_id AND r.metric = l.metric "
              "AND r.scored_at >= l.collected_at)")
 
