@@ -184,7 +184,6 @@ class BatchJudge(JudgeBase):
         self.left_lines: dict[str, int] = {}  # batch id -> the lines this run left waiting there
         self._polls: dict[str, tuple[float, float]] = {}  # batch id -> (created, epoch s; next poll, monotonic)
         self._handed: set[str] = set()  # custom ids whose answers this judge handed to their pairs
-        self.reread: int = 0  # lines answered from a completed batch's output again, not sent
 
     @property
     def model(self) -> str:
@@ -280,7 +279,6 @@ class BatchJudge(JudgeBase):
             if record is not None and record.live_batch is not None:
                 self._wait_on(record.live_batch, line.model, line)
             elif record is not None and record.answered_in is not None:
-                self.reread += 1
                 self._wait_on(record.answered_in, line.model, line, at_once=True)
             elif record is not None and record.dead_batches >= 2:
                 line.settle(AttemptFailed(_died_twice(record.dead_status)))
