@@ -32,6 +32,7 @@ from judgeflow.db.leases import LeaseKeeper
 from judgeflow.sources.trace_source import trace_source
 from judgeflow.run.entry import run_settings
 from judgeflow.run.policy import RunPolicy
+from judgeflow.run.progress import watch_batches
 from judgeflow.run.schedule import (
     BUDGET, DEADLINE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size, default_batch_size,
 )
@@ -217,6 +218,8 @@ def score_traces(
     progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id, budget_usd=settings.run_budget_usd)
     batched = start_batch_judge(settings, policy, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
         if settings.judge_batch and run.pending else None
+    if batched is not None:
+        watch_batches(batched.waits)  # while it waits on the provider no pair ends: the display shows the wait
     schedule = _schedule(run, batch_size, limit, policy, totals, progress, batched or judge_started)
     with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))

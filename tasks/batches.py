@@ -75,7 +75,8 @@ def batch_waiting(settings: Settings, policy: RunPolicy, *, cancel_on_stop: bool
         return None if refusal is None else refusal.why
 
     return Waiting(why_stop=why_stop, poll_s=settings.judge_batch_poll_s, poll_max_s=settings.judge_batch_poll_max_s,
-                   settle_s=settings.judge_batch_settle_s, cancel_on_stop=cancel_on_stop)
+                   settle_s=settings.judge_batch_settle_s, cancel_on_stop=cancel_on_stop,
+                   line_retry_online=settings.judge_batch_line_retry == "online")
 
 
 # retries=0: building the judge asks nobody; its lines are retried by the call level
@@ -97,5 +98,11 @@ def batches_left_out(judge: Any) -> list[str]:
         return []
     ids = ", ".join(sorted(judge.left_out))
     why = sorted(set(judge.left_out.values()))
-    return [f"{len(judge.left_out)} judge batch(es) still out ({ids}): the run stopped waiting ({'; '.join(why)}); "
-            "`judgeflow score --batch` collects them without sending them again"]
+    lines = sum(judge.left_lines.values())
+    fate = ("cancelled: the provider bills the lines it answered before the cancel; the next "
+            "`judgeflow score --batch` reads those from the batch and sends only the rest again"
+            if judge.waiting.cancel_on_stop else
+            "the provider bills them as it answers them; `judgeflow score --batch` collects and stores them "
+            "without sending them again")
+    return [f"{len(judge.left_out)} judge batch(es) still out ({ids}): the run stopped waiting "
+            f"({'; '.join(why)}) on {lines} line(s), not in this run's cost: {fate}"]

@@ -136,7 +136,9 @@ class RunSummary(BaseModel):
             {"figure": "judge calls", "value": self.judge_calls},
             {"figure": "tokens (prompt / completion)", "value": f"{self.prompt_tokens} / {self.completion_tokens}"},
             {"figure": "cached prompt tokens", "value": self.cached_tokens},
-            {"figure": "cost (USD)", "value": "unknown" if self.cost_usd is None else f"{self.cost_usd:.4f}"},
+            # no call billed is a known nothing; calls without a price are unknown
+            {"figure": "cost (USD)", "value": "unknown" if self.cost_usd is None and self.judge_calls
+             else f"{self.cost_usd or 0.0:.4f}"},
             {"figure": "duration (s)", "value": self.duration_s},
         ]
         if self.online_cost_usd is not None:

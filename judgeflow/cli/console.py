@@ -10,7 +10,12 @@ score``, ``backfill``): a quiet log, a progress display, and Ctrl-C.
   pairs done of those pending at the start, rate, ETA, scored / skipped /
   failed, judge calls and spend (and the budget). Elsewhere (cron, CI, a
   pipe) a short line every ``LINE_EVERY_S`` seconds or ``LINE_EVERY_PCT``
-  per cent. Both on stderr: stdout keeps the summary.
+  per cent. Both on stderr: stdout keeps the summary. A run through the batch
+  API shows what it waits on (judgeflow.run.progress.watch_batches): on a
+  terminal a line per batch out (id, round, lines answered, status, age, next
+  poll), piped a line at least every ``LINE_EVERY_S`` seconds while it waits,
+  as no pair ends then. Pairs count as done once this run ended them (scored,
+  skipped, failed); those left for the next run are counted apart.
 - **Ctrl-C**: the first asks the run to stop (the run's own stop request, entered with its settings,
   judgeflow/run/entry.py, and read by the run's gate, judgeflow/run/gate.py): no
   more claims, judge calls in flight finish and are stored, pairs not started
@@ -27,7 +32,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
 from judgeflow.run.entry import StopRequest
 from judgeflow.run.progress import RunProgress
@@ -37,6 +42,7 @@ QUIET_LEVEL = "WARNING"
 LINE_EVERY_S = 60.0
 LINE_EVERY_PCT = 10.0
 EXIT_STOPPED = 130  # 128 + SIGINT, as a shell reports a command Ctrl-C ended
+BATCH_LINES_SHOWN = 5  # batches out listed on a terminal; the rest counted
 
 
 def set_log_level(verbose: bool) -> None:
@@ -83,6 +89,32 @@ def rate_and_eta(p: RunProgress) -> str:
     return f"{rate:,.1f} pairs/s · ETA {eta} · {_duration(elapsed)} elapsed"
 
 
+def batch_wait_lines(waits: list[Any], shown: int = BATCH_LINES_SHOWN) -> list[str]:
+    """A line per batch out (judgeflow.judge.batches.BatchWait), oldest first, at most ``shown``."""
+    lines = [f"batch {w.batch_id} · round {w.round} · {w.completed + w.failed:,}/{w.lines:,} lines answered · "
+             f"{w.status} · age {_duration(w.age_s)} · next poll in {_duration(w.next_poll_s)}" for w in waits[:shown]]
+    if len(waits) > shown:
+        lines.append(f"and {len(waits) - shown} more batch(es) out")
+    return lines
+
+
+def batch_wait_brief(waits: list[Any]) -> str:
+    """One phrase for all the batches out: how many, lines answered, the oldest's age, the next poll."""
+    lines = sum(w.lines for w in waits)
+    answered = sum(min(w.lines, w.completed + w.failed) for w in waits)
+    return (f"waiting on {len(waits)} judge batch(es): {answered:,}/{lines:,} lines answered, oldest "
+            f"{_duration(max(w.age_s for w in waits))}, next poll in {_duration(min(w.next_poll_s for w in waits))}")
+
+
+def _waits_of(source: Callable[[], list] | None) -> list:
+    if source is None:
+        return []
+    try:
+        return list(source())
+    except Exception:  # noqa: BLE001 - a display must never stop scoring
+        return []
+
+
 class LiveDisplay:
     """One live display on a terminal (rich), redrawn a few times a second."""
 
@@ -98,6 +130,11 @@ class LiveDisplay:
         self._bar = None
         self._task = None
         self.last: RunProgress | None = None
+        self.batches: Callable[[], list] | None = None
+
+    def watch_batches(self, waits: Callable[[], list]) -> None:
+        """Show the batches the run waits on under its figures, from ``waits()`` at each redraw."""
+        self.batches = waits
 
     def started(self, p: RunProgress) -> None:
         from rich.console import Group
@@ -120,7 +157,7 @@ class LiveDisplay:
     def advanced(self, p: RunProgress) -> None:
         if self._live is None:
             self.started(p)
-        self._bar.update(self._task, completed=p.done, total=max(p.total, p.done, 1))
+        self._bar.update(self._task, completed=p.finished, total=max(p.total, p.finished, 1))
         self.last = p
 
     def finished(self, p: RunProgress) -> None:
@@ -148,7 +185,8 @@ class _Figures:
         from rich.text import Text
 
         p = self._display.last
-        return Text(f"{rate_and_eta(p)}\n{figures(p)}")
+        waits = _waits_of(self._display.batches)
+        return Text("\n".join([rate_and_eta(p), figures(p), *batch_wait_lines(waits)]))
 
 
 class LineDisplay:
@@ -164,14 +202,31 @@ class LineDisplay:
         self._last_line_at = time.monotonic()
         self._last_done = 0
         self.last: RunProgress | None = None
+        self.batches: Callable[[], list] | None = None
+        self._lock = threading.Lock()
+        self._ended = threading.Event()
 
     def _write(self, text: str) -> None:
-        self._stream.write(text + "\n")
-        self._stream.flush()
+        with self._lock:
+            self._stream.write(text + "\n")
+            self._stream.flush()
+            self._last_line_at = time.monotonic()
 
     def line(self, p: RunProgress) -> str:
-        pct = 100.0 * p.done / p.total if p.total else 100.0
-        return (f"{self._title}: {p.done:,}/{p.total:,} pairs ({pct:.0f}%) · {rate_and_eta(p)} · {figures(p)}")
+        pct = 100.0 * p.finished / p.total if p.total else 100.0
+        text = f"{self._title}: {p.finished:,}/{p.total:,} pairs ({pct:.0f}%) · {rate_and_eta(p)} · {figures(p)}"
+        waits = _waits_of(self.batches)
+        return f"{text} · {batch_wait_brief(waits)}" if waits else text
+
+    def watch_batches(self, waits: Callable[[], list]) -> None:
+        """While the run waits on batches no pair ends: a line at least every ``every_s`` seconds all the same."""
+        self.batches = waits
+        threading.Thread(target=self._tick, name="judgeflow-batch-lines", daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self._ended.wait(min(1.0, self._every_s)):
+            if self.last is not None and time.monotonic() - self._last_line_at >= self._every_s:
+                self._write(self.line(self.last))
 
     def started(self, p: RunProgress) -> None:
         self.last = p
@@ -184,10 +239,10 @@ class LineDisplay:
         step = self._every_pct / 100.0 * max(p.total, 1)
         if p.done - self._last_done >= step or time.monotonic() - self._last_line_at >= self._every_s:
             self._last_done = p.done
-            self._last_line_at = time.monotonic()
             self._write(self.line(p))
 
     def finished(self, p: RunProgress) -> None:
+        self._ended.set()
         self.last = p
         if p.done != self._last_done or not p.done:
             self._write(self.line(p))
@@ -196,7 +251,7 @@ class LineDisplay:
         self._write(text)
 
     def close(self) -> None:
-        pass
+        self._ended.set()
 
 
 def display_for(stream: TextIO, title: str, ui_url: str | None = None) -> LiveDisplay | LineDisplay:

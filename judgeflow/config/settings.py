@@ -175,6 +175,10 @@ class Settings(BaseSettings):
     )
     judge_batch_max_lines: int = Field(50_000, ge=1, description="lines per batch file (the provider's limit)")
     judge_batch_max_mb: float = Field(200.0, gt=0, description="megabytes per batch file (the provider's limit)")
+    judge_batch_line_retry: Literal["online", "batch"] = Field(
+        "online", description="a batch line the provider answered with an error: its retries go online (no "
+        "second turnaround) or as lines of the next round; a permanent error (400-class) is not retried",
+    )
 
     # --- judge spend -----------------------------------------------------
     judge_input_cost_per_mtok: float | None = Field(

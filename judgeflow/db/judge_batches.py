@@ -67,6 +67,14 @@ def live_params(settings: Settings) -> dict:
     return {"dead": list(DEAD), "window_s": settings.judge_batch_window_s}
 
 
+# collected (its answer is in the batch's output file: a completed batch's, or the part a cancelled or
+# expired one answered) within the window, and its pair stored no result since
+_ANSWERED = ("l.collected_at IS NOT NULL AND b.status <> 'lost' "
+             "AND b.created_at > now() - make_interval(secs => :window_s) AND NOT EXISTS ("
+             f"SELECT 1 FROM {SCHEMA}.eval_results r WHERE r.trace_id = l.trace_id AND r.metric = l.metric "
+             "AND r.scored_at >= l.collected_at)")
+
+
 def record_batch(settings: Settings, batch: BatchRecord, lines: list[BatchLine]) -> None:
     """The batch and its lines, in one transaction: on record before anyone waits on it."""
     with engine_for(settings).begin() as conn:
@@ -81,7 +89,8 @@ def record_batch(settings: Settings, batch: BatchRecord, lines: list[BatchLine])
 
 
 def lines_on_record(settings: Settings, custom_ids: list[str]) -> dict[str, LineOnRecord]:
-    """What the record says of each of ``custom_ids`` it knows (the newest live batch first)."""
+    """What the record says of each of ``custom_ids`` it knows (the newest live batch first; the
+    newest completed batch whose answer is still the pair's: the module doc)."""
     if not custom_ids:
         return {}
     with engine_for(settings).connect() as conn:
@@ -89,13 +98,15 @@ def lines_on_record(settings: Settings, custom_ids: list[str]) -> dict[str, Line
             f"SELECT l.custom_id, "
             f"  (array_agg(b.batch_id ORDER BY b.created_at DESC) "
             f"   FILTER (WHERE l.collected_at IS NULL AND {_LIVE}))[1] AS live, "
+            f"  (array_agg(b.batch_id ORDER BY b.created_at DESC) FILTER (WHERE {_ANSWERED}))[1] AS answered, "
             "   count(*) FILTER (WHERE b.status = ANY(CAST(:dead AS text[]))) AS dead, "
             "   (array_agg(b.status ORDER BY b.created_at DESC) "
             "    FILTER (WHERE b.status = ANY(CAST(:dead AS text[]))))[1] AS dead_status "
             f"FROM {SCHEMA}.judge_batch_lines l JOIN {SCHEMA}.judge_batches b ON b.batch_id = l.batch_id "
             "WHERE l.custom_id = ANY(CAST(:ids AS text[])) GROUP BY l.custom_id"
         ), {"ids": list(custom_ids), **live_params(settings)}).all()
-    return {cid: LineOnRecord(live, int(dead), dead_status) for cid, live, dead, dead_status in rows}
+    return {cid: LineOnRecord(live, int(dead), dead_status, answered)
+            for cid, live, answered, dead, dead_status in rows}
 
 
 def mark_collected(settings: Settings, batch_id: str, custom_ids: list[str]) -> None:

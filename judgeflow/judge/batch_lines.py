@@ -46,8 +46,11 @@ class BatchLine:
 @dataclass(frozen=True)
 class LineOnRecord:
     """What the record says of one ``custom_id``: the live batch that carries
-    it (None: none), how many dead batches carried it, and the last one's status."""
+    it (None: none), how many dead batches carried it, the last one's status,
+    and the completed batch whose output holds its answer, collected by a run
+    that did not store its pair (None: none; judgeflow/db/judge_batches.py)."""
 
     live_batch: str | None
     dead_batches: int
     dead_status: str | None = None
+    answered_in: str | None = None

@@ -15,12 +15,23 @@ same calls made online.
   judgeflow/db/judge_batches.py, through the run's tasks: tasks/batches.py)
   before the run waits on it. A line whose ``custom_id`` is in a live batch
   already (a run killed, stopped or out of time left it there) is waited on
-  in that batch, not sent again.
-* **A line that failed** is its attempt failing: the retry loop's next
-  attempt (after its backoff) is a new line of the next round. A line the
-  provider never answered because its batch expired or was cancelled is sent
-  again once, in the next round; a second time, its call fails with that
-  reason.
+  in that batch, not sent again. A line a run collected from a completed
+  batch but whose pair it never stored (it was killed, stopped or out of time
+  in a later round; or the pair runs again) is read again from that batch's
+  output file when its pair's metric asks it again: a pair re-drives its
+  steps from the first, and each step it had paid for is answered from the
+  record. Its cost goes with it (the run that collected it stored nothing);
+  asked again in the run that already handed it to the pair, it costs
+  nothing more, as that pair's spend holds it already.
+* **A line that failed** is its attempt failing. A line the provider
+  answered with an error is retried online (``Waiting.line_retry_online``,
+  ``JUDGEFLOW_JUDGE_BATCH_LINE_RETRY``): the call's next attempts go to the
+  online endpoint under the same retry loop, not into another turnaround; a
+  permanent error (an invalid request, 400-class) is not retried at all (the
+  loop's rule). Set to ``batch``, the next attempt is a new line of the next
+  round. A line the provider never answered because its batch expired or was
+  cancelled is sent again once, in the next round; a second time, its call
+  fails with that reason.
 * **Waiting** is a poll of each batch out, with backoff from
   ``JUDGEFLOW_JUDGE_BATCH_POLL_S`` doubling up to ``_POLL_MAX_S``, each answer
   recorded and shown (the run's table of batches). It ends when the run's
@@ -41,7 +52,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
@@ -77,6 +88,9 @@ class BatchApi(Protocol):
 
     async def cancel(self, batch_id: str, model: str | None = None) -> Any: ...
 
+    async def online_attempt(self, request: JudgeRequest, call: Call) -> JudgeReply | AttemptFailed:
+        """One attempt of ``request`` on the online endpoint (a line the provider failed, retried)."""
+
 
 class BatchLedger(Protocol):
     """The record of the batches (judgeflow/db/judge_batches.py, bound to a run by tasks/batches.py)."""
@@ -106,6 +120,22 @@ class Waiting:
     poll_max_s: float = 300.0
     settle_s: float = 2.0
     cancel_on_stop: bool = False
+    line_retry_online: bool = True
+
+
+@dataclass(frozen=True)
+class BatchWait:
+    """One batch a run waits on, for whoever watches the run (:meth:`BatchJudge.waits`): its round,
+    the lines this run waits on there, the provider's counts and status, its age and the next poll."""
+
+    batch_id: str
+    round: int | str
+    lines: int
+    completed: int
+    failed: int
+    status: str
+    age_s: float
+    next_poll_s: float
 
 
 @dataclass
@@ -126,6 +156,15 @@ class _Line:
         self.futures.extend(other.futures)
 
 
+class LineFailed(AttemptFailed):
+    """A line the provider answered with an error (not one its batch never ran)."""
+
+
+@dataclass
+class _CallState:
+    online: bool = False  # a line of the call failed in a batch: its next attempts go online
+
+
 class BatchJudge(JudgeBase):
     """A judge whose calls go out in rounds of batches (the module doc)."""
 
@@ -142,6 +181,9 @@ class BatchJudge(JudgeBase):
         self._tasks: set[asyncio.Task] = set()
         self.shown: dict[str, dict[str, Any]] = {}  # batch id -> its row in the run's table
         self.left_out: dict[str, str] = {}  # batch id -> why the run stopped waiting on it
+        self.left_lines: dict[str, int] = {}  # batch id -> the lines this run left waiting there
+        self._polls: dict[str, tuple[float, float]] = {}  # batch id -> (created, epoch s; next poll, monotonic)
+        self._handed: set[str] = set()  # custom ids whose answers this judge handed to their pairs
 
     @property
     def model(self) -> str:
@@ -152,6 +194,18 @@ class BatchJudge(JudgeBase):
             task.get_loop().call_soon_threadsafe(task.cancel)
         super().close()
 
+    def waits(self) -> list[BatchWait]:
+        """The batches this run waits on now, oldest first (the run's display)."""
+        now, clock = time.time(), time.monotonic()
+        waits = []
+        for batch_id, lines in list(self._waits.items()):
+            created, next_poll = self._polls.get(batch_id, (now, clock))
+            row = self.shown.get(batch_id, {})
+            waits.append(BatchWait(batch_id, row.get("round", ""), len(lines), int(row.get("completed") or 0),
+                                   int(row.get("failed") or 0), str(row.get("status") or SUBMITTED),
+                                   max(0.0, now - created), max(0.0, next_poll - clock)))
+        return sorted(waits, key=lambda w: -w.age_s)
+
     async def acomplete(self, request: JudgeRequest, call: Call | None = None) -> JudgeReply:
         """One call: its attempts, each a line of a round, in the one retry loop."""
         call = call or ANY_CALL
@@ -159,11 +213,14 @@ class BatchJudge(JudgeBase):
         # a line is billed only when answered, and its reply is priced at the batch rate by the adapter
         spend = CallSpend(model, None, request)
         attempts = iter(range(1_000_000))
-        return await send_with_retries(lambda: self._attempt(request, call, model, next(attempts)),
+        state = _CallState()
+        return await send_with_retries(lambda: self._attempt(request, call, model, next(attempts), state),
                                        policy=self.retry, spend=spend, pace=self._pace)
 
-    async def _attempt(self, request: JudgeRequest, call: Call, model: str, attempt: int
+    async def _attempt(self, request: JudgeRequest, call: Call, model: str, attempt: int, state: _CallState
                        ) -> JudgeReply | AttemptFailed:
+        if state.online:  # the online adapter asks the call's gate itself, once it holds a slot
+            return await self.api.online_attempt(request, call)
         if not await call.may_send():
             return AttemptFailed(CallWithheld(f"judge {model}: not sent, the pair may not go on"))
         pair = getattr(call.gate, "pair", None)
@@ -171,7 +228,9 @@ class BatchJudge(JudgeBase):
         future = asyncio.get_running_loop().create_future()
         line.futures.append(future)
         self._join_round(line)
-        return await future
+        outcome = await future
+        state.online = isinstance(outcome, LineFailed) and self.waiting.line_retry_online
+        return outcome
 
     # ---- rounds -------------------------------------------------------------
 
@@ -219,6 +278,8 @@ class BatchJudge(JudgeBase):
             record = on_record.get(line_id)
             if record is not None and record.live_batch is not None:
                 self._wait_on(record.live_batch, line.model, line)
+            elif record is not None and record.answered_in is not None:
+                self._wait_on(record.answered_in, line.model, line, at_once=True)
             elif record is not None and record.dead_batches >= 2:
                 line.settle(AttemptFailed(_died_twice(record.dead_status)))
             else:
@@ -246,38 +307,44 @@ class BatchJudge(JudgeBase):
 
     # ---- waiting ------------------------------------------------------------
 
-    def _wait_on(self, batch_id: str, model: str, line: _Line) -> None:
+    def _wait_on(self, batch_id: str, model: str, line: _Line, at_once: bool = False) -> None:
+        """Wait on ``batch_id`` for ``line``; ``at_once``: the batch ended already, ask without a first pause."""
         waiting = self._waits.get(batch_id)
         if waiting is None:
             waiting = self._waits[batch_id] = {}
-            self._spawn(self._poll(batch_id, model))
+            self._spawn(self._poll(batch_id, model, 0.0 if at_once else self.waiting.poll_s))
         if line.custom_id in waiting:
             waiting[line.custom_id].join(line)
         else:
             waiting[line.custom_id] = line
 
-    async def _poll(self, batch_id: str, model: str) -> None:
+    async def _poll(self, batch_id: str, model: str, first_pause: float) -> None:
         """:meth:`_follow` the batch; whatever goes wrong, no line of it is left unanswered."""
         try:
-            await self._follow(batch_id, model)
+            await self._follow(batch_id, model, first_pause)
         except Exception as error:
             log.exception("batch %s could not be followed", batch_id)
             _fail_all(self._waits.pop(batch_id, {}).values(),
                       TransientJudgeError(f"batch {batch_id} could not be followed: {error}"))
+        finally:
+            self._polls.pop(batch_id, None)
 
-    async def _follow(self, batch_id: str, model: str) -> None:
+    async def _follow(self, batch_id: str, model: str, pause: float) -> None:
         """Ask the provider with backoff until the batch ended or the run may not go on."""
-        pause = self.waiting.poll_s
         while True:
+            created = self._polls.get(batch_id, (time.time(), 0.0))[0]
+            self._polls[batch_id] = (created, time.monotonic() + pause)
             why = await self._pause(pause)
             if why is not None:
                 return await self._leave(batch_id, model, why)
             state = await self._retrieve(batch_id, model)
             if state is not None:
+                if isinstance(getattr(state, "created_at", None), (int, float)):
+                    self._polls[batch_id] = (float(state.created_at), self._polls[batch_id][1])
                 await self._seen(state)
                 if state.status in ENDED:
                     return await self._collect(state, model)
-            pause = min(pause * 2, self.waiting.poll_max_s)
+            pause = min(max(pause * 2, self.waiting.poll_s), self.waiting.poll_max_s)
 
     async def _retrieve(self, batch_id: str, model: str) -> Any:
         """The provider's word on the batch; None when it could not be asked (asked again after
@@ -329,20 +396,29 @@ class BatchJudge(JudgeBase):
         for line_id, line in lines.items():
             answer = results.get(line_id)
             if isinstance(answer, JudgeReply):
-                line.settle(answer)
+                line.settle(self._hand(line_id, answer))
             elif state.status in DEAD and not line.resent:
                 line.resent = True
                 self._join_round(line)
             elif state.status in DEAD:
                 line.settle(AttemptFailed(_died_twice(state.status)))
             else:
-                line.settle(AttemptFailed(answer or TransientJudgeError(
+                line.settle(LineFailed(answer or TransientJudgeError(
                     f"batch {state.id} ended {state.status} without an answer for the line")))
+
+    def _hand(self, line_id: str, answer: JudgeReply) -> JudgeReply:
+        """``answer`` as its pair gets it: a second time in this run (the pair ran again), without its
+        usage, which the pair's spend holds already from the first."""
+        if line_id not in self._handed:
+            self._handed.add(line_id)
+            return answer
+        return replace(answer, prompt_tokens=0, completion_tokens=0, cached_tokens=0, cost_usd=0.0)
 
     async def _leave(self, batch_id: str, model: str, why: str) -> None:
         """Stop waiting on ``batch_id``: its lines' pairs are deferred, the batch stays out (or is cancelled)."""
         lines = self._waits.pop(batch_id, {})
         self.left_out[batch_id] = why
+        self.left_lines[batch_id] = len(lines)
         if self.waiting.cancel_on_stop:
             try:
                 await self.api.cancel(batch_id, model)

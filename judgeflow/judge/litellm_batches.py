@@ -58,6 +58,8 @@ from litellm.llms.base_llm.base_utils import type_to_response_format_param  # no
 
 if TYPE_CHECKING:
     from judgeflow.judge.config import JudgeConfig
+    from judgeflow.judge.retry import AttemptFailed
+    from judgeflow.judge.send_gate import Call
 
 __all__ = ["BatchStatus", "LiteLLMBatches", "batch_providers"]
 
@@ -246,6 +248,10 @@ class LiteLLMBatches:
         except Exception as exc:
             raise self._error(exc, model) from None
         return _status_of(batch)
+
+    async def online_attempt(self, request: JudgeRequest, call: "Call") -> "JudgeReply | AttemptFailed":
+        """One attempt of ``request`` as the online judge sends it (its slots, its gate, its price)."""
+        return await self._judge.attempt(request, call)
 
     async def _file_lines(self, file_id: str | None, model: str) -> list[dict]:
         if not file_id:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Protocol
+from typing import Callable, Iterable, Protocol
 
 from judgeflow.run.entry import current_entry
 
@@ -32,6 +32,11 @@ class RunProgress:
     budget_usd: float | None = None
     flow_run_id: str | None = None
     started_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def finished(self) -> int:
+        """Pairs this run ended (scored, skipped, failed); ``left`` ones are not: another run scores them."""
+        return self.done - self.left
 
     @property
     def elapsed_s(self) -> float:
@@ -61,6 +66,14 @@ class RunObserver(Protocol):
     def advanced(self, progress: RunProgress) -> None: ...
 
     def finished(self, progress: RunProgress) -> None: ...
+
+
+def watch_batches(waits: Callable[[], list]) -> None:
+    """Hand the observer of this run, when it shows them, what the run's batch judge waits on
+    (``waits``: judgeflow.judge.batches.BatchJudge.waits, asked at each redraw)."""
+    watch = getattr(current_observer(), "watch_batches", None)
+    if watch is not None:
+        watch(waits)
 
 
 def current_observer() -> RunObserver | None:

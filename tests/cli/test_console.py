@@ -183,3 +183,44 @@ def test_ctrl_c_halfway_stops_exits_130_and_loses_or_repeats_nothing(
         + int(summary_figures(again.stdout)["failed"]) == pairs - len(done)
     # every pair's judging began once over both runs: nothing judged twice, nothing skipped
     assert set(first_step_calls(judge_server).values()) == {1}
+
+
+def test_piped_a_batch_wait_writes_a_line_at_least_every_period_and_a_stop_counts_no_pair_as_done():
+    import io
+
+    from judgeflow.cli.console import LineDisplay
+    from judgeflow.judge.batches import BatchWait
+    from judgeflow.model import ScoreOutcome
+    from judgeflow.run.progress import RunProgress
+
+    stream = io.StringIO()
+    display = LineDisplay(stream, "scoring", every_s=0.2)
+    waits = [BatchWait("batch_a", 2, 10, 3, 1, "in_progress", 190.0, 40.0)]
+    display.started(RunProgress(total=4))
+    display.watch_batches(lambda: waits)
+    deadline = time.monotonic() + 30  # bounds a hang only: the lines come every 0.2 s
+    while stream.getvalue().count("waiting on") < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = stream.getvalue().splitlines()
+    waiting = [line for line in lines if "waiting on" in line]
+    assert len(waiting) >= 2, lines  # no pair ended, yet the wait is on the output
+    assert "waiting on 1 judge batch(es): 4/10 lines answered, oldest 3:10, next poll in 0:40" in waiting[0]
+    # stopped: the 4 pairs are left for the next run, not done
+    waits.clear()
+    left = RunProgress(total=4).add(ScoreOutcome(trace_id=f"t{i}", metric="m", status="deferred") for i in range(4))
+    display.finished(left)
+    last = stream.getvalue().splitlines()[-1]
+    assert "0/4 pairs (0%)" in last and "left for other runs or the next one 4" in last, last
+    written = len(stream.getvalue())
+    time.sleep(0.5)
+    assert len(stream.getvalue()) == written  # nothing after the end
+
+
+def test_a_terminal_shows_each_batch_out_its_round_lines_age_and_next_poll():
+    from judgeflow.cli.console import batch_wait_lines
+    from judgeflow.judge.batches import BatchWait
+
+    waits = [BatchWait(f"batch_{i}", 1, 10, i, 0, "in_progress", 65.0 + i, 5.0) for i in range(7)]
+    lines = batch_wait_lines(waits, shown=5)
+    assert lines[0] == "batch batch_0 · round 1 · 0/10 lines answered · in_progress · age 1:05 · next poll in 0:05"
+    assert len(lines) == 6 and lines[-1] == "and 2 more batch(es) out"

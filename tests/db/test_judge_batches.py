@@ -98,7 +98,14 @@ def test_a_collected_line_holds_its_pair_no_more_and_is_asked_anew(settings, db)
     judge_batches.update_batch(settings, "batch-1", "completed", 2, 0)
     judge_batches.mark_collected(settings, "batch-1", ["jf-a"])
 
-    # the answer went to its pair: a re-score asks the same request anew instead of reading it again
-    assert judge_batches.lines_on_record(settings, ["jf-a", "jf-b"]) == {
-        "jf-a": judge_batches.LineOnRecord(None, 0, None), "jf-b": judge_batches.LineOnRecord("batch-1", 0, None)}
     assert _pending(db, Done(batch_window_s=WINDOW_S)) == {"toxicity": 2, "hallucination": 3}
+    # collected, its pair not stored (the run was stopped in a later round): a run asking it again reads
+    # its answer in batch-1 instead of paying for it again
+    assert judge_batches.lines_on_record(settings, ["jf-a", "jf-b"]) == {
+        "jf-a": judge_batches.LineOnRecord(None, 0, None, "batch-1"),
+        "jf-b": judge_batches.LineOnRecord("batch-1", 0, None)}
+    # once its pair's result is stored, the answer was used: a re-score asks the same request anew
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO judgeflow.eval_results (trace_id, metric, metric_version, status, scored_at) "
+                             "VALUES ('tr-0', 'toxicity', 'v1', 'scored', clock_timestamp())"))
+    assert judge_batches.lines_on_record(settings, ["jf-a"]) == {"jf-a": judge_batches.LineOnRecord(None, 0, None)}

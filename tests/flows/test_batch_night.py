@@ -123,7 +123,38 @@ def wait_for(what: str, predicate, timeout_s: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def test_a_line_the_provider_failed_is_asked_again_in_the_next_round(run, db, judge_server):
+def test_a_line_the_provider_failed_is_retried_online_at_once_and_a_bad_request_not_at_all(run, db, judge_server,
+                                                                                         monkeypatch):
+    judge_server.prices_per_mtok = (2.0, 8.0)  # batch lines at half of these, the online retry at these
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "2")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "8")
+    rows, expected = zip(*(scripted_trace(i) for i in range(4)))
+    insert_traces(db, rows)
+    # the first line answered fails as the provider's 500, the second as an invalid request
+    judge_server.script(error_reply(500, "the model is overloaded"), error_reply(400, "bad request"))
+
+    summary = run(batch=True)
+
+    assert summary.scored == 7 and summary.failed == 1
+    stored = results(db)
+    (failed,) = [r for r in stored.values() if r["status"] == "failed"]
+    assert "HTTP 400" in failed["error"]
+    lines = judge_server.batch_api.custom_ids_received()
+    online = len(judge_server.requests) - sum(lines.values())
+    # the 500 was asked once more, online, with no turnaround of its own; the 400 never again
+    assert online == 1, (online, judge_server.batch_api.stats())
+    assert set(lines.values()) == {1}
+    asked = [json.dumps(r.messages, sort_keys=True) for r in judge_server.requests]
+    assert asked.count(asked[0]) == 2 and asked.count(asked[1]) == 1
+    # the stored cost is the provider's bill: the batch lines at the batch rate, the retry online
+    assert judge_server.billed_usd > judge_server.billed_batch_usd > 0
+    assert sum(r["cost_usd"] or 0 for r in stored.values()) == pytest.approx(judge_server.billed_usd, rel=1e-3)
+    assert summary.cost_usd == pytest.approx(judge_server.billed_usd, rel=1e-3)
+
+
+def test_a_line_the_provider_failed_is_asked_again_in_the_next_round_when_set_to(run, db, judge_server,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_BATCH_LINE_RETRY", "batch")
     rows, expected = zip(*(scripted_trace(i) for i in range(8)))
     insert_traces(db, rows)
     judge_server.script(error_reply(500, "the model is overloaded"))  # the first line answered
@@ -260,8 +291,8 @@ def test_a_run_killed_after_its_first_batch_is_collected_by_the_next_with_nothin
     assert {r["flow_run_id"] for r in stored.values()} == {summary.flow_run_id}
 
 
-def _score_process(prefect_url: str, *args: str) -> subprocess.Popen:
-    env = dict(os.environ)  # the test's JUDGEFLOW_* (batch_env) and Prefect's
+def _score_process(prefect_url: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, **(env or {})}  # the test's JUDGEFLOW_* (batch_env) and Prefect's
     env["PREFECT_API_URL"] = prefect_url
     return subprocess.Popen([sys.executable, "-m", "judgeflow.cli", "score", "--no-alerts", *args], env=env,
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -361,3 +392,76 @@ def test_a_round_larger_than_a_file_allows_goes_out_as_several_batches(run, db, 
         assert sorted(lines, reverse=True) == [8] * (sum(lines) // 8) + ([sum(lines) % 8] if sum(lines) % 8 else [])
     assert max(len(lines) for lines in by_round.values()) >= 2  # a round did go out as several batches
     assert judge_server.batches_created == sum(len(lines) for lines in by_round.values())
+
+
+# A night of 6 traces asks 12 first steps (round 1), 5 verdicts (round 2) and 4 reasons (round 3).
+NIGHT_LINES = (12, 5, 4)
+# where a stop lands: inside round k (its batch out), at the boundary after it (its lines collected, the
+# next round not sent), or after its batch completed at the provider and before the run collected it
+STOPS = [(where, k) for k in (1, 2, 3) for where in ("inside", "collected", "completed") if (where, k) != (
+    "collected", 3)]
+# one case per stop kind in the default suite (each starts a `judgeflow score` process: ~15 s on a quiet
+# machine, up to a minute on a loaded one); the whole matrix with --slow
+FAST = {(signal.SIGKILL, ("inside", 2)), (signal.SIGINT, ("collected", 2))}
+
+
+def _stop_cases():
+    for sig in (signal.SIGKILL, signal.SIGINT):
+        for stop in STOPS:
+            marks = () if (sig, stop) in FAST else (pytest.mark.slow,)
+            yield pytest.param(sig, stop, marks=marks, id=f"{sig.name}-{stop[0]}-round{stop[1]}")
+
+
+def _collected_in_round(db, round_no: int) -> int:
+    with db.connect() as conn:
+        return conn.execute(text(
+            "SELECT count(*) FROM judgeflow.judge_batch_lines l JOIN judgeflow.judge_batches b USING (batch_id) "
+            "WHERE b.round = :r AND l.collected_at IS NOT NULL"), {"r": round_no}).scalar_one()
+
+
+@pytest.mark.parametrize("sig, stop", list(_stop_cases()))
+def test_a_night_stopped_anywhere_sends_no_line_twice_and_stores_what_the_provider_billed(
+        prefect_server, batch_env, db, judge_server, monkeypatch, sig, stop):
+    from judgeflow.db import migrate
+
+    where, k = stop
+    judge_server.prices_per_mtok = (2.0, 8.0)
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "2")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "8")
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    args = ["--batch"]
+    if where == "inside":
+        judge_server.batch_api.hold_from(k)
+    elif where == "completed":
+        judge_server.batch_api.hide_from(k)
+    env = {"JUDGEFLOW_JUDGE_BATCH_SETTLE_S": "3"} if where == "collected" else {}
+    proc = _score_process(prefect_server, *args, env=env)
+    try:
+        if where == "collected":  # round k collected; round k + 1 waits out its settle window
+            wait_for(f"round {k} collected", lambda: _collected_in_round(db, k) == NIGHT_LINES[k - 1])
+        else:
+            wait_for(f"batch {k} on record", lambda: judge_server.batches_created == k
+                     and len(batches_on_record(db)) == k)
+            if where == "completed":
+                judge_server.batch_api.wait_for(_newest_on_record(db)["batch_id"], ("completed",))
+    finally:
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=120)
+    assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err[-3000:]
+    assert judge_server.batches_created == k
+    judge_server.release_batches()
+
+    summary = score_new_traces(batch=True, evaluate_alerts=False)
+
+    assert summary.failed == 0
+    stored = _assert_scripted_scores(db, rows, expected)
+    assert all(r["status"] == "scored" for r in stored.values()) and len(stored) == 12
+    sent = judge_server.batch_api.custom_ids_received()
+    twice = {cid: n for cid, n in sent.items() if n > 1}
+    assert not twice, f"{len(twice)} line(s) sent again: {twice}"
+    assert sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
+    # every line the provider billed is on a stored result, once
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    assert judge_server.billed_batch_usd > 0

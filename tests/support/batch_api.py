@@ -32,8 +32,13 @@ file. Answered lines are billed at ``batch_discount`` of the server's prices
 (:meth:`JudgeServer.bill`).
 
 Test controls: :meth:`hold` keeps every batch in progress (answering nothing)
-until :meth:`release`; :meth:`expire`; the counters ``batches_created``,
-``files_uploaded`` and ``lines_received`` (per batch), also in ``GET /stats``.
+until :meth:`release`; :meth:`hold_from` only the n-th batch created and the
+later ones (a night's later rounds); :meth:`hide_from` runs them to the end
+but tells a client they are still in progress (a run that has not seen the
+completion yet) until :meth:`release`; :meth:`expire`; the counters
+``batches_created``, ``files_uploaded``, ``lines_received`` (per batch), also in
+``GET /stats``, and :meth:`custom_ids_received` (how often each ``custom_id``
+came in, over every batch).
 """
 
 from __future__ import annotations
@@ -141,6 +146,8 @@ class BatchAPI:
         self.batch_discount = batch_discount
         self._changed = threading.Condition(threading.RLock())
         self._holding = False
+        self._hold_from: int | None = None  # hold the batches created as this one (1-based) or later
+        self._hide_from: int | None = None  # report them in progress though they ended
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, dict] = {}  # id -> the batch object as served
         self._lines: dict[str, list[_Line]] = {}
@@ -168,10 +175,33 @@ class BatchAPI:
         with self._changed:
             self._holding = True
 
+    def hold_from(self, n: int) -> None:
+        """Keep the ``n``-th batch created (1-based) and every later one in progress until :meth:`release`."""
+        with self._changed:
+            self._hold_from = n
+
+    def hide_from(self, n: int) -> None:
+        """Run the ``n``-th batch created and the later ones, but report them ``in_progress`` until :meth:`release`."""
+        with self._changed:
+            self._hide_from = n
+
     def release(self) -> None:
         with self._changed:
             self._holding = False
+            self._hold_from = self._hide_from = None
             self._changed.notify_all()
+
+    def custom_ids_received(self) -> dict[str, int]:
+        """How many times each ``custom_id`` came in, over every batch created."""
+        counts: dict[str, int] = {}
+        with self._changed:
+            for lines in self._lines.values():
+                for line in lines:
+                    counts[line.custom_id] = counts.get(line.custom_id, 0) + 1
+        return counts
+
+    def _held(self, batch: dict) -> bool:  # holds the lock
+        return self._holding or (self._hold_from is not None and batch["_ordinal"] >= self._hold_from)
 
     def expire(self, batch_id: str) -> None:
         """End ``batch_id`` as its window running out does: lines not answered
@@ -214,7 +244,11 @@ class BatchAPI:
             if parts == ["batches"]:
                 return 200, self._list(parse_qs(query))
             if parts[0] == "batches" and len(parts) == 2 and parts[1] in self.batches:
-                return 200, _public(self.batches[parts[1]])
+                batch = self.batches[parts[1]]
+                if self._hide_from is not None and batch["_ordinal"] >= self._hide_from:
+                    return 200, {**_public(batch), "status": "in_progress", "output_file_id": None,
+                                 "error_file_id": None}
+                return 200, _public(batch)
             if parts[0] == "files" and len(parts) >= 2 and parts[1] in self.files:
                 stored = self.files[parts[1]]
                 if parts[2:] == ["content"]:
@@ -275,6 +309,7 @@ class BatchAPI:
                 "request_counts": {"total": len(lines), "completed": 0, "failed": 0},
                 "metadata": request.get("metadata") or {},
                 "_errors": errors, "_due": time.monotonic() + self.turnaround_s,
+                "_ordinal": self.batches_created + 1,
             }
             self.batches[batch["id"]] = batch
             self._lines[batch["id"]] = lines
@@ -336,7 +371,7 @@ class BatchAPI:
             if batch["status"] == "cancelling":
                 self._finish(batch, "cancelled", cancelled_at=int(time.time()))
                 continue
-            if batch["status"] == "in_progress" and not self._holding and now >= batch["_due"]:
+            if batch["status"] == "in_progress" and not self._held(batch) and now >= batch["_due"]:
                 return batch
         return None
 
@@ -345,7 +380,7 @@ class BatchAPI:
         stops it (the rest are not answered)."""
         for line in self._lines[batch["id"]]:
             with self._changed:
-                if batch["status"] != "in_progress" or self._holding or self.judge._stopping.is_set():
+                if batch["status"] != "in_progress" or self._held(batch) or self.judge._stopping.is_set():
                     return
                 if line.result is not None:
                     continue

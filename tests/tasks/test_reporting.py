@@ -1,0 +1,19 @@
+"""The run summary's figures (tasks/reporting.py) say what the run knows of its cost."""
+
+from __future__ import annotations
+
+from judgeflow.tasks.reporting import RunSummary
+
+
+def _cost(summary: RunSummary) -> str:
+    return {row["figure"]: row["value"] for row in summary.table()}["cost (USD)"]
+
+
+def test_a_run_that_billed_no_call_cost_nothing_and_unpriced_calls_cost_an_unknown_sum():
+    # stopped (Ctrl-C) before any batch line was answered: nothing billed, as its online cost says
+    stopped = RunSummary(deferred=360, stopped=True, judge_calls=0, cost_usd=None, online_cost_usd=0.0)
+    table = {row["figure"]: row["value"] for row in stopped.table()}
+    assert table["cost (USD)"] == "0.0000"
+    assert table["cost online (USD, the same tokens at the online prices)"] == "0.0000"
+    assert _cost(RunSummary(judge_calls=3, cost_usd=None)) == "unknown"
+    assert _cost(RunSummary(judge_calls=3, cost_usd=0.0123)) == "0.0123"
