@@ -6,6 +6,7 @@ a 429 from outside slows every process, and an unreachable API is one line, exit
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from judgeflow.run.account import (
 from judgeflow.run.gate import PairGate
 from judgeflow.run.policy import RunPolicy
 from tests.judge.test_litellm_judge import API_KEY, MODEL, opinions_request
-from tests.support.judge_server import JudgeServer, error_reply
+from tests.support.judge_server import JudgeServer, error_reply, rule_responder
 from tests.support.traces import insert_traces, results, scripted_trace
 
 
@@ -97,9 +98,9 @@ def test_tokens_are_taken_at_the_estimate_and_corrected_by_the_usage():
     limit.used(400, 900)  # the reply used 500 more than estimated: a debt
     assert tokens.balance == -400
     asyncio.run(limit.take(100))  # the debt is paid before the next request goes
-    assert sum(taken) >= 400 + 900 + 100 and tokens.balance >= 0
+    assert sum(taken) == 900 + 100 and tokens.balance == 0  # what the two used, not what was estimated
     limit.used(100, 40)  # used less: a credit for the next
-    assert tokens.balance >= 60
+    assert tokens.balance == 60
 
 
 # --- with the real Prefect server and the judge server's account limit ---------------------------
@@ -195,30 +196,38 @@ def test_tokens_per_minute_hold_across_two_processes_corrected_by_usage(fresh_li
         assert all(lim.acquired >= 1 for lim in limits)
 
 
+@pytest.mark.slow  # about 15 s: the other process must have calls to send for the whole cool-down
 def test_a_429_from_outside_slows_every_process(fresh_limits):
-    settings = _settings(judge_rpm=600)
+    settings = _settings(judge_rpm=1200)
     ensure_account_limits(settings)
     shape = account_shapes(settings)[0]
-    with JudgeServer(latency_mean_s=0.05) as server:
+    wait, refused_at = 5.0, []
+    answered = itertools.count()
+
+    def another_client_on_the_key(req):
+        # mid-stream, the provider refuses one request: someone else used the account's minute up
+        if next(answered) == 12:
+            refused_at.append(time.time())
+            return error_reply(429, "Rate limit reached (another client)", headers={"Retry-After": str(wait)})
+        return rule_responder(req)
+
+    with JudgeServer(another_client_on_the_key, latency_mean_s=0.05) as server:
         judges = [_judge(server), _judge(server)]
         limits = [AccountLimit([shape]), AccountLimit([shape])]
-        wait = 3.0
-        # another client on the key: the next request is refused, with a Retry-After
-        server.script(error_reply(429, "Rate limit reached (another client)", headers={"Retry-After": str(wait)}))
 
         async def both():
-            await asyncio.gather(*(_send_all(j, _calls(lim, 15)) for j, lim in zip(judges, limits)))
+            await asyncio.gather(*(_send_all(j, _calls(lim, 100)) for j, lim in zip(judges, limits)))
 
-        started = time.time()
         asyncio.run(both())
         stats = server.stats()
         accepted = [t for t, _ in server.account.accepted]
-        assert stats["statuses"].get("429") == 1 and len(accepted) == 30
-        # the refused request was among the first: the process that got it set the shared limit's
-        # slots past its room for the Retry-After, so the other one sent at most the permits it held
-        # already (its blocks) before then, not its fifteen
-        early = [t for t in accepted if t - started < wait * 0.9]
-        assert len(early) <= shape.burst, [round(t - started, 2) for t in accepted]
+    assert stats["statuses"] == {"429": 1, "200": 200} and len(refused_at) == 1
+    # the process refused sets the shared limit's slots past its room for the Retry-After; once the API
+    # has it (its update takes up to ~2 s on a busy machine), the other process, which alone would send
+    # at the full rate (20 a second), sends no more than the permits it holds (the limit's burst)
+    late = [round(t - refused_at[0], 2) for t in accepted if 2.5 <= t - refused_at[0] < wait * 0.9]
+    assert len(late) <= shape.burst, late
+    assert max(accepted) - refused_at[0] >= wait * 0.9  # the rest went after it
 
 
 def test_an_unreachable_prefect_api_is_one_line_and_exit_2(judgeflow_env, tmp_path):

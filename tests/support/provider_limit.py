@@ -73,6 +73,7 @@ class ProviderLimit:
             refused, outside = self.refused, self.outside
         times = [t for t, _ in accepted]
         return {"rpm": self.rpm, "tpm": self.tpm, "accepted": len(accepted), "refused": refused,
+                "first_at": times[0] if times else None, "last_at": times[-1] if times else None,
                 "outside": outside, "per_minute": per_minute(accepted), "max_60s": max_in_window(times),
                 "max_tokens_60s": max_tokens_in_window(accepted)}
 
