@@ -140,7 +140,7 @@ def fresh_limits(prefect_server):
 def test_two_score_processes_stay_under_the_rpm_with_no_429(judgeflow_env, db, fresh_limits, judge_server):
     rpm = 240
     judge_server.account.rpm = rpm  # the provider refuses past it
-    insert_traces(db, [scripted_trace(i)[0] for i in range(12)])
+    insert_traces(db, [scripted_trace(i)[0] for i in range(8)])
     env = {k: v for k, v in os.environ.items() if not k.startswith("JUDGEFLOW_")}
     env.update(judgeflow_env, PREFECT_API_URL=fresh_limits, JUDGEFLOW_JUDGE_RPM=str(rpm))
     command = [sys.executable, "-m", "judgeflow", "score", "--no-alerts", "--max-concurrency", "8", "--batch-size", "4"]
@@ -150,10 +150,11 @@ def test_two_score_processes_stay_under_the_rpm_with_no_429(judgeflow_env, db, f
     assert [p.returncode for p in procs] == [0, 0], outputs
     stats = judge_server.stats()["account"]
     assert stats["refused"] == 0 and stats["outside"] == 0
-    assert stats["accepted"] == judge_server.calls() > 30  # toxicity's chain: several calls a pair
+    # toxicity's chain: several calls a pair; sent at once they would break the bound below
+    assert stats["accepted"] == judge_server.calls() > 20
     times = [t for t, _ in judge_server.account.accepted]
     assert _bounded(times, RateShape(RPM_NAME, rpm, REQUEST_SLOTS))
-    assert len(results(db)) == 24  # every pair scored once, between them
+    assert len(results(db)) == 16  # every pair scored once, between them
     status = {row["name"]: row for row in account_status(_settings(judge_rpm=rpm))}
     assert status[RPM_NAME]["created"] and status[RPM_NAME]["limit"] == RateShape(RPM_NAME, rpm, 100).limit_slots
 
