@@ -46,6 +46,7 @@ import math
 import random
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Awaitable, Callable
 
@@ -142,36 +143,83 @@ def ensure_account_limits(settings: "Settings") -> list[RateShape]:
 
 
 class _Block:
-    """One process's permits of one limit, taken from Prefect a block at a time."""
+    """One process's permits of one limit, taken from Prefect a block at a time.
+    Each block keeps its own expiry (its permits are spent within :data:`HOLD_S`
+    of being taken, or never), and the next block is fetched while the last is
+    spent, so an API call's latency does not stop the sends."""
 
     def __init__(self, shape: RateShape, acquire: Callable[[RateShape, int], Awaitable[None]]) -> None:
         self.shape, self._acquire = shape, acquire
-        self.balance = 0.0  # items in hand; below zero: a debt the next take pays first
-        self._expires = 0.0
+        self._held: deque[list[float]] = deque()  # [expires at (monotonic), items left] per block, oldest first
+        self.debt = 0.0  # items used past what was taken (usage above the estimate): paid first
         self._locks: dict[int, asyncio.Lock] = {}
         self._guard = threading.Lock()
+        self._refill: asyncio.Task | None = None
+
+    @property
+    def balance(self) -> float:
+        """Items in hand less the debt (expired blocks still counted until the next take)."""
+        return sum(items for _, items in self._held) - self.debt
 
     def _lock(self) -> asyncio.Lock:
         loop = id(asyncio.get_running_loop())
         with self._guard:
             return self._locks.setdefault(loop, asyncio.Lock())
 
+    def _available(self) -> float:
+        now = time.monotonic()
+        while self._held and self._held[0][0] <= now:
+            self._held.popleft()
+        return sum(items for _, items in self._held) - self.debt
+
+    async def _fetch(self, items: int) -> None:
+        await self._acquire(self.shape, items * self.shape.unit)
+        self._held.append([time.monotonic() + HOLD_S, float(items)])
+
+    def _spend(self, items: float) -> None:
+        owed = items + self.debt
+        self.debt = 0.0
+        while owed > 0 and self._held:
+            used = min(owed, self._held[0][1])
+            self._held[0][1] -= used
+            owed -= used
+            if self._held[0][1] <= 0:
+                self._held.popleft()
+        self.debt = owed
+
     async def take(self, items: float) -> None:
         async with self._lock():
-            if time.monotonic() >= self._expires:
-                self.balance = min(self.balance, 0.0)
-            while self.balance < items:
-                want = min(self.shape.burst, max(self.shape.block, math.ceil(items - self.balance)))
-                await self._acquire(self.shape, want * self.shape.unit)
-                self.balance += want
-                self._expires = time.monotonic() + HOLD_S
-            self.balance -= items
+            while self._available() < items:
+                refill = self._refill
+                if refill is not None and not refill.done() and refill.get_loop() is asyncio.get_running_loop():
+                    await asyncio.shield(refill)
+                    continue
+                short = math.ceil(items - self._available())
+                await self._fetch(min(self.shape.burst, max(self.shape.block, short)))
+            self._spend(items)
+            refill = self._refill
+            if self._available() < self.shape.block and (refill is None or refill.done()):
+                self._refill = asyncio.get_running_loop().create_task(self._fetch(self.shape.block))
+                self._refill.add_done_callback(_quiet)
 
     def correct(self, items: float) -> None:
-        self.balance += items
+        """A reply's usage against its estimate: a credit (for the newest block) or a debt."""
+        if items < 0:
+            self.debt -= items
+        elif self._held:
+            self._held[-1][1] += items
+        else:
+            self._held.append([time.monotonic() + HOLD_S, items])
 
     def drop(self) -> None:
-        self.balance = min(self.balance, 0.0)
+        """The permits in hand are not sent (a 429 said the account is out)."""
+        self._held.clear()
+
+
+def _quiet(task: asyncio.Task) -> None:
+    # a failed prefetch is seen again by the next take, which fetches itself and raises
+    if not task.cancelled():
+        task.exception()
 
 
 class AccountLimit:
@@ -185,6 +233,7 @@ class AccountLimit:
         self._cooling_until = 0.0
         self.failure: BaseException | None = None
         self.acquired = 0  # acquisitions from Prefect (each an API call)
+        self._clients: dict[int, object] = {}
 
     async def why_not(self) -> "Refusal | None":
         from judgeflow.run.gate import Refusal
@@ -210,35 +259,43 @@ class AccountLimit:
             return  # this process set a cool-down as long already
         self._cooling_until = time.monotonic() + wait
         shape = self.shapes[0]
-        from prefect.client.orchestration import get_client
         from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
 
         full = shape.limit_slots + math.ceil(shape.decay_per_s * wait)
         try:
-            async with get_client() as client:
-                await client.update_global_concurrency_limit(
-                    shape.name, GlobalConcurrencyLimitUpdate(active_slots=full))
+            client = await self._client()
+            await client.update_global_concurrency_limit(shape.name, GlobalConcurrencyLimitUpdate(active_slots=full))
         except Exception as exc:
             self.failure = exc
             raise TransientJudgeError(str(_unreachable(exc))) from None
+
+    async def _client(self):
+        """This event loop's Prefect client, opened once: each acquisition is then one or two requests."""
+        from prefect.client.orchestration import get_client
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(id(loop))
+        if client is None:
+            client = get_client()
+            await client.__aenter__()  # lives as long as the loop: the process's judge loop
+            self._clients[id(loop)] = client
+        return client
 
     async def _acquire(self, shape: RateShape, slots: int) -> None:
         """``slots`` of ``shape``'s limit, waiting for them: the limit is read
         (which changes nothing) to know how long, as every refused
         acquisition restarts Prefect's decay of the limit."""
-        from prefect.client.orchestration import get_client
-
         try:
-            async with get_client() as client:
-                while True:
-                    limit = await client.read_global_concurrency_limit_by_name(shape.name)
-                    short = limit.active_slots + slots - limit.limit
-                    if short > 0:
-                        await asyncio.sleep(short / shape.decay_per_s + random.uniform(0, 0.05))
-                        continue
-                    if await _increment(client, shape.name, slots):
-                        self.acquired += 1
-                        return
+            client = await self._client()
+            while True:
+                limit = await client.read_global_concurrency_limit_by_name(shape.name)
+                short = limit.active_slots + slots - limit.limit
+                if short > 0:
+                    await asyncio.sleep(short / shape.decay_per_s + random.uniform(0, 0.05))
+                    continue
+                if await _increment(client, shape.name, slots):
+                    self.acquired += 1
+                    return
         except Exception as exc:
             self.failure = exc
             raise TransientJudgeError(str(_unreachable(exc))) from None

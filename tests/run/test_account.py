@@ -70,8 +70,8 @@ def test_a_process_takes_a_block_at_a_time_and_spends_it_locally():
             await block.take(1)
 
     asyncio.run(six())
-    assert taken == [5 * REQUEST_SLOTS, 5 * REQUEST_SLOTS]  # two acquisitions for six requests
-    assert block.balance == 4
+    # blocks of 5 requests, the next fetched while the last is spent: two or three acquisitions for six
+    assert set(taken) == {5 * REQUEST_SLOTS} and 2 <= len(taken) <= 3
 
 
 def test_permits_not_spent_within_the_hold_expire(monkeypatch):
@@ -79,9 +79,12 @@ def test_permits_not_spent_within_the_hold_expire(monkeypatch):
     now = [1000.0]
     monkeypatch.setattr(account_module.time, "monotonic", lambda: now[0])
     asyncio.run(block.take(1))
+    assert block._available() >= 4
     now[0] += HOLD_S + 0.1
+    assert block._available() == 0  # the permits left over are not sent late
+    before = len(taken)
     asyncio.run(block.take(1))
-    assert len(taken) == 2  # the four left over were not sent late
+    assert len(taken) > before  # a new block was taken for the next request
 
 
 def test_tokens_are_taken_at_the_estimate_and_corrected_by_the_usage():
@@ -94,13 +97,14 @@ def test_tokens_are_taken_at_the_estimate_and_corrected_by_the_usage():
     limit._blocks[TPM_NAME]._acquire = acquire
     tokens = limit._blocks[TPM_NAME]
     asyncio.run(limit.take(400))
-    assert taken == [500] and tokens.balance == 100
+    assert set(taken) == {500} and tokens.balance == sum(taken) - 400
     limit.used(400, 900)  # the reply used 500 more than estimated: a debt
-    assert tokens.balance == -400
+    assert tokens.balance == sum(taken) - 900
     asyncio.run(limit.take(100))  # the debt is paid before the next request goes
-    assert sum(taken) == 900 + 100 and tokens.balance == 0  # what the two used, not what was estimated
+    assert tokens.balance == sum(taken) - 900 - 100 >= 0  # what the two used, not what was estimated
+    before = tokens.balance
     limit.used(100, 40)  # used less: a credit for the next
-    assert tokens.balance == 60
+    assert tokens.balance == before + 60
 
 
 # --- with the real Prefect server and the judge server's account limit ---------------------------
