@@ -145,8 +145,9 @@ def ensure_account_limits(settings: "Settings") -> list[RateShape]:
 class _Block:
     """One process's permits of one limit, taken from Prefect a block at a time.
     Each block keeps its own expiry (its permits are spent within :data:`HOLD_S`
-    of being taken, or never), and the next block is fetched while the last is
-    spent, so an API call's latency does not stop the sends."""
+    of being taken, or never), and the next blocks (two at most, the limit's
+    room) are fetched while the last is spent, so an API call's latency does
+    not stop the sends."""
 
     def __init__(self, shape: RateShape, acquire: Callable[[RateShape, int], Awaitable[None]]) -> None:
         self.shape, self._acquire = shape, acquire
@@ -154,7 +155,7 @@ class _Block:
         self.debt = 0.0  # items used past what was taken (usage above the estimate): paid first
         self._locks: dict[int, asyncio.Lock] = {}
         self._guard = threading.Lock()
-        self._refill: asyncio.Task | None = None
+        self._refills: list[asyncio.Task] = []  # blocks being fetched ahead
 
     @property
     def balance(self) -> float:
@@ -187,20 +188,27 @@ class _Block:
                 self._held.popleft()
         self.debt = owed
 
+    def _refilling(self) -> list[asyncio.Task]:
+        loop = asyncio.get_running_loop()
+        self._refills = [t for t in self._refills if not t.done() and t.get_loop() is loop]
+        return self._refills
+
     async def take(self, items: float) -> None:
         async with self._lock():
             while self._available() < items:
-                refill = self._refill
-                if refill is not None and not refill.done() and refill.get_loop() is asyncio.get_running_loop():
-                    await asyncio.shield(refill)
+                if self._refilling():
+                    await asyncio.wait(self._refills, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 short = math.ceil(items - self._available())
                 await self._fetch(min(self.shape.burst, max(self.shape.block, short)))
             self._spend(items)
-            refill = self._refill
-            if self._available() < self.shape.block and (refill is None or refill.done()):
-                self._refill = asyncio.get_running_loop().create_task(self._fetch(self.shape.block))
-                self._refill.add_done_callback(_quiet)
+            # up to two blocks on their way while these are spent: an acquisition may take longer than a
+            # block lasts (two API calls, on a busy Prefect server), and the limit has room for two
+            while (len(self._refilling()) < 2
+                   and self._available() + len(self._refills) * self.shape.block < 2 * self.shape.block):
+                task = asyncio.get_running_loop().create_task(self._fetch(self.shape.block))
+                task.add_done_callback(_quiet)
+                self._refills.append(task)
 
     def correct(self, items: float) -> None:
         """A reply's usage against its estimate: a credit (for the newest block) or a debt."""

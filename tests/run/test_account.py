@@ -70,8 +70,8 @@ def test_a_process_takes_a_block_at_a_time_and_spends_it_locally():
             await block.take(1)
 
     asyncio.run(six())
-    # blocks of 5 requests, the next fetched while the last is spent: two or three acquisitions for six
-    assert set(taken) == {5 * REQUEST_SLOTS} and 2 <= len(taken) <= 3
+    # blocks of 5 requests, up to two fetched ahead while one is spent: two to four acquisitions for six
+    assert set(taken) == {5 * REQUEST_SLOTS} and 2 <= len(taken) <= 4
 
 
 def test_permits_not_spent_within_the_hold_expire(monkeypatch):
