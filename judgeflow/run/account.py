@@ -242,6 +242,7 @@ class AccountLimit:
         self.failure: BaseException | None = None
         self.acquired = 0  # acquisitions from Prefect (each an API call)
         self._clients: dict[int, object] = {}
+        self.cooled_at: float | None = None  # time.time() the API last took a cool-down of this process's
 
     async def why_not(self) -> "Refusal | None":
         from judgeflow.run.gate import Refusal
@@ -273,6 +274,7 @@ class AccountLimit:
         try:
             client = await self._client()
             await client.update_global_concurrency_limit(shape.name, GlobalConcurrencyLimitUpdate(active_slots=full))
+            self.cooled_at = time.time()  # from now every process sees the limit full
         except Exception as exc:
             self.failure = exc
             raise TransientJudgeError(str(_unreachable(exc))) from None

@@ -201,12 +201,12 @@ def test_tokens_per_minute_hold_across_two_processes_corrected_by_usage(fresh_li
         assert all(lim.acquired >= 1 for lim in limits)
 
 
-@pytest.mark.slow  # about 15 s: the other process must have calls to send for the whole cool-down
+@pytest.mark.slow  # about 25 s: the other process must have calls to send for the whole cool-down
 def test_a_429_from_outside_slows_every_process(fresh_limits):
     settings = _settings(judge_rpm=1200)
     ensure_account_limits(settings)
     shape = account_shapes(settings)[0]
-    wait, refused_at = 5.0, []
+    wait, refused_at = 8.0, []
     answered = itertools.count()
 
     def another_client_on_the_key(req):
@@ -221,17 +221,20 @@ def test_a_429_from_outside_slows_every_process(fresh_limits):
         limits = [AccountLimit([shape]), AccountLimit([shape])]
 
         async def both():
-            await asyncio.gather(*(_send_all(j, _calls(lim, 100)) for j, lim in zip(judges, limits)))
+            await asyncio.gather(*(_send_all(j, _calls(lim, 150)) for j, lim in zip(judges, limits)))
 
         asyncio.run(both())
         stats = server.stats()
         accepted = [t for t, _ in server.account.accepted]
-    assert stats["statuses"] == {"429": 1, "200": 200} and len(refused_at) == 1
-    # the process refused sets the shared limit's slots past its room for the Retry-After; once the API
-    # has it (its update takes up to ~2 s on a busy machine), the other process, which alone would send
-    # at the full rate (20 a second), sends no more than the permits it holds (the limit's burst)
-    late = [round(t - refused_at[0], 2) for t in accepted if 2.5 <= t - refused_at[0] < wait * 0.9]
-    assert len(late) <= shape.burst, late
+    assert stats["statuses"] == {"429": 1, "200": 300} and len(refused_at) == 1
+    # the process refused set the shared limit's slots past its room for the Retry-After; once the API
+    # has it, the other process, which alone would send at the full rate (20 a second), sends no more
+    # than the permits it holds (the limit's burst) until the Retry-After is out
+    cooled_at = next(lim.cooled_at for lim in limits if lim.cooled_at is not None)
+    end = refused_at[0] + wait * 0.9
+    assert end - cooled_at >= 2.0, "the Prefect API took the cool-down too late to tell"
+    cooling = [round(t - refused_at[0], 2) for t in accepted if cooled_at + 0.2 <= t < end]
+    assert len(cooling) <= shape.burst, cooling
     assert max(accepted) - refused_at[0] >= wait * 0.9  # the rest went after it
 
 
