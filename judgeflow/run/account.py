@@ -13,8 +13,8 @@ concurrency limit with slot decay (a rate limit), created on first use
 
 Each acquisition is a call to the Prefect API, so a process takes a
 **block** of permits at once (half a second of the account's rate) and
-spends it locally, one permit per attempt sent (retries included), before
-it asks again. Permits not spent within :data:`HOLD_S` of being taken
+spends it locally, one permit per attempt sent (retries included), with up
+to two more blocks fetched ahead. Permits not spent within :data:`HOLD_S` of being taken
 expire. The shape of the limit keeps every minute under it, at any moment
 and for any number of processes: in a window of 60 s, the sends are at most
 the permits taken in the window and the :data:`HOLD_S` before it, which is

@@ -229,12 +229,13 @@ def test_a_429_from_outside_slows_every_process(fresh_limits):
     assert stats["statuses"] == {"429": 1, "200": 300} and len(refused_at) == 1
     # the process refused set the shared limit's slots past its room for the Retry-After; once the API
     # has it, the other process, which alone would send at the full rate (20 a second), sends no more
-    # than the permits it holds (the limit's burst) until the Retry-After is out
+    # than the permits it holds and the two blocks it may have had on their way (twice the limit's
+    # burst) until the Retry-After is out (without the shared cool-down: 152 in this window)
     cooled_at = next(lim.cooled_at for lim in limits if lim.cooled_at is not None)
     end = refused_at[0] + wait * 0.9
     assert end - cooled_at >= 2.0, "the Prefect API took the cool-down too late to tell"
     cooling = [round(t - refused_at[0], 2) for t in accepted if cooled_at + 0.2 <= t < end]
-    assert len(cooling) <= shape.burst, cooling
+    assert len(cooling) <= 2 * shape.burst, cooling
     assert max(accepted) - refused_at[0] >= wait * 0.9  # the rest went after it
 
 
