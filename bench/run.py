@@ -28,6 +28,9 @@ Cases (``--case``, repeatable; default: all):
                 what litellm's CPU per call allows on this machine (not in the default set)
 * ``backlog``   1k / 10k / 100k traces in the source: claim time per batch, plans, memory
 * ``scaleout``  1, 2, 4 processes at once on one backlog, 200 ms judge
+* ``account-limit`` 1, 2, 4 processes under one ``JUDGEFLOW_JUDGE_RPM`` (``--rpm``, default 600; ``--traces``,
+                default 460: about 1,500 calls), the judge server refusing past the same limit: requests per
+                minute and 429s at the judge, the night against calls / RPM (not in the default set)
 
 ``--profile`` records the scoring process of the throughput cases with py-spy
 (``--gil``: where its one core of Python time goes) and prints a summary.
@@ -121,7 +124,8 @@ def machine(stack: Stack | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--case", action="append", choices=[*ALL, "custom", "peer", "ceiling", "runtime"],
+    parser.add_argument("--case", action="append",
+                        choices=[*ALL, "custom", "peer", "ceiling", "runtime", "account-limit"],
                         help="default: all but custom, peer and ceiling")
     parser.add_argument("--peer-traces", type=int, default=400, help="peer: traces (default %(default)s)")
     parser.add_argument("--peer-concurrency", type=int, default=64, help="peer: calls in flight (default %(default)s)")
@@ -139,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--judge-model", default="openai/gpt-4o-mini",
                         help="model name the local judge answers as; a priced name makes litellm price "
                              "the calls as it would in production (default: %(default)s)")
+    parser.add_argument("--rpm", type=int, default=600, help="account-limit: JUDGEFLOW_JUDGE_RPM and the judge's limit")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each throughput case this many times (the machine's speed varies)")
     parser.add_argument("--out", type=Path, help="keep logs, plans and profiles here (default: a temp dir)")
@@ -227,6 +232,12 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"\nrows: {r.rows}")
             say("\n### Nothing to score\n")
             say(markdown_table(nothing_to_score(stack)))
+        if "account-limit" in cases:
+            from bench.account_limit import run_account_limit
+
+            limited = run_account_limit(stack, out=out, rpm=args.rpm, traces=args.traces or 460)
+            say(f"\n## One account limit: {args.rpm} requests per minute, the judge refusing past it\n")
+            say(markdown_table([r.row() for r in limited]))
         if "ceiling" in cases:
             from bench.ceiling import measure
             from judgeflow.judge.factory import judge_process_count

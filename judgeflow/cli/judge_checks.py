@@ -114,6 +114,9 @@ def run_shadow(
     from judgeflow.cli.console import EXIT_STOPPED, watched_run
 
     use_prefect(settings)
+    from judgeflow.run.account import account_limit
+
+    account_limit(settings)  # the account limit in Prefect, or one line and exit 2
     # on the terminal: progress, and Ctrl-C stops judging (the report covers what was judged)
     stop = StopRequest()
     with watched_run("shadow", stop, ui_url=ui_url_without_import(settings)) as display, \
@@ -147,6 +150,11 @@ def run_calibrate(*, path: str, prefect: bool, yes: bool, budget_usd: float | No
     if not yes and not typer.confirm("Start the calibration?", default=False):
         typer.echo("aborted; nothing was judged")
         raise typer.Exit(1)
+    from judgeflow.run.account import account_limit, account_shapes
+
+    if account_shapes(settings):  # the account limit lives in the Prefect API every process shares
+        use_prefect(settings)
+        account_limit(settings)
     if prefect:
         from judgeflow.run.entry import entered
         from judgeflow.flows.calibration import calibrate_judge

@@ -6,7 +6,7 @@ from typing import Optional
 
 import typer
 
-from judgeflow.cli.command import announce_database, command_settings
+from judgeflow.cli.command import announce_database, command_settings, use_prefect
 from judgeflow.cli.errors import clear_errors
 
 
@@ -30,6 +30,7 @@ def status(
     settings = command_settings()
     announce_database(settings)
     report = work_status(settings)
+    report["account_limits"] = _account_limits(settings)
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
@@ -37,6 +38,16 @@ def status(
     dead = dead_delivery_line(report)  # alert deliveries given up on (judgeflow/status/notes.py)
     if dead:
         typer.echo(dead)
+
+
+def _account_limits(settings) -> list[dict]:
+    """JUDGEFLOW_JUDGE_RPM/TPM's limits as the Prefect API holds them (none set: none, and no Prefect call)."""
+    from judgeflow.run.account import account_shapes, account_status
+
+    if not account_shapes(settings):
+        return []
+    use_prefect(settings)
+    return account_status(settings)
 
 
 def render_status(report: dict) -> str:

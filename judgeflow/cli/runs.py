@@ -58,6 +58,9 @@ def run_flow(ctx: typer.Context, title: str, settings: "Settings", call: Callabl
     from judgeflow.infra.prefect_server import ui_url_without_import
     from judgeflow.cli.console import EXIT_STOPPED, watched_run
 
+    from judgeflow.run.account import account_limit
+
+    account_limit(settings)  # JUDGEFLOW_JUDGE_RPM/TPM: created in Prefect now, or one line and exit 2
     if owns_process(ctx):  # the flow and its libraries are imported: the run's collections skip them
         from judgeflow.infra.heap import settle_heap
 

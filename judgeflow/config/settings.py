@@ -156,6 +156,18 @@ class Settings(BaseSettings):
     judge_backoff_max_s: float = Field(30.0, ge=0)
     judge_max_repairs: int = Field(2, ge=0, description="re-asks after an invalid reply")
     max_concurrency: int = Field(8, ge=1, description="judge calls in flight per scoring run (per process)")
+    judge_rpm: int | None = Field(
+        None, ge=1,
+        description="requests per minute the judge's account allows: held across every process on the same "
+        "Prefect API (a Prefect global concurrency limit with slot decay, judgeflow/run/account.py); every "
+        "attempt sent, retries included, is a request. Unset: no account limit",
+    )
+    judge_tpm: int | None = Field(
+        None, ge=1,
+        description="tokens per minute the judge's account allows, held like judge_rpm: each request takes its "
+        "estimate (prompt characters / 4 plus 60 completion tokens) and is corrected by its reply's usage. "
+        "Unset: no token limit",
+    )
     judge_processes: int | None = Field(
         None, ge=1, le=32,
         description="worker processes making the judge calls of a run (litellm's CPU per call runs on one core "

@@ -576,7 +576,7 @@ class LiteLLMJudge(JudgeBase):
         spend = CallSpend(kwargs["model"], self.estimate_prices(kwargs["model"]), request)
         call = call or ANY_CALL
         return await send_with_retries(lambda: self._attempt(kwargs, client, call), policy=self.retry,
-                                       spend=spend, pace=self._pace)
+                                       spend=spend, pace=self._pace, permits=call.permits)
 
     async def attempt(self, request: JudgeRequest, call: Call) -> JudgeReply | AttemptFailed:
         """One attempt of ``request``, for a retry loop run elsewhere (a judge

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Awaitable, Callable
 
 from judgeflow.errors import CallWithheld, JudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeReply
-from judgeflow.judge.spend import CallSpend
+from judgeflow.judge.send_gate import RequestPermits
+from judgeflow.judge.spend import CallSpend, reply_tokens
 
 if TYPE_CHECKING:
     from judgeflow.config.settings import Settings
@@ -204,21 +205,30 @@ class Pace:
 
 
 async def send_with_retries(attempt: Callable[[], Awaitable[JudgeReply | AttemptFailed]], *, policy: CallRetry,
-                            spend: CallSpend, pace: Pace) -> JudgeReply:
+                            spend: CallSpend, pace: Pace, permits: RequestPermits | None = None) -> JudgeReply:
     """The one loop over a call's attempts: until one answers, an error that
     is not transient, or ``policy.max_retries`` retries. Every attempt sent is
     counted on ``spend`` and carried by the reply, or by the error raised
-    (``billed``)."""
+    (``billed``). With an account limit (``permits``, the call's), each
+    attempt first takes its request and tokens from it; a reply corrects the
+    tokens by its usage, and a 429 makes every process of the account wait."""
     failures = 0
+    tokens = spend.tokens if permits is not None else 0
     while True:
         wait = pace.remaining()
         if wait > 0:
             await pace.sleep(wait)
+        if permits is not None:
+            await permits.take(tokens)
         outcome = await attempt()
         if isinstance(outcome, JudgeReply):
+            if permits is not None:
+                permits.used(tokens, reply_tokens(outcome, tokens))
             return spend.answered(outcome)
         if outcome.sent:
             spend.unanswered()
+        if permits is not None and getattr(outcome.error, "status_code", None) == 429:
+            await permits.refused(getattr(outcome.error, "retry_after_s", None))
         if outcome.handed_back:
             continue  # not sent: it asks its gate again before it goes
         plan = outcome.error if isinstance(outcome.error, CallWithheld) else pace.plan(policy, failures,

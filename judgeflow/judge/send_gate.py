@@ -30,6 +30,21 @@ from dataclasses import dataclass
 from typing import Protocol
 
 
+class RequestPermits(Protocol):
+    """An account's rate limit as the judge sees it, handed to it by the caller
+    with the call's gate (a gate's ``permits``; judgeflow/run/account.py builds
+    it): asked before every attempt sent, retries included, in the run's process."""
+
+    async def take(self, tokens: int) -> None:
+        """Wait until a request of about ``tokens`` tokens may go."""
+
+    def used(self, estimated: int, tokens: int) -> None:
+        """A reply reported ``tokens`` for a request taken at ``estimated``."""
+
+    async def refused(self, retry_after_s: float | None) -> None:
+        """The provider refused a request with a 429: every process of the account waits."""
+
+
 class SendGate(Protocol):
     def fresh_until(self) -> float:
         """The ``time.monotonic()`` until which a call may be sent unchecked."""
@@ -48,6 +63,12 @@ class Call:
 
     gate: SendGate | None = None
     priority: tuple = ()
+
+    @property
+    def permits(self) -> RequestPermits | None:
+        """The account's request permits the gate hands its attempts (a gate's
+        optional ``permits``; None: no account limit)."""
+        return getattr(self.gate, "permits", None)
 
     def fresh_until(self) -> float:
         """The gate's :meth:`SendGate.fresh_until` (no gate: never stale)."""

@@ -46,6 +46,21 @@ def usage_cost(prices_per_mtok: tuple[float, float], prompt_tokens: float, compl
             + completion_tokens * prices_per_mtok[1]) / 1_000_000
 
 
+def attempt_tokens(request: JudgeRequest) -> int:
+    """Tokens one attempt of ``request`` is assumed to use before its usage is known
+    (what an account's token limit takes for it): its prompt's characters at
+    :data:`CHARS_PER_TOKEN` plus :data:`COMPLETION_TOKENS_PER_CALL`."""
+    chars = sum(len(str(message.get("content") or "")) for message in request.messages)
+    return int(chars / CHARS_PER_TOKEN) + COMPLETION_TOKENS_PER_CALL
+
+
+def reply_tokens(reply: JudgeReply, estimated: int) -> int:
+    """The tokens a reply reported (prompt plus completion), or ``estimated`` when it reported none."""
+    if reply.prompt_tokens is None and reply.completion_tokens is None:
+        return estimated
+    return int(reply.prompt_tokens or 0) + int(reply.completion_tokens or 0)
+
+
 def attempt_estimate(prices_per_mtok: tuple[float, float] | None, request: JudgeRequest) -> float | None:
     """USD one attempt of ``request`` is assumed to cost when no usage came back."""
     if prices_per_mtok is None:
@@ -66,6 +81,11 @@ class CallSpend:
     def _estimate(self) -> float | None:
         # only needed when an attempt brought no usage back: most calls never ask
         return attempt_estimate(self._prices, self._request)
+
+    @property
+    def tokens(self) -> int:
+        """Tokens one attempt of the call is assumed to use (:func:`attempt_tokens`)."""
+        return attempt_tokens(self._request)
 
     def unanswered(self) -> None:
         """An attempt was sent and no usage came back: counted at its estimate."""

@@ -73,6 +73,12 @@ class PairGate:
         self.refused: Refusal | None = None
 
     @property
+    def permits(self) -> Any:
+        """The account limit's permits every attempt of the pair takes
+        (:attr:`judgeflow.judge.send_gate.Call.permits`; None: no account limit)."""
+        return getattr(self.policy, "account", None)
+
+    @property
     def pair(self) -> tuple[str, str] | None:
         """(trace id, metric): what a batch line of the pair's calls is recorded under (judgeflow/judge/batches.py)."""
         return None if self._work is None else (self._work.trace_id, self._work.metric)

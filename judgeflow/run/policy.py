@@ -17,8 +17,12 @@ It holds each of the run's limits as one object:
   ``JudgeConfig.shares()``; the judge is started before the policy exists
   (a command's early judge), and an attempt holds its slot first and then
   asks this policy's gate, so the wire never waits on a refused call;
-* the **account limit** (``account``): a rate limit shared by every run of
-  an account, asked before a pair's first call; None until one is plugged in;
+* the **account limit** (``account``, judgeflow/run/account.py): requests and
+  tokens per minute shared by every process of an account on the same
+  Prefect API (``JUDGEFLOW_JUDGE_RPM``/``_TPM``), asked before a pair's first
+  call (it refuses while its Prefect API cannot be reached) and, through each
+  pair's gate (``PairGate.permits``), before every attempt sent; None without
+  either setting;
 * the **retry levels** (``retry``, judgeflow/judge/retry.py): :meth:`RunPolicy.resend`.
 
 The judge layer never imports this module: the policy implements the judge's
@@ -33,6 +37,7 @@ import time
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from judgeflow.judge.retry import GiveUp, Retry, RetryPolicy
+from judgeflow.judge.send_gate import RequestPermits
 from judgeflow.run.entry import StopRequest, run_stop
 from judgeflow.run.gate import SPEND_SPENT, STOPPED, TIME_SPENT, PairGate, Refusal
 
@@ -44,9 +49,11 @@ if TYPE_CHECKING:
     from judgeflow.run.budget import Reservation, RunBudget
 
 
-class AccountLimit(Protocol):
-    """A limit every run of an account shares (requests or tokens per minute).
-    ``why_not`` says why a pair may not start now, or None."""
+class AccountLimit(RequestPermits, Protocol):
+    """A limit every run of an account shares (requests or tokens per minute;
+    judgeflow/run/account.py). ``why_not`` says why a pair may not start now,
+    or None; as the judge's :class:`RequestPermits` it is asked before every
+    attempt sent."""
 
     async def why_not(self) -> Refusal | None: ...
 
@@ -73,7 +80,13 @@ class RunPolicy:
 
     @classmethod
     def for_run(cls, settings: "Settings", owner: str | None = None, **limits) -> "RunPolicy":
-        """The policy of a flow run: its entry's stop request (Ctrl-C), with ``limits`` on top."""
+        """The policy of a flow run: its entry's stop request (Ctrl-C) and the
+        account limit the settings set (judgeflow/run/account.py, created in
+        Prefect on first use), with ``limits`` on top."""
+        if "account" not in limits:
+            from judgeflow.run.account import account_limit
+
+            limits["account"] = account_limit(settings)
         return cls(settings, owner, stop=run_stop(), **limits)
 
     # --- may it go now -----------------------------------------------------

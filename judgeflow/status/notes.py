@@ -35,6 +35,7 @@ def status_notes(report: dict) -> list[str]:
         lines.append(f"{metric}: {total} of the skipped were skipped by the {preset} preset (no judge asked, "
                      f"no cost): {why}{more}")
     lines.extend(_batch_lines(report.get("batches_out") or []))
+    lines.extend(_account_lines(report.get("account_limits") or []))
     wb = report.get("phoenix_write_back")
     if wb is not None:
         state = "on" if wb["on"] else "off (JUDGEFLOW_PHOENIX_WRITE_BACK)"
@@ -59,4 +60,22 @@ def _batch_lines(batches: list[dict]) -> list[str]:
         shown = f"{age / 3600:.1f}h" if age >= 3600 else f"{age / 60:.0f}m" if age >= 60 else f"{age:.0f}s"
         lines.append(f"  {b['batch_id']}: {b['status']}, round {b['round']}, {b['lines']} line(s) of {b['model']}, "
                      f"out for {shown}")
+    return lines
+
+
+def _account_lines(limits: list[dict]) -> list[str]:
+    """The account limit (JUDGEFLOW_JUDGE_RPM/TPM) as Prefect holds it: name, limit, decay, active slots."""
+    lines = []
+    for lim in limits:
+        unit = "requests" if lim["slots_per_item"] != 1 else "tokens"
+        head = f"account limit {lim['name']}: {lim['per_minute']:,} {unit}/min"
+        if not lim["created"]:
+            lines.append(f"{head}: not created yet in Prefect (the first run creates it)")
+            continue
+        per = lim["slots_per_item"]
+        lines.append(f"{head} (Prefect global concurrency limit: limit {lim['limit']:,} slots, decay "
+                     f"{lim['slot_decay_per_second']:,.2f} slots/s, active {lim['active_slots']:,} slots"
+                     + (f", {per} slots a request" if per != 1 else "")
+                     + f"; steady {lim['steady_per_minute']:,} {unit}/min"
+                     + ("" if lim["active"] else "; INACTIVE: not enforced") + ")")
     return lines

@@ -1,10 +1,10 @@
 """`judgeflow status`'s lines besides its table (judgeflow/status/notes.py) say what the database holds, and
-guess no cause; the Phoenix write-back's counts as judgeflow/phoenix/outbox.py's `unwritten_counts` gives them
+guess no cause; the account limit as Prefect holds it; the Phoenix write-back's counts as judgeflow/phoenix/outbox.py's `unwritten_counts` gives them
 (tests/phoenix/test_outbox.py makes them over real PostgreSQL)."""
 
 from __future__ import annotations
 
-from judgeflow.status.notes import status_notes
+from judgeflow.status.notes import _account_lines, status_notes
 
 
 def _report(**write_back) -> dict:
@@ -33,3 +33,18 @@ def test_results_of_a_metric_no_setting_serves_name_no_variable_the_user_never_s
     assert line == ("helpfulness: not scored now (no built-in, plugin or metrics file of these settings serves it); "
                     "its 24 stored result(s) are kept")
     assert "JUDGEFLOW_METRICS_FILE" not in line
+
+
+def test_the_account_limit_shows_its_name_limit_decay_and_active_slots():
+    created = {"name": "judgeflow-judge-rpm", "per_minute": 600, "slots_per_item": 100, "steady_per_minute": 571.0,
+               "created": True, "limit": 1000, "slot_decay_per_second": 951.61, "active_slots": 350, "active": True}
+    missing = {"name": "judgeflow-judge-tpm", "per_minute": 90_000, "slots_per_item": 1, "steady_per_minute": 85_645.2,
+               "created": False}
+    rpm, tpm = _account_lines([created, missing])
+    assert rpm.startswith("account limit judgeflow-judge-rpm: 600 requests/min")
+    assert "limit 1,000 slots" in rpm and "decay 951.61 slots/s" in rpm and "active 350 slots" in rpm
+    assert "100 slots a request" in rpm and "INACTIVE" not in rpm
+    assert tpm == ("account limit judgeflow-judge-tpm: 90,000 tokens/min: not created yet in Prefect "
+                   "(the first run creates it)")
+    assert "INACTIVE: not enforced" in _account_lines([{**created, "active": False}])[0]
+    assert _account_lines([]) == []

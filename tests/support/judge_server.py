@@ -44,6 +44,12 @@ responder, ``batch_turnaround_s`` after the batch was created, and billed at
 ``batch_discount`` of ``prices_per_mtok`` (``billed_usd``, and ``billed_batch_usd``
 for batches alone); ``--batch-turnaround`` and ``--batch-discount`` as a process.
 
+An account limit, as a provider enforces it (:mod:`tests.support.provider_limit`):
+``rpm_limit`` and ``tpm_limit`` (``--rpm-limit``, ``--tpm-limit``) answer 429 with a
+``Retry-After`` past so many requests or tokens in 60 s; ``stats()["account"]``
+counts the requests accepted per minute and refused, and ``server.account.refuse_for(s)``
+plays another client on the same key using it up.
+
 Prompt caching, as a provider with a prefix cache reports it: a prompt of
 ``cache_min_tokens`` or more whose prefix a prompt seen within ``cache_window_s``
 shared gets ``usage.prompt_tokens_details.cached_tokens`` (the shared prefix, from
@@ -71,6 +77,7 @@ from typing import Any, Callable
 
 from judgeflow.metrics.data_block import BEGIN, parse_data_block
 from tests.support.batch_api import BatchAPI
+from tests.support.provider_limit import ProviderLimit
 
 CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 GARBAGE = "Sure! Here's my analysis of the text: it looks mostly fine to me, overall a 7/10."
@@ -553,6 +560,8 @@ class JudgeServer:
         cache_min_tokens: int = 1024,
         cache_block_tokens: int = 128,
         cache_window_s: float = 600.0,
+        rpm_limit: int | None = None,
+        tpm_limit: int | None = None,
     ):
         unknown = set(fault_rates or {}) - set(FAULT_KINDS)
         if unknown:
@@ -586,6 +595,8 @@ class JudgeServer:
         self._thread: threading.Thread | None = None
         self.url: str = ""
         self.batch_api = BatchAPI(self, turnaround_s=batch_turnaround_s, batch_discount=batch_discount)
+        # the account's limit, as a provider enforces it (tests/support/provider_limit.py)
+        self.account = ProviderLimit(rpm_limit, tpm_limit)
         self._reset_counters()
 
     # ---- lifecycle --------------------------------------------------------
@@ -752,6 +763,7 @@ class JudgeServer:
             "billed_batch_usd": self.billed_batch_usd,
             "billed_requests": self.billed_requests,
             "cached_tokens": self.cached_tokens,
+            "account": self.account.stats(),
             **self.batch_api.stats(),
         }
 
@@ -854,6 +866,7 @@ class JudgeServer:
             in_flight = getattr(self, "_in_flight", 0)
             self._reset_counters()
             self.batch_api.reset_counters()
+            self.account.reset()
             self._in_flight = in_flight  # requests still being served keep counting down
 
     def _reset_counters(self) -> None:
@@ -934,9 +947,17 @@ class JudgeServer:
         self._enter(req)
         status = 500
         try:
+            retry_after, ticket = self.account.admit()
+            if retry_after is not None:
+                status = 429
+                reply = error_reply(429, "Rate limit reached for requests (account limit)",
+                                    headers={"Retry-After": f"{retry_after:.3f}"})
+                return 429, json.dumps(reply.body).encode(), dict(reply.headers)
             reply, latency = self._choose(req)
             status = reply.status
             completion = self._completion(req, reply.content) if reply.status == 200 and reply.body is None else None
+            usage = (completion or {}).get("usage") or {}
+            self.account.used(ticket, int(usage.get("prompt_tokens", 0)) + int(usage.get("completion_tokens", 0)))
             if completion is not None:
                 self._bill(req, completion)
             self._wait_for_release(req)
@@ -998,6 +1019,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="a batch line is billed this fraction of the online price")
     parser.add_argument("--prices", default="0,0", metavar="IN,OUT",
                         help="USD per million prompt and completion tokens the server bills (billed_usd)")
+    parser.add_argument("--rpm-limit", type=int, default=None,
+                        help="the account's requests per minute: a 429 past it (a sliding 60 s window)")
+    parser.add_argument("--tpm-limit", type=int, default=None,
+                        help="the account's tokens per minute (usage of the requests it accepted): a 429 past it")
     args = parser.parse_args(argv)
     if not 0 < args.batch_discount <= 1:
         parser.error(f"--batch-discount: expected a fraction in (0, 1], got {args.batch_discount:g}")
@@ -1018,6 +1043,8 @@ def main(argv: list[str] | None = None) -> int:
         batch_turnaround_s=args.batch_turnaround,
         batch_discount=args.batch_discount,
         prices_per_mtok=tuple(float(p) for p in args.prices.split(",")),
+        rpm_limit=args.rpm_limit,
+        tpm_limit=args.tpm_limit,
     ).start()
     print(server.url, flush=True)
 

@@ -389,7 +389,7 @@ class JudgeProcessPool(JudgeBase):
         model = request.model or self._model
         spend = CallSpend(model, self._estimate_prices(model), request)
         return await send_with_retries(lambda: self._attempt(request, call), policy=self.retry, spend=spend,
-                                       pace=self._pace)
+                                       pace=self._pace, permits=call.permits)
 
     async def _attempt(self, request: JudgeRequest, call: Call) -> JudgeReply | AttemptFailed:
         """One attempt, handed to a worker once it holds one of the pool's

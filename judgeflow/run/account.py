@@ -1,0 +1,370 @@
+"""The account limit: requests and tokens per minute, held across every process on one Prefect API.
+
+A provider's limit belongs to the account (the key), not to a run: every
+process that sends with it (scoring runs, backfill, shadow, calibration,
+shards) must stay under it together. Each limit is a Prefect global
+concurrency limit with slot decay (a rate limit), created on first use
+(:func:`ensure_account_limits`) and read by ``judgeflow status``:
+
+* ``judgeflow-judge-rpm`` (``JUDGEFLOW_JUDGE_RPM``), in slots of 1/100 of a
+  request: Prefect floors the decay at every update of the limit, which
+  would lose up to a slot each time; in hundredths that loss is nothing;
+* ``judgeflow-judge-tpm`` (``JUDGEFLOW_JUDGE_TPM``), in tokens.
+
+Each acquisition is a call to the Prefect API, so a process takes a
+**block** of permits at once (half a second of the account's rate) and
+spends it locally, one permit per attempt sent (retries included), with up
+to two more blocks fetched ahead. Permits not spent within :data:`HOLD_S` of being taken
+expire. The shape of the limit keeps every minute under it, at any moment
+and for any number of processes: in a window of 60 s, the sends are at most
+the permits taken in the window and the :data:`HOLD_S` before it, which is
+at most the limit's room (``burst``, two blocks) plus its decay over
+60 + :data:`HOLD_S` seconds; the decay is set so that sum is the per-minute
+figure. The steady rate is therefore ``(N - burst) * 60 / (60 + HOLD_S)``
+per minute (about 95% of N at 600 RPM).
+
+Tokens are taken at each request's estimate
+(:func:`judgeflow.judge.spend.attempt_tokens`) and corrected by its usage: a
+reply that used more leaves a debt the next request pays first, one that
+used less leaves a credit (which expires with the block).
+
+A 429 that still comes back (another client on the same key) sets the
+shared limit's active slots past its room by the ``Retry-After`` time's
+worth of decay: every process waits it out, not just the one refused.
+
+A missing or unreachable Prefect API with a limit set is an error
+(:class:`~judgeflow.errors.PrefectServerError`, one line): never a silent
+fallback to no limit. The run's policy holds the account limit
+(:attr:`judgeflow.run.policy.RunPolicy.account`) and hands its permits to the
+judge through each pair's gate (:attr:`judgeflow.judge.send_gate.Call.permits`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Awaitable, Callable
+
+from judgeflow.errors import PrefectServerError, TransientJudgeError
+
+if TYPE_CHECKING:
+    from judgeflow.config.settings import Settings
+    from judgeflow.run.gate import Refusal
+
+RPM_NAME, TPM_NAME = "judgeflow-judge-rpm", "judgeflow-judge-tpm"
+REQUEST_SLOTS = 100  # slots per request (the module doc)
+BLOCK_S = 0.5  # a block holds this long of the account's rate
+HOLD_S = 2.0  # a block's permits expire this long after they were taken
+COOL_DOWN_DEFAULT_S = 1.0  # a 429 without Retry-After
+COOL_DOWN_MAX_S = 120.0
+
+
+@dataclass(frozen=True)
+class RateShape:
+    """One limit's shape in Prefect (the module doc): ``per_minute`` items, ``unit`` slots each."""
+
+    name: str
+    per_minute: int
+    unit: int
+
+    @property
+    def block(self) -> int:
+        """Items a process takes at once."""
+        return max(1, math.ceil(self.per_minute * BLOCK_S / 60))
+
+    @property
+    def burst(self) -> int:
+        """Items the limit holds room for: two blocks, never more than half the minute."""
+        return max(1, min(2 * self.block, self.per_minute // 2))
+
+    @property
+    def limit_slots(self) -> int:
+        return self.burst * self.unit
+
+    @property
+    def decay_per_s(self) -> float:
+        """Slots freed per second: the minute's items past the burst, over the minute and a hold."""
+        return (self.per_minute - self.burst) * self.unit / (60 + HOLD_S)
+
+    @property
+    def items_per_minute(self) -> float:
+        """The steady rate the shape allows, in items per minute."""
+        return self.decay_per_s * 60 / self.unit
+
+
+def account_shapes(settings: "Settings") -> list[RateShape]:
+    """The account's limits the settings set (none: no account limit)."""
+    shapes = []
+    if settings.judge_rpm:
+        shapes.append(RateShape(RPM_NAME, int(settings.judge_rpm), REQUEST_SLOTS))
+    if settings.judge_tpm:
+        shapes.append(RateShape(TPM_NAME, int(settings.judge_tpm), 1))
+    return shapes
+
+
+def _unreachable(exc: BaseException) -> PrefectServerError:
+    return PrefectServerError(
+        f"JUDGEFLOW_JUDGE_RPM/TPM need the Prefect API, which holds the account limit for every process, "
+        f"and it could not be reached ({type(exc).__name__}); check PREFECT_API_URL or unset the limits")
+
+
+def ensure_account_limits(settings: "Settings") -> list[RateShape]:
+    """Create the account's limits in Prefect when missing, or reshape them to
+    these settings (idempotent: processes starting together agree). Raises
+    :class:`PrefectServerError` when the API cannot be reached."""
+    shapes = account_shapes(settings)
+    if not shapes:
+        return shapes
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectAlreadyExists
+    from prefect.settings import get_current_settings
+
+    if not get_current_settings().api.url:  # an ephemeral API would hold the limit for this process alone
+        raise PrefectServerError("JUDGEFLOW_JUDGE_RPM/TPM need a Prefect API every process shares, and none "
+                                 "is set: set PREFECT_API_URL (or run through `judgeflow`, which starts one)")
+
+    try:
+        with get_client(sync_client=True) as client:
+            for shape in shapes:
+                try:
+                    client.upsert_global_concurrency_limit_by_name(
+                        shape.name, shape.limit_slots, slot_decay_per_second=shape.decay_per_s)
+                except ObjectAlreadyExists:  # another process created it between the read and the create
+                    client.upsert_global_concurrency_limit_by_name(
+                        shape.name, shape.limit_slots, slot_decay_per_second=shape.decay_per_s)
+    except Exception as exc:
+        raise _unreachable(exc) from None
+    return shapes
+
+
+class _Block:
+    """One process's permits of one limit, taken from Prefect a block at a time.
+    Each block keeps its own expiry (its permits are spent within :data:`HOLD_S`
+    of being taken, or never), and the next blocks (two at most, the limit's
+    room) are fetched while the last is spent, so an API call's latency does
+    not stop the sends."""
+
+    def __init__(self, shape: RateShape, acquire: Callable[[RateShape, int], Awaitable[None]]) -> None:
+        self.shape, self._acquire = shape, acquire
+        self._held: deque[list[float]] = deque()  # [expires at (monotonic), items left] per block, oldest first
+        self.debt = 0.0  # items used past what was taken (usage above the estimate): paid first
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._guard = threading.Lock()
+        self._refills: list[asyncio.Task] = []  # blocks being fetched ahead
+
+    @property
+    def balance(self) -> float:
+        """Items in hand less the debt (expired blocks still counted until the next take)."""
+        return sum(items for _, items in self._held) - self.debt
+
+    def _lock(self) -> asyncio.Lock:
+        loop = id(asyncio.get_running_loop())
+        with self._guard:
+            return self._locks.setdefault(loop, asyncio.Lock())
+
+    def _available(self) -> float:
+        now = time.monotonic()
+        while self._held and self._held[0][0] <= now:
+            self._held.popleft()
+        return sum(items for _, items in self._held) - self.debt
+
+    async def _fetch(self, items: int) -> None:
+        await self._acquire(self.shape, items * self.shape.unit)
+        self._held.append([time.monotonic() + HOLD_S, float(items)])
+
+    def _spend(self, items: float) -> None:
+        owed = items + self.debt
+        self.debt = 0.0
+        while owed > 0 and self._held:
+            used = min(owed, self._held[0][1])
+            self._held[0][1] -= used
+            owed -= used
+            if self._held[0][1] <= 0:
+                self._held.popleft()
+        self.debt = owed
+
+    def _refilling(self) -> list[asyncio.Task]:
+        loop = asyncio.get_running_loop()
+        self._refills = [t for t in self._refills if not t.done() and t.get_loop() is loop]
+        return self._refills
+
+    async def take(self, items: float) -> None:
+        async with self._lock():
+            while self._available() < items:
+                if self._refilling():
+                    await asyncio.wait(self._refills, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                short = math.ceil(items - self._available())
+                await self._fetch(min(self.shape.burst, max(self.shape.block, short)))
+            self._spend(items)
+            # up to two blocks on their way while these are spent: an acquisition may take longer than a
+            # block lasts (two API calls, on a busy Prefect server), and the limit has room for two
+            while (len(self._refilling()) < 2
+                   and self._available() + len(self._refills) * self.shape.block < 2 * self.shape.block):
+                task = asyncio.get_running_loop().create_task(self._fetch(self.shape.block))
+                task.add_done_callback(_quiet)
+                self._refills.append(task)
+
+    def correct(self, items: float) -> None:
+        """A reply's usage against its estimate: a credit (for the newest block) or a debt."""
+        if items < 0:
+            self.debt -= items
+        elif self._held:
+            self._held[-1][1] += items
+        else:
+            self._held.append([time.monotonic() + HOLD_S, items])
+
+    def drop(self) -> None:
+        """The permits in hand are not sent (a 429 said the account is out)."""
+        self._held.clear()
+
+
+def _quiet(task: asyncio.Task) -> None:
+    # a failed prefetch is seen again by the next take, which fetches itself and raises
+    if not task.cancelled():
+        task.exception()
+
+
+class AccountLimit:
+    """The account's limits as one process uses them: the run policy's
+    ``account`` (:class:`judgeflow.run.policy.AccountLimit`) and the judge's
+    :class:`~judgeflow.judge.send_gate.RequestPermits`."""
+
+    def __init__(self, shapes: list[RateShape]) -> None:
+        self.shapes = shapes
+        self._blocks = {shape.name: _Block(shape, self._acquire) for shape in shapes}
+        self._cooling_until = 0.0
+        self.failure: BaseException | None = None
+        self.acquired = 0  # acquisitions from Prefect (each an API call)
+        self._clients: dict[int, object] = {}
+        self.cooled_at: float | None = None  # time.time() the API last took a cool-down of this process's
+
+    async def why_not(self) -> "Refusal | None":
+        from judgeflow.run.gate import Refusal
+
+        if self.failure is not None:
+            return Refusal("account", "the account limit's Prefect API could not be reached")
+        return None
+
+    async def take(self, tokens: int) -> None:
+        for name, block in self._blocks.items():
+            await block.take(1 if name == RPM_NAME else tokens)
+
+    def used(self, estimated: int, tokens: int) -> None:
+        block = self._blocks.get(TPM_NAME)
+        if block is not None:
+            block.correct(estimated - tokens)
+
+    async def refused(self, retry_after_s: float | None) -> None:
+        wait = min(COOL_DOWN_MAX_S, retry_after_s if retry_after_s else COOL_DOWN_DEFAULT_S)
+        for block in self._blocks.values():
+            block.drop()
+        if time.monotonic() + wait <= self._cooling_until:
+            return  # this process set a cool-down as long already
+        self._cooling_until = time.monotonic() + wait
+        shape = self.shapes[0]
+        from prefect.client.schemas.actions import GlobalConcurrencyLimitUpdate
+
+        full = shape.limit_slots + math.ceil(shape.decay_per_s * wait)
+        try:
+            client = await self._client()
+            await client.update_global_concurrency_limit(shape.name, GlobalConcurrencyLimitUpdate(active_slots=full))
+            self.cooled_at = time.time()  # from now every process sees the limit full
+        except Exception as exc:
+            self.failure = exc
+            raise TransientJudgeError(str(_unreachable(exc))) from None
+
+    async def _client(self):
+        """This event loop's Prefect client, opened once: each acquisition is then one or two requests."""
+        from prefect.client.orchestration import get_client
+
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(id(loop))
+        if client is None:
+            client = get_client()
+            await client.__aenter__()  # lives as long as the loop: the process's judge loop
+            self._clients[id(loop)] = client
+        return client
+
+    async def _acquire(self, shape: RateShape, slots: int) -> None:
+        """``slots`` of ``shape``'s limit, waiting for them: the limit is read
+        (which changes nothing) to know how long, as every refused
+        acquisition restarts Prefect's decay of the limit."""
+        try:
+            client = await self._client()
+            while True:
+                limit = await client.read_global_concurrency_limit_by_name(shape.name)
+                short = limit.active_slots + slots - limit.limit
+                if short > 0:
+                    await asyncio.sleep(short / shape.decay_per_s + random.uniform(0, 0.05))
+                    continue
+                if await _increment(client, shape.name, slots):
+                    self.acquired += 1
+                    return
+        except Exception as exc:
+            self.failure = exc
+            raise TransientJudgeError(str(_unreachable(exc))) from None
+
+
+async def _increment(client, name: str, slots: int) -> bool:
+    """One acquisition: False when the limit had no room (another process took it first)."""
+    from httpx import HTTPStatusError
+
+    try:
+        await client.increment_concurrency_slots(names=[name], slots=slots, mode="rate_limit")
+        return True
+    except HTTPStatusError as exc:
+        if exc.response.status_code == 423:
+            return False
+        raise
+
+
+_LIMITS: dict[tuple, AccountLimit] = {}
+_LIMITS_LOCK = threading.Lock()
+
+
+def account_limit(settings: "Settings") -> AccountLimit | None:
+    """This process's account limit for ``settings`` (None: neither RPM nor
+    TPM set), created in Prefect on first use; one per process and shape, so
+    every run of the process spends the same blocks."""
+    shapes = account_shapes(settings)
+    if not shapes:
+        return None
+    key = tuple(shapes)
+    with _LIMITS_LOCK:
+        if key in _LIMITS:
+            return _LIMITS[key]
+    ensure_account_limits(settings)
+    with _LIMITS_LOCK:
+        return _LIMITS.setdefault(key, AccountLimit(shapes))
+
+
+def account_status(settings: "Settings") -> list[dict]:
+    """The account's limits as Prefect holds them now, for ``judgeflow status``
+    (reads only: a limit not created yet says so). Raises
+    :class:`PrefectServerError` when the API cannot be reached."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    rows = []
+    try:
+        with get_client(sync_client=True) as client:
+            for shape in account_shapes(settings):
+                row = {"name": shape.name, "per_minute": shape.per_minute, "slots_per_item": shape.unit,
+                       "steady_per_minute": round(shape.items_per_minute, 1), "created": False}
+                try:
+                    limit = client.read_global_concurrency_limit_by_name(shape.name)
+                except ObjectNotFound:
+                    rows.append(row)
+                    continue
+                row.update(created=True, limit=limit.limit, slot_decay_per_second=limit.slot_decay_per_second,
+                           active_slots=limit.active_slots, active=limit.active)
+                rows.append(row)
+    except Exception as exc:
+        raise _unreachable(exc) from None
+    return rows
