@@ -1,6 +1,7 @@
 """`judgeflow status`'s lines besides its table (judgeflow/status/notes.py) say what the database holds, and
-guess no cause; the account limit as Prefect holds it; the Phoenix write-back's counts as judgeflow/phoenix/outbox.py's `unwritten_counts` gives them
-(tests/phoenix/test_outbox.py makes them over real PostgreSQL)."""
+guess no cause: the account limit as Prefect holds it, and the Phoenix write-back's counts as
+judgeflow/phoenix/outbox.py's `unwritten_counts` gives them (tests/phoenix/test_outbox.py makes them over
+real PostgreSQL)."""
 
 from __future__ import annotations
 
