@@ -31,7 +31,8 @@ BATCH_HELP = (
 CANCEL_BATCHES_HELP = "with --batch: a stop (Ctrl-C) or the end of the time budget cancels the batches still out"
 SHARDS_HELP = (
     "the night as N child flow runs claiming from the same backlog, on the work pool that serves "
-    "score-shard/shards, else as N processes here; alerts, trend and the summary once (docs/running.md)"
+    "the shard deployment, else as N processes here; alerts, trend and the summary once "
+    "(docs/running.md)"
 )
 BUDGET_HELP = (
     "stop claiming once spent + in-flight judge cost reaches this many USD; the rest stays pending "
