@@ -38,7 +38,6 @@ two are never joined in one statement.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Callable, Sequence
 
 from sqlalchemy import Engine
