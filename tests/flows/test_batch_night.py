@@ -412,6 +412,20 @@ def _stop_cases():
             yield pytest.param(sig, stop, marks=marks, id=f"{sig.name}-{stop[0]}-round{stop[1]}")
 
 
+def _priced_to_read_in_a_summary(judge_server, monkeypatch) -> None:
+    """Prices at which a night of a few traces costs cents: a summary's four decimals tell its lines apart
+    (the server bills batch lines at half of these)."""
+    judge_server.prices_per_mtok = (200.0, 800.0)
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "200")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "800")
+
+
+def _summary_cost(printed: str) -> float:
+    """The ``cost (USD)`` of the summary a ``judgeflow score`` printed."""
+    (cost,) = [line.split("|")[2].strip() for line in printed.splitlines() if line.startswith("| cost (USD) |")]
+    return float(cost)
+
+
 def _collected_in_round(db, round_no: int) -> int:
     with db.connect() as conn:
         return conn.execute(text(
@@ -425,9 +439,7 @@ def test_a_night_stopped_anywhere_sends_no_line_twice_and_stores_what_the_provid
     from judgeflow.db import migrate
 
     where, k = stop
-    judge_server.prices_per_mtok = (2.0, 8.0)
-    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "2")
-    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "8")
+    _priced_to_read_in_a_summary(judge_server, monkeypatch)
     rows, expected = zip(*(scripted_trace(i) for i in range(6)))
     insert_traces(db, rows)
     migrate.upgrade(db)
@@ -448,9 +460,12 @@ def test_a_night_stopped_anywhere_sends_no_line_twice_and_stores_what_the_provid
                 judge_server.batch_api.wait_for(_newest_on_record(db)["batch_id"], ("completed",))
     finally:
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err[-3000:]
     assert judge_server.batches_created == k
+    if sig == signal.SIGINT:  # what it left out, and what it cost
+        assert "**Stopped (Ctrl-C).**" in out and "| left for the next run (stopped) |" in out
+        assert ("judge batch(es) still out" in out) == (where != "collected"), out
     judge_server.release_batches()
 
     summary = score_new_traces(batch=True, evaluate_alerts=False)
@@ -465,3 +480,138 @@ def test_a_night_stopped_anywhere_sends_no_line_twice_and_stores_what_the_provid
     # every line the provider billed is on a stored result, once
     assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
     assert judge_server.billed_batch_usd > 0
+    if sig == signal.SIGINT:  # each run's summary counts what it billed: together, the provider's bill
+        assert _summary_cost(out) + summary.cost_usd == pytest.approx(judge_server.billed_batch_usd, abs=2e-4)
+
+
+def _online_answers(db) -> int:
+    with db.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM judgeflow.judge_online_answers")).scalar_one()
+
+
+def _fail_once_in_a_batch(judge_server, step: str, output_marker: str):
+    """The responder failing the first request of ``step`` for the trace whose output holds
+    ``output_marker`` with the provider's 500 (the batch line), answering every later one (the
+    online retry): the list of the requests it saw for it."""
+    from tests.support.judge_server import error_reply, rule_responder
+
+    seen: list = []
+    lock = threading.Lock()
+
+    def respond(req):
+        if req.step == step and req.data and output_marker in str(req.data.get("output")):
+            with lock:
+                seen.append(req)
+                if len(seen) == 1:
+                    return error_reply(500, "the model is overloaded")
+        return rule_responder(req)
+
+    judge_server.responder = respond
+    return seen
+
+
+def test_a_run_killed_after_an_online_retry_was_answered_does_not_ask_it_again(
+        prefect_server, batch_env, db, judge_server, monkeypatch):
+    from judgeflow.db import migrate
+
+    judge_server.prices_per_mtok = (2.0, 8.0)  # batch lines at half of these, the online retry at these
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "2")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "8")
+    # one trace: its opinions and hallucination in round 1, its verdicts in round 2, its reason in round 3
+    rows, expected = zip(scripted_trace(0))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    opinions = _fail_once_in_a_batch(judge_server, "Opinions", rows[0]["output"][:30])
+    judge_server.batch_api.hold_from(2)  # the pair cannot be stored: its verdicts are held
+    proc = _score_process(prefect_server, "--batch")
+    try:  # killed once the online retry's answer is on record, the pair not stored
+        wait_for("the online retry answered and on record", lambda: len(opinions) == 2 and _online_answers(db) == 1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert ("tr-0000", "toxicity") not in results(db)  # (its hallucination, of one step, is)
+    judge_server.release_batches()
+
+    summary = score_new_traces(batch=True, evaluate_alerts=False)
+
+    assert summary.scored == 1 and summary.failed == 0
+    stored = _assert_scripted_scores(db, rows, expected)
+    # the opinions asked twice in all: the batch line the provider failed, then once online; never again
+    assert len(opinions) == 2
+    sent = judge_server.batch_api.custom_ids_received()
+    assert set(sent.values()) == {1} and len(judge_server.requests) == sum(sent.values()) + 1 == 2 + 1 + 1 + 1
+    # every request billed is on a stored result once: the batch lines at the batch rate, the retry online
+    assert judge_server.billed_usd > judge_server.billed_batch_usd > 0
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_usd, rel=1e-3)
+
+
+@pytest.mark.parametrize("k", [pytest.param(1, marks=pytest.mark.slow), 2])
+def test_a_batch_cancelled_part_way_has_the_lines_it_answered_collected_not_sent_again(
+        prefect_server, batch_env, db, judge_server, monkeypatch, k):
+    from judgeflow.db import migrate
+
+    _priced_to_read_in_a_summary(judge_server, monkeypatch)
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    judge_server.batch_api.hold_from(k)
+    judge_server.batch_api.answer_held(2)  # round k's batch answers two of its lines, then waits
+    proc = _score_process(prefect_server, "--batch", "--cancel-batches")
+    try:
+        wait_for(f"two lines of round {k} answered", lambda: judge_server.batches_created == k and len(
+            batches_on_record(db)) == k and judge_server.batch_api.stats()["batch_statuses"].get("in_progress") == 1
+            and _newest_at_the_server(judge_server)["request_counts"]["completed"] == 2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    cancelled = judge_server.batch_api.wait_for(_newest_at_the_server(judge_server)["id"])
+    assert cancelled["status"] == "cancelled" and cancelled["request_counts"]["completed"] == 2
+    assert "judge batch(es) still out" in out and "cancelled" in out
+    judge_server.release_batches()
+
+    summary = score_new_traces(batch=True, evaluate_alerts=False)
+
+    assert summary.failed == 0
+    stored = _assert_scripted_scores(db, rows, expected)
+    assert all(r["status"] == "scored" for r in stored.values()) and len(stored) == 12
+    # the two lines the cancelled batch answered were read from its output; only its others went again
+    sent = judge_server.batch_api.custom_ids_received()
+    twice = {cid: n for cid, n in sent.items() if n > 1}
+    assert len(twice) == NIGHT_LINES[k - 1] - 2, twice
+    assert sum(sent.values()) == sum(NIGHT_LINES) + NIGHT_LINES[k - 1] - 2
+    assert len(judge_server.requests) == sum(NIGHT_LINES)  # answered (billed) once each
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    assert _summary_cost(out) + summary.cost_usd == pytest.approx(judge_server.billed_batch_usd, abs=2e-4)
+
+
+def _newest_at_the_server(judge_server) -> dict:
+    return dict(max(judge_server.batch_api.batches.values(), key=lambda b: b["_ordinal"]))
+
+
+@pytest.mark.slow
+def test_the_time_budget_ending_while_a_later_round_is_out_sends_no_line_twice(run, db, judge_server, monkeypatch):
+    _priced_to_read_in_a_summary(judge_server, monkeypatch)
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    judge_server.batch_api.hold_from(2)
+    # long enough for a busy machine to send round 1, collect it and send round 2, which is then held
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "25s")
+
+    first = run(batch=True)
+
+    # the hallucinations and a toxicity without opinions stored; the 5 asking verdicts left in round 2
+    assert first.scored == 7 and first.deferred == NIGHT_LINES[1]
+    assert judge_server.batches_created >= 2 and _collected_in_round(db, 1) == NIGHT_LINES[0]
+    assert any("judge batch(es) still out" in note for note in first.notes)
+    judge_server.release_batches()
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "6h")
+
+    second = run(batch=True)
+
+    assert second.scored == 5 and second.failed == 0
+    stored = _assert_scripted_scores(db, rows, expected)
+    sent = judge_server.batch_api.custom_ids_received()
+    assert set(sent.values()) == {1} and sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    assert first.cost_usd + second.cost_usd == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
