@@ -140,7 +140,8 @@ def record_online_answer(settings: Settings, line: BatchLine, reply: JudgeReply)
                           "WHERE answered_at <= now() - make_interval(secs => :window_s)"),
                      {"window_s": settings.judge_batch_window_s})
         conn.execute(text(
-            f"INSERT INTO {SCHEMA}.judge_online_answers (custom_id, trace_id, metric, step, {', '.join(_REPLY_FIELDS)}) "
+            f"INSERT INTO {SCHEMA}.judge_online_answers "
+            f"(custom_id, trace_id, metric, step, {', '.join(_REPLY_FIELDS)}) "
             f"VALUES (:custom_id, :trace_id, :metric, :step, {', '.join(':' + f for f in _REPLY_FIELDS)}) "
             "ON CONFLICT (custom_id) DO UPDATE SET "
             + ", ".join(f"{f} = EXCLUDED.{f}" for f in ("trace_id", "metric", "step", *_REPLY_FIELDS))
