@@ -283,7 +283,7 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     elif run.ranged and summary.scored:
         reweigh_sampled_nights(run.settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:
-        summary.notes.append(deferred_note(run.settings, summary.deferred))
+        summary.notes.append(deferred_note(run.settings, summary.deferred, summary.stopped))
     if budget is not None:
         summary.budget_usd = budget.limit_usd
         summary.budget_spent_usd = round(budget.spent_usd, 6)
