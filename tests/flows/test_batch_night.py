@@ -428,6 +428,18 @@ def _summary_cost(printed: str) -> float:
     return float(cost)
 
 
+def _resumed(db, judge_server, rows, expected) -> tuple:
+    """The night resumed by the next run once the server answers again, every pair scored: its summary,
+    the results, how often each ``custom_id`` came in and those that came in more than once."""
+    judge_server.release_batches()
+    summary = score_new_traces(batch=True, evaluate_alerts=False)
+    assert summary.failed == 0
+    stored = _assert_scripted_scores(db, rows, expected)
+    assert all(r["status"] == "scored" for r in stored.values()) and len(stored) == 2 * len(rows)
+    sent = judge_server.batch_api.custom_ids_received()
+    return summary, stored, sent, {cid: n for cid, n in sent.items() if n > 1}
+
+
 def _collected_in_round(db, round_no: int) -> int:
     with db.connect() as conn:
         return conn.execute(text(
@@ -469,15 +481,9 @@ def test_a_night_stopped_anywhere_sends_no_line_twice_and_stores_what_the_provid
         assert "**Stopped (Ctrl-C).**" in out and "| left for the next run (stopped) |" in out
         assert "when the run was stopped" in out
         assert ("judge batch(es) still out" in out) == (where != "collected"), out
-    judge_server.release_batches()
 
-    summary = score_new_traces(batch=True, evaluate_alerts=False)
+    summary, stored, sent, twice = _resumed(db, judge_server, rows, expected)
 
-    assert summary.failed == 0
-    stored = _assert_scripted_scores(db, rows, expected)
-    assert all(r["status"] == "scored" for r in stored.values()) and len(stored) == 12
-    sent = judge_server.batch_api.custom_ids_received()
-    twice = {cid: n for cid, n in sent.items() if n > 1}
     assert not twice, f"{len(twice)} line(s) sent again: {twice}"
     assert sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
     # every line the provider billed is on a stored result, once
@@ -578,16 +584,10 @@ def test_a_batch_cancelled_part_way_has_the_lines_it_answered_collected_not_sent
     # what it left out and what it cost: the batch, its lines, the pairs given back, the cost of what it billed
     assert "judge batch(es) still out" in out and "cancelled" in out
     assert "| left for the next run (stopped) |" in out and "when the run was stopped" in out
-    judge_server.release_batches()
 
-    summary = score_new_traces(batch=True, evaluate_alerts=False)
+    summary, stored, sent, twice = _resumed(db, judge_server, rows, expected)
 
-    assert summary.failed == 0
-    stored = _assert_scripted_scores(db, rows, expected)
-    assert all(r["status"] == "scored" for r in stored.values()) and len(stored) == 12
     # the two lines the cancelled batch answered were read from its output; only its others went again
-    sent = judge_server.batch_api.custom_ids_received()
-    twice = {cid: n for cid, n in sent.items() if n > 1}
     assert len(twice) == NIGHT_LINES[k - 1] - 2, twice
     assert sum(sent.values()) == sum(NIGHT_LINES) + NIGHT_LINES[k - 1] - 2
     assert len(judge_server.requests) == sum(NIGHT_LINES)  # answered (billed) once each
