@@ -47,7 +47,7 @@ from judgeflow.tasks.claims import (
     plan_source_reads,
 )
 from judgeflow.flows.fan_out import check_shards, score_in_shards
-from judgeflow.tasks.batches import batches_left_out, start_batch_judge
+from judgeflow.tasks.batches import batches_left_out, paid_before, start_batch_judge
 from judgeflow.tasks.database import ensure_schema
 from judgeflow.tasks.epochs import record_judge_epochs
 from judgeflow.tasks.phoenix_write_back import write_scores_to_phoenix
@@ -238,7 +238,9 @@ def score_traces(
     if batched is not None:
         batched.close()
     reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
-    notes = [*_end_notes(run, ended), *batches_left_out(batched)]
+    prepaid, prepaid_notes = paid_before(batched)
+    totals.less_paid_before(prepaid)  # this run's cost is what it billed; the rows carry what they cost
+    notes = [*_end_notes(run, ended), *batches_left_out(batched), *prepaid_notes]
     return _finish(run, _summary(run, totals, left, notes), ended, policy.budget, progress)
 
 
@@ -281,7 +283,7 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     elif run.ranged and summary.scored:
         reweigh_sampled_nights(run.settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:
-        summary.notes.append(deferred_note(run.settings, summary.deferred))
+        summary.notes.append(deferred_note(run.settings, summary.deferred, summary.stopped))
     if budget is not None:
         summary.budget_usd = budget.limit_usd
         summary.budget_spent_usd = round(budget.spent_usd, 6)

@@ -22,6 +22,7 @@ from prefect.cache_policies import NO_CACHE
 
 from judgeflow.config.settings import Settings
 from judgeflow.db import judge_batches
+from judgeflow.judge.base import JudgeReply
 from judgeflow.judge.batch_lines import BatchLine, LineOnRecord
 from judgeflow.judge.batches import SUBMITTED, BatchJudge, Waiting
 from judgeflow.judge.factory import batch_api, judge_config
@@ -49,6 +50,9 @@ class RunBatchLedger:
 
     def collected(self, batch_id: str, custom_ids: list[str]) -> None:
         judge_batches.mark_collected(self.settings, batch_id, custom_ids)
+
+    def answered_online(self, line: BatchLine, reply: JudgeReply) -> None:
+        judge_batches.record_online_answer(self.settings, line, reply)
 
     def update(self, status: Any) -> None:
         judge_batches.update_batch(self.settings, status.id, status.status, status.completed, status.failed)
@@ -90,6 +94,19 @@ def start_batch_judge(settings: Settings, policy: RunPolicy, owner: str, flow_ru
     provider = config.model.split("/", 1)[0] if "/" in config.model else "openai"  # litellm's default provider
     return BatchJudge(api, RunBatchLedger(settings, owner, flow_run_id, provider), model=config.model,
                       waiting=batch_waiting(settings, policy, cancel_on_stop=cancel_on_stop), retry=config.retry)
+
+
+def paid_before(judge: Any) -> tuple[dict, list[str]]:
+    """What answers an earlier run paid for cost, read again by this run's judge (metric -> usage: left
+    out of this run's summary, judgeflow/judge/batches.py), and its note; nothing for another judge."""
+    prepaid = judge.prepaid if isinstance(judge, BatchJudge) else {}
+    if not prepaid:
+        return {}, []
+    calls = sum(usage.calls for usage in prepaid.values())
+    costs = [usage.cost_usd for usage in prepaid.values() if usage.cost_usd is not None]
+    cost = f" (${sum(costs):.4f})" if costs else ""
+    return prepaid, [f"{calls} judge answer(s) an earlier run paid for{cost} were read again from the record, "
+                     "not sent: on the results stored, not in this run's cost"]
 
 
 def batches_left_out(judge: Any) -> list[str]:

@@ -23,6 +23,7 @@ from judgeflow.run.progress import RunReporter
 from judgeflow.model import ScoreOutcome
 
 if TYPE_CHECKING:
+    from judgeflow.judge.base import Usage
     from judgeflow.judge.pricing import Prices
 
 log = logging.getLogger("judgeflow.reporting")
@@ -219,6 +220,22 @@ class SummaryBuilder:
                 self._failures.append(
                     {"trace_id": o.trace_id, "metric": o.metric, "kind": o.error_kind, "error": (o.error or "")[:200]}
                 )
+
+    def less_paid_before(self, prepaid: "dict[str, Usage]") -> None:
+        """Leave out what earlier runs paid for (metric -> its usage): answers they collected that
+        this run read again from the record for the pairs it stored (judgeflow/judge/batches.py).
+        The rows carry that cost; the summary says what this run billed."""
+        for metric, usage in prepaid.items():
+            self._judge_calls -= usage.calls
+            self._prompt_tokens -= usage.prompt_tokens
+            self._completion_tokens -= usage.completion_tokens
+            self._cached_tokens -= usage.cached_tokens
+            tokens = self._metric_tokens.setdefault(metric, [0, 0, 0])
+            tokens[0] -= usage.prompt_tokens
+            tokens[1] -= usage.completion_tokens
+            tokens[2] -= usage.cached_tokens
+            if usage.cost_usd is not None:
+                self._cost = max(0.0, (self._cost or 0.0) - usage.cost_usd)
 
     def cost_at(self, prices: "Prices") -> float:
         """USD the tokens counted so far cost at ``prices`` (each metric at its own), cached ones at its cached

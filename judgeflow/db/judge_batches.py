@@ -13,11 +13,18 @@ pair is **collected**: it no longer holds anything (a later run asking the same
 request, a re-score, asks it anew). A pair whose uncollected line is in a live batch
 is left to a batch run (:func:`held_by_batch_sql`, in the claims' definition of
 pending); a dead batch frees its pairs.
+
+A line the provider failed that the run asked again online has no output file to be
+read from again: its answer is recorded (``judgeflow.judge_online_answers``, migration
+21_online_answers.py, :func:`record_online_answer`) as soon as it came, under the failed
+line's ``custom_id``, and a later run asking that line gets it from there
+(``LineOnRecord.answered_online``) while its pair stored no result since, within the
+window, as a batch's answer is read again.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from sqlalchemy import text
@@ -25,6 +32,7 @@ from sqlalchemy import text
 from judgeflow.config.settings import Settings
 from judgeflow.db.engine import engine_for
 from judgeflow.db.schema import SCHEMA
+from judgeflow.judge.base import JudgeReply
 from judgeflow.judge.batch_lines import DEAD, ENDED, BatchLine, LineOnRecord
 
 
@@ -75,6 +83,13 @@ _ANSWERED = ("l.collected_at IS NOT NULL AND b.status <> 'lost' "
              "AND r.scored_at >= l.collected_at)")
 
 
+# answered online within the window, and its pair stored no result since
+_ONLINE_KEPT = ("a.answered_at > now() - make_interval(secs => :window_s) AND NOT EXISTS ("
+                f"SELECT 1 FROM {SCHEMA}.eval_results r WHERE r.trace_id = a.trace_id AND r.metric = a.metric "
+                "AND r.scored_at >= a.answered_at)")
+_REPLY_FIELDS = ("content", "model", "prompt_tokens", "completion_tokens", "cached_tokens", "cost_usd", "calls")
+
+
 def record_batch(settings: Settings, batch: BatchRecord, lines: list[BatchLine]) -> None:
     """The batch and its lines, in one transaction: on record before anyone waits on it."""
     with engine_for(settings).begin() as conn:
@@ -105,8 +120,33 @@ def lines_on_record(settings: Settings, custom_ids: list[str]) -> dict[str, Line
             f"FROM {SCHEMA}.judge_batch_lines l JOIN {SCHEMA}.judge_batches b ON b.batch_id = l.batch_id "
             "WHERE l.custom_id = ANY(CAST(:ids AS text[])) GROUP BY l.custom_id"
         ), {"ids": list(custom_ids), **live_params(settings)}).all()
-    return {cid: LineOnRecord(live, int(dead), dead_status, answered)
-            for cid, live, answered, dead, dead_status in rows}
+        online = conn.execute(text(
+            f"SELECT a.custom_id, {', '.join('a.' + f for f in _REPLY_FIELDS)} "
+            f"FROM {SCHEMA}.judge_online_answers a WHERE a.custom_id = ANY(CAST(:ids AS text[])) AND {_ONLINE_KEPT}"
+        ), {"ids": list(custom_ids), "window_s": settings.judge_batch_window_s}).all()
+    found = {cid: LineOnRecord(live, int(dead), dead_status, answered)
+             for cid, live, answered, dead, dead_status in rows}
+    for cid, *reply in online:
+        found[cid] = replace(found.get(cid, LineOnRecord(None, 0)),
+                             answered_online=JudgeReply(**dict(zip(_REPLY_FIELDS, reply))))
+    return found
+
+
+def record_online_answer(settings: Settings, line: BatchLine, reply: JudgeReply) -> None:
+    """``reply``, the online answer to ``line`` (a batch line the provider failed), on record (the module
+    doc); the answers older than the window, which nobody reads any more, go."""
+    with engine_for(settings).begin() as conn:
+        conn.execute(text(f"DELETE FROM {SCHEMA}.judge_online_answers "
+                          "WHERE answered_at <= now() - make_interval(secs => :window_s)"),
+                     {"window_s": settings.judge_batch_window_s})
+        conn.execute(text(
+            f"INSERT INTO {SCHEMA}.judge_online_answers "
+            f"(custom_id, trace_id, metric, step, {', '.join(_REPLY_FIELDS)}) "
+            f"VALUES (:custom_id, :trace_id, :metric, :step, {', '.join(':' + f for f in _REPLY_FIELDS)}) "
+            "ON CONFLICT (custom_id) DO UPDATE SET "
+            + ", ".join(f"{f} = EXCLUDED.{f}" for f in ("trace_id", "metric", "step", *_REPLY_FIELDS))
+            + ", answered_at = now()"
+        ), {**line.__dict__, **{f: getattr(reply, f) for f in _REPLY_FIELDS}})
 
 
 def mark_collected(settings: Settings, batch_id: str, custom_ids: list[str]) -> None:

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from judgeflow.judge.base import JudgeReply
+
 ID_PREFIX = "jf-"
 # the provider will not answer the rest of such a batch ("lost": it does not know the batch at all)
 DEAD = ("expired", "cancelled", "failed", LOST := "lost")
@@ -47,10 +49,13 @@ class BatchLine:
 class LineOnRecord:
     """What the record says of one ``custom_id``: the live batch that carries
     it (None: none), how many dead batches carried it, the last one's status,
-    and the completed batch whose output holds its answer, collected by a run
-    that did not store its pair (None: none; judgeflow/db/judge_batches.py)."""
+    the completed batch whose output holds its answer, collected by a run
+    that did not store its pair (None: none; judgeflow/db/judge_batches.py),
+    and the answer it got online after the provider failed it, its pair not
+    stored since (None: none)."""
 
     live_batch: str | None
     dead_batches: int
     dead_status: str | None = None
     answered_in: str | None = None
+    answered_online: JudgeReply | None = None

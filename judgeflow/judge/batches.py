@@ -22,7 +22,15 @@ same calls made online.
   steps from the first, and each step it had paid for is answered from the
   record. Its cost goes with it (the run that collected it stored nothing);
   asked again in the run that already handed it to the pair, it costs
-  nothing more, as that pair's spend holds it already.
+  nothing more, as that pair's spend holds it already. A line the provider
+  failed and this judge asked again online has no output file: its online
+  answer is recorded as it comes (the ledger's ``answered_online``), and
+  read from there in the same way.
+* **What a run paid.** An answer an earlier run collected (or got online)
+  and this one reads again from the record is on the row of the pair it
+  stores (the earlier run stored nothing), but the earlier run billed it:
+  :attr:`BatchJudge.prepaid` adds it up per metric, and the run's summary
+  leaves it out of its own cost (``tasks/batches.py``).
 * **A line that failed** is its attempt failing. A line the provider
   answered with an error is retried online (``Waiting.line_retry_online``,
   ``JUDGEFLOW_JUDGE_BATCH_LINE_RETRY``): the call's next attempts go to the
@@ -56,7 +64,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Protocol
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
-from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest
+from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, Usage
 from judgeflow.judge.batch_lines import DEAD, ENDED, LOST, BatchLine, LineOnRecord, custom_id
 from judgeflow.judge.retry import AttemptFailed, CallRetry, Pace, send_with_retries
 from judgeflow.judge.send_gate import ANY_CALL, Call
@@ -105,6 +113,9 @@ class BatchLedger(Protocol):
     def collected(self, batch_id: str, custom_ids: list[str]) -> None:
         """The lines whose answers were handed to their pairs: the batch holds them no more."""
 
+    def answered_online(self, line: BatchLine, reply: JudgeReply) -> None:
+        """``reply``: the online answer to ``line``, a line the provider failed."""
+
     def show(self, rows: list[dict[str, Any]]) -> None:
         """The run's table of batches (the Prefect UI)."""
 
@@ -146,6 +157,7 @@ class _Line:
     model: str
     futures: list[asyncio.Future] = field(default_factory=list)
     resent: bool = False  # sent again once after its batch died
+    prepaid: bool = False  # read again from a batch an earlier run collected (its cost is that run's)
 
     def settle(self, outcome: JudgeReply | AttemptFailed) -> None:
         for future in self.futures:
@@ -163,6 +175,7 @@ class LineFailed(AttemptFailed):
 @dataclass
 class _CallState:
     online: bool = False  # a line of the call failed in a batch: its next attempts go online
+    failed: _Line | None = None  # that line: its online answer is recorded under its custom_id
 
 
 class BatchJudge(JudgeBase):
@@ -184,6 +197,8 @@ class BatchJudge(JudgeBase):
         self.left_lines: dict[str, int] = {}  # batch id -> the lines this run left waiting there
         self._polls: dict[str, tuple[float, float]] = {}  # batch id -> (created, epoch s; next poll, monotonic)
         self._handed: set[str] = set()  # custom ids whose answers this judge handed to their pairs
+        # metric -> what the answers an earlier run paid for, read again here, cost (the module doc)
+        self.prepaid: dict[str, Usage] = {}
 
     @property
     def model(self) -> str:
@@ -220,7 +235,10 @@ class BatchJudge(JudgeBase):
     async def _attempt(self, request: JudgeRequest, call: Call, model: str, attempt: int, state: _CallState
                        ) -> JudgeReply | AttemptFailed:
         if state.online:  # the online adapter asks the call's gate itself, once it holds a slot
-            return await self.api.online_attempt(request, call)
+            reply = await self.api.online_attempt(request, call)
+            if isinstance(reply, JudgeReply) and state.failed is not None:
+                await self._record_online(state.failed, reply)
+            return reply
         if not await call.may_send():
             return AttemptFailed(CallWithheld(f"judge {model}: not sent, the pair may not go on"))
         pair = getattr(call.gate, "pair", None)
@@ -230,7 +248,18 @@ class BatchJudge(JudgeBase):
         self._join_round(line)
         outcome = await future
         state.online = isinstance(outcome, LineFailed) and self.waiting.line_retry_online
+        state.failed = line if state.online else None
         return outcome
+
+    async def _record_online(self, line: _Line, reply: JudgeReply) -> None:
+        """The online answer to ``line`` on record before its pair gets it: a run stopped before the
+        pair is stored reads it from there instead of asking again."""
+        self._handed.add(line.custom_id)
+        try:
+            await asyncio.to_thread(self.ledger.answered_online, BatchLine(
+                line.custom_id, *(line.pair or ("", "")), line.request.step), reply)
+        except Exception as error:  # noqa: BLE001 - the pair still gets it; only a later run would ask again
+            log.warning("the online answer to line %s could not be recorded (%s)", line.custom_id, error)
 
     # ---- rounds -------------------------------------------------------------
 
@@ -276,9 +305,12 @@ class BatchJudge(JudgeBase):
         fresh: list[_Line] = []
         for line_id, line in lines.items():
             record = on_record.get(line_id)
-            if record is not None and record.live_batch is not None:
+            if record is not None and record.answered_online is not None:
+                line.settle(self._hand(line, record.answered_online, prepaid=True))
+            elif record is not None and record.live_batch is not None:
                 self._wait_on(record.live_batch, line.model, line)
             elif record is not None and record.answered_in is not None:
+                line.prepaid = True
                 self._wait_on(record.answered_in, line.model, line, at_once=True)
             elif record is not None and record.dead_batches >= 2:
                 line.settle(AttemptFailed(_died_twice(record.dead_status)))
@@ -396,7 +428,7 @@ class BatchJudge(JudgeBase):
         for line_id, line in lines.items():
             answer = results.get(line_id)
             if isinstance(answer, JudgeReply):
-                line.settle(self._hand(line_id, answer))
+                line.settle(self._hand(line, answer, line.prepaid))
             elif state.status in DEAD and not line.resent:
                 line.resent = True
                 self._join_round(line)
@@ -406,13 +438,17 @@ class BatchJudge(JudgeBase):
                 line.settle(LineFailed(answer or TransientJudgeError(
                     f"batch {state.id} ended {state.status} without an answer for the line")))
 
-    def _hand(self, line_id: str, answer: JudgeReply) -> JudgeReply:
+    def _hand(self, line: _Line, answer: JudgeReply, prepaid: bool = False) -> JudgeReply:
         """``answer`` as its pair gets it: a second time in this run (the pair ran again), without its
-        usage, which the pair's spend holds already from the first."""
-        if line_id not in self._handed:
-            self._handed.add(line_id)
-            return answer
-        return replace(answer, prompt_tokens=0, completion_tokens=0, cached_tokens=0, cost_usd=0.0)
+        usage, which the pair's spend holds already from the first; ``prepaid``: an earlier run paid
+        for it (:attr:`prepaid`)."""
+        if line.custom_id in self._handed:
+            return replace(answer, prompt_tokens=0, completion_tokens=0, cached_tokens=0, cost_usd=0.0)
+        self._handed.add(line.custom_id)
+        if prepaid:
+            metric = line.pair[1] if line.pair else ""
+            self.prepaid.setdefault(metric, Usage()).add(answer)
+        return answer
 
     async def _leave(self, batch_id: str, model: str, why: str) -> None:
         """Stop waiting on ``batch_id``: its lines' pairs are deferred, the batch stays out (or is cancelled)."""

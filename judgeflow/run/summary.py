@@ -32,8 +32,12 @@ def unusable_notes(settings: "Settings", unusable: Any) -> list[str]:
     return describe_unusable(trace_source(settings), unusable)
 
 
-def deferred_note(settings: "Settings", deferred: int) -> str:
+def deferred_note(settings: "Settings", deferred: int, stopped: bool = False) -> str:
+    """What the pairs a run left for the next one were doing; ``stopped``: by a stop request (Ctrl-C)."""
     waiting = ", or were left waiting in a judge batch still out" if settings.judge_batch else ""
+    if stopped:
+        return (f"{deferred} claimed pair(s) were not started or not finished when the run was stopped"
+                f"{waiting}, and were given back for the next run")
     return (f"{deferred} claimed pair(s) were not started before the time budget ran out, or not retried once "
             f"the spend budget had no room{waiting}, and were given back for the next run")
 

@@ -54,7 +54,8 @@ def _batch_lines(batches: list[dict]) -> list[str]:
     """The judge's batches still out: each with its age; the next batch run collects them."""
     if not batches:
         return []
-    lines = [f"judge batches out: {len(batches)} (`judgeflow score --batch` collects them; nothing is sent twice)"]
+    lines = [f"judge batches out: {len(batches)} "
+             "(`judgeflow score --batch` collects them: no line they carry is sent again)"]
     for b in batches:
         age = b["age_s"]
         shown = f"{age / 3600:.1f}h" if age >= 3600 else f"{age / 60:.0f}m" if age >= 60 else f"{age:.0f}s"

@@ -109,3 +109,23 @@ def test_a_collected_line_holds_its_pair_no_more_and_is_asked_anew(settings, db)
         conn.execute(sa.text("INSERT INTO judgeflow.eval_results (trace_id, metric, metric_version, status, scored_at) "
                              "VALUES ('tr-0', 'toxicity', 'v1', 'scored', clock_timestamp())"))
     assert judge_batches.lines_on_record(settings, ["jf-a"]) == {"jf-a": judge_batches.LineOnRecord(None, 0, None)}
+
+
+def test_an_online_answer_to_a_failed_line_is_found_until_its_pair_is_stored(settings, db):
+    from judgeflow.judge.base import JudgeReply
+
+    record(settings, "batch-1", [("jf-a", "tr-0", "toxicity")])
+    judge_batches.update_batch(settings, "batch-1", "completed", 0, 1)  # the provider failed the line
+    reply = JudgeReply('{"verdict": "no"}', "judge-test", 120, 8, 0, 0.00031, 0.0, 1)
+    judge_batches.record_online_answer(settings, BatchLine("jf-a", "tr-0", "toxicity", "step"), reply)
+    # a run asking the line again gets the answer it was paid for, not the batch's failure
+    assert judge_batches.lines_on_record(settings, ["jf-a", "jf-b"]) == {
+        "jf-a": judge_batches.LineOnRecord("batch-1", 0, None, None, reply)}
+    # asked online again (a re-score of the same request failed in a batch again): the newer answer
+    newer = JudgeReply('{"verdict": "yes"}', "judge-test", 120, 9, 0, 0.00032, 0.0, 1)
+    judge_batches.record_online_answer(settings, BatchLine("jf-a", "tr-0", "toxicity", "step"), newer)
+    assert judge_batches.lines_on_record(settings, ["jf-a"])["jf-a"].answered_online == newer
+    with db.begin() as conn:
+        conn.execute(sa.text("INSERT INTO judgeflow.eval_results (trace_id, metric, metric_version, status, scored_at) "
+                             "VALUES ('tr-0', 'toxicity', 'v1', 'scored', clock_timestamp())"))
+    assert judge_batches.lines_on_record(settings, ["jf-a"])["jf-a"].answered_online is None

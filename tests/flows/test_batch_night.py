@@ -298,6 +298,9 @@ def _score_process(prefect_url: str, *args: str, env: dict[str, str] | None = No
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+# two `judgeflow score` processes (about a minute on a loaded machine); in the default suite, Ctrl-C with
+# --cancel-batches is the batch cancelled part-way below, and a batch left out is the time budget's above
+@pytest.mark.slow
 def test_ctrl_c_stops_waiting_and_cancels_the_batches_only_when_asked(prefect_server, batch_env, db, judge_server):
     from judgeflow.db import migrate
 
@@ -400,16 +403,41 @@ NIGHT_LINES = (12, 5, 4)
 # next round not sent), or after its batch completed at the provider and before the run collected it
 STOPS = [(where, k) for k in (1, 2, 3) for where in ("inside", "collected", "completed") if (where, k) != (
     "collected", 3)]
-# one case per stop kind in the default suite (each starts a `judgeflow score` process: ~15 s on a quiet
-# machine, up to a minute on a loaded one); the whole matrix with --slow
-FAST = {(signal.SIGKILL, ("inside", 2)), (signal.SIGINT, ("collected", 2))}
+# The whole matrix with --slow (each case starts a `judgeflow score` process: ~15 s on a quiet machine,
+# up to a minute on a loaded one). The default suite stops a night inside round 2 twice, below: with
+# SIGKILL after an online retry, and with Ctrl-C and --cancel-batches on a batch answered part-way.
 
 
 def _stop_cases():
     for sig in (signal.SIGKILL, signal.SIGINT):
         for stop in STOPS:
-            marks = () if (sig, stop) in FAST else (pytest.mark.slow,)
-            yield pytest.param(sig, stop, marks=marks, id=f"{sig.name}-{stop[0]}-round{stop[1]}")
+            yield pytest.param(sig, stop, marks=pytest.mark.slow, id=f"{sig.name}-{stop[0]}-round{stop[1]}")
+
+
+def _priced_to_read_in_a_summary(judge_server, monkeypatch) -> None:
+    """Prices at which a night of a few traces costs cents: a summary's four decimals tell its lines apart
+    (the server bills batch lines at half of these)."""
+    judge_server.prices_per_mtok = (200.0, 800.0)
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "200")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "800")
+
+
+def _summary_cost(printed: str) -> float:
+    """The ``cost (USD)`` of the summary a ``judgeflow score`` printed."""
+    (cost,) = [line.split("|")[2].strip() for line in printed.splitlines() if line.startswith("| cost (USD) |")]
+    return float(cost)
+
+
+def _resumed(db, judge_server, rows, expected) -> tuple:
+    """The night resumed by the next run once the server answers again, every pair scored: its summary,
+    the results, how often each ``custom_id`` came in and those that came in more than once."""
+    judge_server.release_batches()
+    summary = score_new_traces(batch=True, evaluate_alerts=False)
+    assert summary.failed == 0
+    stored = _assert_scripted_scores(db, rows, expected)
+    assert all(r["status"] == "scored" for r in stored.values()) and len(stored) == 2 * len(rows)
+    sent = judge_server.batch_api.custom_ids_received()
+    return summary, stored, sent, {cid: n for cid, n in sent.items() if n > 1}
 
 
 def _collected_in_round(db, round_no: int) -> int:
@@ -425,9 +453,7 @@ def test_a_night_stopped_anywhere_sends_no_line_twice_and_stores_what_the_provid
     from judgeflow.db import migrate
 
     where, k = stop
-    judge_server.prices_per_mtok = (2.0, 8.0)
-    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "2")
-    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "8")
+    _priced_to_read_in_a_summary(judge_server, monkeypatch)
     rows, expected = zip(*(scripted_trace(i) for i in range(6)))
     insert_traces(db, rows)
     migrate.upgrade(db)
@@ -448,20 +474,154 @@ def test_a_night_stopped_anywhere_sends_no_line_twice_and_stores_what_the_provid
                 judge_server.batch_api.wait_for(_newest_on_record(db)["batch_id"], ("completed",))
     finally:
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == (130 if sig == signal.SIGINT else -signal.SIGKILL), err[-3000:]
     assert judge_server.batches_created == k
-    judge_server.release_batches()
+    if sig == signal.SIGINT:  # what it left out, and what it cost
+        assert "**Stopped (Ctrl-C).**" in out and "| left for the next run (stopped) |" in out
+        assert "when the run was stopped" in out
+        assert ("judge batch(es) still out" in out) == (where != "collected"), out
 
-    summary = score_new_traces(batch=True, evaluate_alerts=False)
+    summary, stored, sent, twice = _resumed(db, judge_server, rows, expected)
 
-    assert summary.failed == 0
-    stored = _assert_scripted_scores(db, rows, expected)
-    assert all(r["status"] == "scored" for r in stored.values()) and len(stored) == 12
-    sent = judge_server.batch_api.custom_ids_received()
-    twice = {cid: n for cid, n in sent.items() if n > 1}
     assert not twice, f"{len(twice)} line(s) sent again: {twice}"
     assert sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
     # every line the provider billed is on a stored result, once
     assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
     assert judge_server.billed_batch_usd > 0
+    if sig == signal.SIGINT:  # each run's summary counts what it billed: together, the provider's bill
+        assert _summary_cost(out) + summary.cost_usd == pytest.approx(judge_server.billed_batch_usd, abs=2e-4)
+
+
+def _online_answers(db) -> int:
+    with db.connect() as conn:
+        return conn.execute(text("SELECT count(*) FROM judgeflow.judge_online_answers")).scalar_one()
+
+
+def _fail_once_in_a_batch(judge_server, step: str, output_marker: str):
+    """The responder failing the first request of ``step`` for the trace whose output holds
+    ``output_marker`` with the provider's 500 (the batch line), answering every later one (the
+    online retry): the list of the requests it saw for it."""
+    from tests.support.judge_server import error_reply, rule_responder
+
+    seen: list = []
+    lock = threading.Lock()
+
+    def respond(req):
+        if req.step == step and req.data and output_marker in str(req.data.get("output")):
+            with lock:
+                seen.append(req)
+                if len(seen) == 1:
+                    return error_reply(500, "the model is overloaded")
+        return rule_responder(req)
+
+    judge_server.responder = respond
+    return seen
+
+
+def test_a_run_killed_in_round_2_after_an_online_retry_sends_nothing_answered_again(
+        prefect_server, batch_env, db, judge_server, monkeypatch):
+    """SIGKILL inside round 2, after round 1's answers were collected for pairs not stored and after
+    a line the provider failed was answered online: the next run reads both from the record."""
+    from judgeflow.db import migrate
+
+    judge_server.prices_per_mtok = (2.0, 8.0)  # batch lines at half of these, the online retry at these
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "2")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "8")
+    # two traces asking opinions and hallucination (round 1), verdicts (round 2), a reason (round 3)
+    rows, expected = zip(*(scripted_trace(i) for i in range(2)))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    opinions = _fail_once_in_a_batch(judge_server, "Opinions", rows[0]["output"][:30])
+    judge_server.batch_api.hold_from(2)  # no toxicity pair can be stored: their verdicts are held
+    proc = _score_process(prefect_server, "--batch")
+    try:  # killed once the online retry's answer is on record and round 2 is out
+        wait_for("the online retry answered and on record, round 2 out", lambda: len(opinions) == 2
+                 and _online_answers(db) == 1 and len(batches_on_record(db)) >= 2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+    assert {metric for _, metric in results(db)} == {"hallucination"}  # (of one step: stored in round 1)
+    judge_server.release_batches()
+
+    summary = score_new_traces(batch=True, evaluate_alerts=False)
+
+    assert summary.scored == 2 and summary.failed == 0
+    stored = _assert_scripted_scores(db, rows, expected)
+    # the opinions asked twice in all: the batch line the provider failed, then once online; never again
+    assert len(opinions) == 2
+    sent = judge_server.batch_api.custom_ids_received()
+    twice = {cid: n for cid, n in sent.items() if n > 1}
+    assert not twice, f"{len(twice)} line(s) sent again: {twice}"
+    assert len(judge_server.requests) == sum(sent.values()) + 1 == 4 + 2 + 2 + 1
+    # every request billed is on a stored result once: the batch lines at the batch rate, the retry online
+    assert judge_server.billed_usd > judge_server.billed_batch_usd > 0
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_usd, rel=1e-3)
+
+
+@pytest.mark.parametrize("k", [pytest.param(1, marks=pytest.mark.slow), 2])
+def test_a_batch_cancelled_part_way_has_the_lines_it_answered_collected_not_sent_again(
+        prefect_server, batch_env, db, judge_server, monkeypatch, k):
+    from judgeflow.db import migrate
+
+    _priced_to_read_in_a_summary(judge_server, monkeypatch)
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    judge_server.batch_api.hold_from(k)
+    judge_server.batch_api.answer_held(2)  # round k's batch answers two of its lines, then waits
+    proc = _score_process(prefect_server, "--batch", "--cancel-batches")
+    try:
+        wait_for(f"two lines of round {k} answered", lambda: judge_server.batches_created == k and len(
+            batches_on_record(db)) == k and judge_server.batch_api.stats()["batch_statuses"].get("in_progress") == 1
+            and _newest_at_the_server(judge_server)["request_counts"]["completed"] == 2)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-3000:]
+    cancelled = judge_server.batch_api.wait_for(_newest_at_the_server(judge_server)["id"])
+    assert cancelled["status"] == "cancelled" and cancelled["request_counts"]["completed"] == 2
+    # what it left out and what it cost: the batch, its lines, the pairs given back, the cost of what it billed
+    assert "judge batch(es) still out" in out and "cancelled" in out
+    assert "| left for the next run (stopped) |" in out and "when the run was stopped" in out
+
+    summary, stored, sent, twice = _resumed(db, judge_server, rows, expected)
+
+    # the two lines the cancelled batch answered were read from its output; only its others went again
+    assert len(twice) == NIGHT_LINES[k - 1] - 2, twice
+    assert sum(sent.values()) == sum(NIGHT_LINES) + NIGHT_LINES[k - 1] - 2
+    assert len(judge_server.requests) == sum(NIGHT_LINES)  # answered (billed) once each
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    assert _summary_cost(out) + summary.cost_usd == pytest.approx(judge_server.billed_batch_usd, abs=2e-4)
+
+
+def _newest_at_the_server(judge_server) -> dict:
+    return dict(max(judge_server.batch_api.batches.values(), key=lambda b: b["_ordinal"]))
+
+
+@pytest.mark.slow
+def test_the_time_budget_ending_while_a_later_round_is_out_sends_no_line_twice(run, db, judge_server, monkeypatch):
+    _priced_to_read_in_a_summary(judge_server, monkeypatch)
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    judge_server.batch_api.hold_from(2)
+    # long enough for a busy machine to send round 1, collect it and send round 2, which is then held
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "25s")
+
+    first = run(batch=True)
+
+    # the hallucinations and a toxicity without opinions stored; the 5 asking verdicts left in round 2
+    assert first.scored == 7 and first.deferred == NIGHT_LINES[1]
+    assert judge_server.batches_created >= 2 and _collected_in_round(db, 1) == NIGHT_LINES[0]
+    assert any("judge batch(es) still out" in note for note in first.notes)
+    judge_server.release_batches()
+    monkeypatch.setenv("JUDGEFLOW_MAX_RUN_DURATION", "6h")
+
+    second = run(batch=True)
+
+    assert second.scored == 5 and second.failed == 0
+    stored = _assert_scripted_scores(db, rows, expected)
+    sent = judge_server.batch_api.custom_ids_received()
+    assert set(sent.values()) == {1} and sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    assert first.cost_usd + second.cost_usd == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)

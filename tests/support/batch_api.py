@@ -33,7 +33,8 @@ file. Answered lines are billed at ``batch_discount`` of the server's prices
 
 Test controls: :meth:`hold` keeps every batch in progress (answering nothing)
 until :meth:`release`; :meth:`hold_from` only the n-th batch created and the
-later ones (a night's later rounds); :meth:`hide_from` runs them to the end
+later ones (a night's later rounds); :meth:`answer_held` lets a held batch answer
+its first lines (one part-way through when it is cancelled); :meth:`hide_from` runs them to the end
 but tells a client they are still in progress (a run that has not seen the
 completion yet) until :meth:`release`; :meth:`expire`; the counters
 ``batches_created``, ``files_uploaded``, ``lines_received`` (per batch), also in
@@ -148,6 +149,7 @@ class BatchAPI:
         self._holding = False
         self._hold_from: int | None = None  # hold the batches created as this one (1-based) or later
         self._hide_from: int | None = None  # report them in progress though they ended
+        self._held_answers = 0  # the lines a held batch answers all the same
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, dict] = {}  # id -> the batch object as served
         self._lines: dict[str, list[_Line]] = {}
@@ -180,6 +182,12 @@ class BatchAPI:
         with self._changed:
             self._hold_from = n
 
+    def answer_held(self, n: int) -> None:
+        """A held batch (:meth:`hold`, :meth:`hold_from`) answers its first ``n`` lines all the same, then waits."""
+        with self._changed:
+            self._held_answers = n
+            self._changed.notify_all()
+
     def hide_from(self, n: int) -> None:
         """Run the ``n``-th batch created and the later ones, but report them ``in_progress`` until :meth:`release`."""
         with self._changed:
@@ -189,6 +197,7 @@ class BatchAPI:
         with self._changed:
             self._holding = False
             self._hold_from = self._hide_from = None
+            self._held_answers = 0
             self._changed.notify_all()
 
     def custom_ids_received(self) -> dict[str, int]:
@@ -202,6 +211,10 @@ class BatchAPI:
 
     def _held(self, batch: dict) -> bool:  # holds the lock
         return self._holding or (self._hold_from is not None and batch["_ordinal"] >= self._hold_from)
+
+    def _may_answer(self, batch: dict) -> bool:  # holds the lock
+        return not self._held(batch) or sum(
+            line.result is not None for line in self._lines[batch["id"]]) < self._held_answers
 
     def expire(self, batch_id: str) -> None:
         """End ``batch_id`` as its window running out does: lines not answered
@@ -371,7 +384,7 @@ class BatchAPI:
             if batch["status"] == "cancelling":
                 self._finish(batch, "cancelled", cancelled_at=int(time.time()))
                 continue
-            if batch["status"] == "in_progress" and not self._held(batch) and now >= batch["_due"]:
+            if batch["status"] == "in_progress" and self._may_answer(batch) and now >= batch["_due"]:
                 return batch
         return None
 
@@ -380,7 +393,7 @@ class BatchAPI:
         stops it (the rest are not answered)."""
         for line in self._lines[batch["id"]]:
             with self._changed:
-                if batch["status"] != "in_progress" or self._held(batch) or self.judge._stopping.is_set():
+                if batch["status"] != "in_progress" or not self._may_answer(batch) or self.judge._stopping.is_set():
                     return
                 if line.result is not None:
                     continue

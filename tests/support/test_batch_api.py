@@ -138,6 +138,29 @@ def test_a_cancelled_batch_ends_cancelled_and_answers_nothing_more():
     assert server.calls() == 0
 
 
+def test_a_batch_cancelled_part_way_keeps_the_lines_it_answered_in_its_output():
+    with JudgeServer() as server:
+        server.hold_batches()
+        server.batch_api.answer_held(2)  # held, but its first two lines answered
+
+        async def go():
+            created = await submit(server, [line("a", "x"), line("b", "y"), line("c", "z")])
+            server.batch_api.wait_for(created.id, ("in_progress",))
+            deadline = time.monotonic() + 60
+            while server.batch_api.batches[created.id]["request_counts"]["completed"] < 2:
+                assert time.monotonic() < deadline, "two lines not answered"
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.3)  # the third is not answered, however long one waits
+            assert server.batch_api.batches[created.id]["request_counts"]["completed"] == 2
+            await litellm.acancel_batch(batch_id=created.id, **kwargs(server))
+            batch = await finished(server, created.id)
+            return batch, await file_lines(server, batch.output_file_id)
+
+        batch, output = run(go())
+    assert batch.status == "cancelled" and (batch.request_counts.completed, batch.request_counts.total) == (2, 3)
+    assert sorted(output) == ["a", "b"] and server.calls() == 2 and server.billed_requests == 2
+
+
 def test_a_batch_finishes_while_nobody_polls():
     with JudgeServer(batch_turnaround_s=0.2) as server:
         batch_id = run(submit(server, [line("a", "Cats rule."), line("b", "Dogs too.")])).id
