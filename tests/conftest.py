@@ -33,6 +33,36 @@ from judgeflow.run.metric_door import open_metrics  # noqa: E402
 open_metrics()
 
 
+# The files whose tests take the longest (minutes of a worker's time: `--durations`), most first.
+# `./scripts/test` hands files to its workers whole (`--dist loadfile`) in the order collected
+# (`--no-loadscope-reorder`; xdist's own order is by number of tests, which put these few-test
+# files last, so one worker ran on alone after the others ended). Started first, they overlap
+# the many short files. A file missing here is only scheduled later, never skipped.
+LONG_FILES = (
+    "tests/flows/test_batch_night.py",
+    "tests/demo/test_demo_command.py",
+    "tests/flows/test_scoring_resilience.py",
+    "tests/db/test_rollup.py",
+    "tests/infra/test_prefect_server.py",
+    "tests/flows/test_sample_ledger.py",
+    "tests/cli/test_console.py",
+    "tests/run/test_account.py",
+    "tests/judgeflow/test_terminal_output.py",
+    "tests/alerts/test_dead_event_local_server.py",
+    "tests/flows/test_scoring_flow.py",
+    "tests/flows/test_scoring_rules.py",
+    "tests/cli/test_cli.py",
+    "tests/flows/test_scoring_pgbouncer.py",
+    "tests/alerts/test_webhook.py",
+    "tests/deployments/test_prefect_yaml.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {path: i for i, path in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))  # stable: files stay whole
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_process_left_behind(tmp_path_factory):
     """Whatever a test started under its tmp_path (a local Prefect server, an
