@@ -11,12 +11,13 @@ from typing import Optional
 
 import typer
 
-from judgeflow.cli.errors import clear_errors
+from judgeflow.cli.errors import JudgeflowGroup, clear_errors
 
 alerts_app = typer.Typer(
     help="Alert rules: current state and past alerts; `check` evaluates them now.",
     invoke_without_command=True,
     rich_markup_mode=None,  # as the app's (judgeflow/cli/app.py)
+    cls=JudgeflowGroup,
 )
 
 
@@ -318,7 +319,7 @@ def list_alerts(
     _print_history(reading.history, limit=limit, rule=rule)
 
 
-@alerts_app.command("check")
+@alerts_app.command("check", short_help="Evaluate every enabled rule now; send the notifications due.")
 @clear_errors
 def check(
     fail_on_firing: bool = typer.Option(False, "--fail-on-firing", help="exit with code 1 when a rule is firing"),

@@ -281,6 +281,12 @@ class Settings(BaseSettings):
         "result the write-back failed to write is still unwritten this long after it was scored; empty disables it",
     )
     home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
+    embedded_database: str = Field(
+        "judgeflow", pattern=r"^[a-z_][a-z0-9_]{0,62}$",
+        description="with no JUDGEFLOW_DATABASE_URL: the database of the embedded PostgreSQL (under "
+        "JUDGEFLOW_HOME) that holds the traces table and judgeflow's tables; `judgeflow demo` keeps its own, "
+        "judgeflow_demo",
+    )
     lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
     pool_mode: Literal["auto", "direct", "session", "transaction"] = Field(
         "auto", description="what sits between judgeflow and PostgreSQL: 'direct', a 'session' pool, a "

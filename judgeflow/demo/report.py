@@ -25,6 +25,7 @@ class DemoReport:
     judge_models: list[str] = field(default_factory=list)
     database: str = ""
     psql: str | None = None  # a command that logs in, when there is one to print
+    embedded_database: str = ""
 
 
 def _psql_command(settings: Settings) -> str | None:
@@ -49,7 +50,8 @@ def _sample_unit(rule: str) -> str:
 
 
 def build_report(settings: Settings) -> DemoReport:
-    report = DemoReport(database=redact(database_url(settings)), psql=_psql_command(settings))
+    report = DemoReport(database=redact(database_url(settings)), psql=_psql_command(settings),
+                        embedded_database=settings.embedded_database)
     with engine_for(settings).connect() as conn:
         report.traces = conn.execute(text("SELECT count(*) FROM llm_traces")).scalar_one()
         for metric, status, n, not_passed in conn.execute(
@@ -142,7 +144,9 @@ def render(report: DemoReport, *, judge_note: str, ui_url: str | None, flow_run_
     lines += [
         "",
         f"results: table judgeflow.eval_results in {report.database}",
-        "  browse:  .venv/bin/judgeflow status" + (f"   |   {report.psql}" if report.psql else ""),
+        # the demo's own database (judgeflow/demo/run.py): the user's commands read theirs unless told
+        f"  browse:  JUDGEFLOW_EMBEDDED_DATABASE={report.embedded_database} .venv/bin/judgeflow status",
+        *([f"  psql:    {report.psql}"] if report.psql else []),
         _prefect_line(ui_url, flow_run_id),
         "embedded database and Prefect server left running; stop both with: .venv/bin/judgeflow stop",
         f"demo finished in {ran_s:.0f} s",
