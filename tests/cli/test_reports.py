@@ -42,11 +42,15 @@ def test_show_json_holds_each_metric_state_and_its_stored_row(judgeflow_env, db)
 
 def test_status_prints_one_line_on_pending_and_its_definitions_are_in_help(judgeflow_env, db):
     insert_traces(db, [scripted_trace(0)[0]])
-    lines = runner.invoke(app, ["status"]).stdout.splitlines()
+    text = runner.invoke(app, ["status"], env={"COLUMNS": "80"}).stdout
+    lines = text.splitlines()
     assert "pending: in the whole source (no watermark yet); `judgeflow status --help` says what each column " \
-           "counts" in lines
-    table = next(line for line in lines if line.startswith("metric "))
-    assert max(map(len, lines)) <= len(table), max(lines, key=len)  # no footnote wider than the table
+           "counts" in " ".join(text.split())
+    assert max(map(len, lines)) <= 80, max(lines, key=len)  # nothing to scroll sideways (it was 132 columns)
+    # the table at 80 columns: a figure a line, the metrics across
+    assert lines[0].split() == ["metric", "toxicity", "hallucination"] and lines[1].split()[0] == "scored"
+    wide = runner.invoke(app, ["status"], env={"COLUMNS": "200"}).stdout.splitlines()
+    assert wide[0].split()[:3] == ["metric", "scored", "passed"]  # a metric a line, where it fits
     helped = " ".join(runner.invoke(app, ["status", "--help"]).stdout.split())
     assert "in progress / stranded: claims held by a live run" in helped
     assert "the watermark minus JUDGEFLOW_SOURCE_LOOKBACK" in helped
