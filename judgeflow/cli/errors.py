@@ -27,7 +27,9 @@ from judgeflow.errors import (
 # class in the error's MRO wins (so every JudgeError subclass has a page).
 DOCS_PAGES: dict[type[JudgeflowError], str] = {
     ConfigError: "docs/settings.md",  # every setting, its default and its rules
-    MetricError: "docs/metrics.md",  # the registered metrics and a metrics file's tables
+    # the registered metrics, plugins and a metrics file's tables: a problem of a file's metric found
+    # by the settings (a segment key its source lacks) is a MetricError too (tests/cli/test_errors.py)
+    MetricError: "docs/metrics.md",
     DatabaseError: "docs/running.md",  # connecting, `judgeflow db upgrade`, restarts
     PrefectServerError: "docs/running.md",  # the local Prefect server, PREFECT_API_URL
     InvalidTraceError: "docs/tables.md",  # the shape of a trace row

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from judgeflow.errors import ConfigError
+from judgeflow.errors import ConfigError, MetricError
 from judgeflow.config.key_transport import check_key_destinations
 from judgeflow.config.metric_catalogue import CataloguedMetric, catalogue, served_metrics
 from judgeflow.config.scrub import install_log_scrubbing, register_settings
@@ -427,7 +427,7 @@ class Settings(BaseSettings):
             unknown = [key for key in spec.segment_by or () if key not in known]
             if unknown:
                 where = "metric plugin" if name in fixed else str(self.metrics_file)
-                raise ConfigError(f"{where}: metric {name}: segment_by: unknown metadata key {unknown[0]!r}: the "
+                raise MetricError(f"{where}: metric {name}: segment_by: unknown metadata key {unknown[0]!r}: the "
                                   f"{self.source} source's traces carry {', '.join(known)}")
         return self
 
@@ -541,7 +541,7 @@ class Settings(BaseSettings):
         file's), in place of JUDGEFLOW_ALERT_SEGMENT_BY's; without one, those."""
         specs = self.metric_specs()
         if name not in specs:
-            raise ConfigError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
+            raise MetricError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
         own = specs[name].segment_by
         return self.alert_segment_keys if own is None else own
 
