@@ -100,7 +100,8 @@ def evaluated_line(evaluations: list) -> str:
     """What an evaluation found, in one line: the rules firing (`judgeflow alerts` shows the tables)."""
     enabled = [e for e in evaluations if e.enabled]
     firing = [f"{_rule(e.rule, e.segment_label if e.segment else '')} ({_pct(e.value)}, "
-              f"{_limit(e.threshold, regression=e.is_regression)})" for e in enabled if e.state == "firing"]
+              f"{_limit(e.threshold, regression=e.is_regression)}"
+              f"{', ' + e.held_note if e.held_until is not None else ''})" for e in enabled if e.state == "firing"]
     head = f"alert rules evaluated: {len({e.rule for e in enabled})} enabled, "
     return head + (f"firing: {'; '.join(firing)}" if firing else "none firing") + " (`judgeflow alerts` shows them)"
 
