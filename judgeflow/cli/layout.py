@@ -1,14 +1,25 @@
 """Text laid out to the terminal's width, so nothing needs scrolling sideways: a table of figures stacked
-when its columns do not fit, and long lines wrapped at a space (COLUMNS, else the terminal, else 80)."""
+when its columns do not fit, and long lines wrapped at a space. The width is COLUMNS, else the terminal's;
+piped with no COLUMNS there is none, and lines stay whole for grep, as gh does (a table still fits 80)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 import textwrap
 
+TABLE_WIDTH = 80  # a table's width when the output has none (piped)
 
-def terminal_width(width: int | None = None) -> int:
-    return width or shutil.get_terminal_size((80, 24)).columns
+
+def terminal_width(width: int | None = None) -> int | None:
+    """``width``, else COLUMNS, else the terminal's width when stdout is one; None when piped."""
+    if width:
+        return width
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return shutil.get_terminal_size((TABLE_WIDTH, 24)).columns if sys.stdout.isatty() else None
 
 
 def figure_table(rows: dict[str, dict], columns: list[str], width: int, *, corner: str = "metric") -> list[str]:
@@ -43,12 +54,12 @@ def figure_table(rows: dict[str, dict], columns: list[str], width: int, *, corne
     return lines
 
 
-def wrapped(lines: list[str], width: int) -> list[str]:
+def wrapped(lines: list[str], width: int | None) -> list[str]:
     """Each line within ``width``, broken at spaces, its continuation indented two more than its start
-    (a word longer than the width, a URL say, is kept whole)."""
+    (a word longer than the width, a URL say, is kept whole); None: as they are."""
     out: list[str] = []
     for line in lines:
-        if len(line) <= width:
+        if width is None or len(line) <= width:
             out.append(line)
             continue
         indent = " " * (len(line) - len(line.lstrip()) + 2)

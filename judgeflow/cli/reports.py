@@ -50,13 +50,14 @@ def _account_limits(settings) -> list[dict]:
 
 def render_status(report: dict, width: int | None = None) -> str:
     """``judgeflow status``'s text: a table of figures per metric, what they count, the runs holding claims;
-    within the terminal's width (the table stacked, the lines wrapped: judgeflow/cli/layout.py)."""
-    from judgeflow.cli.layout import figure_table, terminal_width, wrapped
+    within the terminal's width (the table stacked, the lines wrapped: judgeflow/cli/layout.py); piped, its
+    lines whole."""
+    from judgeflow.cli.layout import TABLE_WIDTH, figure_table, terminal_width, wrapped
     from judgeflow.status.notes import status_notes
 
     width = terminal_width(width)
     columns = list(dict.fromkeys(k for row in report["metrics"].values() for k in row))  # every figure, in order
-    lines = figure_table(report["metrics"], columns, width)
+    lines = figure_table(report["metrics"], columns, width or TABLE_WIDTH)
     window = report.get("window_start")
     lines.append(("pending: in the whole source (no watermark yet)" if window is None else
                   f"pending: in traces created since {window}, and failed pairs")

@@ -151,7 +151,9 @@ def _write_back_counts(conn, settings: Settings, source: str) -> dict[str, int |
         return None
     from judgeflow.phoenix.outbox import unwritten_counts
 
-    return {"on": settings.phoenix_write_back, **unwritten_counts(conn, source)}
+    counts = unwritten_counts(conn, source)
+    # given_up: the name `gone` had until 2026-11-29, kept for scripts reading `status --json` (deprecated)
+    return {"on": settings.phoenix_write_back, **counts, "given_up": counts["gone"]}
 
 
 def window_rates(conn, settings: Settings) -> dict[str, dict]:

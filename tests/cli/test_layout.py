@@ -43,3 +43,14 @@ def test_long_lines_wrap_at_spaces_with_a_hanging_indent():
     assert out[0] == "short" and max(map(len, out)) <= 80
     assert all(o.startswith("  ") for o in out[2:] if not o.startswith("  indented"))
     assert " ".join(" ".join(out).split()) == " ".join(f"short {line} indented {'word ' * 30}".split())
+
+
+def test_the_width_is_columns_else_the_terminals_and_piped_there_is_none(monkeypatch):
+    from judgeflow.cli.layout import terminal_width
+
+    monkeypatch.setenv("COLUMNS", "72")
+    assert terminal_width() == 72 and terminal_width(100) == 100
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert terminal_width() is None  # piped: lines stay whole for grep
+    assert wrapped(["x " * 100], None) == ["x " * 100]

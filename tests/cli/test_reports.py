@@ -51,6 +51,9 @@ def test_status_prints_one_line_on_pending_and_its_definitions_are_in_help(judge
     assert lines[0].split() == ["metric", "toxicity", "hallucination"] and lines[1].split()[0] == "scored"
     wide = runner.invoke(app, ["status"], env={"COLUMNS": "200"}).stdout.splitlines()
     assert wide[0].split()[:3] == ["metric", "scored", "passed"]  # a metric a line, where it fits
+    piped = runner.invoke(app, ["status"]).stdout.splitlines()  # no COLUMNS, not a terminal: lines whole
+    assert "pending: in the whole source (no watermark yet); `judgeflow status --help` says what each column " \
+           "counts" in piped and max(map(len, piped[:10])) <= 80  # the table still fits 80
     helped = " ".join(runner.invoke(app, ["status", "--help"]).stdout.split())
     assert "in progress / stranded: claims held by a live run" in helped
     assert "the watermark minus JUDGEFLOW_SOURCE_LOOKBACK" in helped
