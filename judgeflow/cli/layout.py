@@ -1,6 +1,7 @@
 """Text laid out to the terminal's width, so nothing needs scrolling sideways: a table of figures stacked
-when its columns do not fit, and long lines wrapped at a space. The width is COLUMNS, else the terminal's;
-piped with no COLUMNS there is none, and lines stay whole for grep, as gh does (a table still fits 80)."""
+when its columns do not fit, and, on a terminal, long lines wrapped at a space. Piped (grep, a CI log, a
+test's runner) lines stay whole, as gh leaves them, whatever COLUMNS says; a table fits COLUMNS there, else
+80 columns."""
 
 from __future__ import annotations
 
@@ -9,17 +10,24 @@ import shutil
 import sys
 import textwrap
 
-TABLE_WIDTH = 80  # a table's width when the output has none (piped)
+TABLE_WIDTH = 80  # a table's width when the output has none (piped, no COLUMNS)
 
 
-def terminal_width(width: int | None = None) -> int | None:
-    """``width``, else COLUMNS, else the terminal's width when stdout is one; None when piped."""
-    if width:
-        return width
+def _columns() -> int | None:
     columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    return shutil.get_terminal_size((TABLE_WIDTH, 24)).columns if sys.stdout.isatty() else None
+    return int(columns) if columns.isdigit() and int(columns) > 0 else None
+
+
+def table_width() -> int:
+    """COLUMNS, else the terminal's width, else 80."""
+    if _columns():
+        return _columns()
+    return shutil.get_terminal_size((TABLE_WIDTH, 24)).columns if sys.stdout.isatty() else TABLE_WIDTH
+
+
+def line_width() -> int | None:
+    """The width lines wrap at: the terminal's (COLUMNS, else its size); None when stdout is not one."""
+    return table_width() if sys.stdout.isatty() else None
 
 
 def figure_table(rows: dict[str, dict], columns: list[str], width: int, *, corner: str = "metric") -> list[str]:

@@ -50,14 +50,13 @@ def _account_limits(settings) -> list[dict]:
 
 def render_status(report: dict, width: int | None = None) -> str:
     """``judgeflow status``'s text: a table of figures per metric, what they count, the runs holding claims;
-    within the terminal's width (the table stacked, the lines wrapped: judgeflow/cli/layout.py); piped, its
-    lines whole."""
-    from judgeflow.cli.layout import TABLE_WIDTH, figure_table, terminal_width, wrapped
+    within the terminal's width (the table stacked, the lines wrapped on a terminal: judgeflow/cli/layout.py);
+    ``width``: that width, as on a terminal."""
+    from judgeflow.cli.layout import figure_table, line_width, table_width, wrapped
     from judgeflow.status.notes import status_notes
 
-    width = terminal_width(width)
     columns = list(dict.fromkeys(k for row in report["metrics"].values() for k in row))  # every figure, in order
-    lines = figure_table(report["metrics"], columns, width or TABLE_WIDTH)
+    lines = figure_table(report["metrics"], columns, width or table_width())
     window = report.get("window_start")
     lines.append(("pending: in the whole source (no watermark yet)" if window is None else
                   f"pending: in traces created since {window}, and failed pairs")
@@ -71,7 +70,7 @@ def render_status(report: dict, width: int | None = None) -> str:
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
         lines.append(f"flow run {run['flow_run_id']}: {pairs} ({state})")
-    return "\n".join(wrapped(lines, width))
+    return "\n".join(wrapped(lines, width or line_width()))
 
 
 def _rate_line(metric: str, r: dict) -> str:

@@ -45,12 +45,15 @@ def test_long_lines_wrap_at_spaces_with_a_hanging_indent():
     assert " ".join(" ".join(out).split()) == " ".join(f"short {line} indented {'word ' * 30}".split())
 
 
-def test_the_width_is_columns_else_the_terminals_and_piped_there_is_none(monkeypatch):
-    from judgeflow.cli.layout import terminal_width
+def test_lines_wrap_only_on_a_terminal_and_a_table_fits_columns_else_80(monkeypatch):
+    from judgeflow.cli.layout import line_width, table_width
 
     monkeypatch.setenv("COLUMNS", "72")
-    assert terminal_width() == 72 and terminal_width(100) == 100
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    assert (table_width(), line_width()) == (72, None)  # piped: lines stay whole for grep, whatever COLUMNS says
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    assert (table_width(), line_width()) == (72, 72)
     monkeypatch.delenv("COLUMNS")
     monkeypatch.setattr("sys.stdout.isatty", lambda: False)
-    assert terminal_width() is None  # piped: lines stay whole for grep
+    assert (table_width(), line_width()) == (80, None)
     assert wrapped(["x " * 100], None) == ["x " * 100]
