@@ -59,7 +59,9 @@ def work_status(settings: Settings) -> dict:
         pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], list(metric_names()),
                                      done=done)
     except DBAPIError as exc:
-        raise DatabaseError(f"could not read results: {exc.orig}") from None
+        # PostgreSQL's first line says what is wrong; the rest quotes the SQL and points a caret at it
+        said = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
+        raise DatabaseError(f"could not read results: {said}") from None
     plan = read["plan"]
     out, runs = _per_metric(read["results"], read["claims"], read["superseded"], pending)
     return {

@@ -66,3 +66,13 @@ def test_status_prints_one_line_on_pending_and_its_definitions_are_in_help(judge
     helped = " ".join(runner.invoke(app, ["status", "--help"]).stdout.split())
     assert "in progress / stranded: claims held by a live run" in helped
     assert "the watermark minus JUDGEFLOW_SOURCE_LOOKBACK" in helped
+
+
+def test_status_without_the_trace_source_is_one_line(judgeflow_env, db):
+    """A first `status` before any trace table exists (a new user's database: the demo keeps its own): one
+    line, not PostgreSQL's quote of the SQL with its caret."""
+    result = runner.invoke(app, ["status"])
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if not line.startswith("database (")]
+    assert errors == ['judgeflow: could not read results: relation "llm_traces" does not exist '
+                      "(see docs/running.md)"], result.output
