@@ -59,9 +59,7 @@ def work_status(settings: Settings) -> dict:
         pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], list(metric_names()),
                                      done=done)
     except DBAPIError as exc:
-        # PostgreSQL's first line says what is wrong; the rest quotes the SQL and points a caret at it
-        said = (str(exc.orig).strip().splitlines() or [type(exc.orig).__name__])[0]
-        raise DatabaseError(f"could not read results: {said}") from None
+        raise DatabaseError(f"could not read results: {_first_line(exc.orig)}") from None
     plan = read["plan"]
     out, runs = _per_metric(read["results"], read["claims"], read["superseded"], pending)
     return {
@@ -135,6 +133,11 @@ def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict,
         for run in sorted(runs.values(), key=lambda r: (not r["live"], r["flow_run_id"]))
     ]
     return out, ordered
+
+
+def _first_line(error: BaseException) -> str:
+    """PostgreSQL's first line says what is wrong; the rest quotes the SQL and points a caret at it."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def no_longer_scored(results) -> dict[str, int]:
