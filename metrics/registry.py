@@ -174,13 +174,13 @@ class MetricSpec:
 
     def __post_init__(self) -> None:
         if not self.name or not set(self.name) <= _NAME_CHARS or self.name[0].isdigit():
-            raise ConfigError(f"metric name {self.name!r}: lowercase letters, digits and '_' only")
+            raise MetricError(f"metric name {self.name!r}: lowercase letters, digits and '_' only")
         if self.segment_by is not None and (not isinstance(self.segment_by, tuple) or not all(
                 isinstance(key, str) and key for key in self.segment_by)):
-            raise ConfigError(f"metric {self.name}: segment_by must be a tuple of metadata keys, or None")
+            raise MetricError(f"metric {self.name}: segment_by must be a tuple of metadata keys, or None")
         unknown = set(self.fields) - {"input", "output", "context"}
         if unknown or "output" not in self.fields:
-            raise ConfigError(f"metric {self.name}: fields must include 'output' and be input/output/context")
+            raise MetricError(f"metric {self.name}: fields must include 'output' and be input/output/context")
 
     @property
     def version(self) -> str:
@@ -215,10 +215,10 @@ def register(spec: MetricSpec, *, origin: Origin = "plugin", replace: bool = Fal
     """Serve ``spec`` from now on, as a metric of ``origin``: the one writer of
     the registry. A second metric of the same name is an error unless ``replace``."""
     if not isinstance(spec, MetricSpec):
-        raise ConfigError(f"not a metric spec: {spec!r}")
+        raise MetricError(f"not a metric spec: {spec!r}")
     _load_entry_points()
     if spec.name in _REGISTERED and not replace and _REGISTERED[spec.name] is not spec:
-        raise ConfigError(f"metric {spec.name!r} is registered already")
+        raise MetricError(f"metric {spec.name!r} is registered already")
     _REGISTERED[spec.name] = spec
     _ORIGINS[spec.name] = origin
     return spec
@@ -270,12 +270,12 @@ def _load_entry_points() -> None:
         try:
             loaded = entry.load()
         except Exception as error:
-            raise ConfigError(f"metric plugin {entry.name} ({entry.value}) could not be loaded: {error}") from error
+            raise MetricError(f"metric plugin {entry.name} ({entry.value}) could not be loaded: {error}") from error
         for spec in loaded if isinstance(loaded, Sequence) else (loaded,):
             if not isinstance(spec, MetricSpec):
-                raise ConfigError(f"metric plugin {entry.value} gave {spec!r}, not a MetricSpec")
+                raise MetricError(f"metric plugin {entry.value} gave {spec!r}, not a MetricSpec")
             if spec.name in _REGISTERED and _REGISTERED[spec.name] is not spec:
-                raise ConfigError(f"metric {spec.name!r} is given by two plugins ({entry.value} and another)")
+                raise MetricError(f"metric {spec.name!r} is given by two plugins ({entry.value} and another)")
             register(spec, origin=origin)
 
 

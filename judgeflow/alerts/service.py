@@ -56,6 +56,9 @@ class RuleEvaluation(BaseModel):
     # this evaluation (``tests``), which the decision compared with the alphas
     p_adjusted: float | None = None
     tests: int | None = None
+    # a maximum rule firing at or below its maximum is held by hysteresis: it resolves at or below this
+    # (maximum * (1 - JUDGEFLOW_ALERT_HYSTERESIS); over sampled results, its 95% interval's upper bound)
+    held_until: float | None = None
     evaluated_at: datetime | None = None
     # when the judge epoch counted started (None: no epoch recorded yet)
     epoch_started_at: datetime | None = None
@@ -98,6 +101,7 @@ class RuleEvaluation(BaseModel):
             **evidence(f),
             p_adjusted=f.decision_p if d.rule.is_regression else None,
             tests=f.family_size if d.rule.is_regression else None,
+            held_until=_held_until(d),
             evaluated_at=f.evaluated_at,
             epoch_started_at=f.epoch_started_at,
             alert_event_id=d.alert_event_id,
@@ -151,7 +155,13 @@ class RuleEvaluation(BaseModel):
                 f"min increase {_pct(self.threshold)}, p {_p(self.p_value)}{self.adjusted_note}, "
                 f"{self.sample_size}/{self.baseline_sample_size} samples)"
             )
-        return f"{self.state.upper()} ({_pct(self.value)} vs max {_pct(self.threshold)}, {self.sample_size} samples)"
+        return (f"{self.state.upper()} ({_pct(self.value)} vs max {_pct(self.threshold)}"
+                f"{'; ' + self.held_note if self.held_until is not None else ''}, {self.sample_size} samples)")
+
+    @property
+    def held_note(self) -> str:
+        """What a firing rule at or below its maximum says (None of it when it is not held)."""
+        return f"held by hysteresis until at or below {_pct(self.held_until)}"
 
     @property
     def adjusted_note(self) -> str:
@@ -159,6 +169,14 @@ class RuleEvaluation(BaseModel):
         if self.p_adjusted is None or not self.tests or self.tests < 2:
             return ""
         return f" (Holm-adjusted {_p(self.p_adjusted)} over {self.tests} segments)"
+
+
+def _held_until(d: Decision) -> float | None:
+    """Where a firing maximum rule at or below its maximum resolves (None: it is not held)."""
+    rule, value = d.rule, d.figures.value
+    if d.state != "firing" or rule.is_regression or rule.limit is None or value is None or value > rule.limit:
+        return None
+    return rule.limit * (1.0 - rule.hysteresis)
 
 
 def _pct(value: float | None) -> str:
@@ -346,9 +364,10 @@ def render_markdown(evaluations: list[RuleEvaluation]) -> str:
         earlier = [f"earlier {r['notification']} #{r['alert_id']} via {r['channel']}: {r['status']}" for r in e.redelivered]
         if earlier:
             note = "; ".join(([] if note == "-" else [note]) + earlier)
-        limit = f"+{_pct(e.threshold)}" if e.is_regression else f"max {_pct(e.threshold)}"
+        limit = f"min rise +{_pct(e.threshold)}" if e.is_regression else f"max {_pct(e.threshold)}"
+        held = f" ({e.held_note})" if e.held_until is not None else ""
         cells = [
-            e.rule, e.segment_label, f"**{(e.state or '').upper()}**", outcome, _pct(e.value), _pct(e.baseline_value),
+            e.rule, e.segment_label, f"**{(e.state or '').upper()}**{held}", outcome, _pct(e.value), _pct(e.baseline_value),
             limit, _p(e.p_value), f"{e.sample_size} ({e.baseline_sample_size}; {e.min_samples})", str(e.failed_count),
             e.window, note,
         ]

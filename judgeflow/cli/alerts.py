@@ -11,12 +11,13 @@ from typing import Optional
 
 import typer
 
-from judgeflow.cli.errors import clear_errors
+from judgeflow.cli.errors import JudgeflowGroup, clear_errors
 
 alerts_app = typer.Typer(
     help="Alert rules: current state and past alerts; `check` evaluates them now.",
     invoke_without_command=True,
     rich_markup_mode=None,  # as the app's (judgeflow/cli/app.py)
+    cls=JudgeflowGroup,
 )
 
 
@@ -99,7 +100,8 @@ def evaluated_line(evaluations: list) -> str:
     """What an evaluation found, in one line: the rules firing (`judgeflow alerts` shows the tables)."""
     enabled = [e for e in evaluations if e.enabled]
     firing = [f"{_rule(e.rule, e.segment_label if e.segment else '')} ({_pct(e.value)}, "
-              f"{_limit(e.threshold, regression=e.is_regression)})" for e in enabled if e.state == "firing"]
+              f"{_limit(e.threshold, regression=e.is_regression)}"
+              f"{', ' + e.held_note if e.held_until is not None else ''})" for e in enabled if e.state == "firing"]
     head = f"alert rules evaluated: {len({e.rule for e in enabled})} enabled, "
     return head + (f"firing: {'; '.join(firing)}" if firing else "none firing") + " (`judgeflow alerts` shows them)"
 
@@ -318,7 +320,7 @@ def list_alerts(
     _print_history(reading.history, limit=limit, rule=rule)
 
 
-@alerts_app.command("check")
+@alerts_app.command("check", short_help="Evaluate every enabled rule now; send the notifications due.")
 @clear_errors
 def check(
     fail_on_firing: bool = typer.Option(False, "--fail-on-firing", help="exit with code 1 when a rule is firing"),

@@ -5,13 +5,13 @@ from __future__ import annotations
 import typer
 
 from judgeflow.cli.command import announce_database, command_settings
-from judgeflow.cli.errors import clear_errors
+from judgeflow.cli.errors import JudgeflowGroup, clear_errors
 
 db_app = typer.Typer(help="judgeflow's database: migrations, checks, the embedded server.", no_args_is_help=True,
-                     rich_markup_mode=None)  # as the app's (judgeflow/cli/app.py)
+                     rich_markup_mode=None, cls=JudgeflowGroup)  # as the app's (judgeflow/cli/app.py)
 
 
-@db_app.command("upgrade")
+@db_app.command("upgrade", short_help="Create or migrate judgeflow's tables (schema 'judgeflow').")
 @clear_errors
 def db_upgrade() -> None:
     """Create or migrate judgeflow's own tables (schema 'judgeflow')."""
@@ -31,7 +31,7 @@ def db_upgrade() -> None:
                    "are counted from the results until `judgeflow db rollup` builds them")
 
 
-@db_app.command("check")
+@db_app.command("check", short_help="Check the trace source and judgeflow's schema.")
 @clear_errors
 def db_check(
     full: bool = typer.Option(
@@ -50,7 +50,7 @@ def db_check(
         raise typer.Exit(1)
 
 
-@db_app.command("rollup")
+@db_app.command("rollup", short_help="Build the result rollup for the hours it lacks.")
 @clear_errors
 def db_rollup(
     rebuild: bool = typer.Option(False, "--rebuild", help="recompute every hour from the results"),
@@ -82,7 +82,7 @@ def db_rollup(
         typer.echo("window index rebuilt with source and trace id (concurrently): the cut hours are read index-only")
 
 
-@db_app.command("fill-segments")
+@db_app.command("fill-segments", short_help="Fill a segment key into past results, no judge call.")
 @clear_errors
 def db_fill_segments(
     keys: list[str] = typer.Argument(..., metavar="KEY", help="metadata keys to fill in, e.g. app"),
@@ -105,7 +105,7 @@ def db_fill_segments(
         typer.echo(done.line(key) + " (done)")
 
 
-@db_app.command("start")
+@db_app.command("start", short_help="Start the embedded PostgreSQL if it is not running.")
 @clear_errors
 def db_start() -> None:
     """Start the embedded PostgreSQL (under JUDGEFLOW_HOME) if it is not running."""

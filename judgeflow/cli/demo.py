@@ -12,7 +12,7 @@ from judgeflow.cli.errors import clear_errors
 @clear_errors
 def demo(
     ctx: typer.Context,
-    reset: bool = typer.Option(False, "--reset", help="delete the embedded database and start over"),
+    reset: bool = typer.Option(False, "--reset", help="drop the demo's database and start over"),
     verbose: bool = typer.Option(False, "--verbose", "-v", help=VERBOSE_HELP),
 ) -> None:
     """Run the whole product on demo traces: embedded PostgreSQL, scoring flow, alerts, summary."""
@@ -29,9 +29,10 @@ def demo(
     settings, judge_note = demo_run.demo_settings(settings)
     if reset:
         demo_run.reset(settings)
-        typer.echo("demo: embedded database and Prefect state removed", err=True)
+        typer.echo(f"demo: the demo's database {settings.embedded_database} dropped", err=True)
     typer.echo(f"demo: judge = {judge_note}", err=True)
-    typer.echo(f"demo: starting embedded PostgreSQL under {settings.home}", err=True)
+    typer.echo(f"demo: embedded PostgreSQL under {settings.home}, the demo's own database "
+               f"{settings.embedded_database}", err=True)
     inserted = demo_run.load_traces(settings)
     typer.echo(f"demo: {inserted} new demo traces loaded into llm_traces", err=True)
     _, local = use_prefect(settings)

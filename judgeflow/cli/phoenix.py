@@ -5,13 +5,13 @@ from __future__ import annotations
 import typer
 
 from judgeflow.cli.command import command_settings
-from judgeflow.cli.errors import clear_errors
+from judgeflow.cli.errors import JudgeflowGroup, clear_errors
 
 phoenix_app = typer.Typer(help="Arize Phoenix: write the scores Phoenix does not have yet.", no_args_is_help=True,
-                          rich_markup_mode=None)  # as the app's (judgeflow/cli/app.py)
+                          rich_markup_mode=None, cls=JudgeflowGroup)  # as the app's (judgeflow/cli/app.py)
 
 
-@phoenix_app.command("sync")
+@phoenix_app.command("sync", short_help="Write the scores Phoenix lacks as span annotations, now.")
 @clear_errors
 def sync(
     repair: bool = typer.Option(False, "--repair", help="also write again every score already written (Phoenix "

@@ -34,10 +34,8 @@ def status(
     if as_json:
         typer.echo(json.dumps(report, indent=2))
         return
-    typer.echo(render_status(report))
     dead = dead_delivery_line(report)  # alert deliveries given up on (judgeflow/status/notes.py)
-    if dead:
-        typer.echo(dead)
+    typer.echo(render_status(report) + (f"\n{dead}" if dead else ""))
 
 
 def _account_limits(settings) -> list[dict]:
@@ -50,14 +48,15 @@ def _account_limits(settings) -> list[dict]:
     return account_status(settings)
 
 
-def render_status(report: dict) -> str:
-    """``judgeflow status``'s text: a table of figures per metric, what they count, the runs holding claims."""
+def render_status(report: dict, width: int | None = None) -> str:
+    """``judgeflow status``'s text: a table of figures per metric, what they count, the runs holding claims;
+    within the terminal's width (the table stacked, the lines wrapped on a terminal: judgeflow/cli/layout.py);
+    ``width``: that width, as on a terminal."""
+    from judgeflow.cli.layout import figure_table, line_width, table_width, wrapped
     from judgeflow.status.notes import status_notes
 
     columns = list(dict.fromkeys(k for row in report["metrics"].values() for k in row))  # every figure, in order
-    lines = [f"{'metric':<15}" + "".join(f"{c.replace('_', ' '):>13}" for c in columns)]
-    for metric, row in report["metrics"].items():
-        lines.append(f"{metric:<15}" + "".join(f"{row.get(c, 0):>13}" for c in columns))
+    lines = figure_table(report["metrics"], columns, width or table_width())
     window = report.get("window_start")
     lines.append(("pending: in the whole source (no watermark yet)" if window is None else
                   f"pending: in traces created since {window}, and failed pairs")
@@ -71,7 +70,7 @@ def render_status(report: dict) -> str:
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"
         lines.append(f"flow run {run['flow_run_id']}: {pairs} ({state})")
-    return "\n".join(lines)
+    return "\n".join(wrapped(lines, width or line_width()))
 
 
 def _rate_line(metric: str, r: dict) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from judgeflow.errors import ConfigError
+from judgeflow.errors import MetricError
 
 if TYPE_CHECKING:
     from judgeflow.config.settings import Settings
@@ -33,7 +33,7 @@ def judge_models(settings: "Settings", metrics: Iterable[str] | None = None) -> 
     names = list(specs) if metrics is None else list(metrics)
     unknown = [name for name in names if name not in specs]
     if unknown:
-        raise ConfigError(f"unknown metric {unknown[0]!r}; choose from {', '.join(specs)}")
+        raise MetricError(f"unknown metric {unknown[0]!r}; choose from {', '.join(specs)}")
     return {name: metric_judge_model(settings.judge_model, specs[name].judge_model) for name in names}
 
 

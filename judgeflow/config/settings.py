@@ -15,7 +15,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
-from judgeflow.errors import ConfigError
+from judgeflow.errors import ConfigError, MetricError
 from judgeflow.config.key_transport import check_key_destinations
 from judgeflow.config.metric_catalogue import CataloguedMetric, catalogue, served_metrics
 from judgeflow.config.scrub import install_log_scrubbing, register_settings
@@ -281,6 +281,12 @@ class Settings(BaseSettings):
         "result the write-back failed to write is still unwritten this long after it was scored; empty disables it",
     )
     home: Path = Field(Path(".judgeflow"), description="embedded database and local state")
+    embedded_database: str = Field(
+        "judgeflow", pattern=r"^[a-z_][a-z0-9_]{0,62}$",
+        description="with no JUDGEFLOW_DATABASE_URL: the database of the embedded PostgreSQL (under "
+        "JUDGEFLOW_HOME) that holds the traces table and judgeflow's tables; `judgeflow demo` keeps its own, "
+        "judgeflow_demo",
+    )
     lease_timeout_s: float = Field(900.0, gt=0, description="a claim's lifetime")
     pool_mode: Literal["auto", "direct", "session", "transaction"] = Field(
         "auto", description="what sits between judgeflow and PostgreSQL: 'direct', a 'session' pool, a "
@@ -421,7 +427,7 @@ class Settings(BaseSettings):
             unknown = [key for key in spec.segment_by or () if key not in known]
             if unknown:
                 where = "metric plugin" if name in fixed else str(self.metrics_file)
-                raise ConfigError(f"{where}: metric {name}: segment_by: unknown metadata key {unknown[0]!r}: the "
+                raise MetricError(f"{where}: metric {name}: segment_by: unknown metadata key {unknown[0]!r}: the "
                                   f"{self.source} source's traces carry {', '.join(known)}")
         return self
 
@@ -535,7 +541,7 @@ class Settings(BaseSettings):
         file's), in place of JUDGEFLOW_ALERT_SEGMENT_BY's; without one, those."""
         specs = self.metric_specs()
         if name not in specs:
-            raise ConfigError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
+            raise MetricError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
         own = specs[name].segment_by
         return self.alert_segment_keys if own is None else own
 

@@ -129,10 +129,12 @@ def _prune_orphans(top: Path) -> None:
 
 
 class EmbeddedPostgres:
-    """One cluster in ``base_dir`` (data in ``base_dir/data``)."""
+    """One cluster in ``base_dir`` (data in ``base_dir/data``); judgeflow works in its database ``database``
+    (``JUDGEFLOW_EMBEDDED_DATABASE``: the demo keeps one of its own in the same cluster)."""
 
-    def __init__(self, base_dir: Path, *, port: int | None = None):
+    def __init__(self, base_dir: Path, *, port: int | None = None, database: str = DATABASE):
         self.base_dir = Path(base_dir).resolve()
+        self.database = database
         self.server_dir = _server_account_dir(self.base_dir) if self._run_as() else self.base_dir
         self.data_dir = self.server_dir / "data"
         self.log_file = self.server_dir / "postgres.log"
@@ -143,7 +145,7 @@ class EmbeddedPostgres:
 
     @classmethod
     def for_settings(cls, settings) -> "EmbeddedPostgres":
-        return cls(Path(settings.home) / "pg")
+        return cls(Path(settings.home) / "pg", database=settings.embedded_database)
 
     # -- facts --------------------------------------------------------------
     @property
@@ -157,12 +159,12 @@ class EmbeddedPostgres:
     @property
     def url(self) -> str:
         """The URL judgeflow connects with, password included (URL-encoded)."""
-        return f"postgresql+psycopg://{USER}:{quote(self.password(), safe='')}@127.0.0.1:{self.port}/{DATABASE}"
+        return f"postgresql+psycopg://{USER}:{quote(self.password(), safe='')}@127.0.0.1:{self.port}/{self.database}"
 
     @property
     def public_url(self) -> str:
         """The URL without the password (to print; libpq finds it with PGPASSFILE=password_file)."""
-        return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{DATABASE}"
+        return f"postgresql+psycopg://{USER}@127.0.0.1:{self.port}/{self.database}"
 
     def password(self) -> str:
         """The superuser's password, generated on first use into ``password_file`` (0600)."""
@@ -220,6 +222,18 @@ class EmbeddedPostgres:
     def kill(self) -> None:
         """Stop the server abruptly (immediate mode), as a crash would."""
         self.stop(mode="immediate")
+
+    def drop_database(self) -> None:
+        """Drop this cluster's ``database`` (its connections ended), leaving the cluster and its other
+        databases as they are; nothing to do in a cluster never initialised."""
+        import psycopg
+
+        if not self.is_initialised():
+            return
+        self.start()
+        with psycopg.connect(host="127.0.0.1", port=self.port, user=USER, password=self.password(),
+                             dbname="postgres", connect_timeout=10, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
 
     def destroy(self) -> None:
         self.stop()
@@ -323,9 +337,9 @@ class EmbeddedPostgres:
 
         with psycopg.connect(host="127.0.0.1", port=self.port, user=USER, password=self.password(),
                              dbname="postgres", connect_timeout=10, autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (self.database,)).fetchone()
             if not exists:
-                conn.execute(f'CREATE DATABASE "{DATABASE}"')
+                conn.execute(f'CREATE DATABASE "{self.database}"')
 
     def _run(self, argv: list[str], *, what: str = "", check: bool = True) -> subprocess.CompletedProcess:
         if self._bin is None:

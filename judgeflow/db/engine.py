@@ -37,7 +37,7 @@ def redact(url: str) -> str:
         return "<unparseable database URL>"
 
 
-_embedded_urls: dict[str, str] = {}
+_embedded_urls: dict[tuple[str, str], str] = {}  # (home, database): its URL
 
 
 def database_url(settings: Settings) -> str:
@@ -47,11 +47,11 @@ def database_url(settings: Settings) -> str:
         return settings.database_url.get_secret_value()
     from judgeflow.db.embedded import EmbeddedPostgres
 
-    home = str(settings.home.resolve())
+    key = (str(settings.home.resolve()), settings.embedded_database)
     with _lock:
-        if home not in _embedded_urls:
-            _embedded_urls[home] = EmbeddedPostgres.for_settings(settings).start()
-        return _embedded_urls[home]
+        if key not in _embedded_urls:
+            _embedded_urls[key] = EmbeddedPostgres.for_settings(settings).start()
+        return _embedded_urls[key]
 
 
 def get_engine(url: str, *, pool_size: int = 10) -> Engine:

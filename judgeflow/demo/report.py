@@ -25,6 +25,8 @@ class DemoReport:
     judge_models: list[str] = field(default_factory=list)
     database: str = ""
     psql: str | None = None  # a command that logs in, when there is one to print
+    embedded_database: str = ""
+    hysteresis: float = 0.0  # JUDGEFLOW_ALERT_HYSTERESIS: where a firing maximum rule resolves
 
 
 def _psql_command(settings: Settings) -> str | None:
@@ -40,16 +42,32 @@ def _psql_command(settings: Settings) -> str | None:
     return f"PGPASSFILE={server.password_file} psql {url}"
 
 
-def _sample_unit(rule: str) -> str:
-    """What a rule's sample counts: alert deliveries for dead_delivery_rate, traces for the others."""
+def _kind(rule: str) -> str | None:
     from judgeflow.alerts.rules import rule_specs
 
-    kinds = {spec.name: spec.kind for spec in rule_specs()}
-    return "deliveries" if kinds.get(rule) == "dead_deliveries" else "traces"
+    return {spec.name: spec.kind for spec in rule_specs()}.get(rule)
+
+
+def _sample_unit(rule: str) -> str:
+    """What a rule's sample counts: alert deliveries for dead_delivery_rate, traces for the others."""
+    return "deliveries" if _kind(rule) == "dead_deliveries" else "traces"
+
+
+def _limit(alert: dict, hysteresis: float) -> str:
+    """A regression rule's smallest rise that pages; a maximum rule's line, and, firing at or below it,
+    that hysteresis holds it (the same words as `judgeflow alerts`)."""
+    if _kind(alert["rule"]) == "regression":
+        return f"minimum rise +{_pct(alert['threshold'])} over its baseline"
+    line = f"maximum {_pct(alert['threshold'])}"
+    value, maximum = alert["value"], alert["threshold"]
+    if alert["state"] == "firing" and value is not None and maximum is not None and value <= maximum:
+        line += f", held by hysteresis until at or below {_pct(maximum * (1 - hysteresis))}"
+    return line
 
 
 def build_report(settings: Settings) -> DemoReport:
-    report = DemoReport(database=redact(database_url(settings)), psql=_psql_command(settings))
+    report = DemoReport(database=redact(database_url(settings)), psql=_psql_command(settings),
+                        embedded_database=settings.embedded_database, hysteresis=settings.alert_hysteresis)
     with engine_for(settings).connect() as conn:
         report.traces = conn.execute(text("SELECT count(*) FROM llm_traces")).scalar_one()
         for metric, status, n, not_passed in conn.execute(
@@ -132,7 +150,7 @@ def render(report: DemoReport, *, judge_note: str, ui_url: str | None, flow_run_
         lines.append(
             f"alert {alert['rule']}: {state}  (rate {_pct(alert['value'])} over {alert['sample_size']} "
             f"{_sample_unit(alert['rule'])} "
-            f"in the window, maximum {_pct(alert['threshold'])})"
+            f"in the window, {_limit(alert, report.hysteresis)})"
         )
     lines += ["", "five worst traces:"]
     for row in report.worst:
@@ -142,7 +160,9 @@ def render(report: DemoReport, *, judge_note: str, ui_url: str | None, flow_run_
     lines += [
         "",
         f"results: table judgeflow.eval_results in {report.database}",
-        "  browse:  .venv/bin/judgeflow status" + (f"   |   {report.psql}" if report.psql else ""),
+        # the demo's own database (judgeflow/demo/run.py): the user's commands read theirs unless told
+        f"  browse:  JUDGEFLOW_EMBEDDED_DATABASE={report.embedded_database} .venv/bin/judgeflow status",
+        *([f"  psql:    {report.psql}"] if report.psql else []),
         _prefect_line(ui_url, flow_run_id),
         "embedded database and Prefect server left running; stop both with: .venv/bin/judgeflow stop",
         f"demo finished in {ran_s:.0f} s",

@@ -1,6 +1,8 @@
 """`judgeflow demo`: the whole product on one machine with nothing set up.
 
-Embedded PostgreSQL under JUDGEFLOW_HOME, the default ``llm_traces`` table
+Embedded PostgreSQL under JUDGEFLOW_HOME, in a database of the demo's own
+(``judgeflow_demo``: the demo's traces, metrics' results and alerts never meet
+a user's, whatever their metrics are named), its ``llm_traces`` table
 filled with the demo traces, the scoring flow on Prefect's local server, the
 alert rules, and a readable summary. Idempotent: a second run loads nothing
 new and scores nothing twice; ``reset`` starts over.
@@ -8,7 +10,6 @@ new and scores nothing twice; ``reset`` starts over.
 
 from __future__ import annotations
 
-import shutil
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -37,6 +38,8 @@ _LLM_TRACES = table(
 
 
 DEMO_METRICS = Path(__file__).with_name("metrics.toml")
+# the embedded cluster's database the demo works in (JUDGEFLOW_EMBEDDED_DATABASE's default is the user's)
+DEMO_DATABASE = "judgeflow_demo"
 
 OFFLINE_NOTE = (
     "offline (no judge configured: a trained profanity classifier and a context-overlap check; "
@@ -46,9 +49,9 @@ OFFLINE_NOTE = (
 
 def demo_settings(settings: Settings) -> tuple[Settings, str]:
     """The demo's settings and a note on its judge: ``settings`` with the
-    embedded database, and the offline judge unless a judge model was
+    demo's own database of the embedded cluster, and the offline judge unless a judge model was
     configured (JUDGEFLOW_JUDGE_MODEL, in the environment or ``.env``)."""
-    update: dict = {"database_url": None}
+    update: dict = {"database_url": None, "embedded_database": DEMO_DATABASE}
     note = f"{settings.judge_model} (JUDGEFLOW_JUDGE_MODEL)"
     if "judge_model" not in settings.model_fields_set:
         update["judge_model"], note = "offline", OFFLINE_NOTE
@@ -62,14 +65,10 @@ def demo_settings(settings: Settings) -> tuple[Settings, str]:
 
 
 def reset(settings: Settings) -> None:
-    """Stop and delete the embedded database, and judgeflow's local Prefect
-    server and its state."""
-    from judgeflow.infra.prefect_server import LocalPrefectServer
-
-    LocalPrefectServer.for_settings(settings).stop()
-    EmbeddedPostgres.for_settings(settings).destroy()
-    dispose_engines()
-    shutil.rmtree(Path(settings.home) / "prefect", ignore_errors=True)
+    """Drop the demo's database (``settings`` are the demo's): the embedded cluster, its other
+    databases and the local Prefect server, which a user's own work may share, are left alone."""
+    dispose_engines()  # no pooled connection of this process holds the database
+    EmbeddedPostgres.for_settings(settings).drop_database()
 
 
 def load_traces(settings: Settings, now: datetime | None = None) -> int:

@@ -59,7 +59,7 @@ def work_status(settings: Settings) -> dict:
         pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], list(metric_names()),
                                      done=done)
     except DBAPIError as exc:
-        raise DatabaseError(f"could not read results: {exc.orig}") from None
+        raise DatabaseError(f"could not read results: {_first_line(exc.orig)}") from None
     plan = read["plan"]
     out, runs = _per_metric(read["results"], read["claims"], read["superseded"], pending)
     return {
@@ -135,6 +135,11 @@ def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict,
     return out, ordered
 
 
+def _first_line(error: BaseException) -> str:
+    """PostgreSQL's first line says what is wrong; the rest quotes the SQL and points a caret at it."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
 def no_longer_scored(results) -> dict[str, int]:
     """Results kept of metrics no longer served (removed from the metrics file, a plugin uninstalled)."""
     served = set(metric_names())
@@ -151,7 +156,9 @@ def _write_back_counts(conn, settings: Settings, source: str) -> dict[str, int |
         return None
     from judgeflow.phoenix.outbox import unwritten_counts
 
-    return {"on": settings.phoenix_write_back, **unwritten_counts(conn, source)}
+    counts = unwritten_counts(conn, source)
+    # given_up: the name `gone` had until 2026-11-29, kept for scripts reading `status --json` (deprecated)
+    return {"on": settings.phoenix_write_back, **counts, "given_up": counts["gone"]}
 
 
 def window_rates(conn, settings: Settings) -> dict[str, dict]:

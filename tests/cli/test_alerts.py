@@ -32,6 +32,16 @@ def test_a_rule_held_by_hysteresis_says_so_and_json_holds_the_same(judgeflow_env
     regression = next(line for line in listing.stdout.splitlines() if line.startswith("toxicity_regression "))
     assert "min rise +5.0%" in regression and "max" not in regression
 
+    # `score` with nothing to do: one line of what the rules found (no table), the held rule said as held
+    from tests.support.traces import create_source
+
+    create_source(db)  # the source, empty: nothing pending
+    idle = runner.invoke(app, ["score"])
+    assert idle.exit_code == 0, idle.output
+    assert "nothing to score" in idle.stdout and "| rule |" not in idle.stdout and "rule  " not in idle.stdout
+    [evaluated] = [line for line in idle.stdout.splitlines() if line.startswith("alert rules evaluated")]
+    assert "toxicity_rate (4.9%, max 5.0%, held by hysteresis until at or below 4.5%)" in evaluated, evaluated
+
     data = json.loads(runner.invoke(app, ["alerts", "--json"]).stdout)
     rules = {r["rule"]: r for r in data["rules"]}
     tox = rules["toxicity_rate"]

@@ -45,3 +45,42 @@ def test_options_that_take_a_value_say_what_it_is():
         for param in command.params:
             if param.param_type_name == "option" and param.name != "help":
                 assert getattr(param, "help", None), (path, param.name)
+
+
+def test_no_summary_in_a_command_list_is_cut():
+    """A group's `--help` lists its commands, one line each: click cuts a summary past its column with "...";
+    every one is shown whole at 80 columns (the command's summary, ending as it does)."""
+    groups = [(path, c) for path, c in _commands(typer.main.get_command(app)) if hasattr(c, "commands")]
+    assert len(groups) == 4  # judgeflow, db, alerts, phoenix
+    for path, group in groups:
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH)}, terminal_width=WIDTH)
+        listed = result.output.split("Commands:\n", 1)[1].splitlines()
+        assert len(listed) == len(group.commands), (path, listed)
+        for line, (name, command) in zip(listed, group.commands.items()):
+            assert len(line) <= WIDTH and not line.rstrip().endswith("..."), (path, line)
+            assert line.split(None, 1) == [name, command.get_short_help_str(limit=1000)], (path, line)
+
+
+def test_a_misused_command_is_one_line_naming_its_help_and_exits_2():
+    """An unknown option or command, a bad value, a missing argument, an option without its value: one line
+    (what is wrong, then the command's `--help`), exit 2, as gh and kubectl; not click's usage block."""
+    cases = {
+        ("score", "--bogus"): "judgeflow score: No such option: --bogus",
+        ("results", "--limit", "many"): "judgeflow results: Invalid value for '--limit'",
+        ("show",): "judgeflow show: Missing argument 'trace_id'.",
+        ("report", "--segment"): "judgeflow report: Option '--segment' requires an argument.",
+        ("nosuch",): "judgeflow: No such command 'nosuch'.",
+        ("db", "upgrade", "--x"): "judgeflow db upgrade: No such option: --x",
+        ("phoenix", "sync", "--bad"): "judgeflow phoenix sync: No such option: --bad",
+        ("--bogus",): "judgeflow: No such option: --bogus",
+    }
+    for args, start in cases.items():
+        result = runner.invoke(app, list(args), prog_name="judgeflow")
+        assert result.exit_code == 2, (args, result.output)
+        [line] = result.output.splitlines()
+        command = start.split(":", 1)[0]
+        assert line.startswith(start) and line.endswith(f"(see `{command} --help`)"), (args, line)
+    # a group named alone still shows its help, as asked
+    bare = runner.invoke(app, ["db"], prog_name="judgeflow")
+    assert bare.output.startswith("Usage: judgeflow db"), bare.output
+    assert "Commands:" in bare.output

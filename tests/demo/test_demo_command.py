@@ -53,7 +53,7 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
     # suite runs as root) then loses its way to the data directory
     top = Path(tempfile.mkdtemp(prefix="judgeflow-test-demo-"))
     home = top / "home"
-    server = EmbeddedPostgres(home / "pg")
+    server = EmbeddedPostgres(home / "pg", database="judgeflow_demo")  # the demo's own database
     prefect = LocalPrefectServer(home)
     # a busy machine: one core kept busy by a CPU hog while the demo starts its
     # database and Prefect server and scores (start-ups must wait, not time out)
@@ -102,7 +102,8 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         # the dead-delivery rule counts deliveries, not traces
         assert re.search(r"^alert dead_delivery_rate: \w+  \(rate \S+ over \d+ deliveries in the window", first, re.M), first
         # the psql line it prints logs in as it is
-        psql_line = re.search(r"^  browse: .*\|   (PGPASSFILE=(\S+) psql (\S+))$", first, re.M)
+        assert "  browse:  JUDGEFLOW_EMBEDDED_DATABASE=judgeflow_demo .venv/bin/judgeflow status\n" in first, first
+        psql_line = re.search(r"^  psql:    (PGPASSFILE=(\S+) psql (\S+))$", first, re.M)
         assert psql_line and "***" not in psql_line[1], first
         from judgeflow.db.embedded import find_pg_bin
 
@@ -156,12 +157,15 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
     assert left == []
 
 
-def test_the_demo_passes_its_settings_down_and_leaves_the_environment_alone(prefect_server, monkeypatch, caplog):
+def test_the_demo_passes_its_settings_down_and_leaves_the_environment_alone(prefect_server, judge_server,
+                                                                            monkeypatch, caplog, tmp_path):
     """`judgeflow demo`, in this process: its run uses the demo's embedded
     database and offline judge although JUDGEFLOW_DATABASE_URL points
     elsewhere (they are handed to the flow, not written into the
     environment), the JUDGEFLOW_ variables are as they were, and the settings
-    were read from the environment once."""
+    were read from the environment once. Then the user's own metric named as
+    the demo's (`helpfulness`) scores the user's traces in the same embedded
+    cluster: the demo's results live in the demo's own database."""
     import logging
 
     from typer.testing import CliRunner
@@ -176,7 +180,7 @@ def test_the_demo_passes_its_settings_down_and_leaves_the_environment_alone(pref
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", "postgresql://nobody@127.0.0.1:9/not-the-demos")
     monkeypatch.delenv("JUDGEFLOW_JUDGE_MODEL", raising=False)
     before = {k: v for k, v in os.environ.items() if k.startswith("JUDGEFLOW_")}
-    server = EmbeddedPostgres(home / "pg")
+    server = EmbeddedPostgres(home / "pg", database="judgeflow_demo")
     try:
         with caplog.at_level(logging.DEBUG, logger="judgeflow.config.settings"):
             result = CliRunner().invoke(app, ["demo"])
@@ -191,9 +195,66 @@ def test_the_demo_passes_its_settings_down_and_leaves_the_environment_alone(pref
         engine.dispose()
         assert traces >= 300 and scored.scalar_one() == traces
         assert models and all(m.startswith("offline/") for m in models)
+        _the_users_helpfulness_scores_its_own_traces(home, judge_server, monkeypatch, tmp_path)
     finally:
         dispose_engines()
         server.destroy()
         left = kill_processes_under(top)
         shutil.rmtree(top, ignore_errors=True)
     assert left == []
+
+
+def _the_users_helpfulness_scores_its_own_traces(home: Path, judge_server, monkeypatch, tmp_path: Path) -> None:
+    """After the demo: the user's embedded database (the same cluster, the default database) with a metrics
+    file of their own declaring `helpfulness`, as the demo's does; `judgeflow score` judges their traces
+    and `judgeflow status` names no variable they never set."""
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+    from judgeflow.db.engine import dispose_engines
+    from judgeflow.sources.table import CREATE_DEFAULT_TABLE
+
+    metrics = tmp_path / "my-metrics.toml"
+    metrics.write_text('[metrics.helpfulness]\ncriteria = "The reply answers the question."\n'
+                       'inputs = ["input", "output"]\n')
+    for name, value in {"JUDGEFLOW_METRICS_FILE": str(metrics), "JUDGEFLOW_JUDGE_MODEL": "openai/judge-test",
+                        "JUDGEFLOW_JUDGE_API_BASE": judge_server.url, "JUDGEFLOW_JUDGE_API_KEY": "test-key-not-secret",
+                        "JUDGEFLOW_JUDGE_PROCESSES": "1", "JUDGEFLOW_SETTLE_DELAY": "0s"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("JUDGEFLOW_DATABASE_URL")
+    mine = EmbeddedPostgres(home / "pg")  # the user's database: JUDGEFLOW_EMBEDDED_DATABASE's default
+    mine.start()
+    engine = sa.create_engine(mine.url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(CREATE_DEFAULT_TABLE)
+        conn.execute(sa.text("INSERT INTO llm_traces (id, created_at, input, output) VALUES "
+                             "('mine-1', now() - interval '1 hour', 'How do I reset it?', 'Hold the dial 10 s.'), "
+                             "('mine-2', now() - interval '1 hour', 'Is it on sale?', 'Yes, until Friday.')"))
+    try:
+        asked = judge_server.calls("GEvalScore")
+        result = CliRunner().invoke(app, ["score", "--metric", "helpfulness"])
+        assert result.exit_code == 0, result.output
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT trace_id, status FROM judgeflow.eval_results "
+                                        "WHERE metric = 'helpfulness' ORDER BY 1")).all()
+        assert [tuple(r) for r in rows] == [("mine-1", "scored"), ("mine-2", "scored")]
+        assert judge_server.calls("GEvalScore") - asked == 2  # the user's two traces, judged
+        with engine.connect() as conn:  # nothing of the demo's in the user's database
+            assert conn.execute(sa.text("SELECT count(*) FROM llm_traces")).scalar_one() == 2
+            assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.eval_results "
+                                        "WHERE trace_id NOT LIKE 'mine-%'")).scalar_one() == 0
+        status = CliRunner().invoke(app, ["status"])
+        assert status.exit_code == 0, status.output
+        assert "JUDGEFLOW_METRICS_FILE" not in status.output and "not scored now" not in status.output
+        # `judgeflow demo --reset` drops the demo's database alone: the user's results stay
+        from judgeflow.demo.run import reset
+        from judgeflow.run.metric_door import entry_settings
+
+        reset(entry_settings(embedded_database="judgeflow_demo"))
+        with engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.eval_results")).scalar_one() == 2
+            assert conn.execute(sa.text("SELECT count(*) FROM pg_database WHERE datname = 'judgeflow_demo'")
+                                ).scalar_one() == 0
+    finally:
+        engine.dispose()
+        dispose_engines()

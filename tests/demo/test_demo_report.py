@@ -37,3 +37,23 @@ def test_the_five_worst_traces_are_the_worst_whichever_way_a_metric_scores(judge
     finally:
         open_metrics(None)
     assert worst == [("tr-0001", "helpfulness"), ("tr-0002", "toxicity"), ("tr-0000", "helpfulness")]
+
+
+def test_the_summary_says_a_regression_rules_minimum_rise_and_a_held_rule():
+    """A regression rule's limit is its minimum rise, not a maximum; a rate rule firing at or below its
+    maximum says hysteresis holds it, and until where."""
+    from judgeflow.demo.report import DemoReport, render
+
+    alerts = [
+        {"rule": "toxicity_rate", "state": "firing", "value": 0.049, "threshold": 0.05, "sample_size": 82},
+        {"rule": "toxicity_regression", "state": "ok", "value": 0.049, "threshold": 0.02, "sample_size": 82},
+        {"rule": "hallucination_rate", "state": "firing", "value": 0.4, "threshold": 0.1, "sample_size": 50},
+    ]
+    text = render(DemoReport(alerts=alerts, hysteresis=0.1), judge_note="offline", ui_url=None, flow_run_id=None,
+                  ran_s=1.0)
+    lines = {line.split(":")[0]: line for line in text.splitlines() if line.startswith("alert ")}
+    assert lines["alert toxicity_rate"].endswith(
+        "(rate 4.9% over 82 traces in the window, maximum 5.0%, held by hysteresis until at or below 4.5%)")
+    assert lines["alert toxicity_regression"].endswith("minimum rise +2.0% over its baseline)")
+    assert "maximum" not in lines["alert toxicity_regression"]
+    assert lines["alert hallucination_rate"].endswith("maximum 10.0%)")  # above its maximum: plainly firing

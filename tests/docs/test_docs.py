@@ -454,12 +454,17 @@ def test_the_link_check_fails_on_a_broken_link(tmp_path):
 
 
 def test_every_docs_page_the_cli_points_to_exists():
-    """CLI error lines end with '(see docs/<page>.md)': each such page must exist."""
-    pages = set()
-    for source in (ROOT / "judgeflow").rglob("*.py"):
-        pages.update(re.findall(r"\bdocs/[\w.-]+\.md\b", source.read_text()))
-    missing = sorted(page for page in pages if not (ROOT / page).is_file())
-    assert not missing, f"the CLI points to docs pages that do not exist: {missing}"
+    """CLI error lines end with '(see docs/<page>.md)', and messages and help name pages (and a heading,
+    `docs/<page>.md#<heading>`): each such page must exist, with the heading named, in the source of every
+    package folder (judgeflow/, metrics/, tasks/, flows/)."""
+    named = set()
+    for folder in ("judgeflow", "metrics", "tasks", "flows"):
+        for source in (ROOT / folder).rglob("*.py"):
+            named.update(re.findall(r"\b(docs/[\w.-]+\.md)(?:#([\w-]+))?", source.read_text()))
+    assert len({page for page, _ in named}) >= 6
+    missing = sorted(f"{page}#{heading}" if heading else page for page, heading in named
+                     if not (ROOT / page).is_file() or (heading and heading not in anchors(ROOT / page)))
+    assert not missing, f"the CLI points to docs pages (or headings) that do not exist: {missing}"
 
 
 def test_every_docs_page_is_linked_from_the_readme():

@@ -185,8 +185,18 @@ def test_a_new_metric_version_starts_an_epoch_like_a_new_judge(prefect_server, e
     after = toxicity_metric.toxicity_version()
     assert after != before
     insert_traces(db, _rows("new", 5, days_ago=(0.05, 0.01)))
-    summary = _score()
-    assert len(summary.judge_epochs) == 1 and f"metric version {before} -> {after}" in summary.judge_epochs[0]
+    # through the command: the change is said once in all it prints (the summary's "Judge changed.", each
+    # metric's new epoch under it; the epoch's log line is info, under the terminal's warnings-only level)
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    result = CliRunner().invoke(app, ["score", "--metric", "toxicity"])
+    assert result.exit_code == 0, result.output
+    assert result.output.lower().count("judge changed") == 1, result.output
+    assert result.output.count("new judge epoch for toxicity") == 1, result.output
+    [epoch_line] = [line for line in result.output.splitlines() if line.startswith("- new judge epoch")]
+    assert f"metric version {before} -> {after}" in epoch_line
     with db.connect() as conn:
         epochs = conn.execute(sa.text(
             "SELECT metric_version, judge_model FROM judgeflow.judge_epochs WHERE metric = 'toxicity' ORDER BY id"

@@ -179,6 +179,9 @@ def test_a_wrong_phoenix_url_is_caught_stays_visible_and_pages_until_fixed(
         status = _cli("status").stdout
         assert "Phoenix write-back on: 0 scored result(s) not yet written to Phoenix" in status
         assert "1 scored result(s) not written for good: Phoenix no longer holds their span" in status
+        # --json: `gone`, and its former name `given_up` (deprecated, docs/running.md) for scripts
+        write_back = json.loads(_cli("status", "--json").stdout)["phoenix_write_back"]
+        assert (write_back["unwritten"], write_back["gone"], write_back["given_up"]) == (0, 1, 1)
         gone = _cli("show", OTHER_LLM).stdout
         assert "  in Phoenix: no longer held (its retention, or a user, deleted the span)" in gone
         assert f"in Phoenix: not written for good, refused {GIVE_UP_AFTER} tries" in gone

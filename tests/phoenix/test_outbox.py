@@ -96,6 +96,34 @@ def test_a_phoenix_that_is_down_is_retried_with_backoff_and_caught_up_when_it_is
     assert state["written_back_at"] is not None and state["write_back_error"] is None
 
 
+def test_phoenix_going_down_with_the_batch_in_flight_counts_no_try(results):
+    """Phoenix takes the request and goes down before it answers (the connection dropped mid-request):
+    a stop, as docs/tables.md says; the batch in flight counts no try, as none of the rest does."""
+    import socket
+    import threading
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    taken = []
+
+    def take_and_drop():
+        conn, _ = listener.accept()
+        taken.append(conn.recv(65536))  # the request arrived ...
+        conn.close()  # ... and Phoenix is gone before it answers
+
+    server = threading.Thread(target=take_and_drop, daemon=True)
+    server.start()
+    try:
+        dropped = sync_phoenix(results, SOURCE, f"http://127.0.0.1:{listener.getsockname()[1]}", None)
+    finally:
+        server.join(timeout=10)
+        listener.close()
+    assert taken and taken[0].startswith(b"POST /v1/span_annotations")  # the batch was in flight
+    assert dropped.stop and "did not answer" in dropped.note and (dropped.written, dropped.failed) == (0, 0)
+    for span in SPANS:
+        state = _state(results, span)
+        assert state["write_back_tries"] == 0 and not state["waiting"], (span, state)
+
+
 def test_a_due_retry_is_made_by_the_next_run(results):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
