@@ -7,6 +7,7 @@ lists it, and nothing outside its declaration names it."""
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -130,7 +131,10 @@ def test_a_registered_metric_is_scored_alerted_on_and_reported(prefect_server, j
     assert list(report["metrics"]) == ["toxicity", "hallucination", "rudeness"]
     assert report["metrics"]["rudeness"]["scored"] == 6 and report["metrics"]["rudeness"]["pending"] == 0
     text = runner.invoke(app_cli(), ["status"]).output
-    assert any(line.lstrip().startswith("rudeness") for line in text.splitlines()), text
+    lines = text.splitlines()
+    assert any(re.match(r"metric\s+toxicity\s+hallucination\s+rudeness$", line) for line in lines), text
+    assert any(re.match(r"passed\s+6\s+6\s+4$", line) for line in lines), text
+    assert any(line.startswith("rudeness not-passed rate, last 24h: 33.3%") for line in lines), text
 
 
 def test_an_unknown_metric_is_one_line_naming_the_registered_ones(prefect_server, judgeflow_env, monkeypatch):
