@@ -10,6 +10,8 @@ import shutil
 import sys
 import textwrap
 
+from judgeflow.terminal_text import is_terminal
+
 TABLE_WIDTH = 80  # a table's width when the output has none (piped, no COLUMNS)
 
 
@@ -18,16 +20,21 @@ def _columns() -> int | None:
     return int(columns) if columns.isdigit() and int(columns) > 0 else None
 
 
+def _on_terminal() -> bool:
+    # the command's stdout is wrapped (judgeflow/terminal_text.py) and says it is no terminal: ask beneath it
+    return is_terminal(sys.stdout)
+
+
 def table_width() -> int:
     """COLUMNS, else the terminal's width, else 80."""
     if _columns():
         return _columns()
-    return shutil.get_terminal_size((TABLE_WIDTH, 24)).columns if sys.stdout.isatty() else TABLE_WIDTH
+    return shutil.get_terminal_size((TABLE_WIDTH, 24)).columns if _on_terminal() else TABLE_WIDTH
 
 
 def line_width() -> int | None:
     """The width lines wrap at: the terminal's (COLUMNS, else its size); None when stdout is not one."""
-    return table_width() if sys.stdout.isatty() else None
+    return table_width() if _on_terminal() else None
 
 
 def figure_table(rows: dict[str, dict], columns: list[str], width: int, *, corner: str = "metric") -> list[str]:

@@ -107,10 +107,15 @@ def metrics(
         typer.echo(f"note: {note}", err=True)
     if served_file():
         typer.echo(f"metrics file: {served_file()}")
+    from judgeflow.cli.layout import line_width, wrapped
+
+    lines = []
     for row in rows:
         rules = "; ".join(row["rules"]) or "no alert rule on"
-        typer.echo(f"{row['name']:<16} {row['origin']:<9} {row['version']:<28} judged by {row['judge_model']}; "
-                   f"reads {', '.join(row['inputs'])}; passes at {row['passes']}; {rules}; {_segments(row)}")
+        lines.append(f"{row['name']:<16} {row['origin']:<9} {row['version']:<28} judged by {row['judge_model']}; "
+                     f"reads {', '.join(row['inputs'])}; passes at {row['passes']}; {rules}; {_segments(row)}")
+    for line in wrapped(lines, line_width()):  # a metric a line when piped (grep); wrapped on a terminal
+        typer.echo(line)
 
 
 def _unpriced_models(path: Path, specs) -> list[str]:

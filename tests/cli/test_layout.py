@@ -57,3 +57,37 @@ def test_lines_wrap_only_on_a_terminal_and_a_table_fits_columns_else_80(monkeypa
     monkeypatch.setattr("sys.stdout.isatty", lambda: False)
     assert (table_width(), line_width()) == (80, None)
     assert wrapped(["x " * 100], None) == ["x " * 100]
+
+
+def test_metrics_on_an_80_column_terminal_wraps_every_line_and_keeps_each_metrics_facts(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    env = {**os.environ, "COLUMNS": "80", "JUDGEFLOW_HOME": str(tmp_path),
+           "JUDGEFLOW_DATABASE_URL": "postgresql+psycopg://nobody@127.0.0.1:1/none"}  # never read: no prepared steps
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "judgeflow", "metrics"], env=env, cwd=tmp_path,
+                                stdin=follower, stdout=follower, stderr=follower)
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the child closed its end
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        proc.wait(timeout=60)
+    finally:
+        os.close(leader)
+    text = b"".join(chunks).decode().replace("\r\n", "\n")
+    assert proc.returncode == 0, text
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80, text
+    starts = [line.split()[0] for line in lines if line and not line.startswith(" ")]
+    assert starts == ["toxicity", "hallucination"], text
+    assert text.count("judged by ") == 2 and "toxicity_rate max 5%" in " ".join(text.split()), text
