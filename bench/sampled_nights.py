@@ -142,7 +142,8 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
               late_share: float = 0.0, estimate_bias: float = 1.0, history_noise: float = 0.3,
               backfill: tuple[str, int] | None = None, planned_rates: dict[str, float] | None = None,
               detect: Detect | None = None, cost_sd: float = 0.0, in_flight: int = 1,
-              headroom_z: float = 0.0, late_reserve: float = 0.0, late_factor: float = 1.0) -> Night:
+              headroom_z: float = 0.0, late_reserve: float = 0.0, late_factor: float = 1.0,
+              top_up: bool = False) -> Night:
     """One night: plan over the traces that arrived in time at ``estimate_bias``
     times their stratum's mean cost (with ``headroom_z``: the plan's headroom
     for ``cost_sd``; ``late_reserve``: this share of the budget held back for
@@ -152,7 +153,8 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
     left; settle the weights, and optionally backfill the first ``k`` traces of
     one stratum (``backfill``). ``planned_rates``: the failing rates the plan is
     given (default: each stratum's rate with ``history_noise``); ``late_factor``:
-    the late traces fail that many times as often."""
+    the late traces fail that many times as often; ``top_up``: money the run
+    left is spent as the product spends it (:func:`_top_up`)."""
     rng = random.Random(seed)
     night_day = NIGHT0 + timedelta(days=seed % 3650)
     traces = _traffic(rng, strata, late_share, seed, late_factor)
@@ -177,6 +179,9 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
     created = {t.id: t for t in traces}
     estimate_of = {t.id: by[t.stratum].cost * estimate_bias for t in traces}
     left = _judge_run(night, [k.id for k in ranked(first, min_samples)], estimate_of, real, budget, in_flight, rng)
+    if top_up and plan.sampled:
+        left = _top_up(night, plan, on_time, estimate_of, real, left, min_samples, in_flight, rng, night_day,
+                       planned_rates or noisy, cost_sd, headroom_z, prob)
     chosen_late = [i for name in late for i in select_below(late[name], prob[name], night_day)]
     night.late_selected = len(chosen_late)
     second = [(i, NIGHT0, night_day, prob[created[i].stratum], created[i].stratum) for i in chosen_late]
@@ -187,6 +192,39 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
         _backfill(night, *backfill)
     _settle(night)
     return night
+
+
+def _top_up(night: Night, plan: SamplePlan, on_time: dict[str, list[str]], estimate_of: dict[str, float],
+            real: dict[str, float], left: float, min_samples: int, in_flight: int, rng: random.Random,
+            night_day: date, rates: dict[str, float], cost_sd: float, headroom_z: float,
+            prob: dict[str, float]) -> float:
+    """What the run left is planned again at tonight's prices (what the judged
+    traces billed over their estimates) over each stratum's traces not selected,
+    with headroom, and the extension judged in rank order (judgeflow/sampling/planner.py's
+    top-up); a stratum's selection stays the traces with the smallest keys.
+    Returns what is left after it; ``prob`` gets the strata's new probabilities."""
+    judged = list(night.judged)
+    ratio = sum(real[i] for i in judged) / max(sum(estimate_of[i] for i in judged), 1e-12)
+    cv = math.sqrt(math.exp(cost_sd ** 2) - 1)
+    inputs, mean = [], {}
+    for a in plan.strata:
+        ids = on_time[a.name]
+        if len(ids) > a.judged:
+            mean[a.name] = estimate_of[ids[0]] * ratio
+            inputs.append(StratumInput(a.name, len(ids) - a.judged, mean[a.name], rates[a.name],
+                                       cost_sd=cv * mean[a.name]))
+    if not inputs or left <= 0:
+        return left
+    extra = allocate(inputs, budget_usd=left, min_samples=0, headroom_z=headroom_z)
+    rows = []
+    for a in extra.strata:
+        planned = next(p.judged for p in plan.strata if p.name == a.name)
+        now = select(on_time[a.name], planned + a.judged, night_day)
+        prob[a.name] = len(now) / len(on_time[a.name])
+        new = now - select(on_time[a.name], planned, night_day)
+        rows += [(i, NIGHT0, night_day, prob[a.name], a.name) for i in new]
+    est = {i: estimate_of[i] * ratio for i, *_ in rows}
+    return _judge_run(night, [k.id for k in ranked(rows, 0)], {**estimate_of, **est}, real, left, in_flight, rng)
 
 
 class _GivenEstimates(RunBudget):
@@ -321,7 +359,7 @@ class Detection:
 def detection_night(seed: int, *, at: str = "claimed", budget_share: float = 0.12, late_share: float = 0.0,
                     estimate_bias: float = 1.0, min_increase: float = 0.05, alpha: float = 0.05,
                     min_samples: int = 50, baseline_nights: int = 7, total: int = 3000, cost_sd: float = 0.0,
-                    in_flight: int = 1, headroom_z: float = 0.0) -> Detection:
+                    in_flight: int = 1, headroom_z: float = 0.0, top_up: bool = False) -> Detection:
     """One night of :func:`mixed_strata` through the planner's own path: the
     plan (power step included) over rates known from history with noise; the
     claimed rise of a random target stratum as the plan's table computes it
@@ -359,7 +397,7 @@ def detection_night(seed: int, *, at: str = "claimed", budget_share: float = 0.1
     risen = [Stratum(s.name, s.size, min(s.rate + rise, 1.0), s.cost) if s is target else s for s in strata]
     night = run_night(risen, seed=seed, budget_share=budget_share, min_samples=min_samples, late_share=late_share,
                       estimate_bias=estimate_bias, planned_rates=rates, detect=detect, cost_sd=cost_sd,
-                      in_flight=in_flight, headroom_z=headroom_z)
+                      in_flight=in_flight, headroom_z=headroom_z, top_up=top_up)
     rule = regression_rule(min_increase, alpha, min_samples, baseline_nights)
     now = datetime.now(timezone.utc)
     family = [figures_from_counts(night.counts(name), WeightedCounts.from_strata(

@@ -281,12 +281,14 @@ def headroom_report(nights: int) -> None:
 
     print(f"\n-- issue 60: {nights} nights per scenario; 3,000 traces of 6-10 strata, budget 12% of the full cost, "
           "per-trace cost lognormal (log-sd 0.3, mean the stratum's), 16 pairs in flight, the real RunBudget")
-    for z, label in ((0.0, "no headroom (before)"), (HEADROOM_Z, f"headroom z {HEADROOM_Z}")):
-        for bias, words in ((1.0, "estimates right on average"), (1 / 1.3, "real costs 30% above the estimate")):
+    after = f"headroom z {HEADROOM_Z}, then a top-up at tonight's prices"
+    for z, label in ((0.0, "no headroom (before)"), (HEADROOM_Z, after)):
+        for bias, words in ((1.0, "estimates right on average"), (1 / 1.3, "real costs 30% above the estimate"),
+                            (2.0, "the estimate twice the bill")):
             ratios, all_reached, strata_short, strata_n, at_min_short, at_min, hit = [], 0, 0, 0, 0, 0, 0
             for seed in range(HEADROOM_SEEDS, HEADROOM_SEEDS + nights):
                 night = run_night(mixed_strata(random.Random(seed), 3000), seed=seed, budget_share=0.12,
-                                  estimate_bias=bias, cost_sd=0.3, in_flight=16, headroom_z=z)
+                                  estimate_bias=bias, cost_sd=0.3, in_flight=16, headroom_z=z, top_up=z > 0)
                 ratios.append(night.billed / night.budget)
                 short = [s for s, n in night.planned.items() if night.judged_on_time(s) < n]
                 all_reached += not short
@@ -300,8 +302,8 @@ def headroom_report(nights: int) -> None:
                   f"max {max(ratios):.3f}); nights with every stratum at its planned count {all_reached / nights:.1%}; "
                   f"strata short of their plan {strata_short / max(strata_n, 1):.1%} of {strata_n}; planned at the "
                   f"minimum and short {at_min_short} of {at_min}; coverage {hit / nights:.1%}")
-    for z, label in ((0.0, "no headroom (before)"), (HEADROOM_Z, f"headroom z {HEADROOM_Z}")):
-        rows = [detection_night(seed, total=DETECTION_TRAFFIC, cost_sd=0.3, in_flight=16, headroom_z=z)
+    for z, label in ((0.0, "no headroom (before)"), (HEADROOM_Z, after)):
+        rows = [detection_night(seed, total=DETECTION_TRAFFIC, cost_sd=0.3, in_flight=16, headroom_z=z, top_up=z > 0)
                 for seed in range(DETECTION_SEEDS, DETECTION_SEEDS + nights)]
         rows = [r for r in rows if r.claimed is not None]
         fired = sum(r.fired for r in rows) / len(rows)
@@ -314,7 +316,8 @@ def headroom_report(nights: int) -> None:
         on_share, late_share, hit = [], [], 0
         for seed in range(LATE_SEEDS, LATE_SEEDS + nights):
             night = run_night(mixed_strata(random.Random(seed), 3000), seed=seed, budget_share=0.12, late_share=0.1,
-                              late_factor=2.0, cost_sd=0.3, in_flight=16, headroom_z=HEADROOM_Z, late_reserve=reserve)
+                              late_factor=2.0, cost_sd=0.3, in_flight=16, headroom_z=HEADROOM_Z, late_reserve=reserve,
+                              top_up=True)
             on = [t for t in night.traces if not t.late]
             late = [t for t in night.traces if t.late]
             on_share.append(sum(t.id in night.judged for t in on) / len(on))
