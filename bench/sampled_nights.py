@@ -180,8 +180,10 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
     estimate_of = {t.id: by[t.stratum].cost * estimate_bias for t in traces}
     left = _judge_run(night, [k.id for k in ranked(first, min_samples)], estimate_of, real, budget, in_flight, rng)
     if top_up and plan.sampled:
-        left = _top_up(night, plan, on_time, estimate_of, real, left, min_samples, in_flight, rng, night_day,
-                       planned_rates or noisy, cost_sd, headroom_z, prob)
+        # the reserve stays for the late traces: the top-up spends only what the plan's budget left
+        held = late_reserve * budget
+        left = held + _top_up(night, plan, on_time, estimate_of, real, max(left - held, 0.0), min_samples,
+                              in_flight, rng, night_day, planned_rates or noisy, cost_sd, headroom_z, prob)
     chosen_late = [i for name in late for i in select_below(late[name], prob[name], night_day)]
     night.late_selected = len(chosen_late)
     second = [(i, NIGHT0, night_day, prob[created[i].stratum], created[i].stratum) for i in chosen_late]
