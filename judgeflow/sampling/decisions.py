@@ -147,6 +147,36 @@ def sample_pools(conn: Connection, night: date) -> dict[str, tuple[int, int, flo
     return {s: (int(pop), int(sel), float(c)) for s, pop, sel, c in rows}
 
 
+# a stratum is priced from its own traces judged tonight once it has this many, else from the night's
+MIN_TONIGHT = 10
+
+
+def tonight_price_ratios(conn: Connection, night: date, n_metrics: int) -> dict[str | None, float]:
+    """Per stratum of the night (and the night's, under None): what its traces
+    judged so far (every metric, ``n_metrics``) billed over the cost per trace
+    they were planned at: a stratum planned earlier tonight is priced again at
+    its recorded cost per trace times this (a raised budget, a top-up)."""
+    rows = conn.execute(
+        text(
+            """
+            WITH judged AS (
+                SELECT d.trace_id, d.stratum, d.est_cost_usd, sum(r.cost_usd) AS usd, count(*) AS metrics
+                FROM judgeflow.sample_decisions d
+                JOIN judgeflow.eval_results r ON r.trace_id = d.trace_id AND r.status = 'scored'
+                     AND r.judge_calls > 0 AND r.cost_usd > 0
+                WHERE d.night = :n AND d.phase = 'sample' AND d.est_cost_usd > 0
+                GROUP BY 1, 2, 3)
+            SELECT stratum, count(*), sum(usd), sum(est_cost_usd) FROM judged WHERE metrics >= :m GROUP BY stratum
+            """
+        ),
+        {"n": night, "m": n_metrics},
+    ).all()
+    out: dict[str | None, float] = {s: float(b) / float(e) for s, k, b, e in rows if k >= MIN_TONIGHT}
+    if sum(k for _, k, _, _ in rows) >= MIN_TONIGHT:
+        out[None] = float(sum(b for *_, b, _ in rows)) / float(sum(e for *_, e in rows))
+    return out
+
+
 def extend(conn: Connection, night: date, stratum: str, more: int) -> datetime | None:
     """Select ``more`` of the stratum's traces not selected and still without a
     result, smallest selection key first (judgeflow/sampling/selection.py): the

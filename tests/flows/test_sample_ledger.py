@@ -330,3 +330,41 @@ def test_a_night_funds_its_own_traces_before_earlier_nights_leftovers_and_settle
                                                   "WHERE night = :n AND selected", n=last_night)}
     scored = {t for (t, _), r in results(db).items() if r["status"] == "scored" and t.startswith("old-")}
     assert len(probs) == 1 and probs.pop() == pytest.approx(len(scored) / 300)
+
+
+@pytest.mark.slow  # about a minute on a busy 2-core machine; the top-up's parts are in tests/sampling/
+def test_a_first_night_whose_token_estimate_is_twice_the_bill_spends_its_budget_at_tonights_prices(
+        prefect_server, db, priced, monkeypatch):
+    """Issue 60, item 6: no history, and a judge whose tokenizer counts half the
+    tokens judgeflow estimates from the text. Through the CLI: the plan's
+    selection is judged, then what the run left is planned again at tonight's
+    prices (what the judged traces billed over their estimates), until the
+    budget is spent. The bill is the judge server's."""
+    from typer.testing import CliRunner
+
+    from judgeflow.cli import app
+
+    monkeypatch.setattr(priced, "token_scale", 0.5)
+    insert_traces(db, _traces("s", 150, "short", timedelta(hours=3)) + _traces("l", 50, "long", timedelta(hours=3)))
+    budget = 0.3 * _full_cost()  # the estimate: ~0.6 of the traces' real cost
+
+    out = CliRunner().invoke(app, ["score", "--no-alerts", "--sample-budget-usd", f"{budget:.6f}",
+                                   "--max-concurrency", str(CONCURRENCY)])
+
+    assert out.exit_code == 0, out.output
+    assert 0.95 * budget <= priced.billed_usd <= budget + _overrun_bound(priced), (priced.billed_usd, budget)
+    assert "more traces of" in out.output and "at tonight's prices" in out.output, out.output
+    # the first plan's estimate was about twice what the judge billed for the traces it judged
+    (est,) = _query(db, "SELECT sum(d.est_cost_usd) FROM judgeflow.sample_decisions d WHERE d.trace_id = ANY(:ids)",
+                    ids=sorted({t for t, _ in results(db)}))
+    assert 1.6 <= float(est[0]) / priced.billed_usd <= 2.6, (float(est[0]), priced.billed_usd)
+    # what was judged is what was selected, each stratum's selection the traces with its smallest keys
+    judged = {t for t, _ in results(db)}
+    selected = {r.trace_id for r in _query(db, "SELECT trace_id FROM judgeflow.sample_decisions WHERE selected")}
+    assert judged <= selected and len(judged) < 200
+    # the weights are what was judged: each stratum's judged traces stand for all its traces
+    for stratum, n in (("app=short", 150), ("app=long", 50)):
+        got = {t for t in judged if t.startswith("s-" if stratum == "app=short" else "l-")}
+        probs = {r.inclusion_prob for r in _query(
+            db, "SELECT inclusion_prob FROM judgeflow.sample_decisions WHERE stratum = :s AND selected", s=stratum)}
+        assert len(probs) == 1 and probs.pop() == pytest.approx(len(got) / n), stratum
