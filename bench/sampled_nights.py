@@ -47,11 +47,11 @@ from judgeflow.model import ScoreOutcome, TraceWork
 from judgeflow.run.budget import Reservation, RunBudget
 from judgeflow.sampling.allocation import Detect, SamplePlan, StratumInput, allocate
 from judgeflow.sampling.order import ranked
+from judgeflow.sampling.planner import HEADROOM_Z, TOP_UP_MIN_SHARE, TOP_UP_PASSES  # noqa: F401 (HEADROOM_Z: the bench's)
 from judgeflow.sampling.selection import select, select_below
 
 NIGHT0 = date(2026, 1, 1)
 SHORT, LONG = 0.001, 0.004  # USD per trace: a short and a ~4x longer trace
-HEADROOM_Z = 1.645  # the planner's (judgeflow/sampling/planner.py): 95% of nights judge every planned count
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,12 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
     if top_up and plan.sampled:
         # the reserve stays for the late traces: the top-up spends only what the plan's budget left
         held = late_reserve * budget
-        left = held + _top_up(night, plan, on_time, estimate_of, real, max(left - held, 0.0), min_samples,
-                              in_flight, rng, night_day, planned_rates or noisy, cost_sd, headroom_z, prob)
+        planned = dict(night.planned)
+        for _ in range(TOP_UP_PASSES):  # as the product: while a pass selects more and money is left
+            if left - held <= TOP_UP_MIN_SHARE * budget:
+                break
+            left = held + _top_up(night, planned, on_time, estimate_of, real, left - held, in_flight, rng,
+                                  night_day, planned_rates or noisy, cost_sd, headroom_z, prob)
     chosen_late = [i for name in late for i in select_below(late[name], prob[name], night_day)]
     night.late_selected = len(chosen_late)
     second = [(i, NIGHT0, night_day, prob[created[i].stratum], created[i].stratum) for i in chosen_late]
@@ -196,34 +200,34 @@ def run_night(strata: list[Stratum], *, seed: int, budget_share: float, min_samp
     return night
 
 
-def _top_up(night: Night, plan: SamplePlan, on_time: dict[str, list[str]], estimate_of: dict[str, float],
-            real: dict[str, float], left: float, min_samples: int, in_flight: int, rng: random.Random,
-            night_day: date, rates: dict[str, float], cost_sd: float, headroom_z: float,
-            prob: dict[str, float]) -> float:
+def _top_up(night: Night, planned: dict[str, int], on_time: dict[str, list[str]], estimate_of: dict[str, float],
+            real: dict[str, float], left: float, in_flight: int, rng: random.Random, night_day: date,
+            rates: dict[str, float], cost_sd: float, headroom_z: float, prob: dict[str, float]) -> float:
     """What the run left is planned again at tonight's prices (what the judged
     traces billed over their estimates) over each stratum's traces not selected,
     with headroom, and the extension judged in rank order (judgeflow/sampling/planner.py's
     top-up); a stratum's selection stays the traces with the smallest keys.
-    Returns what is left after it; ``prob`` gets the strata's new probabilities."""
+    Returns what is left after it; ``planned`` (each stratum's selection) and
+    ``prob`` get the strata's new counts and probabilities."""
     judged = list(night.judged)
     ratio = sum(real[i] for i in judged) / max(sum(estimate_of[i] for i in judged), 1e-12)
     cv = math.sqrt(math.exp(cost_sd ** 2) - 1)
-    inputs, mean = [], {}
-    for a in plan.strata:
-        ids = on_time[a.name]
-        if len(ids) > a.judged:
-            mean[a.name] = estimate_of[ids[0]] * ratio
-            inputs.append(StratumInput(a.name, len(ids) - a.judged, mean[a.name], rates[a.name],
-                                       cost_sd=cv * mean[a.name]))
+    inputs = []
+    for name, n in planned.items():
+        ids = on_time[name]
+        if len(ids) > n:
+            mean = estimate_of[ids[0]] * ratio
+            inputs.append(StratumInput(name, len(ids) - n, mean, rates[name], cost_sd=cv * mean))
     if not inputs or left <= 0:
         return left
     extra = allocate(inputs, budget_usd=left, min_samples=0, headroom_z=headroom_z)
     rows = []
     for a in extra.strata:
-        planned = next(p.judged for p in plan.strata if p.name == a.name)
-        now = select(on_time[a.name], planned + a.judged, night_day)
+        before = planned[a.name]
+        planned[a.name] = before + a.judged
+        now = select(on_time[a.name], planned[a.name], night_day)
         prob[a.name] = len(now) / len(on_time[a.name])
-        new = now - select(on_time[a.name], planned, night_day)
+        new = now - select(on_time[a.name], before, night_day)
         rows += [(i, NIGHT0, night_day, prob[a.name], a.name) for i in new]
     est = {i: estimate_of[i] * ratio for i, *_ in rows}
     return _judge_run(night, [k.id for k in ranked(rows, 0)], {**estimate_of, **est}, real, left, in_flight, rng)

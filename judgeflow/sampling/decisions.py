@@ -321,6 +321,42 @@ def pending_selected_usd(conn: Connection, night: date) -> float:
     ).scalar_one())
 
 
+# a night's first run: the one its ledger entered first (a run enters at its start and again at its end, and
+# the runs of a night follow one another)
+_FIRST_RUN = """(SELECT flow_run_id FROM judgeflow.sample_ledger l WHERE l.night = d.night
+                 ORDER BY l.recorded_at, l.flow_run_id LIMIT 1)"""
+
+
+def late_share(conn: Connection, night: date, *, nights: int = 7) -> float | None:
+    """Of the traces decided in the ``nights`` nights before ``night``, the
+    share a later run of their night decided (they arrived after its first
+    plan); None without such nights."""
+    value = conn.execute(
+        text(
+            f"""
+            SELECT (count(*) FILTER (WHERE d.planned_by IS DISTINCT FROM {_FIRST_RUN}))::float / NULLIF(count(*), 0)
+            FROM judgeflow.sample_decisions d
+            WHERE d.night >= CAST(:n AS date) - :k AND d.night < :n AND d.phase = 'sample'
+            """
+        ),
+        {"n": night, "k": nights},
+    ).scalar_one()
+    return None if value is None else float(value)
+
+
+def late_committed_usd(conn: Connection, night: date) -> float:
+    """The estimated cost of the night's selected traces decided after its first run: what the late reserve paid."""
+    return float(conn.execute(
+        text(
+            f"""
+            SELECT coalesce(sum(d.est_cost_usd), 0) FROM judgeflow.sample_decisions d
+            WHERE d.night = :n AND d.selected AND d.planned_by IS DISTINCT FROM {_FIRST_RUN}
+            """
+        ),
+        {"n": night},
+    ).scalar_one())
+
+
 def record_spend(conn: Connection, night: date, flow_run_id: str, budget_usd: float, spent_usd: float) -> None:
     """What one run billed under the night's sample budget (its last figure stands)."""
     conn.execute(

@@ -109,6 +109,8 @@ class NightPlan:
     rates: dict[str, float] = field(default_factory=dict)  # each stratum's failing rate over the baseline period
     restated: list[str] = field(default_factory=list)  # after the run: strata judged fewer than planned
     headroom_usd: float = 0.0  # what the plan holds back for the traces' costs varying about their mean
+    reserve_usd: float = 0.0  # what this run leaves for the traces that arrive after the night's plan
+    reserve_share: float = 0.0  # the late reserve's share of the budget
     prices: PriceCorrection | None = None  # how tonight's token estimates were corrected
     topped_up: list[str] = field(default_factory=list)  # the run's top-ups, in words
 
@@ -125,8 +127,10 @@ class NightPlan:
 
     @property
     def run_limit_usd(self) -> float | None:
-        """What this run may bill: the night's budget less what its earlier runs billed."""
-        return None if self.budget_usd is None else max(self.budget_usd - self.spent_before_usd, 0.0)
+        """What this run may bill: the night's budget less what its earlier runs
+        billed and less what the late reserve still holds for traces yet to arrive."""
+        return None if self.budget_usd is None else max(self.budget_usd - self.spent_before_usd - self.reserve_usd,
+                                                         0.0)
 
     @property
     def not_sampled(self) -> int:
@@ -149,6 +153,10 @@ class NightPlan:
             out.append(f"the plan holds ${self.headroom_usd:.4f} of the budget back for the traces' costs varying "
                        f"about their estimates (its planned counts fit at the 95% quantile of their total); "
                        "what the run leaves is spent on more traces at tonight's prices")
+        if self.reserve_usd > 0:
+            out.append(f"${self.reserve_usd:.4f} ({self.reserve_share:.1%} of the budget, less what late traces got "
+                       "tonight) is held for traces that arrive after the night's plan: a later run judges them at "
+                       "their stratum's probability (JUDGEFLOW_SAMPLE_LATE_RESERVE)")
         if self.prices is not None and self.prices.ratios:
             out.append("tonight's token estimates are corrected by what the judge billed for the newest results: "
                        + ", ".join(f"{m} x{r:.2f}" for m, r in sorted(self.prices.ratios.items())))
@@ -248,6 +256,8 @@ class _Night:
     rates: dict[str, float]
     pools: dict[str, tuple[int, int, float]]  # strata planned earlier: (sample population, selected, cost per trace)
     planned_budget: float | None  # the largest budget an earlier run of the night planned under
+    late_history: float | None  # the share of traces decided late over the last nights
+    late_paid: float  # what the night's late traces decided so far are estimated to cost
 
 
 def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: bool, *,
@@ -266,7 +276,8 @@ def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: 
             now, night, spent, decisions.pending_selected_usd(conn, night),
             decisions.stratum_probs(conn, night), decisions.tonight_price_ratios(conn, night, len(metrics)),
             recent_fail_rates(conn, metrics, keys, since=now - timedelta(seconds=settings.regression_baseline_s)),
-            decisions.sample_pools(conn, night), planned_budget,
+            decisions.sample_pools(conn, night), planned_budget, decisions.late_share(conn, night),
+            decisions.late_committed_usd(conn, night),
         )
 
 
@@ -329,7 +340,11 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
     costs = {s: traffic.cost_per_trace(s, metrics) for s in traffic.keys}
     late = _late(traffic, n, costs, settings.alert_min_samples) if budget_usd is not None else []
     committed = n.spent + n.promised
-    left = None if budget_usd is None else max(budget_usd - committed - sum(a.cost_usd for a in late), 0.0)
+    late_cost = sum(a.cost_usd for a in late)
+    share = settings.sample_late_reserve if settings.sample_late_reserve is not None else (n.late_history or 0.0)
+    # the late reserve, less what late traces got tonight: only they spend it
+    held = 0.0 if budget_usd is None else max(share * budget_usd - n.late_paid - late_cost, 0.0)
+    left = None if budget_usd is None else max(budget_usd - committed - late_cost - held, 0.0)
     inputs = sorted((StratumInput(s, len(ks), costs[s], n.rates.get(s),
                                   cost_sd=traffic.cost_sd(s, metrics, correction.spread))
                      for s, ks in traffic.keys.items() if s not in {a.name for a in late}), key=lambda i: i.name)
@@ -346,6 +361,7 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
                       plan.sampled or bool(late) or bool(raised), plan.headroom_usd)
     night_plan = _rows(settings, n.night, budget_usd, committed, plan, n.rates)
     night_plan.spent_before_usd, night_plan.headroom_usd, night_plan.prices = n.spent, plan.headroom_usd, correction
+    night_plan.reserve_usd, night_plan.reserve_share = held, share
     if raised and not top_up:
         night_plan.raised_from_usd = n.planned_budget
     if raised and top_up:

@@ -70,3 +70,24 @@ def test_settle_counts_selected_traces_left_unjudged_in_the_population(db):
         conn.execute(sa.text("UPDATE judgeflow.sample_decisions SET inclusion_prob = 0.25"))
         settle(conn, [NIGHT])
         assert {r.inclusion_prob for r in _rows(conn).values()} == {0.25}
+
+
+def test_tonights_prices_are_what_judged_traces_billed_over_their_planned_cost(db):
+    from judgeflow.sampling.decisions import MIN_TONIGHT, tonight_price_ratios
+
+    engine = migrated(db)
+    with engine.begin() as conn:
+        _decide(conn, 40, 1)
+        conn.execute(sa.text("UPDATE judgeflow.sample_decisions SET est_cost_usd = 0.002, "
+                             "stratum = CASE WHEN trace_id < 'b-2' THEN 'app=y' ELSE 'app=x' END"))
+        assert tonight_price_ratios(conn, NIGHT, 1) == {}
+        conn.execute(eval_results.insert(), [dict(
+            trace_id=f"b-{i}", metric="toxicity", status="scored", score=0.0, passed=True, threshold=0.5,
+            trace_created_at=T0, details={}, segment={}, judge_calls=1, cost_usd=0.001 if i % 2 else 0.003)
+            for i in range(40)])
+        got = tonight_price_ratios(conn, NIGHT, 1)
+        # every metric must be in: with two metrics, no trace is judged in full yet
+        assert tonight_price_ratios(conn, NIGHT, 2) == {}
+    strata = {s: sum(1 for i in range(40) if (f"b-{i}" < "b-2") == (s == "app=y")) for s in ("app=x", "app=y")}
+    assert all(n >= MIN_TONIGHT for n in strata.values())
+    assert got[None] == pytest.approx(1.0) and set(got) == {None, "app=x", "app=y"}
