@@ -47,7 +47,7 @@ from judgeflow.model import ScoreOutcome, TraceWork
 from judgeflow.run.budget import Reservation, RunBudget
 from judgeflow.sampling.allocation import Detect, SamplePlan, StratumInput, allocate
 from judgeflow.sampling.order import ranked
-from judgeflow.sampling.planner import HEADROOM_Z, TOP_UP_MIN_SHARE, TOP_UP_PASSES  # noqa: F401 (HEADROOM_Z: the bench's)
+from judgeflow.sampling.planner import TOP_UP_MIN_SHARE, TOP_UP_PASSES
 from judgeflow.sampling.selection import select, select_below
 
 NIGHT0 = date(2026, 1, 1)
@@ -383,7 +383,8 @@ def detection_night(seed: int, *, at: str = "claimed", budget_share: float = 0.1
     budget = budget_share * sum(s.size * s.cost for s in strata)
     tests = 1 + len(strata)
     detect = Detect(min_increase, alpha, tests, baseline_nights)
-    plan = {a.name: a for a in night_plan(strata, rates, budget=budget, min_samples=min_samples,
+    # the plan holds the late share back for the late traces (the product's late reserve, from history)
+    plan = {a.name: a for a in night_plan(strata, rates, budget=budget * (1 - late_share), min_samples=min_samples,
                                           late_share=late_share, estimate_bias=estimate_bias, detect=detect,
                                           cost_sd=cost_sd, headroom_z=headroom_z).strata}
     base = {}
@@ -403,7 +404,7 @@ def detection_night(seed: int, *, at: str = "claimed", budget_share: float = 0.1
     risen = [Stratum(s.name, s.size, min(s.rate + rise, 1.0), s.cost) if s is target else s for s in strata]
     night = run_night(risen, seed=seed, budget_share=budget_share, min_samples=min_samples, late_share=late_share,
                       estimate_bias=estimate_bias, planned_rates=rates, detect=detect, cost_sd=cost_sd,
-                      in_flight=in_flight, headroom_z=headroom_z, top_up=top_up)
+                      in_flight=in_flight, headroom_z=headroom_z, top_up=top_up, late_reserve=late_share)
     rule = regression_rule(min_increase, alpha, min_samples, baseline_nights)
     now = datetime.now(timezone.utc)
     family = [figures_from_counts(night.counts(name), WeightedCounts.from_strata(
