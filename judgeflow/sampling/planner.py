@@ -343,8 +343,8 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
     late_cost = sum(a.cost_usd for a in late)
     share = settings.sample_late_reserve if settings.sample_late_reserve is not None else (n.late_history or 0.0)
     # the late reserve, less what late traces got tonight: only they spend it
-    held = 0.0 if budget_usd is None else max(share * budget_usd - n.late_paid - late_cost, 0.0)
-    left = None if budget_usd is None else max(budget_usd - committed - late_cost - held, 0.0)
+    reserve = 0.0 if budget_usd is None else max(share * budget_usd - n.late_paid - late_cost, 0.0)
+    left = None if budget_usd is None else max(budget_usd - committed - late_cost - reserve, 0.0)
     inputs = sorted((StratumInput(s, len(ks), costs[s], n.rates.get(s),
                                   cost_sd=traffic.cost_sd(s, metrics, correction.spread))
                      for s, ks in traffic.keys.items() if s not in {a.name for a in late}), key=lambda i: i.name)
@@ -361,7 +361,7 @@ def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, e
                       plan.sampled or bool(late) or bool(raised), plan.headroom_usd)
     night_plan = _rows(settings, n.night, budget_usd, committed, plan, n.rates)
     night_plan.spent_before_usd, night_plan.headroom_usd, night_plan.prices = n.spent, plan.headroom_usd, correction
-    night_plan.reserve_usd, night_plan.reserve_share = held, share
+    night_plan.reserve_usd, night_plan.reserve_share = reserve, share
     if raised and not top_up:
         night_plan.raised_from_usd = n.planned_budget
     if raised and top_up:
