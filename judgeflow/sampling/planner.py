@@ -231,7 +231,8 @@ def count_traffic(settings: Settings, source: TraceSource, source_engine: Engine
     correction = correction or PriceCorrection()
 
     def cost_of(body) -> dict[str, float]:
-        return {m: estimate(m, body) * correction.ratio(models[m]) for m in metrics}
+        raw = {m: estimate(m, body) for m in metrics}
+        return {m: e * correction.ratio(models[m], e) for m, e in raw.items()}
 
     traffic = Traffic()
     for keys in key_pages(source, source_engine, key_filter, page=PAGE):

@@ -368,3 +368,43 @@ def test_a_first_night_whose_token_estimate_is_twice_the_bill_spends_its_budget_
         probs = {r.inclusion_prob for r in _query(
             db, "SELECT inclusion_prob FROM judgeflow.sample_decisions WHERE stratum = :s AND selected", s=stratum)}
         assert len(probs) == 1 and probs.pop() == pytest.approx(len(got) / n), stratum
+
+
+@pytest.mark.slow  # two scoring runs, about a minute on a busy 2-core machine; the pricing's parts are cheap tests
+def test_a_stratum_whose_traces_turned_long_is_priced_long_and_gets_its_planned_count(prefect_server, db, priced,
+                                                                                      monkeypatch):
+    """Issue 60, item 6: app=x's history is short traces; tonight its traces are
+    long (~11k characters). The plan prices them from their own text (corrected
+    by the newest bills), not from app=x's short history, so the run judges every
+    trace it planned for app=x (the old plan priced app=x at its history's mean
+    and judged 32 of 74)."""
+    from judgeflow.config.settings import load_settings
+    from judgeflow.metrics.registry import metric_names
+    from judgeflow.tasks.claims import plan_source_reads
+    from judgeflow.tasks.sampling import night_plan
+
+    history = _traces("h", 30, "x", timedelta(hours=6))
+    for t in history:
+        t["output"] = f"Short answer {t['id']}."
+    insert_traces(db, history)
+    score_new_traces(evaluate_alerts=False)  # judged in full: app=x's recent bills are short
+    insert_traces(db, [dict(t, metadata={"app": "x"}) for t in _traces("x", 60, "long", timedelta(hours=3))]
+                  + _traces("y", 60, "short", timedelta(hours=3)))
+    budget = 0.35 * _full_cost()
+    monkeypatch.setenv("JUDGEFLOW_SAMPLE_BUDGET_USD", f"{budget:.6f}")
+    settings, metrics = load_settings(), list(metric_names())
+    plan = night_plan(settings, plan_source_reads.fn(settings, metrics), metrics, since=None, until=None,
+                      sample_rate=1.0, record=False, flow_run_id=None)
+    rows = {r.stratum: r for r in plan.rows}
+    assert plan.sampled and rows["app=x"].judged < rows["app=x"].traffic, rows
+    # priced long: app=x's traces about as dear as long text is, several times app=y's short ones
+    short = rows["app=short"]  # the y- traces
+    assert rows["app=x"].est_cost_usd / rows["app=x"].judged > 3 * short.est_cost_usd / short.judged
+    before = priced.billed_usd
+
+    score_new_traces(evaluate_alerts=False, sample_budget_usd=budget, max_concurrency=CONCURRENCY)
+
+    judged = {t for (t, _), r in results(db).items() if r["status"] == "scored"}
+    assert len({t for t in judged if t.startswith("x-")}) >= rows["app=x"].judged, rows["app=x"]
+    assert len({t for t in judged if t.startswith("y-")}) >= short.judged, short
+    assert priced.billed_usd - before <= budget + _overrun_bound(priced)

@@ -27,3 +27,15 @@ def test_a_model_with_too_few_results_keeps_its_estimate_and_no_history_keeps_th
     assert got.ratios == {} and got.ratio("m1") == 1.0
     assert got.spread == DEFAULT_SPREAD
     assert PriceCorrection().ratio("any") == 1.0
+
+
+def test_a_trace_is_corrected_by_its_own_bands_ratio_and_an_unseen_band_never_below_its_estimate():
+    short = [("m", 0.75 * e, e) for e in (1.1, 1.3, 1.5) * 10]  # band 0: billed 0.75x
+    long = [("m", 1.0 * e, e) for e in (4.5, 5.0, 6.0) * 10]  # band 2: billed as estimated
+    got = correction(short + long)
+    assert got.ratio("m", 1.2) == pytest.approx(0.75) and got.ratio("m", 5.5) == pytest.approx(1.0)
+    only_short = correction(short)
+    assert only_short.ratio("m", 1.2) == pytest.approx(0.75)
+    assert only_short.ratio("m", 40.0) == 1.0  # traces turned long: at least their estimate
+    dear = correction([("m", 2.0 * e, e) for e in (1.1, 1.3, 1.5) * 10])
+    assert dear.ratio("m", 40.0) == pytest.approx(2.0)  # ... and at least what the history billed
