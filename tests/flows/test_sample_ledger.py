@@ -406,5 +406,6 @@ def test_a_stratum_whose_traces_turned_long_is_priced_long_and_gets_its_planned_
 
     judged = {t for (t, _), r in results(db).items() if r["status"] == "scored"}
     assert len({t for t in judged if t.startswith("x-")}) >= rows["app=x"].judged, rows["app=x"]
-    assert len({t for t in judged if t.startswith("y-")}) >= short.judged, short
+    # the planned counts fit the budget at the 95% quantile of their cost: the other stratum may lose a trace
+    assert len({t for t in judged if t.startswith("y-")}) >= 0.95 * short.judged, short
     assert priced.billed_usd - before <= budget + _overrun_bound(priced)
