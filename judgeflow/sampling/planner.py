@@ -115,11 +115,12 @@ class NightPlan:
     topped_up: list[str] = field(default_factory=list)  # the run's top-ups, in words
 
     def absorb(self, later: "NightPlan") -> None:
-        """A top-up of the same run: its raised strata replace their rows, its notes join these."""
+        """A top-up of the same run: its raised strata replace their rows (their
+        estimated cost adds the new picks'), its notes join these."""
         # a raised stratum's row is its whole sample phase; a row of late traces alone does not replace one
         rows = {r.stratum: r for r in later.rows}
-        self.rows = [rows[r.stratum] if rows.get(r.stratum) and rows[r.stratum].traffic >= r.traffic else r
-                     for r in self.rows]
+        self.rows = [replace(rows[r.stratum], est_cost_usd=r.est_cost_usd + rows[r.stratum].est_cost_usd)
+                     if rows.get(r.stratum) and rows[r.stratum].traffic >= r.traffic else r for r in self.rows]
         self.rows += [r for r in later.rows if r.stratum not in {x.stratum for x in self.rows}]
         self.topped_up += later.topped_up
         if later.reads_from is not None:

@@ -1,5 +1,7 @@
 """What the planner sizes strata for: the regression rule's family of tests and its minimum rise."""
 
+import pytest
+
 from judgeflow.sampling.planner import detect_for, family_size
 from judgeflow.config.settings import Settings
 
@@ -97,4 +99,5 @@ def test_a_top_up_replaces_the_rows_of_the_strata_it_raised_and_adds_its_note():
                       topped_up=["the run's selection was judged"])
     first.absorb(later)
     assert [(r.stratum, r.judged) for r in first.rows] == [("app=a", 35), ("app=b", 10)]  # late traces alone: kept
+    assert first.rows[0].est_cost_usd == pytest.approx(0.35)  # the first picks' and the new picks' estimates
     assert first.notes()[-1] == "the run's selection was judged"
