@@ -48,6 +48,7 @@ from judgeflow.alerts.lifecycle import correct_for_family, decide
 from judgeflow.alerts.rules import all_rules
 from judgeflow.alerts.stats import fisher_greater
 from judgeflow.sampling.allocation import Detect, StratumInput, allocate
+from judgeflow.sampling.planner import HEADROOM_Z
 from judgeflow.sampling.selection import select
 from judgeflow.config.settings import Settings
 
@@ -189,6 +190,20 @@ def simulate(strategy: str, seed: int, total: int, regressed_rate: float | None,
     return out
 
 
+# how a real run judges (bench/sampled_nights.py): per-trace cost lognormal about the stratum's mean
+# (log-sd 0.3), 16 pairs in flight under the real RunBudget, the planner's headroom and its top-ups
+REAL_RUN = dict(cost_sd=0.3, in_flight=16, headroom_z=HEADROOM_Z, top_up=True)
+
+
+def _words(bias: float) -> str:
+    """What ``estimate_bias`` means, exactly: the estimate over the real mean cost."""
+    if bias == 1.0:
+        return "estimates right on average"
+    if bias < 1.0:
+        return f"real costs {1 / bias - 1:.0%} above the estimate (estimates x{bias:g})"
+    return f"estimates {bias - 1:.0%} above the real cost (x{bias:g})"
+
+
 def nights_report(nights: int, base_seed: int) -> None:
     """Issue 46's measurements over ``nights`` fresh seeds per scenario
     (bench/sampled_nights.py): billed spend against the budget, interval
@@ -198,14 +213,17 @@ def nights_report(nights: int, base_seed: int) -> None:
     from judgeflow.sampling.power import min_detectable_rise, rule_power, segment_alpha
 
     print(f"\n-- simulated nights: {nights} per scenario, seeds {base_seed}+, 6-10 strata of 0.5-50%, "
-          "failing 0.5-40%, short ($0.001) or long ($0.004) traces, budget 12% of the full cost")
+          "failing 0.5-40%, short ($0.001) or long ($0.004) traces on average, budget 12% of the full cost; "
+          "as a real run: " + ", ".join(f"{k} {v}" for k, v in REAL_RUN.items()) + "; the late reserve at the "
+          "late share")
     for late, bias in ((0.0, 1.0), (0.1, 1.0), (0.2, 0.7), (0.1, 1.47)):
-        ratios, over, hit, by_size = [], 0, 0, {}
+        ratios, over, hit, by_size, worst = [], 0, 0, {}, 0.0
         for seed in range(base_seed, base_seed + nights):
             night = run_night(mixed_strata(random.Random(seed), 3000), seed=seed, budget_share=0.12,
-                              late_share=late, estimate_bias=bias)
+                              late_share=late, estimate_bias=bias, late_reserve=late, **REAL_RUN)
             ratios.append(night.billed / night.budget)
-            over += night.billed > night.budget + LONG
+            worst = max(worst, night.overrun / LONG)
+            over += night.billed > night.budget + REAL_RUN["in_flight"] * LONG
             hit += covered(estimate(night.counts()), night.truth())
             for name in {t.stratum for t in night.traces}:
                 size = sum(1 for t in night.traces if t.stratum == name)
@@ -214,13 +232,13 @@ def nights_report(nights: int, base_seed: int) -> None:
                 got[0] += covered(estimate(night.counts(name)), night.truth(name))
                 got[1] += 1
         bands = ", ".join(f"{b} traces {h / n:.1%} of {n}" for b, (h, n) in sorted(by_size.items()))
-        print(f"late {late:.0%}, estimates x{bias}: billed/budget mean {statistics.mean(ratios):.3f} "
-              f"max {max(ratios):.3f}; over budget + one trace: {over}; overall coverage {hit / nights:.1%}; "
-              f"per stratum: {bands}")
+        print(f"late {late:.0%}, {_words(bias)}: billed/budget mean {statistics.mean(ratios):.3f} "
+              f"(min {min(ratios):.3f}, max {max(ratios):.3f}); over budget + 16 long traces: {over}; largest "
+              f"overrun {worst:.2f} long traces; overall coverage {hit / nights:.1%}; per stratum: {bands}")
     rule = maximum_rule(0.05, 50)
     sampled = full = overall = 0
     for seed in range(base_seed + 50_000, base_seed + 50_000 + nights):
-        night = run_night(quiet_strata(3000), seed=seed, budget_share=0.12)
+        night = run_night(quiet_strata(3000), seed=seed, budget_share=0.12, **REAL_RUN)
         got = pages(rule, night, full=False)
         sampled, overall = sampled + bool(got), overall + ("overall" in got)
         full += bool(pages(rule, night, full=True))
@@ -251,20 +269,80 @@ def _detection_report(nights: int, base_seed: int) -> None:
 
     for late, bias, at in ((0.0, 1.0, "claimed"), (0.1, 1.0, "claimed"), (0.1, 1.47, "claimed"),
                            (0.0, 0.7, "claimed"), (0.0, 1.0, "minimum")):
-        rows = [detection_night(seed, at=at, late_share=late, estimate_bias=bias, total=DETECTION_TRAFFIC)
-                for seed in range(base_seed + 70_000, base_seed + 70_000 + nights)]
+        rows = [detection_night(seed, at=at, late_share=late, estimate_bias=bias, total=DETECTION_TRAFFIC,
+                                **REAL_RUN) for seed in range(base_seed + 70_000, base_seed + 70_000 + nights)]
         rows = [r for r in rows if r.claimed is not None]
         if not rows:
-            print(f"detection at the {at} rise, late {late:.0%}, estimates x{bias}: no night with a claim")
+            print(f"detection at the {at} rise, late {late:.0%}, {_words(bias)}: no night with a claim")
             continue
         fired = sum(r.fired for r in rows) / len(rows)
         se = math.sqrt(fired * (1 - fired) / len(rows))
         small = [r for r in rows if r.planned <= 60]
-        print(f"detection at the {at} rise, late {late:.0%}, estimates x{bias}: {len(rows)} nights with a claim; "
+        print(f"detection at the {at} rise, late {late:.0%}, {_words(bias)}: {len(rows)} nights with a claim; "
               f"fires on the first night in {fired:.1%} (+-{1.96 * se:.1%}); exact power at the true rate for "
               f"what was judged {statistics.mean(r.exact for r in rows):.1%}; strata planned at <= 60: "
               f"{sum(r.fired for r in small) / max(len(small), 1):.1%} of {len(small)}; judged fewer than planned "
-              f"in {sum(r.judged < r.planned for r in rows)}")
+              f"in {sum(r.judged_on_time < r.planned for r in rows)}")
+
+
+# Issue 60's seeds, fixed before the first run of this report (2026-11-29 07:10 UTC) and not tuned on:
+HEADROOM_SEEDS = 810_000  # 810000-810399: spend, each stratum's planned count, coverage
+DETECTION_SEEDS = 811_000  # 811000-811399: detection at the plan's claimed rise
+LATE_SEEDS = 812_000  # 812000-812399: late traces failing twice as often
+
+
+def headroom_report(nights: int) -> None:
+    """Issue 60, items 3, 5 and 7: nights with per-trace cost variation (lognormal
+    log-sd 0.3, mean the stratum's), 16 pairs in flight and the real run budget's
+    stop (bench/sampled_nights.py), planned with and without headroom."""
+    from bench.sampled_nights import covered, detection_night, mixed_strata, run_night
+
+    print(f"\n-- issue 60: {nights} nights per scenario; 3,000 traces of 6-10 strata, budget 12% of the full cost, "
+          "per-trace cost lognormal (log-sd 0.3, mean the stratum's), 16 pairs in flight, the real RunBudget")
+    after = f"headroom z {HEADROOM_Z}, then a top-up at tonight's prices"
+    for z, label in ((0.0, "no headroom (before)"), (HEADROOM_Z, after)):
+        for bias, words in ((1.0, "estimates right on average"), (1 / 1.3, "real costs 30% above the estimate"),
+                            (2.0, "the estimate twice the bill")):
+            ratios, all_reached, strata_short, strata_n, at_min_short, at_min, hit = [], 0, 0, 0, 0, 0, 0
+            for seed in range(HEADROOM_SEEDS, HEADROOM_SEEDS + nights):
+                night = run_night(mixed_strata(random.Random(seed), 3000), seed=seed, budget_share=0.12,
+                                  estimate_bias=bias, cost_sd=0.3, in_flight=16, headroom_z=z, top_up=z > 0)
+                ratios.append(night.billed / night.budget)
+                short = [s for s, n in night.planned.items() if night.judged_on_time(s) < n]
+                all_reached += not short
+                strata_short, strata_n = strata_short + len(short), strata_n + len(night.planned)
+                for s, n in night.planned.items():
+                    if n == night.minimum[s] and n > 0:
+                        at_min += 1
+                        at_min_short += night.judged_on_time(s) < n
+                hit += covered(estimate(night.counts()), night.truth())
+            print(f"{label}, {words}: billed/budget mean {statistics.mean(ratios):.3f} (min {min(ratios):.3f}, "
+                  f"max {max(ratios):.3f}); nights with every stratum at its planned count {all_reached / nights:.1%}; "
+                  f"strata short of their plan {strata_short / max(strata_n, 1):.1%} of {strata_n}; planned at the "
+                  f"minimum and short {at_min_short} of {at_min}; coverage {hit / nights:.1%}")
+    for z, label in ((0.0, "no headroom (before)"), (HEADROOM_Z, after)):
+        rows = [detection_night(seed, total=DETECTION_TRAFFIC, cost_sd=0.3, in_flight=16, headroom_z=z, top_up=z > 0)
+                for seed in range(DETECTION_SEEDS, DETECTION_SEEDS + nights)]
+        rows = [r for r in rows if r.claimed is not None]
+        fired = sum(r.fired for r in rows) / len(rows)
+        se = math.sqrt(fired * (1 - fired) / len(rows))
+        print(f"detection at the claimed rise, {label}: {len(rows)} nights with a claim; fires on the first night "
+              f"in {fired:.1%} (+-{1.96 * se:.1%}); exact power for what was judged "
+              f"{statistics.mean(r.exact for r in rows):.1%}; target judged fewer than planned in "
+              f"{sum(r.judged_on_time < r.planned for r in rows)}")
+    for reserve, label in ((0.0, "no reserve (before)"), (0.1, "late reserve 10% (the late share history shows)")):
+        on_share, late_share, hit = [], [], 0
+        for seed in range(LATE_SEEDS, LATE_SEEDS + nights):
+            night = run_night(mixed_strata(random.Random(seed), 3000), seed=seed, budget_share=0.12, late_share=0.1,
+                              late_factor=2.0, cost_sd=0.3, in_flight=16, headroom_z=HEADROOM_Z, late_reserve=reserve,
+                              top_up=True)
+            on = [t for t in night.traces if not t.late]
+            late = [t for t in night.traces if t.late]
+            on_share.append(sum(t.id in night.judged for t in on) / len(on))
+            late_share.append(sum(t.id in night.judged for t in late) / max(len(late), 1))
+            hit += covered(estimate(night.counts()), night.truth())
+        print(f"10% late, late traces failing twice as often, {label}: judged {statistics.mean(on_share):.1%} of "
+              f"on-time and {statistics.mean(late_share):.1%} of late traces; coverage {hit / nights:.1%}")
 
 
 def main() -> None:
@@ -280,13 +358,17 @@ def main() -> None:
     parser.add_argument("--nights", type=int, default=0,
                         help="also run the simulated-night measurements (issue 46) over this many seeds per scenario")
     parser.add_argument("--nights-seed", type=int, default=460_000, help="the first seed of those nights")
+    parser.add_argument("--headroom", type=int, default=0,
+                        help="also run issue 60's nights (cost variation, 16 in flight) over this many seeds each")
     args = parser.parse_args()
     print(f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
           f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    if args.headroom:
+        headroom_report(args.headroom)
     if args.nights:
         nights_report(args.nights, args.nights_seed)
-        if args.seeds == 0:
-            return
+    if (args.headroom or args.nights) and args.seeds == 0:
+        return
     print(f"regression rule: rise >= {MIN_INCREASE:.0%} points, Fisher p <= {args.alpha:g} "
           f"{'per segment, uncorrected' if args.ablate == 'holm' else 'Holm-adjusted over the segments tested'}, "
           ">= 50 judged in the night and in the 7 nights before, per app and overall"

@@ -34,7 +34,7 @@ from judgeflow.run.entry import run_settings
 from judgeflow.run.policy import RunPolicy
 from judgeflow.run.progress import watch_batches
 from judgeflow.run.schedule import (
-    BUDGET, DEADLINE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size, default_batch_size,
+    BUDGET, DEADLINE, DONE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size, default_batch_size,
 )
 from judgeflow.run.summary import deferred_note, online_cost, stopped_early, time_budget_spent, unusable_notes
 from judgeflow.config.settings import Settings
@@ -59,7 +59,8 @@ from judgeflow.tasks.reporting import (
     announce_budget_exhausted,
     publish_run_summary,
 )
-from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights
+from judgeflow.sampling.planner import TOP_UP_PASSES
+from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights, top_up_night_sample
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.metrics.registry import check_names, chosen
@@ -118,9 +119,7 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
                                        flow_run_id=run_id)
         # the night's own selected traces are claimed first, in rank order (judgeflow/sampling/order.py)
         run.filters = replace(run.filters, sample_night=run.sample.night)
-        if run.sample.reads_from is not None and plan.lo is not None and run.sample.reads_from < plan.lo:
-            # a larger budget selected traces behind the watermark: the run reads from the oldest
-            run.filters = replace(run.filters, plan=replace(plan, lo=run.sample.reads_from))
+        _read_from_selected(run)
     # a report for the summary, not a precondition: counted while the run starts
     # scoring, over the rows the run reads (all of them when it has no window)
     window_start = plan.lo if plan.lo is not None else since
@@ -223,6 +222,7 @@ def score_traces(
     schedule = _schedule(run, batch_size, limit, policy, totals, progress, batched or judge_started)
     with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
+        ended = _top_ups(run, schedule, policy, ended, functools.partial(_claim, run, keeper))
         # what other live runs hold once this one claims no more: counted while its last batches finish
         left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)
         schedule.finish()
@@ -242,6 +242,31 @@ def score_traces(
     totals.less_paid_before(prepaid)  # this run's cost is what it billed; the rows carry what they cost
     notes = [*_end_notes(run, ended), *batches_left_out(batched), *prepaid_notes]
     return _finish(run, _summary(run, totals, left, notes), ended, policy.budget, progress)
+
+
+def _top_ups(run: _Run, schedule: RunSchedule, policy: RunPolicy, ended: str, claim) -> str:
+    """Under a sample budget, a run that judged all it selected with budget
+    left plans that again at tonight's prices and judges what that selects
+    (judgeflow/sampling/planner.py), up to ``TOP_UP_PASSES`` times."""
+    for _ in range(TOP_UP_PASSES):  # each spends most of what is left: a few reach the budget
+        if ended != DONE or run.sample is None or policy.budget is None or run.sample.budget_usd is None:
+            break
+        schedule.finish()  # what is in flight is billed before the money left is planned
+        f = run.filters
+        if not top_up_night_sample(run.settings, run.sample, f.plan, run.metrics, since=f.since, until=f.until,
+                                   sample_rate=f.sample_rate, flow_run_id=run.run_id):
+            break
+        _read_from_selected(run)
+        schedule.again()
+        ended = schedule.run(claim)
+    return ended
+
+
+def _read_from_selected(run: _Run) -> None:
+    """A larger budget or a top-up selected traces behind the watermark: the run reads from the oldest."""
+    plan = run.filters.plan
+    if run.sample.reads_from is not None and plan.lo is not None and run.sample.reads_from < plan.lo:
+        run.filters = replace(run.filters, plan=replace(plan, lo=run.sample.reads_from))
 
 
 def _budget(run: _Run) -> RunBudget | None:

@@ -33,8 +33,10 @@ ARTIFACT_KEY = "judgeflow-sample-plan"
 
 
 def night_plan(settings: Settings, plan: ReadPlan, metrics: list[str], *, since: datetime | None,
-               until: datetime | None, sample_rate: float, record: bool, flow_run_id: str | None) -> NightPlan:
-    """The night's plan over the window ``plan`` reads (``record``: select and record it)."""
+               until: datetime | None, sample_rate: float, record: bool, flow_run_id: str | None,
+               top_up: bool = False) -> NightPlan:
+    """The night's plan over the window ``plan`` reads (``record``: select and record it; ``top_up``: see
+    :func:`judgeflow.sampling.planner.plan_night`)."""
     budget = settings.sample_budget_usd
     prices = require_prices(settings, why="a sample plan prices the night's traces" if budget is None
                             else f"a sample budget of ${budget:g} is set")
@@ -42,7 +44,7 @@ def night_plan(settings: Settings, plan: ReadPlan, metrics: list[str], *, since:
                   sample_rate=sample_rate)
     try:
         return plan_night(settings, trace_source(settings), source_engine(settings), engine_for(settings), f,
-                          metrics, prices, budget_usd=budget, record=record, flow_run_id=flow_run_id)
+                          metrics, prices, budget_usd=budget, record=record, flow_run_id=flow_run_id, top_up=top_up)
     except DBAPIError as exc:
         raise DatabaseError(f"could not plan the night's sample: {exc.orig}") from None
 
@@ -56,6 +58,20 @@ def plan_night_sample(settings: Settings, plan: ReadPlan, metrics: list[str], *,
     night's new traces and record which are judged and which not sampled."""
     return night_plan(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate, record=True,
                       flow_run_id=flow_run_id)
+
+
+# retries=0: one transaction; a top-up that failed leaves the run's selection judged and the rest of the budget
+@task(name="top-up-night-sample", cache_policy=NO_CACHE, persist_result=False, retries=0)
+def top_up_night_sample(settings: Settings, night: NightPlan, plan: ReadPlan, metrics: list[str], *,
+                        since: datetime | None = None, until: datetime | None = None, sample_rate: float = 1.0,
+                        flow_run_id: str | None = None) -> bool:
+    """The run's selection is judged and it has budget left: plan that again at
+    tonight's prices, selecting more of the night's strata (the earlier picks
+    kept); ``night`` takes the raised rows. True when more were selected."""
+    later = night_plan(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate, record=True,
+                       flow_run_id=flow_run_id, top_up=True)
+    night.absorb(later)
+    return bool(later.topped_up)
 
 
 # retries=0: a reweighing missed now is caught up by the next (it counts every trace judged since)

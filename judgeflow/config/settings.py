@@ -221,6 +221,12 @@ class Settings(BaseSettings):
         description="when judging a night's new traces would cost more than this, a nightly run judges a stratified "
         "sample that fits (per-stratum minimums, then Neyman allocation) and records the rest as not sampled",
     )
+    sample_late_reserve: float | None = Field(
+        None, ge=0, le=0.5,
+        description="the share of a night's sample budget held back for traces that arrive after the night's plan "
+        "(judged by a later run of the night at their stratum's probability); unset: the share of traces decided "
+        "late over the last 7 nights",
+    )
     stratify_by: str | None = Field(
         None,
         description="comma-separated metadata keys whose values form the sample budget's strata; unset: the alert "

@@ -167,6 +167,12 @@ class RunSchedule:
                 self._collect()
         return self.ended
 
+    def again(self) -> None:
+        """Claim from the start once more (a sample's top-up selected more of
+        the night after the run claimed all there was): the next :meth:`run`
+        reads every phase again; what was done or is claimed drops out."""
+        self.ended, self._cursor = None, None
+
     def _why_not_claim(self) -> str | None:
         refusal = self.policy.why_not_claim()
         if refusal is not None and refusal.end == STOPPED:

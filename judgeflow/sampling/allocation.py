@@ -28,12 +28,25 @@ When judging every new trace costs more than the budget ``B``:
 
 Integer counts: each ``n_h`` is floored, then single traces are added in the
 order of the largest remainder while they fit, so the plan never exceeds ``B``.
+
+**Headroom** (``headroom_z`` > 0): a trace's real cost varies about its
+stratum's mean (``cost_sd``), so a plan that fills ``B`` at the means runs
+short on about half the nights, and a run that judges every stratum's
+minimum first, then by rank (judgeflow/sampling/order.py), then cuts every
+stratum's sample. The plan is therefore made under the largest ``B' <= B``
+whose total cost stays within ``B`` at the normal approximation of its upper
+quantile: ``sum n_h c_h + z sqrt(sum n_h sd_h^2) + one trace <= B`` (the sum of
+``n`` independent costs, Cochran's central limit argument for totals; the one
+trace: a run stops on the first pair that no longer fits, so up to one trace's
+cost is left unspent). With ``z`` 1.645 the planned counts are all judged on
+about 95% of nights, and the rest of ``B`` is what the run may still spend
+when costs come in low.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from judgeflow.sampling.power import POWER, SIZED_RISE, required_n, segment_alpha
 
@@ -48,6 +61,7 @@ class StratumInput:
     traffic: int  # new traces in the stratum
     cost_usd: float  # estimated cost of judging one of its traces (every metric)
     fail_rate: float | None = None  # recent failing rate; None: unknown
+    cost_sd: float = 0.0  # the standard deviation of one trace's real cost about ``cost_usd``
 
     @property
     def sd(self) -> float:
@@ -103,6 +117,8 @@ class SamplePlan:
     full_cost_usd: float
     strata: list[Allocation]
     sampled: bool  # False: everything is judged (no budget, or it fits)
+    # what the plan holds back for per-trace cost variation: B less the budget it was made under
+    headroom_usd: float = 0.0
 
     @property
     def cost_usd(self) -> float:
@@ -161,22 +177,58 @@ def _power_floors(strata: list[StratumInput], minimums: list[int], money: float,
     return floors, targets
 
 
+def upper_cost(strata: list[StratumInput], counts: list[int], z: float) -> float:
+    """The cost of judging ``counts`` traces of ``strata`` at the normal
+    approximation of its upper ``z`` quantile, plus one trace (the module doc)."""
+    if z <= 0:
+        return sum(n * s.cost_usd for n, s in zip(counts, strata))
+    mean = sum(n * s.cost_usd for n, s in zip(counts, strata))
+    sd = math.sqrt(sum(n * s.cost_sd ** 2 for n, s in zip(counts, strata)))
+    one = max((s.cost_usd + z * s.cost_sd for n, s in zip(counts, strata) if n), default=0.0)
+    return mean + z * sd + one
+
+
 def allocate(strata: list[StratumInput], *, budget_usd: float | None, min_samples: int,
-             detect: Detect | None = None) -> SamplePlan:
-    """The plan for one night (see the module doc); without ``detect`` no power step."""
+             detect: Detect | None = None, headroom_z: float = 0.0) -> SamplePlan:
+    """The plan for one night (see the module doc); without ``detect`` no power
+    step; with ``headroom_z`` the plan's upper cost quantile fits ``budget_usd``."""
     strata = sorted(strata, key=lambda s: s.name)
     full = sum(s.traffic * s.cost_usd for s in strata)
-    minimums = [min(s.traffic, min_samples) for s in strata]
-    if budget_usd is None or full <= budget_usd:
+    if budget_usd is None or upper_cost(strata, [s.traffic for s in strata], headroom_z) <= budget_usd:
+        minimums = [min(s.traffic, min_samples) for s in strata]
         return SamplePlan(budget_usd, full, [
             Allocation(s.name, s.traffic, s.traffic, s.traffic * s.cost_usd, m) for s, m in zip(strata, minimums)
         ], sampled=False)
+    if headroom_z <= 0:
+        return _allocate_within(strata, budget_usd, min_samples, detect, budget_usd)
+    # the largest budget to plan under whose plan fits ``budget_usd`` at its upper quantile
+    lo, hi = 0.0, budget_usd
+    best = _allocate_within(strata, 0.0, min_samples, detect, budget_usd)
+    for _ in range(40):
+        mid = (lo + hi) / 2
+        plan = _allocate_within(strata, mid, min_samples, detect, budget_usd)
+        if upper_cost(strata, [a.judged for a in plan.strata], headroom_z) <= budget_usd:
+            lo, best = mid, plan
+        else:
+            hi = mid
+        if hi - lo <= 1e-6 * budget_usd:
+            break
+    return replace(best, budget_usd=budget_usd, headroom_usd=budget_usd - lo)
+
+
+def _allocate_within(strata: list[StratumInput], budget_usd: float, min_samples: int,
+                     detect: Detect | None, said_usd: float) -> SamplePlan:
+    """The plan at the means under ``budget_usd`` (steps 1-3 of the module doc);
+    ``strata`` sorted by name; ``said_usd``: the budget a short stratum's reason names."""
+    full = sum(s.traffic * s.cost_usd for s in strata)
+    minimums = [min(s.traffic, min_samples) for s in strata]
     min_cost = sum(m * s.cost_usd for m, s in zip(minimums, strata))
     if min_cost > budget_usd:
         # every stratum raised to the same count, as far as the money goes
         counts = _fill(strata, minimums, [0] * len(strata), budget_usd, [1.0] * len(strata))
-        reason = (f"the sample budget ${budget_usd:.4f} cannot pay for every stratum's minimum of {min_samples} "
-                  f"(${min_cost:.4f}); it was spread evenly over the strata")
+        reason = (f"the sample budget ${said_usd:.4f} cannot pay for every stratum's minimum of {min_samples} "
+                  f"(${min_cost:.4f}" + (f" and the headroom for its costs' variation" if said_usd > budget_usd else "")
+                  + "); it was spread evenly over the strata")
         targets: list[int | None] = [None] * len(strata)
     else:
         floors, targets = minimums, [None] * len(strata)

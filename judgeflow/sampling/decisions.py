@@ -147,6 +147,36 @@ def sample_pools(conn: Connection, night: date) -> dict[str, tuple[int, int, flo
     return {s: (int(pop), int(sel), float(c)) for s, pop, sel, c in rows}
 
 
+# a stratum is priced from its own traces judged tonight once it has this many, else from the night's
+MIN_TONIGHT = 10
+
+
+def tonight_price_ratios(conn: Connection, night: date, n_metrics: int) -> dict[str | None, float]:
+    """Per stratum of the night (and the night's, under None): what its traces
+    judged so far (every metric, ``n_metrics``) billed over the cost per trace
+    they were planned at: a stratum planned earlier tonight is priced again at
+    its recorded cost per trace times this (a raised budget, a top-up)."""
+    rows = conn.execute(
+        text(
+            """
+            WITH judged AS (
+                SELECT d.trace_id, d.stratum, d.est_cost_usd, sum(r.cost_usd) AS usd, count(*) AS metrics
+                FROM judgeflow.sample_decisions d
+                JOIN judgeflow.eval_results r ON r.trace_id = d.trace_id AND r.status = 'scored'
+                     AND r.judge_calls > 0 AND r.cost_usd > 0
+                WHERE d.night = :n AND d.phase = 'sample' AND d.est_cost_usd > 0
+                GROUP BY 1, 2, 3)
+            SELECT stratum, count(*), sum(usd), sum(est_cost_usd) FROM judged WHERE metrics >= :m GROUP BY stratum
+            """
+        ),
+        {"n": night, "m": n_metrics},
+    ).all()
+    out: dict[str | None, float] = {s: float(b) / float(e) for s, k, b, e in rows if k >= MIN_TONIGHT}
+    if sum(k for _, k, _, _ in rows) >= MIN_TONIGHT:
+        out[None] = float(sum(b for *_, b, _ in rows)) / float(sum(e for *_, e in rows))
+    return out
+
+
 def extend(conn: Connection, night: date, stratum: str, more: int) -> datetime | None:
     """Select ``more`` of the stratum's traces not selected and still without a
     result, smallest selection key first (judgeflow/sampling/selection.py): the
@@ -285,6 +315,42 @@ def pending_selected_usd(conn: Connection, night: date) -> float:
             SELECT coalesce(sum(est_cost_usd), 0) FROM judgeflow.sample_decisions d
             WHERE d.night = :n AND d.selected
               AND NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = d.trace_id)
+            """
+        ),
+        {"n": night},
+    ).scalar_one())
+
+
+# a night's first run: the one its ledger entered first (a run enters at its start and again at its end, and
+# the runs of a night follow one another)
+_FIRST_RUN = """(SELECT flow_run_id FROM judgeflow.sample_ledger l WHERE l.night = d.night
+                 ORDER BY l.recorded_at, l.flow_run_id LIMIT 1)"""
+
+
+def late_share(conn: Connection, night: date, *, nights: int = 7) -> float | None:
+    """Of the traces decided in the ``nights`` nights before ``night``, the
+    share a later run of their night decided (they arrived after its first
+    plan); None without such nights."""
+    value = conn.execute(
+        text(
+            f"""
+            SELECT (count(*) FILTER (WHERE d.planned_by IS DISTINCT FROM {_FIRST_RUN}))::float / NULLIF(count(*), 0)
+            FROM judgeflow.sample_decisions d
+            WHERE d.night >= CAST(:n AS date) - :k AND d.night < :n AND d.phase = 'sample'
+            """
+        ),
+        {"n": night, "k": nights},
+    ).scalar_one()
+    return None if value is None else float(value)
+
+
+def late_committed_usd(conn: Connection, night: date) -> float:
+    """The estimated cost of the night's selected traces decided after its first run: what the late reserve paid."""
+    return float(conn.execute(
+        text(
+            f"""
+            SELECT coalesce(sum(d.est_cost_usd), 0) FROM judgeflow.sample_decisions d
+            WHERE d.night = :n AND d.selected AND d.planned_by IS DISTINCT FROM {_FIRST_RUN}
             """
         ),
         {"n": night},

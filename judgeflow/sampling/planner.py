@@ -13,8 +13,15 @@ for the traces that arrived since (judgeflow/sampling/selection.py). Under a
 larger budget than the night's earlier runs had, what the new strata leave
 raises the strata planned earlier (:func:`_raise`): more of their traces are
 selected, the earlier picks kept.
-A stratum is priced per metric from its own recent results, or else from its
-traces' length (judgeflow/sampling/strata.py)."""
+Prices are tonight's (judgeflow/sampling/prices.py): each trace is priced
+from its own text, corrected per judge model by what the judge billed for the
+newest results; a stratum planned earlier tonight, raised, is priced at its
+recorded cost per trace times what its traces judged tonight billed over it.
+The plan keeps headroom for the traces' costs varying about their mean
+(judgeflow/sampling/allocation.py, ``HEADROOM_Z``), and what a run leaves of
+the budget once its selection is judged is planned again at tonight's prices
+(:func:`plan_night` with ``top_up``): more of the strata's traces are selected,
+the earlier picks kept, until the budget is spent."""
 
 from __future__ import annotations
 
@@ -29,19 +36,27 @@ from judgeflow.judge.pricing import Prices
 from judgeflow.metrics.cost import estimate_pair_cost
 from judgeflow.metrics.registry import metric_names
 from judgeflow.sampling import decisions
-from judgeflow.sampling.allocation import Allocation, Detect, SamplePlan, StratumInput, allocate
+from judgeflow.sampling.allocation import Allocation, Detect, SamplePlan, StratumInput, allocate, upper_cost
 from judgeflow.sampling.power import POWER, SIZED_RISE, min_detectable_rise, segment_alpha
 from judgeflow.sampling.selection import select, select_below
-from judgeflow.sampling.strata import (Traffic, recent_fail_rates, recent_stratum_costs, stratify, undecided_new_keys,
-                                      unknown_keys)
+from judgeflow.sampling.prices import PriceCorrection, recent_correction
+from judgeflow.sampling.strata import Traffic, recent_fail_rates, stratify, undecided_new_keys, unknown_keys
+from judgeflow.config.judge_models import judge_models
 from judgeflow.config.settings import Settings
 from judgeflow.errors import ConfigError
 
 PAGE = 5000
 # a stratum with no recent results: its rise is claimed from this failing rate
 DEFAULT_RATE = 0.05
-# recent results that price a trace: this far back
+# recent results that correct the token estimate: this far back
 COST_HISTORY = timedelta(days=7)
+# the plan's total cost fits the budget at this upper normal quantile (95%): every planned count is
+# judged on about 95% of nights whose traces cost what they were priced at on average
+HEADROOM_Z = 1.645
+# a top-up is planned only while the run has at least this share of the budget left to spend
+TOP_UP_MIN_SHARE = 0.01
+# top-ups a run makes at most (each spends what the last left at its quantile: about 95% of it)
+TOP_UP_PASSES = 3
 
 
 @dataclass(frozen=True)
@@ -93,11 +108,30 @@ class NightPlan:
     claim: Claim | None = None
     rates: dict[str, float] = field(default_factory=dict)  # each stratum's failing rate over the baseline period
     restated: list[str] = field(default_factory=list)  # after the run: strata judged fewer than planned
+    headroom_usd: float = 0.0  # what the plan holds back for the traces' costs varying about their mean
+    reserve_usd: float = 0.0  # what this run leaves for the traces that arrive after the night's plan
+    reserve_share: float = 0.0  # the late reserve's share of the budget
+    prices: PriceCorrection | None = None  # how tonight's token estimates were corrected
+    topped_up: list[str] = field(default_factory=list)  # the run's top-ups, in words
+
+    def absorb(self, later: "NightPlan") -> None:
+        """A top-up of the same run: its raised strata replace their rows (their
+        estimated cost adds the new picks'), its notes join these."""
+        # a raised stratum's row is its whole sample phase; a row of late traces alone does not replace one
+        rows = {r.stratum: r for r in later.rows}
+        self.rows = [replace(rows[r.stratum], est_cost_usd=r.est_cost_usd + rows[r.stratum].est_cost_usd)
+                     if rows.get(r.stratum) and rows[r.stratum].traffic >= r.traffic else r for r in self.rows]
+        self.rows += [r for r in later.rows if r.stratum not in {x.stratum for x in self.rows}]
+        self.topped_up += later.topped_up
+        if later.reads_from is not None:
+            self.reads_from = min(later.reads_from, self.reads_from or later.reads_from)
 
     @property
     def run_limit_usd(self) -> float | None:
-        """What this run may bill: the night's budget less what its earlier runs billed."""
-        return None if self.budget_usd is None else max(self.budget_usd - self.spent_before_usd, 0.0)
+        """What this run may bill: the night's budget less what its earlier runs
+        billed and less what the late reserve still holds for traces yet to arrive."""
+        return None if self.budget_usd is None else max(self.budget_usd - self.spent_before_usd - self.reserve_usd,
+                                                         0.0)
 
     @property
     def not_sampled(self) -> int:
@@ -116,6 +150,17 @@ class NightPlan:
                            f"pts; strata are sized to see a true rise of {c.sized_rise * 100:.1f} pts "
                            f"({c.sized_rise / c.min_increase:g} times that) with {POWER:.0%} power where the budget "
                            "reaches; each row gives the smallest rise its own sample sees with that power")
+        if self.headroom_usd > 0:
+            out.append(f"the plan holds ${self.headroom_usd:.4f} of the budget back for the traces' costs varying "
+                       f"about their estimates (its planned counts fit at the 95% quantile of their total); "
+                       "what the run leaves is spent on more traces at tonight's prices")
+        if self.reserve_usd > 0:
+            out.append(f"${self.reserve_usd:.4f} ({self.reserve_share:.1%} of the budget, less what late traces got "
+                       "tonight) is held for traces that arrive after the night's plan: a later run judges them at "
+                       "their stratum's probability (JUDGEFLOW_SAMPLE_LATE_RESERVE)")
+        if self.prices is not None and self.prices.ratios:
+            out.append("tonight's token estimates are corrected by what the judge billed for the newest results: "
+                       + ", ".join(f"{m} x{r:.2f}" for m, r in sorted(self.prices.ratios.items())))
         if self.raised_from_usd is not None:
             out.append(f"the night was planned under ${self.raised_from_usd:.4f}; with ${self.budget_usd:.4f} the "
                        "strata planned then judge more of their traces (those selected before stay selected)")
@@ -125,7 +170,7 @@ class NightPlan:
                            f"{r.short_reason}")
             elif r.power_short:
                 out.append(f"stratum {r.stratum}: {r.judged} of {r.traffic} judged: {r.power_short}")
-        return out + self.restated
+        return out + self.topped_up + self.restated
 
 
 def _min_increase(settings: Settings) -> float | None:
@@ -161,12 +206,34 @@ def detect_for(settings: Settings, strata: list[str]) -> Detect | None:
                   settings.regression_baseline_s / settings.alert_window_s)
 
 
+def _estimator(settings: Settings, prices: Prices):
+    """``estimate(metric, body)``: the token estimate of judging ``body`` for ``metric``, in USD."""
+    def estimate(metric: str, body) -> float:
+        return estimate_pair_cost(prices, metric, input=body.input, output=body.output, context=body.context,
+                                  max_field_chars=settings.max_field_chars)
+    return estimate
+
+
+def price_correction(settings: Settings, source: TraceSource, source_engine: Engine, engine: Engine,
+                     metrics: list[str], prices: Prices, now: datetime) -> PriceCorrection:
+    """Per judge model, what the judge billed for the newest results over their token estimate."""
+    models = judge_models(settings, metrics)
+    with engine.connect() as conn:
+        return recent_correction(conn, source, source_engine, metrics, since=now - COST_HISTORY,
+                                 model_of=models.__getitem__, estimate=_estimator(settings, prices))
+
+
 def count_traffic(settings: Settings, source: TraceSource, source_engine: Engine, engine: Engine,
-                  key_filter: KeyFilter, metrics: list[str], prices: Prices) -> Traffic:
-    """The new, undecided traces of the read window, by stratum, priced per trace and metric by their tokens."""
+                  key_filter: KeyFilter, metrics: list[str], prices: Prices,
+                  correction: PriceCorrection | None = None) -> Traffic:
+    """The new, undecided traces of the read window, by stratum, each priced per
+    metric from its own text, times its judge model's ``correction``."""
+    estimate, models = _estimator(settings, prices), judge_models(settings, metrics)
+    correction = correction or PriceCorrection()
+
     def cost_of(body) -> dict[str, float]:
-        return {m: estimate_pair_cost(prices, m, input=body.input, output=body.output, context=body.context,
-                                      max_field_chars=settings.max_field_chars) for m in metrics}
+        raw = {m: estimate(m, body) for m in metrics}
+        return {m: e * correction.ratio(models[m], e) for m, e in raw.items()}
 
     traffic = Traffic()
     for keys in key_pages(source, source_engine, key_filter, page=PAGE):
@@ -187,10 +254,12 @@ class _Night:
     spent: float  # billed by the night's earlier runs
     promised: float  # the estimated cost of its selected traces still waiting
     probs: dict[str, float]  # strata planned earlier tonight
-    costs: dict[tuple[str, str], float]  # (stratum, metric) -> recent mean cost
+    tonight: dict[str | None, float]  # per stratum planned tonight (None: the night's): billed over planned cost
     rates: dict[str, float]
     pools: dict[str, tuple[int, int, float]]  # strata planned earlier: (sample population, selected, cost per trace)
     planned_budget: float | None  # the largest budget an earlier run of the night planned under
+    late_history: float | None  # the share of traces decided late over the last nights
+    late_paid: float  # what the night's late traces decided so far are estimated to cost
 
 
 def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: bool, *,
@@ -201,18 +270,16 @@ def _read_night(settings: Settings, engine: Engine, metrics: list[str], record: 
         if record:
             decisions.reweigh(conn)
         night = now.astimezone(timezone.utc).date()  # the night is the UTC day the run plans on
-        # results remember the stored segment keys only: a stratum's own history needs its keys among them
-        own = set(keys) <= set(settings.stored_segment_keys)
         planned_budget = decisions.night_budget_usd(conn, night)
         spent = decisions.night_spent_usd(conn, night, recover=record)
         if record and budget_usd is not None and flow_run_id is not None:
             decisions.open_run(conn, night, flow_run_id, budget_usd)
         return _Night(
             now, night, spent, decisions.pending_selected_usd(conn, night),
-            decisions.stratum_probs(conn, night),
-            recent_stratum_costs(conn, metrics, keys, since=now - COST_HISTORY) if own else {},
+            decisions.stratum_probs(conn, night), decisions.tonight_price_ratios(conn, night, len(metrics)),
             recent_fail_rates(conn, metrics, keys, since=now - timedelta(seconds=settings.regression_baseline_s)),
-            decisions.sample_pools(conn, night), planned_budget,
+            decisions.sample_pools(conn, night), planned_budget, decisions.late_share(conn, night),
+            decisions.late_committed_usd(conn, night),
         )
 
 
@@ -239,19 +306,24 @@ def _late(traffic: Traffic, n: _Night, costs: dict[str, float], min_samples: int
     return out
 
 
-def _raise(n: _Night, late: list[Allocation], money: float, budget_usd: float | None) -> list[Allocation]:
-    """A budget larger than the one the night was planned under: what is left
-    after the new strata raises the strata planned earlier, as a cost-aware
-    Neyman split of their traces not selected yet (late ones included); each
-    row is the stratum's whole sample phase after the raise, its cost this run's new picks."""
-    if budget_usd is None or n.planned_budget is None or budget_usd <= n.planned_budget or money <= 0:
+def _raise(n: _Night, late: list[Allocation], money: float, budget_usd: float | None, *, top_up: bool,
+           spread: float) -> list[Allocation]:
+    """A budget larger than the one the night was planned under, or (``top_up``)
+    what a run left once its selection was judged: ``money`` raises the strata
+    planned earlier tonight, as a cost-aware Neyman split of their traces not
+    selected yet (late ones included), with headroom, each priced at its
+    recorded cost per trace times what its traces billed tonight over it
+    (tonight's prices); each row is the stratum's whole sample phase after the
+    raise, its cost this run's new picks."""
+    larger = budget_usd is not None and n.planned_budget is not None and budget_usd > n.planned_budget
+    if not (larger or top_up) or budget_usd is None or money <= TOP_UP_MIN_SHARE * budget_usd:
         return []
     late_of = {a.name: a for a in late}
     pools = {s: (pop + (late_of[s].traffic if s in late_of else 0), sel + (late_of[s].judged if s in late_of else 0),
-                 cost) for s, (pop, sel, cost) in n.pools.items()}
-    inputs = [StratumInput(s, pop - sel, cost, n.rates.get(s)) for s, (pop, sel, cost) in sorted(pools.items())
-              if pop > sel and cost > 0]
-    extra = allocate(inputs, budget_usd=money, min_samples=0).strata
+                 cost * n.tonight.get(s, n.tonight.get(None, 1.0))) for s, (pop, sel, cost) in n.pools.items()}
+    inputs = [StratumInput(s, pop - sel, cost, n.rates.get(s), cost_sd=spread * cost)
+              for s, (pop, sel, cost) in sorted(pools.items()) if pop > sel and cost > 0]
+    extra = allocate(inputs, budget_usd=money, min_samples=0, headroom_z=HEADROOM_Z).strata
     return [Allocation(a.name, pools[a.name][0], pools[a.name][1] + a.judged,
                        a.cost_usd + (late_of[a.name].cost_usd if a.name in late_of else 0.0), 0)
             for a in extra if a.judged > 0]
@@ -259,30 +331,47 @@ def _raise(n: _Night, late: list[Allocation], money: float, budget_usd: float | 
 
 def plan_night(settings: Settings, source: TraceSource, source_engine: Engine, engine: Engine,
                key_filter: KeyFilter, metrics: list[str], prices: Prices, *, budget_usd: float | None,
-               record: bool, flow_run_id: str | None = None) -> NightPlan:
-    """Plan (and with ``record``, select and record) the night's sample."""
+               record: bool, flow_run_id: str | None = None, top_up: bool = False) -> NightPlan:
+    """Plan (and with ``record``, select and record) the night's sample;
+    ``top_up``: a run whose selection is judged spends what it left on more
+    of the strata planned tonight."""
     n = _read_night(settings, engine, metrics, record, budget_usd=budget_usd, flow_run_id=flow_run_id)
-    traffic = count_traffic(settings, source, source_engine, engine, key_filter, metrics, prices)
+    correction = price_correction(settings, source, source_engine, engine, metrics, prices, n.now)
+    traffic = count_traffic(settings, source, source_engine, engine, key_filter, metrics, prices, correction)
     _refuse_unknown_keys(settings, traffic)
-    costs = {s: traffic.cost_per_trace(s, metrics, n.costs) for s in traffic.keys}
+    costs = {s: traffic.cost_per_trace(s, metrics) for s in traffic.keys}
     late = _late(traffic, n, costs, settings.alert_min_samples) if budget_usd is not None else []
     committed = n.spent + n.promised
-    left = None if budget_usd is None else max(budget_usd - committed - sum(a.cost_usd for a in late), 0.0)
-    inputs = [StratumInput(s, len(ks), costs[s], n.rates.get(s)) for s, ks in traffic.keys.items()
-              if s not in {a.name for a in late}]
+    late_cost = sum(a.cost_usd for a in late)
+    share = settings.sample_late_reserve if settings.sample_late_reserve is not None else (n.late_history or 0.0)
+    # the late reserve, less what late traces got tonight: only they spend it
+    reserve = 0.0 if budget_usd is None else max(share * budget_usd - n.late_paid - late_cost, 0.0)
+    left = None if budget_usd is None else max(budget_usd - committed - late_cost - reserve, 0.0)
+    inputs = sorted((StratumInput(s, len(ks), costs[s], n.rates.get(s),
+                                  cost_sd=traffic.cost_sd(s, metrics, correction.spread))
+                     for s, ks in traffic.keys.items() if s not in {a.name for a in late}), key=lambda i: i.name)
     plan = allocate(inputs, budget_usd=left, min_samples=settings.alert_min_samples,
-                    detect=detect_for(settings, list(traffic.keys)))
-    raised = _raise(n, late, (left or 0.0) - plan.cost_usd, budget_usd)
+                    detect=detect_for(settings, list(traffic.keys)), headroom_z=HEADROOM_Z)
+    # what the new strata may cost at the plan's quantile is theirs: the rest may raise the strata planned earlier
+    held = upper_cost(inputs, [a.judged for a in plan.strata], HEADROOM_Z) if inputs else 0.0
+    raised = _raise(n, late, (left or 0.0) - held, budget_usd, top_up=top_up, spread=correction.spread)
     shown = {a.name: a for a in late} | {a.name: a for a in raised}
     # a raised stratum's traffic is its whole sample phase: the traces planned earlier tonight count in the full cost
     earlier = sum((a.traffic - len(traffic.keys.get(a.name, []))) * n.pools[a.name][2] for a in raised)
     plan = SamplePlan(plan.budget_usd, plan.full_cost_usd + sum(a.traffic * costs[a.name] for a in late) + earlier,
                       sorted(plan.strata + list(shown.values()), key=lambda a: a.name),
-                      plan.sampled or bool(late) or bool(raised))
+                      plan.sampled or bool(late) or bool(raised), plan.headroom_usd)
     night_plan = _rows(settings, n.night, budget_usd, committed, plan, n.rates)
-    night_plan.spent_before_usd = n.spent
-    if raised:
+    night_plan.spent_before_usd, night_plan.headroom_usd, night_plan.prices = n.spent, plan.headroom_usd, correction
+    night_plan.reserve_usd, night_plan.reserve_share = reserve, share
+    if raised and not top_up:
         night_plan.raised_from_usd = n.planned_budget
+    if raised and top_up:
+        more = sum(a.judged - n.pools[a.name][1] for a in raised if a.name in n.pools)
+        night_plan.topped_up.append(
+            f"the run's selection was judged with ${left or 0.0:.4f} of the budget left: {more} more traces of "
+            f"{len(raised)} strata were selected at tonight's prices (what their judged traces billed over their "
+            "estimates), the earlier picks kept")
     if record and plan.sampled:
         night_plan.recorded, night_plan.reads_from = _record(engine, n, traffic, plan, late, costs, flow_run_id,
                                                              raised)

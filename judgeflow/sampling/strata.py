@@ -1,5 +1,5 @@
-"""A night's traffic per stratum, and what history says of each stratum: the
-cost of judging a trace and its failing rate.
+"""A night's traffic per stratum, priced trace by trace, and what history says
+of each stratum's failing rate.
 
 A trace's stratum is the values of the ``JUDGEFLOW_STRATIFY_BY`` keys of its
 metadata (default: the alert segment keys), ``app=checkout,model=m1``; a key
@@ -9,6 +9,7 @@ no trace is ever dropped. With no keys there is one stratum, ``all``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Sequence
@@ -20,8 +21,6 @@ from judgeflow.sources.types import TraceBody, TraceKey
 
 ALL = "all"
 MISSING = "other"
-# a metric's cost per trace is read from recent results once this many have a cost
-MIN_COSTED_RESULTS = 20
 
 
 def stratum_of(metadata: Any, keys: Sequence[str]) -> str:
@@ -34,10 +33,12 @@ def stratum_of(metadata: Any, keys: Sequence[str]) -> str:
 @dataclass
 class Traffic:
     """The night's candidates: per stratum, their keys and (per metric) their
-    estimated costs by token count, and the stratify keys any of them holds."""
+    estimated costs (each trace's own, judgeflow/sampling/prices.py), and the
+    stratify keys any of them holds."""
 
     keys: dict[str, list[TraceKey]] = field(default_factory=dict)
     token_cost: dict[str, dict[str, float]] = field(default_factory=dict)  # summed over the stratum's traces
+    squares: dict[str, float] = field(default_factory=dict)  # a trace's cost, every metric, squared and summed
     seen_keys: set[str] = field(default_factory=set)
 
     def add(self, stratum: str, key: TraceKey, costs: dict[str, float]) -> None:
@@ -45,6 +46,7 @@ class Traffic:
         summed = self.token_cost.setdefault(stratum, {})
         for metric, cost in costs.items():
             summed[metric] = summed.get(metric, 0.0) + cost
+        self.squares[stratum] = self.squares.get(stratum, 0.0) + sum(costs.values()) ** 2
 
     def merge(self, other: "Traffic") -> None:
         for stratum, keys in other.keys.items():
@@ -52,19 +54,27 @@ class Traffic:
             summed = self.token_cost.setdefault(stratum, {})
             for metric, cost in other.token_cost.get(stratum, {}).items():
                 summed[metric] = summed.get(metric, 0.0) + cost
+            self.squares[stratum] = self.squares.get(stratum, 0.0) + other.squares.get(stratum, 0.0)
         self.seen_keys |= other.seen_keys
 
     @property
     def total(self) -> int:
         return sum(len(v) for v in self.keys.values())
 
-    def cost_per_trace(self, stratum: str, metrics: list[str], history: dict[tuple[str, str], float]) -> float:
-        """What judging one trace of ``stratum`` costs, every metric: the
-        stratum's own recent mean for a metric where history has one, else the
-        mean token estimate of its traces tonight."""
+    def cost_per_trace(self, stratum: str, metrics: list[str]) -> float:
+        """What judging one trace of ``stratum`` costs on average, every metric: its traces' own estimates."""
         n = len(self.keys[stratum])
         own = self.token_cost.get(stratum, {})
-        return sum(history.get((stratum, m), own.get(m, 0.0) / n) for m in metrics)
+        return sum(own.get(m, 0.0) for m in metrics) / n
+
+    def cost_sd(self, stratum: str, metrics: list[str], spread: float) -> float:
+        """How far one trace's bill strays from the stratum's mean: the spread
+        of its traces' estimates, and each bill's own ``spread`` (coefficient
+        of variation) about its estimate."""
+        n = len(self.keys[stratum])
+        mean = self.cost_per_trace(stratum, metrics)
+        between = max(self.squares.get(stratum, 0.0) / n - mean ** 2, 0.0)
+        return math.sqrt(between + (spread * mean) ** 2)
 
 
 def unknown_keys(traffic: Traffic, stratify_keys: Sequence[str]) -> list[str]:
@@ -119,26 +129,6 @@ def _stratum_label(stratify_keys: Sequence[str], params: dict[str, Any]) -> str:
         params[f"k{i}"], params[f"p{i}"] = key, f"{key}="
         parts.append(f"CAST(:p{i} AS text) || coalesce(segment ->> CAST(:k{i} AS text), CAST(:other AS text))")
     return " || ',' || ".join(parts) if parts else "CAST(:all AS text)"
-
-
-def recent_stratum_costs(conn: Connection, metrics: list[str], stratify_keys: Sequence[str], *,
-                         since: datetime) -> dict[tuple[str, str], float]:
-    """Per (stratum, metric) with enough recent judged results: their mean
-    ``cost_usd`` (copies of identical traces, which cost nothing, left out)."""
-    params: dict[str, Any] = {"metrics": list(metrics), "since": since}
-    label = _stratum_label(stratify_keys, params)
-    rows = conn.execute(
-        text(
-            f"""
-            SELECT {label} AS stratum, metric, avg(cost_usd), count(*) FROM judgeflow.eval_results
-            WHERE metric = ANY(CAST(:metrics AS text[])) AND scored_at >= :since AND status = 'scored'
-              AND cost_usd IS NOT NULL AND judge_calls > 0
-            GROUP BY 1, 2
-            """
-        ),
-        params,
-    ).all()
-    return {(s, m): float(avg) for s, m, avg, n in rows if n >= MIN_COSTED_RESULTS}
 
 
 def recent_fail_rates(conn: Connection, metrics: list[str], stratify_keys: Sequence[str], *,

@@ -264,3 +264,18 @@ def test_drain_counts_what_finishes_and_logs_what_fails():
 def test_batch_size_and_window_follow_the_calls_in_flight():
     assert default_batch_size(8) == 100 and default_batch_size(64) == 512
     assert window_for(8, 100) == 3 and window_for(64, 512) == 3 and window_for(64, 16) == 6
+
+
+def test_a_schedule_claims_again_from_the_start_after_more_work_appears():
+    """A sample's top-up selects more after the run claimed all there was: ``again`` reads from the start."""
+    source, tasks = Source([_work(i) for i in range(5)]), Tasks()
+    schedule, totals = _schedule(tasks, batch_size=4, window=2)
+    assert schedule.run(source.claim) == DONE
+    schedule.finish()
+    source.pairs = [_work(i) for i in range(5, 8)]  # what the top-up selected; the rest is done
+
+    schedule.again()
+    assert schedule.run(source.claim) == DONE
+    schedule.finish()
+
+    assert sorted(o.trace_id for o in totals.outcomes) == [f"tr-{i:04d}" for i in range(8)]

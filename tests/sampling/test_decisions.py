@@ -70,3 +70,49 @@ def test_settle_counts_selected_traces_left_unjudged_in_the_population(db):
         conn.execute(sa.text("UPDATE judgeflow.sample_decisions SET inclusion_prob = 0.25"))
         settle(conn, [NIGHT])
         assert {r.inclusion_prob for r in _rows(conn).values()} == {0.25}
+
+
+def test_tonights_prices_are_what_judged_traces_billed_over_their_planned_cost(db):
+    from judgeflow.sampling.decisions import MIN_TONIGHT, tonight_price_ratios
+
+    engine = migrated(db)
+    with engine.begin() as conn:
+        _decide(conn, 40, 1)
+        conn.execute(sa.text("UPDATE judgeflow.sample_decisions SET est_cost_usd = 0.002, "
+                             "stratum = CASE WHEN trace_id < 'b-2' THEN 'app=y' ELSE 'app=x' END"))
+        assert tonight_price_ratios(conn, NIGHT, 1) == {}
+        conn.execute(eval_results.insert(), [dict(
+            trace_id=f"b-{i}", metric="toxicity", status="scored", score=0.0, passed=True, threshold=0.5,
+            trace_created_at=T0, details={}, segment={}, judge_calls=1, cost_usd=0.001 if i % 2 else 0.003)
+            for i in range(40)])
+        got = tonight_price_ratios(conn, NIGHT, 1)
+        # every metric must be in: with two metrics, no trace is judged in full yet
+        assert tonight_price_ratios(conn, NIGHT, 2) == {}
+    strata = {s: sum(1 for i in range(40) if (f"b-{i}" < "b-2") == (s == "app=y")) for s in ("app=x", "app=y")}
+    assert all(n >= MIN_TONIGHT for n in strata.values())
+    assert got[None] == pytest.approx(1.0) and set(got) == {None, "app=x", "app=y"}
+
+
+def test_the_late_share_is_what_later_runs_of_a_night_decided_and_their_selection_is_what_the_reserve_paid(db):
+    from judgeflow.sampling.decisions import late_committed_usd, late_share
+
+    engine = migrated(db)
+    with engine.begin() as conn:
+        _decide(conn, 40, 2)  # 20 selected
+        conn.execute(sa.text("UPDATE judgeflow.sample_decisions SET est_cost_usd = 0.01, planned_by = "
+                             "CASE WHEN trace_id IN ('b-0', 'b-1', 'b-2', 'b-3') THEN 'second' ELSE 'first' END"))
+        conn.execute(sa.text("INSERT INTO judgeflow.sample_ledger (night, flow_run_id, budget_usd, spent_usd, "
+                             "recorded_at) VALUES (:n, 'first', 1, 0, :t), (:n, 'second', 1, 0, :t2)"),
+                     {"n": NIGHT, "t": T0, "t2": T0 + timedelta(hours=1)})
+        assert late_share(conn, NIGHT + timedelta(days=1)) == pytest.approx(4 / 40)
+        assert late_share(conn, NIGHT) is None  # only the nights before
+        assert late_share(conn, NIGHT + timedelta(days=9)) is None  # only the last 7
+        assert late_committed_usd(conn, NIGHT) == pytest.approx(0.02)  # b-0 and b-2 are selected
+
+
+def test_a_runs_limit_leaves_what_the_late_reserve_still_holds():
+    from judgeflow.sampling.planner import NightPlan
+
+    plan = NightPlan(NIGHT, 10.0, 0.0, 30.0, True, spent_before_usd=3.0, reserve_usd=1.5)
+    assert plan.run_limit_usd == pytest.approx(5.5)
+    assert any("is held for traces that arrive after the night's plan" in n for n in plan.notes())

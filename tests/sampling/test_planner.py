@@ -1,5 +1,7 @@
 """What the planner sizes strata for: the regression rule's family of tests and its minimum rise."""
 
+import pytest
+
 from judgeflow.sampling.planner import detect_for, family_size
 from judgeflow.config.settings import Settings
 
@@ -68,3 +70,34 @@ def test_a_regression_rule_with_segment_keys_of_its_own_is_sized_for_its_own_fam
         assert (detect_for(both, ["app=a", "app=b"]).tests, detect_for(both, ["app=a"]).min_increase) == (3, 0.02)
     finally:
         open_metrics(None)
+
+
+def test_a_strata_cost_spread_is_its_traces_estimates_and_each_bills_own_spread():
+    from datetime import datetime, timezone
+
+    from judgeflow.sampling.strata import Traffic
+    from judgeflow.sources.types import TraceKey
+
+    traffic = Traffic()
+    at = datetime(2026, 11, 29, tzinfo=timezone.utc)
+    for i, cost in enumerate((1.0, 3.0)):
+        traffic.add("app=a", TraceKey(f"t{i}", at), {"toxicity": cost / 2, "hallucination": cost / 2})
+    assert traffic.cost_per_trace("app=a", ["toxicity", "hallucination"]) == 2.0
+    assert traffic.cost_sd("app=a", ["toxicity", "hallucination"], 0.0) == 1.0  # the estimates' own spread
+    assert traffic.cost_sd("app=a", ["toxicity", "hallucination"], 0.3) == (1.0 + 0.6 ** 2) ** 0.5
+
+
+def test_a_top_up_replaces_the_rows_of_the_strata_it_raised_and_adds_its_note():
+    from datetime import date
+
+    from judgeflow.sampling.planner import NightPlan, StratumRow
+
+    first = NightPlan(date(2026, 11, 29), 6.0, 0.0, 30.0, True,
+                      [StratumRow("app=a", 100, 20, 0.2, 0.2, None), StratumRow("app=b", 50, 10, 0.1, 0.2, None)])
+    later = NightPlan(date(2026, 11, 29), 6.0, 5.0, 30.0, True,
+                      [StratumRow("app=a", 100, 35, 0.15, 0.35, None), StratumRow("app=b", 4, 1, 0.01, 0.2, None)],
+                      topped_up=["the run's selection was judged"])
+    first.absorb(later)
+    assert [(r.stratum, r.judged) for r in first.rows] == [("app=a", 35), ("app=b", 10)]  # late traces alone: kept
+    assert first.rows[0].est_cost_usd == pytest.approx(0.35)  # the first picks' and the new picks' estimates
+    assert first.notes()[-1] == "the run's selection was judged"

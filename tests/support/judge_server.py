@@ -576,6 +576,8 @@ class JudgeServer:
         self.fault_retry_after = fault_retry_after
         # USD per million (prompt, completion) tokens this server bills
         self.prices_per_mtok = prices_per_mtok
+        # the tokens it counts are this times ~4 characters a token: a model whose tokenizer differs
+        self.token_scale = 1.0
         self.cached_fraction = cached_fraction  # of the input price, for cached prompt tokens
         self.cache_min_tokens = cache_min_tokens
         self.cache_block_tokens = cache_block_tokens
@@ -815,6 +817,11 @@ class JudgeServer:
     def _completion(self, req: ChatRequest, content: str | None) -> dict:
         """The completion answering ``req``, its usage with the prompt tokens cached."""
         completion = completion_body(req, content)
+        usage = completion["usage"]
+        if self.token_scale != 1.0:  # a tokenizer that counts fewer (or more) tokens than ~4 characters each
+            usage["prompt_tokens"] = max(1, round(usage["prompt_tokens"] * self.token_scale))
+            usage["completion_tokens"] = max(1, round(usage["completion_tokens"] * self.token_scale))
+            usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
         prompt = "".join(_text_of(m.get("content")) for m in req.messages if isinstance(m, dict))
         cached = self._cache(prompt, completion["usage"]["prompt_tokens"])
         completion["usage"]["prompt_tokens_details"] = {"cached_tokens": cached, "audio_tokens": 0}
