@@ -80,6 +80,7 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "judge_rpm", "judge_tpm",  # the account's rate limit: when a call goes, not what it asks
     "sample_budget_usd", "sample_late_reserve", "stratify_by",  # which traces are judged, not how one is scored
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
+    "embedded_database",  # which database of the embedded cluster holds the results, not how one is scored
     "pool_mode",  # how claims are held between judgeflow and PostgreSQL
     # which source and where: what a preset maps a row to (input, output, context) is hashed as content
     "source", "source_schema", "phoenix_write_back", "phoenix_url", "phoenix_api_key",
