@@ -36,7 +36,7 @@ from judgeflow.run.entry import run_settings
 from judgeflow.run.policy import RunPolicy
 from judgeflow.run.progress import watch_batches
 from judgeflow.run.schedule import (
-    BUDGET, DEADLINE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size, default_batch_size,
+    ACCOUNT, BUDGET, DEADLINE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size, default_batch_size,
 )
 from judgeflow.run.summary import deferred_note, online_cost, stopped_early, time_budget_spent, unusable_notes
 from judgeflow.config.settings import Settings
@@ -264,7 +264,7 @@ def score_traces(
     if batched is not None:
         batched.close()
     reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
-    notes = [*_end_notes(run, ended), *batches_left_out(batched)]
+    notes = [*_end_notes(run, ended, policy), *batches_left_out(batched)]
     return _finish(run, _summary(run, totals, left, notes), ended, policy.budget, progress)
 
 
@@ -294,7 +294,9 @@ def _prepare(run: _Run, limit: int | None, policy: RunPolicy) -> None:
         run.pending = count_pending_work(run.settings, run.metrics, run.filters, limit=limit) if run.metrics else 0
 
 
-def _end_notes(run: _Run, ended: str) -> list[str]:
+def _end_notes(run: _Run, ended: str, policy: RunPolicy) -> list[str]:
+    if ended == ACCOUNT and policy.account is not None and policy.account.gone is not None:
+        return [policy.account.gone.why]
     if ended != DEADLINE:
         return []
     note = time_budget_spent(run.settings, time.monotonic() - run.started)

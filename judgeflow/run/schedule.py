@@ -37,6 +37,7 @@ LIMIT = "limit"  # the trace limit is reached
 DEADLINE = "deadline"  # the time budget is spent (judgeflow/run/gate.py's TIME_SPENT.end)
 STOPPED = "stopped"  # a stop was requested (judgeflow/run/gate.py's STOPPED.end)
 BUDGET = "budget"  # the spend budget has no room for the next pair
+ACCOUNT = "account"  # the account limit's Prefect API stopped answering (judgeflow/run/account.py)
 
 
 # A batch's default size, per judge call allowed in flight (and its floor):
