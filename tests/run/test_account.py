@@ -24,7 +24,8 @@ from judgeflow.judge.retry import CallRetry
 from judgeflow.judge.send_gate import Call
 from judgeflow.run import account as account_module
 from judgeflow.run.account import (
-    HOLD_S, REQUEST_SLOTS, RPM_NAME, TPM_NAME, AccountLimit, RateShape, _Block, account_id, account_shapes,
+    HOLD_S, REQUEST_SLOTS, RPM_NAME, TPM_NAME, AccountLimit, RateShape, _Block, _Reckoning, account_id,
+    account_shapes,
     account_status, ensure_account_limits,
 )
 from judgeflow.run.gate import PairGate
@@ -85,8 +86,9 @@ def test_each_key_has_a_limit_of_its_own_named_without_the_key(monkeypatch):
 def _counting_block(shape: RateShape) -> tuple[_Block, list[int]]:
     taken: list[int] = []
 
-    async def acquire(_shape, slots):
+    async def acquire(_shape, slots, most):
         taken.append(slots)
+        return slots
 
     return _Block(shape, acquire), taken
 
@@ -101,6 +103,27 @@ def test_a_process_takes_a_block_at_a_time_and_spends_it_locally():
     asyncio.run(six())
     # blocks of 5 requests, up to two fetched ahead while one is spent: two to four acquisitions for six
     assert set(taken) == {5 * REQUEST_SLOTS} and 2 <= len(taken) <= 4
+
+
+def test_a_process_alone_on_the_limit_reckons_its_room_and_stops_at_the_first_sign_of_another():
+    shape = RateShape(RPM_NAME, 600, REQUEST_SLOTS)  # limit 1000 slots, decay ~951.6 slots/s
+    reckoning = _Reckoning(shape)
+    assert reckoning.room(10.0) is None  # nothing known: read the limit
+    assert reckoning.read(1000, 0, 10.0) == 1000 and not reckoning.alone
+    reckoning.took(1000, 10.0)
+    assert reckoning.room(10.5) is None  # not known to be alone yet
+    # a read 0.5 s later finds the limit where this process's take and the decay left it: alone
+    assert reckoning.read(1000, 1000 - shape.decay_per_s * 0.5, 10.5) == pytest.approx(shape.decay_per_s * 0.5)
+    assert reckoning.alone
+    reckoning.took(400, 10.5)
+    decay = shape.decay_per_s
+    assert reckoning.room(11.0) == pytest.approx(decay - 400)  # no read: 1000 - (1400 - 0.5 d - 0.5 d)
+    reckoning.pending = 300  # its own take in flight counts as taken
+    assert reckoning.room(11.0) == pytest.approx(decay - 700)
+    reckoning.pending = 0
+    # another process took 400 slots meanwhile: the next read shows more than reckoned
+    reckoning.read(1000, 1400 - decay + 400, 11.0)
+    assert not reckoning.alone and reckoning.room(11.2) is None
 
 
 def test_permits_not_spent_within_the_hold_expire(monkeypatch):
@@ -120,8 +143,9 @@ def test_tokens_are_taken_at_the_estimate_and_corrected_by_the_usage():
     limit = AccountLimit([RateShape(TPM_NAME, 60_000, 1)])  # blocks of 500 tokens
     taken: list[int] = []
 
-    async def acquire(_shape, slots):
+    async def acquire(_shape, slots, most):
         taken.append(slots)
+        return slots
 
     limit._blocks[TPM_NAME]._acquire = acquire
     tokens = limit._blocks[TPM_NAME]
