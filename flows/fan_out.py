@@ -71,13 +71,18 @@ def score_in_shards(settings: Settings, shards: int, deployment: str | None, par
     children = start_shard_runs(deployment or f"{SHARD_FLOW}/{SHARD_DEPLOYMENT}", shards,
                                 {**parameters, "night": parent}, parent_run_id=parent, night=night)
     stop = run_stop()
-    wait_for_shard_runs(children, stop)
+    # the parent cancelled through Prefect (the UI): Prefect kills the processes a worker or runner started,
+    # but the children are cancelled here at once, and a parent the command runs itself ends here
+    cancelled = wait_for_shard_runs(children, stop, parent)
     reports, traces, spend = read_shard_results(settings, children, parent)
     lost = [lost_note(report, shards) for report in reports if report.lost]
     for note in lost:
         get_run_logger().warning(note)
+    if cancelled:
+        lost.append("the night's flow run was cancelled: its shards were cancelled, what they stored stays, "
+                    "the rest is pending for the next run")
     summary = RunSummary(flow_run_id=parent, traces=traces, **night_totals(reports),
-                         duration_s=round(time.monotonic() - started, 2), stopped=stop.requested(),
+                         duration_s=round(time.monotonic() - started, 2), stopped=stop.requested() or cancelled,
                          shards=[report.row(shards) for report in reports], notes=[*notes, *lost])
     if limits.budget_usd is not None:  # the night's figures: every child's charges, as the ledger holds them
         summary.budget_usd, summary.budget_spent_usd = limits.budget_usd, round(spend[0], 6)

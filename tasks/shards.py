@@ -68,18 +68,22 @@ def start_shard_runs(deployment: str, shards: int, parameters: dict, *, parent_r
 
 # retries=0: the wait's own loop rides out the API's errors; a retry would wait again for the same runs
 @task(name="wait-for-shard-runs", cache_policy=NO_CACHE, persist_result=False, retries=0)
-def wait_for_shard_runs(flow_run_ids: list[str], stop: StopRequest) -> None:
-    """Until every child's flow run is in a final state. A stop request (Ctrl-C in the command), or
-    the parent itself ending here on an error, cancels the children that are still going."""
+def wait_for_shard_runs(flow_run_ids: list[str], stop: StopRequest, parent_run_id: str | None = None) -> bool:
+    """Until every child's flow run is in a final state. A stop request (Ctrl-C in the command), the
+    parent's own flow run cancelled through Prefect (the UI's Cancel: Cancelling), or the parent ending
+    here on an error, cancels the children that are still going. True: the parent was cancelled."""
     with get_client(sync_client=True) as client:
-        cancelled = False
+        cancelled = parent_cancelled = False
         try:
             while True:
                 states = {run_id: client.read_flow_run(run_id).state for run_id in flow_run_ids}
                 going = [run_id for run_id, state in states.items() if state is None or not state.is_final()]
                 if not going:
-                    return
-                if stop.requested() and not cancelled:
+                    return parent_cancelled
+                if not parent_cancelled and parent_run_id is not None:
+                    own = client.read_flow_run(parent_run_id).state
+                    parent_cancelled = own is not None and (own.is_cancelling() or own.is_cancelled())
+                if (stop.requested() or parent_cancelled) and not cancelled:
                     _cancel(client, going)
                     cancelled = True
                 time.sleep(POLL_S)
