@@ -78,6 +78,8 @@ COOL_DOWN_DEFAULT_S = 1.0  # a 429 without Retry-After
 COOL_DOWN_MAX_S = 120.0
 PROBE_FIRST_S, PROBE_MAX_S = 1.0, 15.0  # an unreachable API is asked again after 1, 2, 4 ... 15 s
 OUTAGE_S = 300.0  # unreachable this long, the account limit is gone for the run (the module doc)
+RECKON_TAKES = 4  # takes a process alone on the limit reckons between two reads of it (class _Reckoning)
+RECKON_MARGIN = 0.05  # of a block: the reckoned room is short of the reckoning by this much
 
 log = logging.getLogger("judgeflow.account")
 
@@ -262,19 +264,23 @@ class _Block:
 class _Reckoning:
     """One limit's room as this process reckons it without asking the API:
     the active slots its last take left, decayed since (Prefect decays them
-    the same way, from its own update time, a little earlier than the reply:
-    the reckoning errs on the full side). Trusted (``alone``) only after a read
+    the same way, from its own update time: somewhere between the request and
+    its reply, taken as the middle). Trusted (``alone``) only after a read
     found the limit where the reckoning put it (no other process took from it
-    in between), and until an increment is refused; its own acquisitions in
-    flight (``pending``) count as taken."""
+    in between), and until an increment is refused; read again every
+    :data:`RECKON_TAKES` takes, so its error (a request's latency's worth of
+    decay at most, either way) does not pile up, and short of it by
+    :data:`RECKON_MARGIN` of a block. Its own acquisitions in flight
+    (``pending``) count as taken."""
 
     def __init__(self, shape: RateShape) -> None:
         self.shape = shape
         self.limit = shape.limit_slots
-        self.active: float | None = None  # after this process's last take, at ``at``
+        self.active: float | None = None  # after this process's last take or read, at ``at``
         self.at = 0.0
         self.alone = False
         self.pending = 0
+        self.takes = 0  # reckoned takes since the last read
 
     def _reckoned(self, now: float) -> float | None:
         if self.active is None:
@@ -283,20 +289,23 @@ class _Reckoning:
 
     def room(self, now: float) -> float | None:
         """The room reckoned now, or None: read the limit."""
-        active = self._reckoned(now) if self.alone else None
-        return None if active is None else self.limit - active - self.pending
+        active = self._reckoned(now) if self.alone and self.takes < RECKON_TAKES else None
+        if active is None:
+            return None
+        return self.limit - active - self.pending - RECKON_MARGIN * self.shape.block * self.shape.unit
 
     def read(self, limit: int, active: float, now: float) -> float:
         """The limit as read: its room, and whether it is where this process's takes left it."""
         reckoned = self._reckoned(now)
-        # within one request's slots (Prefect floors its decay at each update) of the reckoning
-        self.alone = reckoned is not None and active <= reckoned + self.shape.unit
-        self.limit, self.active, self.at = limit, float(active) + self.pending, now
+        # another process's take is a block at least: more than the reckoning's error
+        self.alone = reckoned is not None and active <= reckoned + self.shape.block * self.shape.unit / 2
+        self.limit, self.active, self.at, self.takes = limit, float(active) + self.pending, now, 0
         return limit - active - self.pending
 
     def took(self, slots: int, now: float) -> None:
         reckoned = self._reckoned(now)
         self.active, self.at = (reckoned or 0.0) + slots, now
+        self.takes += 1
 
 
 def _quiet(task: asyncio.Task) -> None:
@@ -445,13 +454,15 @@ class AccountLimit:
                     continue
                 take = int(min(most, room))
                 reckoning.pending += take
+                sent = time.monotonic()
                 try:
                     taken = await _increment(client, shape.name, take)
                 finally:
                     reckoning.pending -= take
                 if taken:
                     self.acquired += 1
-                    reckoning.took(take, time.monotonic())
+                    # Prefect updated the limit while the request was out: reckoned from the middle
+                    reckoning.took(take, (sent + time.monotonic()) / 2)
                     return take
                 reckoning.alone = False  # another process took the room: read the limit again
         except Exception as exc:

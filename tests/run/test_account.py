@@ -24,7 +24,7 @@ from judgeflow.judge.retry import CallRetry
 from judgeflow.judge.send_gate import Call
 from judgeflow.run import account as account_module
 from judgeflow.run.account import (
-    HOLD_S, REQUEST_SLOTS, RPM_NAME, TPM_NAME, AccountLimit, RateShape, _Block, _Reckoning, account_id,
+    HOLD_S, RECKON_MARGIN, RECKON_TAKES, REQUEST_SLOTS, RPM_NAME, TPM_NAME, AccountLimit, RateShape, _Block, _Reckoning, account_id,
     account_shapes,
     account_status, ensure_account_limits,
 )
@@ -106,24 +106,27 @@ def test_a_process_takes_a_block_at_a_time_and_spends_it_locally():
 
 
 def test_a_process_alone_on_the_limit_reckons_its_room_and_stops_at_the_first_sign_of_another():
-    shape = RateShape(RPM_NAME, 600, REQUEST_SLOTS)  # limit 1000 slots, decay ~951.6 slots/s
+    shape = RateShape(RPM_NAME, 600, REQUEST_SLOTS)  # limit 1000 slots, decay ~951.6 slots/s, blocks of 500
+    decay, margin = shape.decay_per_s, RECKON_MARGIN * 500
     reckoning = _Reckoning(shape)
     assert reckoning.room(10.0) is None  # nothing known: read the limit
     assert reckoning.read(1000, 0, 10.0) == 1000 and not reckoning.alone
     reckoning.took(1000, 10.0)
     assert reckoning.room(10.5) is None  # not known to be alone yet
     # a read 0.5 s later finds the limit where this process's take and the decay left it: alone
-    assert reckoning.read(1000, 1000 - shape.decay_per_s * 0.5, 10.5) == pytest.approx(shape.decay_per_s * 0.5)
+    assert reckoning.read(1000, 1000 - decay * 0.5, 10.5) == pytest.approx(decay * 0.5)
     assert reckoning.alone
     reckoning.took(400, 10.5)
-    decay = shape.decay_per_s
-    assert reckoning.room(11.0) == pytest.approx(decay - 400)  # no read: 1000 - (1400 - 0.5 d - 0.5 d)
+    assert reckoning.room(11.0) == pytest.approx(decay - 400 - margin)  # no read: 1000 - (1400 - d)
     reckoning.pending = 300  # its own take in flight counts as taken
-    assert reckoning.room(11.0) == pytest.approx(decay - 700)
+    assert reckoning.room(11.0) == pytest.approx(decay - 700 - margin)
     reckoning.pending = 0
-    # another process took 400 slots meanwhile: the next read shows more than reckoned
-    reckoning.read(1000, 1400 - decay + 400, 11.0)
-    assert not reckoning.alone and reckoning.room(11.2) is None
+    for step in range(RECKON_TAKES - 1):
+        reckoning.took(100, 11.0 + step)
+    assert reckoning.room(14.5) is None  # read again every RECKON_TAKES takes: errors do not pile up
+    # another process took a block meanwhile: the next read shows more than reckoned
+    reckoning.read(1000, reckoning._reckoned(14.5) + 500, 14.5)
+    assert not reckoning.alone and reckoning.room(14.6) is None
 
 
 def test_permits_not_spent_within_the_hold_expire(monkeypatch):
