@@ -28,6 +28,14 @@ at most the limit's room (``burst``, two blocks) plus its decay over
 figure. The steady rate is therefore ``(N - burst) * 60 / (60 + HOLD_S)``
 per minute (about 95% of N at 600 RPM).
 
+An acquisition never asks without room: a refused one costs the limit the
+decay since its last update (Prefect records the refusal). So the room is
+read first, or, by a process that has found itself alone on the limit,
+reckoned from its own takes (:class:`_Reckoning`: one API call per block
+instead of two or three, which on a busy API server is what held one or two
+processes below the rate); a block fetched once the room has piled up (a
+slow call) takes all of it, up to the burst, in the same call.
+
 Tokens are taken at each request's estimate
 (:func:`judgeflow.judge.spend.attempt_tokens`) and corrected by its usage: a
 reply that used more leaves a debt the next request pays first, one that

@@ -275,13 +275,13 @@ def test_cancelling_the_parent_in_prefect_cancels_the_shards_and_loses_no_pair(p
     from prefect.client.orchestration import get_client
     from prefect.states import Cancelling
 
-    judge_server.latency_mean_s = 0.3
-    _prepare(db, 40)
+    judge_server.latency_mean_s = 1.0  # a night of ~1 minute a shard: the cancel comes well before its end
+    _prepare(db, 60)
     proc = _start_score(_env(judgeflow_env, prefect_server), "--shards", "2", "--batch-size", "4",
                         "--max-concurrency", "2")
     try:
         _wait_for(lambda: len(_running_children()) == 2, "both children running")
-        _wait_for(lambda: len(results(db)) >= 6, "the shards' first results")
+        _wait_for(lambda: len(results(db)) >= 2, "the shards' first results")
         children = _running_children()
         with get_client(sync_client=True) as client:
             parent = client.read_task_run(children[0].parent_task_run_id).flow_run_id
@@ -297,14 +297,15 @@ def test_cancelling_the_parent_in_prefect_cancels_the_shards_and_loses_no_pair(p
     assert all(state.is_cancelled() for state in states), [s.name for s in states]
     assert parent_state.is_cancelled() or parent_state.is_cancelling(), parent_state.name
     first = results(db)
-    assert 0 < len(first) < 80, out  # cancelled part-way
+    assert 0 < len(first) < 120, out  # cancelled part-way
     assert "the night's flow run was cancelled" in out, out
     # nothing paid and lost: every call the judge answered is on a stored row
     assert judge_server.calls() == _stored_judge_calls(db), out
 
     # the rest is pending for the next run, and no pair is judged twice
-    proc = _start_score(_env(judgeflow_env, prefect_server))
+    judge_server.latency_mean_s = 0.05
+    proc = _start_score(_env(judgeflow_env, prefect_server), "--max-concurrency", "8")
     out = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, out
-    assert len(results(db)) == 80
+    assert len(results(db)) == 120
     assert set(first_step_calls(judge_server).values()) == {1}
