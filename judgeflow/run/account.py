@@ -191,7 +191,8 @@ class _Block:
     room) are fetched while the last is spent, so an API call's latency does
     not stop the sends."""
 
-    def __init__(self, shape: RateShape, acquire: Callable[[RateShape, int, int], Awaitable[int]]) -> None:
+    def __init__(self, shape: RateShape,
+                 acquire: Callable[[RateShape, int, int], Awaitable[tuple[int, float]]]) -> None:
         self.shape, self._acquire = shape, acquire
         self._held: deque[list[float]] = deque()  # [expires at (monotonic), items left] per block, oldest first
         self.debt = 0.0  # items used past what was taken (usage above the estimate): paid first
@@ -218,8 +219,9 @@ class _Block:
     async def _fetch(self, items: int, most: int | None = None) -> None:
         """``items``, or up to ``most`` when the limit's room holds them (one API call, not two)."""
         unit = self.shape.unit
-        got = await self._acquire(self.shape, items * unit, max(items, most or items) * unit)
-        self._held.append([time.monotonic() + HOLD_S, float(got // unit)])
+        got, sent = await self._acquire(self.shape, items * unit, max(items, most or items) * unit)
+        # the hold runs from the request that took them: Prefect counted them before its reply came back
+        self._held.append([sent + HOLD_S, float(got // unit)])
 
     def _spend(self, items: float) -> None:
         owed = items + self.debt
@@ -440,9 +442,10 @@ class AccountLimit:
             self._clients[id(loop)] = client
         return client
 
-    async def _acquire(self, shape: RateShape, slots: int, most: int) -> int:
+    async def _acquire(self, shape: RateShape, slots: int, most: int) -> tuple[int, float]:
         """At least ``slots`` of ``shape``'s limit and up to ``most`` when its
-        room holds them, waiting for them; returns the slots taken. A refused
+        room holds them, waiting for them; returns the slots taken and the
+        ``time.monotonic()`` the request that took them was sent. A refused
         acquisition restarts Prefect's decay of the limit (the time since its
         last update is lost), so none is tried without room: the room is read
         from the limit (which changes nothing), or, while this process has
@@ -471,7 +474,7 @@ class AccountLimit:
                     self.acquired += 1
                     # Prefect updated the limit while the request was out: reckoned from the middle
                     reckoning.took(take, (sent + time.monotonic()) / 2)
-                    return take
+                    return take, sent
                 reckoning.alone = False  # another process took the room: read the limit again
         except Exception as exc:
             self._failed(exc)

@@ -253,7 +253,9 @@ def test_the_budget_and_the_limit_hold_for_the_night_across_two_shards(prefect_s
     out = proc.communicate(timeout=600)[0]
     assert proc.returncode == 0, out
     billed = judge_server.billed_usd
-    assert 0.95 * budget <= billed <= budget, (billed, budget, out)  # the night's budget, spent to the pair
+    # the night's budget, spent to the pair: admitted on estimates, so what ran costs about what was reserved
+    # (a run's own bound, docs/running.md); each shard holding it alone would have spent up to twice it
+    assert 0.95 * budget <= billed <= 1.1 * budget, (billed, budget, out)
     stored = results(db)
     assert 0 < len(stored) < 80  # work was left
     assert len({r["flow_run_id"] for r in stored.values()}) == 2  # by both shards

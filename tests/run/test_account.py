@@ -88,7 +88,7 @@ def _counting_block(shape: RateShape) -> tuple[_Block, list[int]]:
 
     async def acquire(_shape, slots, most):
         taken.append(slots)
-        return slots
+        return slots, account_module.time.monotonic()
 
     return _Block(shape, acquire), taken
 
@@ -148,7 +148,7 @@ def test_tokens_are_taken_at_the_estimate_and_corrected_by_the_usage():
 
     async def acquire(_shape, slots, most):
         taken.append(slots)
-        return slots
+        return slots, account_module.time.monotonic()
 
     limit._blocks[TPM_NAME]._acquire = acquire
     tokens = limit._blocks[TPM_NAME]
