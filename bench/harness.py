@@ -117,20 +117,22 @@ def tree_cpu_s(root: int) -> float:
 
 
 class PrefectServer:
-    """``prefect server start`` on a free port with its own sqlite database."""
+    """``prefect server start`` on a free port with its own sqlite database, or
+    a PostgreSQL database (``database_url``: as docker/compose.yaml deploys it)."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, database_url: str | None = None):
         self.home = home
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/api"
         self.proc: subprocess.Popen | None = None
+        self.database_url = database_url or f"sqlite+aiosqlite:///{self.home / 'prefect.db'}"
 
     def env(self) -> dict[str, str]:
         return {
             "PREFECT_HOME": str(self.home),
             "PREFECT_API_URL": self.url,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{self.home / 'prefect.db'}",
+            "PREFECT_SERVER_DATABASE_CONNECTION_URL": self.database_url,
         }
 
     def start(self, timeout: float = 120) -> "PrefectServer":
@@ -332,11 +334,12 @@ def parse_summary(text: str) -> dict[str, str]:
 class Stack:
     """PostgreSQL + Prefect server in a temporary directory (see module doc)."""
 
-    def __init__(self, workdir: Path | None = None):
+    def __init__(self, workdir: Path | None = None, *, prefect_on_postgres: bool = False):
         # under /tmp: when run as root the cluster belongs to 'postgres', which must reach it
         self.dir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="judgeflow-bench-"))
         self.pg = EmbeddedPostgres(self.dir / "pg")
         self.prefect = PrefectServer(self.dir / "prefect")
+        self.prefect_on_postgres = prefect_on_postgres  # the Prefect server's database: sqlite, or PostgreSQL
         self._dbs = 0
 
     def __enter__(self) -> "Stack":
@@ -345,6 +348,10 @@ class Stack:
         # the cluster asks for its generated password: libpq (here, and in every
         # process the benchmark starts) reads it from the cluster's password file
         os.environ["PGPASSFILE"] = str(self.pg.password_file)
+        if self.prefect_on_postgres:
+            with psycopg.connect(self.admin_conninfo(), autocommit=True) as conn:
+                conn.execute('CREATE DATABASE "prefect"')
+            self.prefect.database_url = f"postgresql+asyncpg://judgeflow@127.0.0.1:{self.pg.port}/prefect"
         self.prefect.start()
         self.startup_s = time.perf_counter() - t0
         return self

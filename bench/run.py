@@ -30,7 +30,8 @@ Cases (``--case``, repeatable; default: all):
 * ``scaleout``  1, 2, 4 processes at once on one backlog, 200 ms judge
 * ``account-limit`` 1, 2, 4 processes under one ``JUDGEFLOW_JUDGE_RPM`` (``--rpm``, default 600; ``--traces``,
                 default 460: about 1,500 calls), the judge server refusing past the same limit: requests per
-                minute and 429s at the judge, the night against calls / RPM (not in the default set)
+                minute and 429s at the judge, the night against calls / RPM (not in the default set;
+                ``--prefect-db postgres`` puts the Prefect server on PostgreSQL, as docker/compose.yaml does)
 
 ``--profile`` records the scoring process of the throughput cases with py-spy
 (``--gil``: where its one core of Python time goes) and prints a summary.
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="model name the local judge answers as; a priced name makes litellm price "
                              "the calls as it would in production (default: %(default)s)")
     parser.add_argument("--rpm", type=int, default=600, help="account-limit: JUDGEFLOW_JUDGE_RPM and the judge's limit")
+    parser.add_argument("--prefect-db", choices=["sqlite", "postgres"], default="sqlite",
+                        help="the Prefect server's database (postgres: as docker/compose.yaml deploys it)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run each throughput case this many times (the machine's speed varies)")
     parser.add_argument("--out", type=Path, help="keep logs, plans and profiles here (default: a temp dir)")
@@ -165,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         report.append(text)
 
     t0 = time.perf_counter()
-    with Stack() as stack:
+    with Stack(prefect_on_postgres=args.prefect_db == "postgres") as stack:
         say(f"# judgeflow benchmark\n\nMachine: {machine(stack)}\n")
         say(f"Helpers started in {stack.startup_s:.1f} s (PostgreSQL, Prefect API server; not measured). "
             f"Logs, plans and profiles: {out}\n")
@@ -236,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
             from bench.account_limit import run_account_limit
 
             limited = run_account_limit(stack, out=out, rpm=args.rpm, traces=args.traces or 460)
-            say(f"\n## One account limit: {args.rpm} requests per minute, the judge refusing past it\n")
+            say(f"\n## One account limit: {args.rpm} requests per minute, the judge refusing past it "
+                f"(the Prefect server on {args.prefect_db})\n")
             say(markdown_table([r.row() for r in limited]))
         if "ceiling" in cases:
             from bench.ceiling import measure

@@ -26,7 +26,9 @@ from prefect.futures import PrefectFuture, as_completed
 from prefect.runtime import flow_run
 from prefect.task_runners import ThreadPoolTaskRunner
 
-from judgeflow.run.budget import RunBudget, run_budget
+from judgeflow.db.engine import engine_for
+from judgeflow.db.night_ledger import NightLimits, NightSpend, NightTraces
+from judgeflow.run.budget import RunBudget, run_budget, spend_budget
 from judgeflow.db.claim_filters import ClaimFilters
 from judgeflow.db.leases import LeaseKeeper
 from judgeflow.sources.trace_source import trace_source
@@ -34,7 +36,8 @@ from judgeflow.run.entry import run_settings
 from judgeflow.run.policy import RunPolicy
 from judgeflow.run.progress import watch_batches
 from judgeflow.run.schedule import (
-    BUDGET, DEADLINE, DONE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size, default_batch_size,
+    ACCOUNT, BUDGET, DEADLINE, DONE, MAX_THREADS, STOPPED, RunSchedule, bounds_for, checked_batch_size,
+    default_batch_size,
 )
 from judgeflow.run.summary import deferred_note, online_cost, stopped_early, time_budget_spent, unusable_notes
 from judgeflow.config.settings import Settings
@@ -60,7 +63,14 @@ from judgeflow.tasks.reporting import (
     publish_run_summary,
 )
 from judgeflow.sampling.planner import TOP_UP_PASSES
-from judgeflow.tasks.sampling import plan_night_sample, publish_sample_plan, reweigh_sampled_nights, top_up_night_sample
+from judgeflow.tasks.sampling import (
+    enter_shard_spend,
+    plan_night_sample,
+    publish_sample_plan,
+    reweigh_sampled_nights,
+    top_up_night_sample,
+)
+from judgeflow.tasks.shards import read_night_limits
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
 from judgeflow.metrics.registry import check_names, chosen
@@ -91,10 +101,13 @@ class _Run:
     notes: list[str] = field(default_factory=list)  # said at its start (another source's results here)
     ranged: bool = False  # --since/--until or re-scoring: exactly that range, no watermark, no sample
     sample: Any = None  # tonight's sample plan under a sample budget (judgeflow/sampling/), or None
+    night_id: str | None = None  # a shard's: its parent's flow run id, the key of the night's shared ledger
+    night: NightLimits | None = None  # a shard's: what its parent set for the whole night
 
 
 def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, until, sample_rate: float,
-           rescore: bool, retry_failed: bool) -> _Run:
+           rescore: bool, retry_failed: bool, night_id: str | None = None, night: NightLimits | None = None
+           ) -> _Run:
     run_id = str(flow_run.get_id() or uuid.uuid4())
     run_started = datetime.now(timezone.utc)
     # run_started: a pair this run has written is done for this run whatever
@@ -107,14 +120,16 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
         batch_window_s=None if settings.judge_batch else settings.judge_batch_window_s,
     )
     run = _Run(settings, metrics, run_id, f"{run_id}:{uuid.uuid4().hex[:8]}", time.monotonic(),
-               time.time() + settings.max_run_duration_s, filters.rescore_before, filters)
+               time.time() + settings.max_run_duration_s, filters.rescore_before, filters, night_id=night_id, night=night)
     run.notes = ensure_schema(settings)  # another source's results in this database are announced
     run.ranged = since is not None or until is not None or rescore
     plan = plan_source_reads(settings, metrics, sample_rate=sample_rate, ranged=run.ranged)
     # a nightly run leaves the traces a sample budget did not select to backfills;
     run.filters = replace(filters, plan=plan, not_sampled_done=not run.ranged)
-    # with a budget it plans tonight's sample before any judge call (judgeflow/sampling/)
-    if settings.sample_budget_usd is not None and not run.ranged:
+    # with a budget it plans tonight's sample before any judge call (judgeflow/sampling/); a shard's parent did
+    if run.night is not None:
+        _follow_night_sample(run, plan)
+    elif settings.sample_budget_usd is not None and not run.ranged:
         run.sample = plan_night_sample(settings, plan, metrics, since=since, until=until, sample_rate=sample_rate,
                                        flow_run_id=run_id)
         # the night's own selected traces are claimed first, in rank order (judgeflow/sampling/order.py)
@@ -126,6 +141,18 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     run.unusable = count_unusable_rows.submit(settings, window_start, window_start is None)
     run.pending = count_pending_work(settings, metrics, run.filters, limit=limit)
     return run
+
+
+def _follow_night_sample(run: _Run, plan) -> None:
+    """A shard under its parent's sample plan: the night's selected traces first, read from the oldest
+    it selected; the shard enters the sample ledger on its own before it judges."""
+    night = run.night
+    if night.sample_night is None:
+        return
+    run.filters = replace(run.filters, sample_night=night.sample_night)
+    if night.reads_from is not None and plan.lo is not None and night.reads_from < plan.lo:
+        run.filters = replace(run.filters, plan=replace(plan, lo=night.reads_from))
+    enter_shard_spend(run.settings, night.sample_night, run.run_id, night.sample_budget_usd, None)
 
 
 def _summary(run: _Run, totals: SummaryBuilder, left: dict[str, int] | None, extra_notes: list[str] = ()
@@ -175,9 +202,10 @@ def _schedule(run: _Run, batch_size: int, limit: int | None, policy: RunPolicy, 
               progress: Progress, judge: PrefectFuture | None) -> RunSchedule:
     submit = functools.partial(_submit_batch, score_batch, run.settings, run.owner, run.run_id, run.rescore_before,
                                policy, judge)
+    night = NightTraces(engine_for(run.settings), run.night_id) if run.night_id and limit is not None else None
     return RunSchedule(submit=submit, first_done=_first_done, cancel=_cancel, policy=policy, totals=totals,
                        bounds=bounds_for(run.settings, batch_size, limit, len(run.metrics)), progress=progress,
-                       log=get_run_logger())
+                       log=get_run_logger(), night=night)
 
 
 def _submit_batch(task, settings, owner, run_id, rescore_before, policy, judge, items, claimed_at):
@@ -188,7 +216,7 @@ def _submit_batch(task, settings, owner, run_id, rescore_before, policy, judge, 
 def score_traces(
     settings: Settings, *, batch_size: int | None, limit: int | None, since: datetime | None,
     until: datetime | None, sample_rate: float, metrics: list[str], rescore: bool, retry_failed: bool = False,
-    cancel_batches: bool = False,
+    cancel_batches: bool = False, night: str | None = None,
 ) -> RunSummary:
     """The body shared by the nightly and the backfill flows: one task per
     claimed batch, whose pairs run concurrently in-process, each retried on
@@ -197,11 +225,15 @@ def score_traces(
     with a row per pair. A pair that ended 'failed' in
     ``JUDGEFLOW_MAX_RUNS_PER_PAIR`` runs is given up unless ``retry_failed``.
     Through the batch API (``JUDGEFLOW_JUDGE_BATCH``) a stop or the time
-    budget leaves the batches out, unless ``cancel_batches``."""
+    budget leaves the batches out, unless ``cancel_batches``. ``night``: a
+    shard's parent flow run id; the trace limit and the spend budget are then
+    the night's, held with the sibling shards (judgeflow/db/night_ledger.py)."""
     check_names(metrics)  # an unknown one: one line naming the registered metrics
     batch_size = checked_batch_size(settings, sample_rate, batch_size)
+    limits = read_night_limits(settings, night) if night is not None else None
+    limit = limits.trace_limit if limits is not None else limit
     run = _start(settings, metrics, limit=limit, since=since, until=until, sample_rate=sample_rate,
-                 rescore=rescore, retry_failed=retry_failed)
+                 rescore=rescore, retry_failed=retry_failed, night_id=night, night=limits)
     get_run_logger().info("%d (trace, metric) pairs pending in %s", run.pending, trace_source(settings).display)
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
@@ -214,7 +246,8 @@ def score_traces(
     # there is work for it, built while the first batch is claimed
     judge_started = start_judge.submit(settings) if run.pending and not settings.judge_batch else None
     totals = SummaryBuilder()
-    progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id, budget_usd=settings.run_budget_usd)
+    progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id,
+                        budget_usd=policy.budget.limit_usd if policy.budget is not None else None)
     batched = start_batch_judge(settings, policy, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
         if settings.judge_batch and run.pending else None
     if batched is not None:
@@ -233,15 +266,20 @@ def score_traces(
         # past what is now scored, never past a pair still without a result
         # (claims still held here, this run's unscored ones included)
         advance_watermark(settings, run.filters.plan, metrics, sample_rate=sample_rate, flow_run_id=run.run_id)
+    _close_judges(run, judge_started, batched)
+    prepaid, prepaid_notes = paid_before(batched)
+    totals.less_paid_before(prepaid)  # this run's cost is what it billed; the rows carry what they cost
+    notes = [*_end_notes(run, ended, policy), *batches_left_out(batched), *prepaid_notes]
+    return _finish(run, _summary(run, totals, left, notes), ended, policy.budget, progress)
+
+
+def _close_judges(run: _Run, judge_started, batched) -> None:
+    """The judges the run started, closed once nothing judges under its claims."""
     if judge_started is not None:
         close_judge(judge_started.result())  # an entry point's judge stays open for it to close
     if batched is not None:
         batched.close()
     reuse.in_flight.forget(run.owner)  # identical pairs of this run were coalesced through it
-    prepaid, prepaid_notes = paid_before(batched)
-    totals.less_paid_before(prepaid)  # this run's cost is what it billed; the rows carry what they cost
-    notes = [*_end_notes(run, ended), *batches_left_out(batched), *prepaid_notes]
-    return _finish(run, _summary(run, totals, left, notes), ended, policy.budget, progress)
 
 
 def _top_ups(run: _Run, schedule: RunSchedule, policy: RunPolicy, ended: str, claim) -> str:
@@ -270,7 +308,12 @@ def _read_from_selected(run: _Run) -> None:
 
 
 def _budget(run: _Run) -> RunBudget | None:
-    """The run's one spend budget: its own, or what is left of the night's sample budget when smaller."""
+    """The run's one spend budget: its own, or what is left of the night's sample budget when smaller;
+    a shard's is its night's, charged in the ledger its siblings share (its own setting is its parent's)."""
+    if run.night is not None:
+        limit = run.night.budget_usd
+        return spend_budget(run.settings, limit, why=f"the night's budget of ${limit:g} is set",
+                            night=NightSpend(engine_for(run.settings), run.night_id)) if limit is not None else None
     night = run.sample
     if night is None:
         return run_budget(run.settings)
@@ -290,7 +333,9 @@ def _prepare(run: _Run, limit: int | None, policy: RunPolicy) -> None:
         run.pending = count_pending_work(run.settings, run.metrics, run.filters, limit=limit) if run.metrics else 0
 
 
-def _end_notes(run: _Run, ended: str) -> list[str]:
+def _end_notes(run: _Run, ended: str, policy: RunPolicy) -> list[str]:
+    if ended == ACCOUNT and policy.account is not None and policy.account.gone is not None:
+        return [policy.account.gone.why]
     if ended != DEADLINE:
         return []
     note = time_budget_spent(run.settings, time.monotonic() - run.started)
@@ -305,6 +350,9 @@ def _finish(run: _Run, summary: RunSummary, ended: str, budget: RunBudget | None
     if run.sample is not None:
         summary.notes.extend(publish_sample_plan(run.settings, run.sample, run.run_id,
                                                  spent_usd=budget.spent_usd if budget else 0.0).notes())
+    elif run.night is not None and run.night.sample_night is not None:
+        enter_shard_spend(run.settings, run.night.sample_night, run.run_id, run.night.sample_budget_usd,
+                          budget.spent_usd if budget else 0.0)  # its own part of the night's spend
     elif run.ranged and summary.scored:
         reweigh_sampled_nights(run.settings)  # a backfill may have judged traces a sample left out
     if summary.deferred:
@@ -391,12 +439,12 @@ def score_new_traces(
                              sample_budget_usd=sample_budget_usd, judge_batch=batch)
     from judgeflow.tasks.alerting import evaluate_alert_rules
 
-    check_shards(settings, shards, limit=limit)
+    check_shards(settings, shards)
     scope = dict(batch_size=batch_size, since=since, until=until, sample_rate=sample_rate, retry_failed=retry_failed)
     with _alerts_also_if_failed(settings, evaluate_alerts):
         if shards > 1:  # each child is handed the night's scope and its judge's settings
             summary = score_in_shards(settings, shards, shard_deployment, dict(scope, metrics=metrics,
-                max_concurrency=max_concurrency, judge_processes=judge_processes, settle_delay=settle_delay))
+                max_concurrency=max_concurrency, judge_processes=judge_processes, settle_delay=settle_delay), limit=limit)
         else:
             summary = score_traces(settings, **scope, limit=limit, metrics=chosen(metrics), rescore=False,
                                    cancel_batches=cancel_batches)

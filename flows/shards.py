@@ -32,11 +32,14 @@ def score_shard(
     judge_processes: int | None = None,
     settle_delay: str | None = None,
     retry_failed: bool = False,
+    night: str | None = None,
 ) -> RunSummary:
     """Shard ``shard`` of ``shards``: score what is pending, as ``score-new-traces`` does, beside its
-    siblings; the parameters are its parent's (``score-new-traces``), handed down."""
+    siblings; the parameters are its parent's (``score-new-traces``), handed down. ``night``: the parent's
+    flow run id, whose shared ledger holds the night's spend budget, trace limit and sample plan."""
     settings = run_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                             settle_delay=settle_delay)
     get_run_logger().info("shard %d of %d of the night", shard, shards)
     return score_traces(settings, batch_size=batch_size, limit=None, since=since, until=until,
-                        sample_rate=sample_rate, metrics=chosen(metrics), rescore=False, retry_failed=retry_failed)
+                        sample_rate=sample_rate, metrics=chosen(metrics), rescore=False, retry_failed=retry_failed,
+                        night=night)

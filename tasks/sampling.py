@@ -11,7 +11,7 @@ flight reaches it (:func:`judgeflow.run.budget.run_budget`)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime
+from datetime import date, datetime
 
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
@@ -23,7 +23,7 @@ from judgeflow.sources.trace_source import KeyFilter, trace_source
 from judgeflow.db.watermark import ReadPlan
 from judgeflow.errors import DatabaseError
 from judgeflow.judge.pricing import require_prices
-from judgeflow.sampling.decisions import record_spend, reweigh, settle
+from judgeflow.sampling.decisions import open_run, record_spend, reweigh, settle
 from judgeflow.sampling.order import nights_judged_by
 from judgeflow.sampling.planner import NightPlan, judged_per_stratum, plan_night, restate, spent_per_stratum
 from judgeflow.sampling.table import plan_markdown
@@ -85,21 +85,39 @@ def reweigh_sampled_nights(settings: Settings) -> int:
 
 # retries=0: its ledger entry is one transaction; the run's results are stored already
 @task(name="publish-sample-plan", cache_policy=NO_CACHE, persist_result=False, retries=0)
-def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str, *, spent_usd: float = 0.0
-                        ) -> NightPlan:
+def publish_sample_plan(settings: Settings, night: NightPlan, flow_run_id: str, *, spent_usd: float = 0.0,
+                        judged_by: list[str] | None = None) -> NightPlan:
     """Enter what the run billed (every attempt) in the night's ledger, settle
     the sample weights of the night, and of each earlier night whose traces it
     judged, on what was judged, and publish the plan's table with what the run spent per stratum as the
-    ``judgeflow-sample-plan`` artifact."""
+    ``judgeflow-sample-plan`` artifact. ``judged_by``: the runs that judged the
+    plan's traces (a sharded night's children, each in the ledger on its own;
+    default: this run)."""
+    runs = judged_by if judged_by is not None else [flow_run_id]
     if night.budget_usd is not None:
         with engine_for(settings).begin() as conn:
             record_spend(conn, night.night, flow_run_id, night.budget_usd, spent_usd)
             # earlier nights' traces this run judged are settled in their own night, with its weights
-            settle(conn, [night.night, *nights_judged_by(conn, flow_run_id)])
-    spent = spent_per_stratum(engine_for(settings), night.night, flow_run_id)
+            settle(conn, [night.night, *nights_judged_by(conn, runs)])
+    spent = spent_per_stratum(engine_for(settings), night.night, runs)
     night.rows = [replace(r, spent_usd=spent.get(r.stratum, 0.0)) for r in night.rows]
     if night.sampled:
         night.restated = restate(night, judged_per_stratum(engine_for(settings), night.night))
     create_markdown_artifact(markdown=plan_markdown(night), key=ARTIFACT_KEY,
                              description="the night's sample: traffic, traces judged, estimated and actual spend")
     return night
+
+
+# retries=2: an upsert of the shard's own row
+@task(name="enter-shard-spend", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)
+def enter_shard_spend(settings: Settings, night: date, flow_run_id: str, budget_usd: float,
+                      spent_usd: float | None) -> None:
+    """A sharded night's child in the sample ledger under its own flow run id:
+    entered before it judges (None: nothing spent yet; killed, what its results
+    recorded counts against the night), then what it billed. Its parent plans
+    and publishes the night; the children's spend is theirs."""
+    with engine_for(settings).begin() as conn:
+        if spent_usd is None:
+            open_run(conn, night, flow_run_id, budget_usd)
+        else:
+            record_spend(conn, night, flow_run_id, budget_usd, spent_usd)

@@ -16,12 +16,36 @@ from prefect.states import Cancelled, Cancelling
 
 from judgeflow.config.settings import Settings
 from judgeflow.db.engine import engine_for
+from judgeflow.db.night_ledger import NightLimits, night_limits, night_spend, open_night
 from judgeflow.db.run_results import results_of_runs, traces_of_runs
+from judgeflow.errors import ConfigError
 from judgeflow.run.entry import StopRequest
 from judgeflow.run.shards import ShardReport, shard_key, shard_run_name
 
 log = logging.getLogger("judgeflow.shards")
 POLL_S = 2.0
+
+
+# retries=2: the row is entered once (a retry, or a retried parent, finds it)
+@task(name="open-night-ledger", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)
+def open_night_ledger(settings: Settings, parent_run_id: str, limits: NightLimits) -> NightLimits:
+    """The night's shared budget and trace limit, entered before any child starts
+    (judgeflow/db/night_ledger.py); returns what stands (a retried parent's first entry)."""
+    with engine_for(settings).begin() as conn:
+        open_night(conn, parent_run_id, limits)
+        return night_limits(conn, parent_run_id)
+
+
+# retries=2: a read
+@task(name="read-night-limits", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)
+def read_night_limits(settings: Settings, night_run_id: str) -> NightLimits:
+    """A child's night: what its parent entered in the shared ledger."""
+    with engine_for(settings).connect() as conn:
+        limits = night_limits(conn, night_run_id)
+    if limits is None:
+        raise ConfigError(f"no sharded night {night_run_id} in judgeflow's database: a shard runs only for the "
+                          "parent run that started it (judgeflow score --shards N)")
+    return limits
 
 
 # retries=2: each child's idempotency key makes a retry find the children already started, not start more
@@ -44,18 +68,22 @@ def start_shard_runs(deployment: str, shards: int, parameters: dict, *, parent_r
 
 # retries=0: the wait's own loop rides out the API's errors; a retry would wait again for the same runs
 @task(name="wait-for-shard-runs", cache_policy=NO_CACHE, persist_result=False, retries=0)
-def wait_for_shard_runs(flow_run_ids: list[str], stop: StopRequest) -> None:
-    """Until every child's flow run is in a final state. A stop request (Ctrl-C in the command), or
-    the parent itself ending here on an error, cancels the children that are still going."""
+def wait_for_shard_runs(flow_run_ids: list[str], stop: StopRequest, parent_run_id: str | None = None) -> bool:
+    """Until every child's flow run is in a final state. A stop request (Ctrl-C in the command), the
+    parent's own flow run cancelled through Prefect (the UI's Cancel: Cancelling), or the parent ending
+    here on an error, cancels the children that are still going. True: the parent was cancelled."""
     with get_client(sync_client=True) as client:
-        cancelled = False
+        cancelled = parent_cancelled = False
         try:
             while True:
                 states = {run_id: client.read_flow_run(run_id).state for run_id in flow_run_ids}
                 going = [run_id for run_id, state in states.items() if state is None or not state.is_final()]
                 if not going:
-                    return
-                if stop.requested() and not cancelled:
+                    return parent_cancelled
+                if not parent_cancelled and parent_run_id is not None:
+                    own = client.read_flow_run(parent_run_id).state
+                    parent_cancelled = own is not None and (own.is_cancelling() or own.is_cancelled())
+                if (stop.requested() or parent_cancelled) and not cancelled:
                     _cancel(client, going)
                     cancelled = True
                 time.sleep(POLL_S)
@@ -79,12 +107,14 @@ def _cancel(client, flow_run_ids: list[str]) -> None:
 
 # retries=2: reads only
 @task(name="read-shard-results", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)
-def read_shard_results(settings: Settings, flow_run_ids: list[str]) -> tuple[list[ShardReport], int]:
-    """Each child's final state and run time (Prefect's), what it stored (judgeflow's database), and
-    the distinct traces they stored results of together."""
+def read_shard_results(settings: Settings, flow_run_ids: list[str], parent_run_id: str
+                       ) -> tuple[list[ShardReport], int, tuple[float, float]]:
+    """Each child's final state and run time (Prefect's), what it stored (judgeflow's database), the
+    distinct traces they stored results of together, and the night's (spent, in flight) in its ledger."""
     with engine_for(settings).connect() as conn:
         stored = results_of_runs(conn, flow_run_ids)
         traces = traces_of_runs(conn, flow_run_ids)
+        spend = night_spend(conn, parent_run_id)
     reports = []
     with get_client(sync_client=True) as client:
         for shard, run_id in enumerate(flow_run_ids, start=1):
@@ -92,4 +122,4 @@ def read_shard_results(settings: Settings, flow_run_ids: list[str]) -> tuple[lis
             duration = run.total_run_time.total_seconds() if run.total_run_time else None
             reports.append(ShardReport(shard=shard, flow_run_id=run_id, state=run.state.type.value,
                                        state_name=run.state.name, duration_s=duration, **stored[run_id]))
-    return reports, traces
+    return reports, traces, spend

@@ -79,7 +79,7 @@ def score(
     settings = command_settings(max_concurrency=max_concurrency, judge_processes=judge_processes,
                                 settle_delay=settle_delay, run_budget_usd=budget_usd,
                                 sample_budget_usd=sample_budget_usd, judge_batch=batch)
-    _refuse_what_cannot_run(settings, plan=plan, cancel_batches=cancel_batches, shards=shards, limit=limit)
+    _refuse_what_cannot_run(settings, plan=plan, cancel_batches=cancel_batches, shards=shards)
     metrics = chosen_metrics(metric)  # None: every registered metric
     announce_database(settings)
     start, end = parse_when(since), parse_when(until)
@@ -132,12 +132,11 @@ def _print_plan(settings, *, since, until, sample_rate: float, metrics: list[str
     typer.echo(plan_text(night))
 
 
-def _refuse_what_cannot_run(settings, *, plan: bool, cancel_batches: bool, shards: int, limit: int | None) -> None:
+def _refuse_what_cannot_run(settings, *, plan: bool, cancel_batches: bool, shards: int) -> None:
     from judgeflow.errors import ConfigError
     from judgeflow.run.shards import refusal
 
-    refused = refusal(shards, limit=limit, run_budget_usd=settings.run_budget_usd,
-                      sample_budget_usd=settings.sample_budget_usd, judge_batch=settings.judge_batch)
+    refused = refusal(shards, judge_batch=settings.judge_batch)
     if refused:
         raise ConfigError(refused)
     _refuse_budgets_without_prices(settings, plan=plan)

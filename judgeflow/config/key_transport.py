@@ -168,3 +168,15 @@ def check_key_destinations(settings, environ: Mapping[str, str] | None = None) -
     if settings.phoenix_api_key is not None:
         refuse_plain_http_key(settings.phoenix_url, key_setting="JUDGEFLOW_PHOENIX_API_KEY",
                               url_setting="JUDGEFLOW_PHOENIX_URL", allowed_hosts=allowed)
+
+
+def account_material(settings, environ: Mapping[str, str] | None = None) -> str:
+    """What says whose account the judge's calls are billed to: its endpoint and key (the settings', or
+    else the provider variables litellm reads), with its provider. Only ever hashed
+    (judgeflow/run/account.py names the account's rate limits by it)."""
+    environ = litellm_environment() if environ is None else environ
+    base = _value(settings.judge_api_base)
+    key = _value(settings.judge_api_key)
+    bases = [base] if base else [environ[n] for n in _litellm_names(environ, _PROVIDER_BASE)]
+    keys = [key] if key else [environ[n] for n in _litellm_names(environ, _PROVIDER_KEY)]
+    return "\n".join([provider_of(settings.judge_model), *bases, "", *keys])

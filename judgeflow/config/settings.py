@@ -168,6 +168,12 @@ class Settings(BaseSettings):
         "estimate (prompt characters / 4 plus 60 completion tokens) and is corrected by its reply's usage. "
         "Unset: no token limit",
     )
+    judge_account: str | None = Field(
+        None,
+        description="the name of the account judge_rpm and judge_tpm belong to: processes with the same name "
+        "share one limit. Unset: a hash of the judge's endpoint and key (never the key itself), so two keys "
+        "on one Prefect API hold a limit each",
+    )
     judge_processes: int | None = Field(
         None, ge=1, le=32,
         description="worker processes making the judge calls of a run (litellm's CPU per call runs on one core "

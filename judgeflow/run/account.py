@@ -6,10 +6,15 @@ shards) must stay under it together. Each limit is a Prefect global
 concurrency limit with slot decay (a rate limit), created on first use
 (:func:`ensure_account_limits`) and read by ``judgeflow status``:
 
-* ``judgeflow-judge-rpm`` (``JUDGEFLOW_JUDGE_RPM``), in slots of 1/100 of a
-  request: Prefect floors the decay at every update of the limit, which
-  would lose up to a slot each time; in hundredths that loss is nothing;
-* ``judgeflow-judge-tpm`` (``JUDGEFLOW_JUDGE_TPM``), in tokens.
+* ``judgeflow-judge-rpm-<account>`` (``JUDGEFLOW_JUDGE_RPM``), in slots of
+  1/100 of a request: Prefect floors the decay at every update of the limit,
+  which would lose up to a slot each time; in hundredths that loss is nothing;
+* ``judgeflow-judge-tpm-<account>`` (``JUDGEFLOW_JUDGE_TPM``), in tokens.
+
+``<account>`` is whose limit it is (:func:`account_id`):
+``JUDGEFLOW_JUDGE_ACCOUNT``, or a hash of the judge's endpoint and key, so two
+keys on one Prefect API hold two limits, and the processes of one key one.
+The key itself is never in a name.
 
 Each acquisition is a call to the Prefect API, so a process takes a
 **block** of permits at once (half a second of the account's rate) and
@@ -23,6 +28,14 @@ at most the limit's room (``burst``, two blocks) plus its decay over
 figure. The steady rate is therefore ``(N - burst) * 60 / (60 + HOLD_S)``
 per minute (about 95% of N at 600 RPM).
 
+An acquisition never asks without room: a refused one costs the limit the
+decay since its last update (Prefect records the refusal). So the room is
+read first, or, by a process that has found itself alone on the limit,
+reckoned from its own takes (:class:`_Reckoning`: one API call per block
+instead of two or three, which on a busy API server is what held one or two
+processes below the rate); a block fetched once the room has piled up (a
+slow call) takes all of it, up to the burst, in the same call.
+
 Tokens are taken at each request's estimate
 (:func:`judgeflow.judge.spend.attempt_tokens`) and corrected by its usage: a
 reply that used more leaves a debt the next request pays first, one that
@@ -34,7 +47,13 @@ worth of decay: every process waits it out, not just the one refused.
 
 A missing or unreachable Prefect API with a limit set is an error
 (:class:`~judgeflow.errors.PrefectServerError`, one line): never a silent
-fallback to no limit. The run's policy holds the account limit
+fallback to no limit. Once a run has started, an API that stops answering
+holds the run's pairs (none is sent without its permit): each one about to
+start waits while one of them asks the API again, after 1, 2, 4... seconds
+(at most :data:`PROBE_MAX_S` apart), and the run goes on when it answers. Past
+:data:`OUTAGE_S` without an answer the account limit is gone for the run: the
+pairs waiting are deferred with that reason, the run stops claiming, and it
+says so in one line (:attr:`AccountLimit.gone`). The run's policy holds the account limit
 (:attr:`judgeflow.run.policy.RunPolicy.account`) and hands its permits to the
 judge through each pair's gate (:attr:`judgeflow.judge.send_gate.Call.permits`).
 """
@@ -42,8 +61,11 @@ judge through each pair's gate (:attr:`judgeflow.judge.send_gate.Call.permits`).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import logging
 import math
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -62,6 +84,12 @@ BLOCK_S = 0.5  # a block holds this long of the account's rate
 HOLD_S = 2.0  # a block's permits expire this long after they were taken
 COOL_DOWN_DEFAULT_S = 1.0  # a 429 without Retry-After
 COOL_DOWN_MAX_S = 120.0
+PROBE_FIRST_S, PROBE_MAX_S = 1.0, 15.0  # an unreachable API is asked again after 1, 2, 4 ... 15 s
+OUTAGE_S = 300.0  # unreachable this long, the account limit is gone for the run (the module doc)
+RECKON_TAKES = 4  # takes a process alone on the limit reckons between two reads of it (class _Reckoning)
+RECKON_MARGIN = 0.05  # of a block: the reckoned room is short of the reckoning by this much
+
+log = logging.getLogger("judgeflow.account")
 
 
 @dataclass(frozen=True)
@@ -97,13 +125,27 @@ class RateShape:
         return self.decay_per_s * 60 / self.unit
 
 
+def account_id(settings: "Settings") -> str:
+    """Whose limit: ``JUDGEFLOW_JUDGE_ACCOUNT`` (letters, digits and dashes
+    kept), or the first 12 hex digits of a SHA-256 of the judge's endpoint and
+    key (the settings', else the provider's variables litellm reads), never the
+    key itself."""
+    if settings.judge_account:
+        return re.sub(r"[^a-z0-9-]+", "-", settings.judge_account.lower()).strip("-")[:40] or "default"
+    from judgeflow.config.key_transport import account_material
+
+    return hashlib.sha256(account_material(settings).encode()).hexdigest()[:12]
+
+
 def account_shapes(settings: "Settings") -> list[RateShape]:
     """The account's limits the settings set (none: no account limit)."""
     shapes = []
+    if settings.judge_rpm or settings.judge_tpm:
+        account = account_id(settings)
     if settings.judge_rpm:
-        shapes.append(RateShape(RPM_NAME, int(settings.judge_rpm), REQUEST_SLOTS))
+        shapes.append(RateShape(f"{RPM_NAME}-{account}", int(settings.judge_rpm), REQUEST_SLOTS))
     if settings.judge_tpm:
-        shapes.append(RateShape(TPM_NAME, int(settings.judge_tpm), 1))
+        shapes.append(RateShape(f"{TPM_NAME}-{account}", int(settings.judge_tpm), 1))
     return shapes
 
 
@@ -149,7 +191,8 @@ class _Block:
     room) are fetched while the last is spent, so an API call's latency does
     not stop the sends."""
 
-    def __init__(self, shape: RateShape, acquire: Callable[[RateShape, int], Awaitable[None]]) -> None:
+    def __init__(self, shape: RateShape,
+                 acquire: Callable[[RateShape, int, int], Awaitable[tuple[int, float]]]) -> None:
         self.shape, self._acquire = shape, acquire
         self._held: deque[list[float]] = deque()  # [expires at (monotonic), items left] per block, oldest first
         self.debt = 0.0  # items used past what was taken (usage above the estimate): paid first
@@ -173,9 +216,12 @@ class _Block:
             self._held.popleft()
         return sum(items for _, items in self._held) - self.debt
 
-    async def _fetch(self, items: int) -> None:
-        await self._acquire(self.shape, items * self.shape.unit)
-        self._held.append([time.monotonic() + HOLD_S, float(items)])
+    async def _fetch(self, items: int, most: int | None = None) -> None:
+        """``items``, or up to ``most`` when the limit's room holds them (one API call, not two)."""
+        unit = self.shape.unit
+        got, sent = await self._acquire(self.shape, items * unit, max(items, most or items) * unit)
+        # the hold runs from the request that took them: Prefect counted them before its reply came back
+        self._held.append([sent + HOLD_S, float(got // unit)])
 
     def _spend(self, items: float) -> None:
         owed = items + self.debt
@@ -200,7 +246,8 @@ class _Block:
                     await asyncio.wait(self._refills, return_when=asyncio.FIRST_COMPLETED)
                     continue
                 short = math.ceil(items - self._available())
-                await self._fetch(min(self.shape.burst, max(self.shape.block, short)))
+                # what the room has piled up while no block was fetched (a slow API call) is taken at once
+                await self._fetch(min(self.shape.burst, max(self.shape.block, short)), self.shape.burst)
             self._spend(items)
             # up to two blocks on their way while these are spent: an acquisition may take longer than a
             # block lasts (two API calls, on a busy Prefect server), and the limit has room for two
@@ -224,6 +271,53 @@ class _Block:
         self._held.clear()
 
 
+class _Reckoning:
+    """One limit's room as this process reckons it without asking the API:
+    the active slots its last take left, decayed since (Prefect decays them
+    the same way, from its own update time: somewhere between the request and
+    its reply, taken as the middle). Trusted (``alone``) only after a read
+    found the limit where the reckoning put it (no other process took from it
+    in between), and until an increment is refused; read again every
+    :data:`RECKON_TAKES` takes, so its error (a request's latency's worth of
+    decay at most, either way) does not pile up, and short of it by
+    :data:`RECKON_MARGIN` of a block. Its own acquisitions in flight
+    (``pending``) count as taken."""
+
+    def __init__(self, shape: RateShape) -> None:
+        self.shape = shape
+        self.limit = shape.limit_slots
+        self.active: float | None = None  # after this process's last take or read, at ``at``
+        self.at = 0.0
+        self.alone = False
+        self.pending = 0
+        self.takes = 0  # reckoned takes since the last read
+
+    def _reckoned(self, now: float) -> float | None:
+        if self.active is None:
+            return None
+        return max(0.0, self.active - self.shape.decay_per_s * (now - self.at))
+
+    def room(self, now: float) -> float | None:
+        """The room reckoned now, or None: read the limit."""
+        active = self._reckoned(now) if self.alone and self.takes < RECKON_TAKES else None
+        if active is None:
+            return None
+        return self.limit - active - self.pending - RECKON_MARGIN * self.shape.block * self.shape.unit
+
+    def read(self, limit: int, active: float, now: float) -> float:
+        """The limit as read: its room, and whether it is where this process's takes left it."""
+        reckoned = self._reckoned(now)
+        # another process's take is a block at least: more than the reckoning's error
+        self.alone = reckoned is not None and active <= reckoned + self.shape.block * self.shape.unit / 2
+        self.limit, self.active, self.at, self.takes = limit, float(active) + self.pending, now, 0
+        return limit - active - self.pending
+
+    def took(self, slots: int, now: float) -> None:
+        reckoned = self._reckoned(now)
+        self.active, self.at = (reckoned or 0.0) + slots, now
+        self.takes += 1
+
+
 def _quiet(task: asyncio.Task) -> None:
     # a failed prefetch is seen again by the next take, which fetches itself and raises
     if not task.cancelled():
@@ -235,30 +329,87 @@ class AccountLimit:
     ``account`` (:class:`judgeflow.run.policy.AccountLimit`) and the judge's
     :class:`~judgeflow.judge.send_gate.RequestPermits`."""
 
-    def __init__(self, shapes: list[RateShape]) -> None:
+    def __init__(self, shapes: list[RateShape], *, outage_s: float = OUTAGE_S) -> None:
         self.shapes = shapes
         self._blocks = {shape.name: _Block(shape, self._acquire) for shape in shapes}
         self._cooling_until = 0.0
-        self.failure: BaseException | None = None
+        self.failure: BaseException | None = None  # the API's last failure, while it has not answered again
         self.acquired = 0  # acquisitions from Prefect (each an API call)
         self._clients: dict[int, object] = {}
         self.cooled_at: float | None = None  # time.time() the API last took a cool-down of this process's
+        self.outage_s = outage_s
+        self._down_since: float | None = None  # time.monotonic() of the first failure of this outage
+        self._probing: dict[int, asyncio.Lock] = {}  # one probe at a time per event loop
+        self.outages = 0  # outages the API came back from
+        self._reckonings: dict[str, _Reckoning] = {}
+        self.gone: "Refusal | None" = None  # unreachable for outage_s: the run has no account limit left
 
     async def why_not(self) -> "Refusal | None":
-        from judgeflow.run.gate import Refusal
-
+        """None while the API answers; while it does not, the pair waits for it (the module doc)."""
+        if self.gone is not None:
+            return self.gone
         if self.failure is not None:
-            return Refusal("account", "the account limit's Prefect API could not be reached")
+            return await self._recovered()
         return None
 
+    def _failed(self, exc: BaseException) -> None:
+        self.failure = exc
+        if self._down_since is None:
+            self._down_since = time.monotonic()
+            log.warning("the account limit's Prefect API could not be reached (%s): pairs wait for it, asking "
+                        "again after %.0f s, then longer, for up to %.0f s", type(exc).__name__, PROBE_FIRST_S,
+                        self.outage_s)
+
+    async def _recovered(self) -> "Refusal | None":
+        """Wait for the API to answer again: one probe at a time (the others wait on it), after
+        1, 2, 4 ... s; None once it answers, the run's one refusal if it never does within ``outage_s``."""
+        loop = id(asyncio.get_running_loop())
+        async with self._probing.setdefault(loop, asyncio.Lock()):
+            delay = PROBE_FIRST_S
+            while self.failure is not None and self.gone is None:
+                down_for = time.monotonic() - (self._down_since or time.monotonic())
+                if down_for >= self.outage_s:
+                    self._give_up(down_for)
+                    break
+                await asyncio.sleep(min(delay, self.outage_s - down_for))
+                delay = min(delay * 2, PROBE_MAX_S)
+                await self._probe()
+        return self.gone
+
+    async def _probe(self) -> None:
+        """Read a limit (it changes nothing): an answer ends the outage."""
+        self._clients.pop(id(asyncio.get_running_loop()), None)  # a new connection, not the broken one's
+        try:
+            client = await self._client()
+            await client.read_global_concurrency_limit_by_name(self.shapes[0].name)
+        except Exception as exc:
+            self.failure = exc
+            return
+        log.warning("the account limit's Prefect API answers again after %.1f s: pairs go on",
+                    time.monotonic() - (self._down_since or time.monotonic()))
+        self.failure, self._down_since = None, None
+        self.outages += 1
+
+    def _give_up(self, down_for: float) -> None:
+        from judgeflow.run.gate import Refusal
+
+        self.gone = Refusal("account", f"the account limit's Prefect API has not answered for {down_for:.0f} s "
+                                       f"({type(self.failure).__name__}): no judge call is sent without its "
+                                       "limit; the rest is left for the next run")
+        log.error("%s", self.gone.why)
+
     async def take(self, tokens: int) -> None:
+        if self.failure is not None:
+            refusal = await self._recovered()
+            if refusal is not None:
+                raise TransientJudgeError(refusal.why)
         for name, block in self._blocks.items():
-            await block.take(1 if name == RPM_NAME else tokens)
+            await block.take(1 if name.startswith(RPM_NAME) else tokens)
 
     def used(self, estimated: int, tokens: int) -> None:
-        block = self._blocks.get(TPM_NAME)
-        if block is not None:
-            block.correct(estimated - tokens)
+        for name, block in self._blocks.items():
+            if name.startswith(TPM_NAME):
+                block.correct(estimated - tokens)
 
     async def refused(self, retry_after_s: float | None) -> None:
         wait = min(COOL_DOWN_MAX_S, retry_after_s if retry_after_s else COOL_DOWN_DEFAULT_S)
@@ -276,7 +427,7 @@ class AccountLimit:
             await client.update_global_concurrency_limit(shape.name, GlobalConcurrencyLimitUpdate(active_slots=full))
             self.cooled_at = time.time()  # from now every process sees the limit full
         except Exception as exc:
-            self.failure = exc
+            self._failed(exc)
             raise TransientJudgeError(str(_unreachable(exc))) from None
 
     async def _client(self):
@@ -291,23 +442,42 @@ class AccountLimit:
             self._clients[id(loop)] = client
         return client
 
-    async def _acquire(self, shape: RateShape, slots: int) -> None:
-        """``slots`` of ``shape``'s limit, waiting for them: the limit is read
-        (which changes nothing) to know how long, as every refused
-        acquisition restarts Prefect's decay of the limit."""
+    async def _acquire(self, shape: RateShape, slots: int, most: int) -> tuple[int, float]:
+        """At least ``slots`` of ``shape``'s limit and up to ``most`` when its
+        room holds them, waiting for them; returns the slots taken and the
+        ``time.monotonic()`` the request that took them was sent. A refused
+        acquisition restarts Prefect's decay of the limit (the time since its
+        last update is lost), so none is tried without room: the room is read
+        from the limit (which changes nothing), or, while this process has
+        found the limit as its own takes left it (no other process taking),
+        reckoned from its own last take and the decay (:class:`_Reckoning`),
+        which saves the read: one API call per block, not two or three."""
+        reckoning = self._reckonings.setdefault(shape.name, _Reckoning(shape))
         try:
             client = await self._client()
             while True:
-                limit = await client.read_global_concurrency_limit_by_name(shape.name)
-                short = limit.active_slots + slots - limit.limit
-                if short > 0:
-                    await asyncio.sleep(short / shape.decay_per_s + random.uniform(0, 0.05))
+                room = reckoning.room(time.monotonic())
+                if room is None:
+                    limit = await client.read_global_concurrency_limit_by_name(shape.name)
+                    room = reckoning.read(limit.limit, limit.active_slots, time.monotonic())
+                if room < slots:
+                    await asyncio.sleep((slots - room) / shape.decay_per_s + random.uniform(0, 0.05))
                     continue
-                if await _increment(client, shape.name, slots):
+                take = int(min(most, room))
+                reckoning.pending += take
+                sent = time.monotonic()
+                try:
+                    taken = await _increment(client, shape.name, take)
+                finally:
+                    reckoning.pending -= take
+                if taken:
                     self.acquired += 1
-                    return
+                    # Prefect updated the limit while the request was out: reckoned from the middle
+                    reckoning.took(take, (sent + time.monotonic()) / 2)
+                    return take, sent
+                reckoning.alone = False  # another process took the room: read the limit again
         except Exception as exc:
-            self.failure = exc
+            self._failed(exc)
             raise TransientJudgeError(str(_unreachable(exc))) from None
 
 
@@ -344,6 +514,13 @@ def account_limit(settings: "Settings") -> AccountLimit | None:
         return _LIMITS.setdefault(key, AccountLimit(shapes))
 
 
+def account_label(settings: "Settings") -> str:
+    """Whose limit, in words for ``judgeflow status``."""
+    if settings.judge_account:
+        return f"JUDGEFLOW_JUDGE_ACCOUNT={settings.judge_account}"
+    return "the judge's endpoint and key (their hash; set JUDGEFLOW_JUDGE_ACCOUNT to name it)"
+
+
 def account_status(settings: "Settings") -> list[dict]:
     """The account's limits as Prefect holds them now, for ``judgeflow status``
     (reads only: a limit not created yet says so). Raises
@@ -355,7 +532,8 @@ def account_status(settings: "Settings") -> list[dict]:
     try:
         with get_client(sync_client=True) as client:
             for shape in account_shapes(settings):
-                row = {"name": shape.name, "per_minute": shape.per_minute, "slots_per_item": shape.unit,
+                row = {"name": shape.name, "account": account_label(settings), "per_minute": shape.per_minute,
+                       "slots_per_item": shape.unit,
                        "steady_per_minute": round(shape.items_per_minute, 1), "created": False}
                 try:
                     limit = client.read_global_concurrency_limit_by_name(shape.name)

@@ -26,13 +26,20 @@ otherwise the pair is left for the next run. The overrun this leaves is
 bounded by the pairs started and not finished when the spend reached the
 budget, each with every call attempted at most the retry policy's attempts
 per call (judgeflow/judge/retry.py; docs/running.md).
+
+A sharded night's children hold one budget together: each child's budget is
+handed the night's ledger (``night``, :class:`NightLedger`; the database's,
+judgeflow/db/night_ledger.py) and its decisions read the night's spend and
+estimates in flight, every child's, instead of its own. A pair is reserved in
+the ledger at its estimate in one atomic step, and every charge is entered
+there as it is made; the child's own figures stay its own, for its summary.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from judgeflow.judge.pricing import Prices, require_prices
 from judgeflow.metrics.cost import estimate_pair_cost
@@ -57,11 +64,26 @@ class Reservation:
         return sum(s for _, s in self.pairs.values())
 
 
+class NightLedger(Protocol):
+    """The spend of a night its shards share (the module doc)."""
+
+    def reserve(self, usd: float) -> bool:
+        """Hold ``usd`` in flight if the night's spend, its estimates in flight and ``usd`` fit its budget."""
+
+    def add(self, spent_usd: float, released_usd: float = 0.0) -> None:
+        """``spent_usd`` billed; ``released_usd`` of estimates no longer in flight."""
+
+    def totals(self, *, fresh: bool = False) -> tuple[float, float]:
+        """The night's (spent, estimated in flight), every shard's (``fresh``: read now)."""
+
+
 class RunBudget:
-    def __init__(self, limit_usd: float, prices: Prices, *, max_field_chars: int | None = None):
+    def __init__(self, limit_usd: float, prices: Prices, *, max_field_chars: int | None = None,
+                 night: NightLedger | None = None):
         self.limit_usd = float(limit_usd)
         self.prices = prices
         self.max_field_chars = max_field_chars
+        self.night = night
         self.spent_usd = 0.0
         self.in_flight_usd = 0.0
         self.exhausted = False
@@ -83,9 +105,11 @@ class RunBudget:
                                  context=work.context, max_field_chars=self.max_field_chars)
         return raw, raw * self._scale()
 
-    def fits(self, work: TraceWork) -> bool:
-        with self._lock:
-            return self.spent_usd + self.in_flight_usd + self.estimate(work)[1] <= self.limit_usd
+    def _committed(self) -> float:
+        """Spend plus estimates in flight: the run's, or in shards the night's (read now)."""
+        if self.night is not None:
+            return sum(self.night.totals(fresh=True))
+        return self.spent_usd + self.in_flight_usd
 
     def admit(self, work: TraceWork, reservation: Reservation, finish_one: Callable[[], bool] | None = None
               ) -> bool:
@@ -94,20 +118,33 @@ class RunBudget:
         finish (whose estimate becomes a real cost; False: nothing is in
         flight). A pair that still does not fit exhausts the budget, and once
         it is exhausted no pair is admitted."""
-        while not self.fits(work) and finish_one is not None and finish_one():
-            pass
-        if not self.fits(work):
-            self.exhausted = True
         if self.exhausted:
             return False
-        self.reserve(work, reservation)
+        while not self.reserve(work, reservation):
+            if finish_one is None or not finish_one():
+                self.exhausted = True
+                return False
         return True
 
-    def reserve(self, work: TraceWork, reservation: Reservation) -> None:
+    def reserve(self, work: TraceWork, reservation: Reservation) -> bool:
+        """Hold the pair's estimate in flight if it fits (in shards: the
+        night's ledger decides, in one atomic step against the siblings)."""
         raw, scaled = self.estimate(work)
         with self._lock:
+            if self.night is not None:
+                if not self.night.reserve(scaled):
+                    return False
+            elif self.spent_usd + self.in_flight_usd + scaled > self.limit_usd:
+                return False
             reservation.pairs[(work.trace_id, work.metric)] = (raw, scaled)
             self.in_flight_usd += scaled
+        return True
+
+    def _spent(self, usd: float, released: float = 0.0) -> None:
+        """``usd`` joins the spend (``released`` of estimates leave the flight): the run's, and the night's."""
+        self.spent_usd += usd
+        if self.night is not None:
+            self.night.add(usd, released)
 
     def charge(self, work: TraceWork, billed_usd: float | None, billed_calls: int) -> None:
         """What a pair's attempts have billed so far joins the spend now, not
@@ -120,7 +157,7 @@ class RunBudget:
         with self._lock:
             new = max(0.0, (billed_usd or 0.0) - self._charged.get(key, 0.0))
             self._charged[key] = self._charged.get(key, 0.0) + new
-            self.spent_usd += new
+            self._spent(new)
 
     def charge_retry(self, work: TraceWork, billed_usd: float | None, billed_calls: int = 0) -> bool:
         """A pair's attempt failed and a retry is due: charge what its attempts
@@ -128,7 +165,7 @@ class RunBudget:
         estimates in flight within the budget)."""
         self.charge(work, billed_usd, billed_calls)
         with self._lock:
-            fits = self.spent_usd + self.in_flight_usd <= self.limit_usd
+            fits = self._committed() <= self.limit_usd
             if not fits:
                 self.exhausted = True
             return fits
@@ -140,7 +177,9 @@ class RunBudget:
         only the pairs already started go on (docs/running.md has the bound
         this gives)."""
         with self._lock:
-            if self.spent_usd >= self.limit_usd:
+            # in shards the night's spend, read at most night_ledger.FRESH_S ago: its sum is the whole night's
+            spent = self.spent_usd if self.night is None else self.night.totals()[0]
+            if spent >= self.limit_usd:
                 self.exhausted = True
                 return False
             return True
@@ -152,12 +191,12 @@ class RunBudget:
         raw, scaled = reservation.pairs.pop(key, (0.0, 0.0))
         with self._lock:
             self.in_flight_usd = max(0.0, self.in_flight_usd - scaled)
-            self.spent_usd += scaled if cost_usd is None else cost_usd
+            self._spent(scaled if cost_usd is None else cost_usd, scaled)
 
     def spend(self, cost_usd: float | None) -> None:
         """Spend of no pair (a metric's preparation) joins the run's."""
         with self._lock:
-            self.spent_usd += cost_usd or 0.0
+            self._spent(cost_usd or 0.0)
 
     def close(self, reservation: Reservation, outcomes: Iterable[ScoreOutcome]) -> None:
         """Work finished: its estimate leaves the in-flight total and what it cost
@@ -165,27 +204,32 @@ class RunBudget:
         (or may have been) asked, such as one that failed on garbage replies,
         counts at its estimate: the provider bills it all the same."""
         with self._lock:
+            spent = 0.0
             for outcome in outcomes:
                 key = (outcome.trace_id, outcome.metric)
                 raw, scaled = reservation.pairs.get(key, (0.0, 0.0))
                 charged = self._charged.pop(key, 0.0)  # its failed attempts, charged before its retry
                 if outcome.cost_usd is not None:
                     # every attempt's cost: the charged part is in the spend already
-                    self.spent_usd += max(0.0, outcome.cost_usd - charged)
+                    spent += max(0.0, outcome.cost_usd - charged)
                     if outcome.status in ("scored", "skipped") and outcome.attempts <= 1:
                         self._raw_done += raw  # calibrates on single attempts only
                         self._actual_done += outcome.cost_usd
                 elif outcome.judge_calls > 0 or (outcome.status == "failed" and outcome.error_kind != "invalid_trace"):
-                    self.spent_usd += max(0.0, scaled - charged)
+                    spent += max(0.0, scaled - charged)
+            self._spent(spent, reservation.scaled)
             self.in_flight_usd = max(0.0, self.in_flight_usd - reservation.scaled)
 
 
-def spend_budget(settings: "Settings", limit_usd: float | None, *, why: str) -> RunBudget | None:
+def spend_budget(settings: "Settings", limit_usd: float | None, *, why: str, night: NightLedger | None = None
+                 ) -> RunBudget | None:
     """A budget of ``limit_usd`` (None: none) at the judge's prices, which
-    must be known (``why``: what set the budget, for the error)."""
+    must be known (``why``: what set the budget, for the error); ``night``:
+    a shard's, the ledger its night shares."""
     if limit_usd is None:
         return None
-    return RunBudget(limit_usd, require_prices(settings, why=why), max_field_chars=settings.max_field_chars)
+    return RunBudget(limit_usd, require_prices(settings, why=why), max_field_chars=settings.max_field_chars,
+                     night=night)
 
 
 def run_budget(settings: "Settings", night_limit_usd: float | None = None, night_budget_usd: float | None = None

@@ -55,6 +55,8 @@ class AccountLimit(RequestPermits, Protocol):
     or None; as the judge's :class:`RequestPermits` it is asked before every
     attempt sent."""
 
+    gone: Refusal | None  # its Prefect API stopped answering for good: the run claims no more
+
     async def why_not(self) -> Refusal | None: ...
 
 
@@ -100,11 +102,14 @@ class RunPolicy:
         return None
 
     def why_not_claim(self) -> Refusal | None:
-        """Why the run claims no more (the time budget, a stop), or None. The
-        spend budget decides by estimates as the schedule admits pairs."""
+        """Why the run claims no more (the time budget, a stop, the account
+        limit's API gone), or None. The spend budget decides by estimates as
+        the schedule admits pairs."""
         if self.deadline is not None and self._clock() >= self.deadline:
             return TIME_SPENT
-        return STOPPED if self.stop.requested() else None
+        if self.stop.requested():
+            return STOPPED
+        return self.account.gone if self.account is not None else None
 
     async def why_not_start(self) -> Refusal | None:
         """Why a pair whose first call holds its slot may not send it, or None."""

@@ -78,6 +78,7 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "judge_batch_settle_s", "judge_batch_max_lines", "judge_batch_max_mb",
     "judge_batch_line_retry",  # where a line the batch failed is asked again: the same request either way
     "judge_rpm", "judge_tpm",  # the account's rate limit: when a call goes, not what it asks
+    "judge_account",  # whose rate limit: when a call goes, not what it asks
     "sample_budget_usd", "sample_late_reserve", "stratify_by",  # which traces are judged, not how one is scored
     "database_url", "source_database_url", "traces_table", "source_lookback", "home", "lease_timeout_s",
     "embedded_database",  # which database of the embedded cluster holds the results, not how one is scored

@@ -37,6 +37,7 @@ LIMIT = "limit"  # the trace limit is reached
 DEADLINE = "deadline"  # the time budget is spent (judgeflow/run/gate.py's TIME_SPENT.end)
 STOPPED = "stopped"  # a stop was requested (judgeflow/run/gate.py's STOPPED.end)
 BUDGET = "budget"  # the spend budget has no room for the next pair
+ACCOUNT = "account"  # the account limit's Prefect API stopped answering (judgeflow/run/account.py)
 
 
 # A batch's default size, per judge call allowed in flight (and its floor):
@@ -107,6 +108,16 @@ def bounds_for(settings: Settings, batch_size: int, limit: int | None, metrics: 
     return Bounds(batch_size=batch_size, window=window, limit=limit, metrics=metrics)
 
 
+class NightTraces(Protocol):
+    """A sharded night's trace limit, shared by its children (judgeflow/db/night_ledger.py)."""
+
+    def taken(self) -> int:
+        """Traces the night has taken, every child's."""
+
+    def take(self, trace_ids: list[str], limit: int) -> set[str]:
+        """Of ``trace_ids``, those the night took already and new ones up to ``limit`` for the night."""
+
+
 class RunSchedule:
     """One run's scheduling (see the module doc). ``claim(room, cursor)``
     returns the next :class:`ClaimedBatch`; ``submit(items, claimed_at)``
@@ -115,14 +126,18 @@ class RunSchedule:
     a future whose task has not started. ``totals.add(outcomes)`` and
     ``progress.advance(outcomes, batch=n)`` / ``progress.show()`` receive what
     finishes. ``policy`` is the run's (its time budget, its stop request, its
-    spend budget); ``clock`` stamps each batch's claim time."""
+    spend budget); ``clock`` stamps each batch's claim time. ``night``: in a
+    sharded night, the trace limit counts the whole night's traces (every
+    child's), not this run's."""
 
     def __init__(
         self, *, submit: Callable[[list[TraceWork], float], Future], first_done: Callable[[list[Future]], Future],
         cancel: Callable[[Future], Any], bounds: Bounds, policy: RunPolicy, totals: Any, progress: Any,
         log: logging.Logger | logging.LoggerAdapter | None = None, clock: Callable[[], float] = time.time,
+        night: NightTraces | None = None,
     ) -> None:
         self._submit, self._first_done, self._cancel = submit, first_done, cancel
+        self._night = night
         self.bounds = bounds
         self.policy = policy
         self.budget = policy.budget
@@ -189,7 +204,8 @@ class RunSchedule:
         room = self.bounds.batch_size
         if self.bounds.limit is not None:
             # a trace counts once however many of its metrics are pending
-            room = min(room, (self.bounds.limit - len(self._traces_seen)) * self.bounds.metrics)
+            seen = len(self._traces_seen) if self._night is None else self._night.taken()
+            room = min(room, (self.bounds.limit - seen) * self.bounds.metrics)
         return room
 
     def _within_limit(self, items: list[TraceWork]) -> list[TraceWork]:
@@ -198,7 +214,10 @@ class RunSchedule:
         if self.bounds.limit is None:
             return items
         new = [t for t in dict.fromkeys(w.trace_id for w in items) if t not in self._traces_seen]
-        allowed = set(new[: self.bounds.limit - len(self._traces_seen)])
+        if self._night is not None:  # the night's traces: taken by a sibling, or new within the night's limit
+            allowed = self._night.take(new, self.bounds.limit)
+        else:
+            allowed = set(new[: self.bounds.limit - len(self._traces_seen)])
         kept = [w for w in items if w.trace_id in allowed or w.trace_id in self._traces_seen]
         self._traces_seen.update(w.trace_id for w in kept)
         return kept

@@ -13,11 +13,9 @@ SHARD_FLOW = "score-shard"
 SHARD_DEPLOYMENT = "shards"
 LOST_STATES = ("CRASHED", "FAILED", "CANCELLED")
 
-# what a parent may not hand its children yet: each child would hold the limit alone, not the night
+# what a parent may not hand its children: a night through the batch API runs in one process (the
+# budgets and --limit are the night's: judgeflow/db/night_ledger.py)
 NOT_WITH_SHARDS = {
-    "limit": "--limit",
-    "run_budget_usd": "a run budget (--budget-usd, JUDGEFLOW_RUN_BUDGET_USD)",
-    "sample_budget_usd": "a sample budget (--sample-budget-usd, JUDGEFLOW_SAMPLE_BUDGET_USD)",
     "judge_batch": "the batch API (--batch, JUDGEFLOW_JUDGE_BATCH)",
 }
 
@@ -31,8 +29,8 @@ def refusal(shards: int, **set_values: Any) -> str | None:
     clashing = [what for name, what in NOT_WITH_SHARDS.items() if set_values.get(name) not in (None, False)]
     if not clashing:
         return None
-    return (f"--shards {shards} cannot run with {', '.join(clashing)}: each shard would hold it alone, "
-            "not the night as a whole; run with one shard, or without it")
+    return (f"--shards {shards} cannot run with {', '.join(clashing)}: its batches are sent and collected by "
+            "one run; run with one shard, or without it")
 
 
 def shard_run_name(night: datetime, shard: int, shards: int) -> str:

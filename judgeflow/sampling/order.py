@@ -78,15 +78,15 @@ def selected_waiting(conn: Connection, night: date, *, earlier: bool, min_first:
     return [k for k in ranked([r[:5] for r in rows], min_first) if k.id in waiting]
 
 
-def nights_judged_by(conn: Connection, flow_run_id: str) -> list[date]:
-    """The nights whose sampled traces a run wrote results for: each is settled with its own weights."""
+def nights_judged_by(conn: Connection, flow_run_ids: list[str]) -> list[date]:
+    """The nights whose sampled traces runs wrote results for: each is settled with its own weights."""
     rows = conn.execute(
         text(
             """
             SELECT DISTINCT d.night FROM judgeflow.sample_decisions d
-            JOIN judgeflow.eval_results r ON r.trace_id = d.trace_id WHERE r.flow_run_id = :run
+            JOIN judgeflow.eval_results r ON r.trace_id = d.trace_id WHERE r.flow_run_id = ANY(:runs)
             """
         ),
-        {"run": flow_run_id},
+        {"runs": list(flow_run_ids)},
     ).all()
     return sorted(n for (n,) in rows)

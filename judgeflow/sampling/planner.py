@@ -456,17 +456,17 @@ def judged_per_stratum(engine: Engine, night: date) -> dict[str, int]:
     return {s: int(c) for s, c in rows}
 
 
-def spent_per_stratum(engine: Engine, night: date, flow_run_id: str) -> dict[str, float]:
-    """What a run actually spent per stratum of the night's decisions."""
+def spent_per_stratum(engine: Engine, night: date, flow_run_ids: list[str]) -> dict[str, float]:
+    """What runs (one, or a sharded night's children) actually spent per stratum of the night's decisions."""
     with engine.connect() as conn:
         rows = conn.execute(
             text(
                 """
                 SELECT d.stratum, coalesce(sum(r.cost_usd), 0) FROM judgeflow.sample_decisions d
                 JOIN judgeflow.eval_results r ON r.trace_id = d.trace_id
-                WHERE d.night = :n AND r.flow_run_id = :run GROUP BY 1
+                WHERE d.night = :n AND r.flow_run_id = ANY(:runs) GROUP BY 1
                 """
             ),
-            {"n": night, "run": flow_run_id},
+            {"n": night, "runs": list(flow_run_ids)},
         ).all()
     return {s: float(v) for s, v in rows}

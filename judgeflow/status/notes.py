@@ -69,7 +69,8 @@ def _account_lines(limits: list[dict]) -> list[str]:
     lines = []
     for lim in limits:
         unit = "requests" if lim["slots_per_item"] != 1 else "tokens"
-        head = f"account limit {lim['name']}: {lim['per_minute']:,} {unit}/min"
+        whose = f" (the account: {lim['account']})" if lim.get("account") else ""
+        head = f"account limit {lim['name']}{whose}: {lim['per_minute']:,} {unit}/min"
         if not lim["created"]:
             lines.append(f"{head}: not created yet in Prefect (the first run creates it)")
             continue

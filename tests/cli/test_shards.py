@@ -15,22 +15,17 @@ from judgeflow.cli.shards import pooled_deployment
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--limit", "10"], "--limit"),
-    (["--budget-usd", "1"], "a run budget"),
-    (["--batch"], "the batch API"),
-])
-def test_what_each_shard_would_hold_alone_is_refused_in_one_line_exit_2(judgeflow_env, args, named):
-    result = runner.invoke(app, ["score", "--shards", "2", *args])
+def test_the_batch_api_with_shards_is_refused_in_one_line_exit_2(judgeflow_env):
+    result = runner.invoke(app, ["score", "--shards", "2", "--batch"])
     assert result.exit_code == 2, result.output
     [line] = [line for line in result.output.splitlines() if "--shards" in line]
-    assert line.startswith("judgeflow: --shards 2 cannot run with") and named in line
+    assert line.startswith("judgeflow: --shards 2 cannot run with") and "the batch API" in line
 
 
-def test_a_sample_budget_from_the_environment_is_refused_too(judgeflow_env, monkeypatch):
-    monkeypatch.setenv("JUDGEFLOW_SAMPLE_BUDGET_USD", "5")
+def test_the_batch_api_from_the_environment_is_refused_too(judgeflow_env, monkeypatch):
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_BATCH", "true")
     result = runner.invoke(app, ["score", "--shards", "3"])
-    assert result.exit_code == 2 and "a sample budget" in result.output, result.output
+    assert result.exit_code == 2 and "the batch API" in result.output, result.output
 
 
 def test_the_pools_deployment_only_when_a_worker_serves_it(prefect_server):

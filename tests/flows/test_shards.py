@@ -218,3 +218,96 @@ def test_a_work_pool_serving_the_shard_deployment_runs_the_children(prefect_serv
     assert set(first_step_calls(judge_server).values()) == {1}
     # taken from the pool's queue: its worker is the only process that serves it
     assert children and {child.work_queue_id for child in children} == {queue}
+
+
+def _pair_estimates(traces: list[dict]) -> float:
+    """What the cost model estimates every pair of ``traces`` at, at the test's prices."""
+    from judgeflow.judge.pricing import Prices
+    from judgeflow.model import TraceWork
+    from judgeflow.run.budget import RunBudget
+
+    estimator = RunBudget(1.0, Prices(input_per_mtok=100.0, output_per_mtok=200.0, source="test"))
+    return sum(estimator.estimate(TraceWork(trace_id=t["id"], metric=m, created_at=t["created_at"], input=t["input"],
+                                            output=t["output"], context=t["context"]))[0]
+               for t in traces for m in ("toxicity", "hallucination"))
+
+
+# ~2-3 min (two nights of two shards each): outside the default run; the default run keeps the shared
+# ledger itself, two budgets and two trace counts against the real database: tests/db/test_night_ledger.py
+@pytest.mark.slow
+def test_the_budget_and_the_limit_hold_for_the_night_across_two_shards(prefect_server, judgeflow_env, db,
+                                                                        judge_server):
+    judge_server.prices_per_mtok = (100.0, 200.0)
+    judge_server.latency_mean_s = 0.5  # neither shard spends the budget before the other has started
+    traces = [scripted_trace(i)[0] for i in range(40)]
+    insert_traces(db, traces)
+    from judgeflow.db import migrate
+
+    migrate.upgrade(db)
+    env = _env(judgeflow_env, prefect_server)
+    env.update(JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK="100", JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK="200")
+    budget = 0.4 * _pair_estimates(traces)  # either shard alone could spend it: 20 traces each
+
+    proc = _start_score(env, "--shards", "2", "--budget-usd", f"{budget:.6f}", "--batch-size", "4",
+                        "--max-concurrency", "2")
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0, out
+    billed = judge_server.billed_usd
+    # the night's budget, spent to the pair: admitted on estimates, so what ran costs about what was reserved
+    # (a run's own bound, docs/running.md); each shard holding it alone would have spent up to twice it
+    assert 0.95 * budget <= billed <= 1.1 * budget, (billed, budget, out)
+    stored = results(db)
+    assert 0 < len(stored) < 80  # work was left
+    assert len({r["flow_run_id"] for r in stored.values()}) == 2  # by both shards
+    assert re.search(r"\| budget \(USD\) \| \$[0-9.]+ of \$[0-9.]+ spent", out), out  # the night's, once
+
+    # --limit 6: six traces for the night (of those the first night left), not six a shard
+    judge_server.latency_mean_s = 0.05
+    proc = _start_score(env, "--shards", "2", "--limit", "6", "--batch-size", "2", "--max-concurrency", "2")
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0, out
+    new = {key: row for key, row in results(db).items() if key not in stored}
+    assert len({trace for trace, _ in new}) == 6 and 6 <= len(new) <= 12, out
+
+
+# ~1-2 min: outside the default run
+@pytest.mark.slow
+def test_cancelling_the_parent_in_prefect_cancels_the_shards_and_loses_no_pair(prefect_server, judgeflow_env, db,
+                                                                               judge_server):
+    from prefect.client.orchestration import get_client
+    from prefect.states import Cancelling
+
+    judge_server.latency_mean_s = 1.0  # a night of ~1 minute a shard: the cancel comes well before its end
+    _prepare(db, 60)
+    proc = _start_score(_env(judgeflow_env, prefect_server), "--shards", "2", "--batch-size", "4",
+                        "--max-concurrency", "2")
+    try:
+        _wait_for(lambda: len(_running_children()) == 2, "both children running")
+        _wait_for(lambda: len(results(db)) >= 2, "the shards' first results")
+        children = _running_children()
+        with get_client(sync_client=True) as client:
+            parent = client.read_task_run(children[0].parent_task_run_id).flow_run_id
+            # what the UI's Cancel does: the flow run to Cancelling
+            client.set_flow_run_state(parent, Cancelling(message="cancelled in the UI"), force=True)
+        out = proc.communicate(timeout=300)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    with get_client(sync_client=True) as client:
+        states = [client.read_flow_run(child.id).state for child in children]
+        parent_state = client.read_flow_run(parent).state
+    assert all(state.is_cancelled() for state in states), [s.name for s in states]
+    assert parent_state.is_cancelled() or parent_state.is_cancelling(), parent_state.name
+    first = results(db)
+    assert 0 < len(first) < 120, out  # cancelled part-way
+    assert "the night's flow run was cancelled" in out, out
+    # nothing paid and lost: every call the judge answered is on a stored row
+    assert judge_server.calls() == _stored_judge_calls(db), out
+
+    # the rest is pending for the next run, and no pair is judged twice
+    judge_server.latency_mean_s = 0.05
+    proc = _start_score(_env(judgeflow_env, prefect_server), "--max-concurrency", "8")
+    out = proc.communicate(timeout=600)[0]
+    assert proc.returncode == 0, out
+    assert len(results(db)) == 120
+    assert set(first_step_calls(judge_server).values()) == {1}

@@ -49,3 +49,6 @@ def test_the_account_limit_shows_its_name_limit_decay_and_active_slots():
                    "(the first run creates it)")
     assert "INACTIVE: not enforced" in _account_lines([{**created, "active": False}])[0]
     assert _account_lines([]) == []
+    named = _account_lines([{**created, "name": "judgeflow-judge-rpm-team-a",
+                             "account": "JUDGEFLOW_JUDGE_ACCOUNT=team-a"}])[0]
+    assert named.startswith("account limit judgeflow-judge-rpm-team-a (the account: JUDGEFLOW_JUDGE_ACCOUNT=team-a):")
