@@ -121,6 +121,18 @@ def _drop_abandoned_litellm_tasks(unraisable) -> None:
 sys.unraisablehook = _drop_abandoned_litellm_tasks
 
 
+@pytest.fixture(autouse=True)
+def no_metrics_file_left_served():
+    """A test that opens a metrics file in this process (a command through CliRunner, the demo in
+    process) leaves that file's metrics served; a later test that builds settings on its own would
+    meet metrics its settings lack. Each test ends with none served, as a new process starts."""
+    yield
+    from judgeflow.metrics.registry import served_file
+
+    if served_file() is not None:
+        open_metrics()
+
+
 @pytest.fixture(scope="session")
 def pg_server():
     server = start_test_server()
