@@ -100,6 +100,7 @@ def score_in_shards(settings: Settings, shards: int, deployment: str | None, par
                     "the rest is pending for the next run")
     summary = RunSummary(flow_run_id=parent, traces=traces, **night_totals(reports),
                          duration_s=round(time.monotonic() - started, 2), stopped=stop.requested() or cancelled,
+                         cancelled=cancelled,
                          shards=[report.row(shards) for report in reports], notes=[*notes, *lost])
     if limits.budget_usd is not None:  # the night's figures: every child's charges, as the ledger holds them
         summary.budget_usd, summary.budget_spent_usd = limits.budget_usd, round(spend[0], 6)
