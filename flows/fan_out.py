@@ -55,6 +55,27 @@ def _night_limits(settings: Settings, parent: str, *, limit: int | None, metrics
                        reads_from=sample.reads_from if sample else None), sample
 
 
+def _run_children(settings: Settings, deployment: str, shards: int, parameters: dict, parent: str,
+                  night: datetime, stop) -> tuple[list, int, tuple[float, float], bool]:
+    """Start the children and wait for them; a child lost (Crashed, Failed, Cancelled by no one here)
+    gets one take-over run once they have all ended: its claims are free when its process is gone, but
+    its siblings may have finished the backlog before that. Its reports, traces, the ledger's spend, and
+    whether the parent was cancelled."""
+    ids = start_shard_runs(deployment, shards, parameters, parent_run_id=parent, night=night)
+    children = [(shard, run_id, False) for shard, run_id in enumerate(ids, start=1)]
+    # the parent cancelled through Prefect (the UI): Prefect kills the processes a worker or runner started,
+    # but the children are cancelled here at once, and a parent the command runs itself ends here
+    cancelled = wait_for_shard_runs(ids, stop, parent)
+    reports, traces, spend = read_shard_results(settings, children, parent)
+    lost = [report.shard for report in reports if report.lost]
+    if lost and not (cancelled or stop.requested()):
+        again = start_shard_runs(deployment, shards, parameters, parent_run_id=parent, night=night, takeover_of=lost)
+        children += [(shard, run_id, True) for shard, run_id in zip(lost, again)]
+        cancelled = wait_for_shard_runs(again, stop, parent)
+        reports, traces, spend = read_shard_results(settings, children, parent)
+    return reports, traces, spend, cancelled
+
+
 def score_in_shards(settings: Settings, shards: int, deployment: str | None, parameters: dict, *,
                     limit: int | None = None) -> RunSummary:
     """The night as ``shards`` child flow runs of ``deployment`` (default: ``score-shard/shards``),
@@ -68,13 +89,9 @@ def score_in_shards(settings: Settings, shards: int, deployment: str | None, par
     limits = open_night_ledger(settings, parent, limits)
     # the night the parent was scheduled for: a retried parent names its children the same
     night = flow_run.scheduled_start_time or datetime.now(timezone.utc)
-    children = start_shard_runs(deployment or f"{SHARD_FLOW}/{SHARD_DEPLOYMENT}", shards,
-                                {**parameters, "night": parent}, parent_run_id=parent, night=night)
     stop = run_stop()
-    # the parent cancelled through Prefect (the UI): Prefect kills the processes a worker or runner started,
-    # but the children are cancelled here at once, and a parent the command runs itself ends here
-    cancelled = wait_for_shard_runs(children, stop, parent)
-    reports, traces, spend = read_shard_results(settings, children, parent)
+    reports, traces, spend, cancelled = _run_children(settings, deployment or f"{SHARD_FLOW}/{SHARD_DEPLOYMENT}",
+                                                      shards, {**parameters, "night": parent}, parent, night, stop)
     lost = [lost_note(report, shards) for report in reports if report.lost]
     for note in lost:
         get_run_logger().warning(note)
@@ -83,10 +100,12 @@ def score_in_shards(settings: Settings, shards: int, deployment: str | None, par
                     "the rest is pending for the next run")
     summary = RunSummary(flow_run_id=parent, traces=traces, **night_totals(reports),
                          duration_s=round(time.monotonic() - started, 2), stopped=stop.requested() or cancelled,
+                         cancelled=cancelled,
                          shards=[report.row(shards) for report in reports], notes=[*notes, *lost])
     if limits.budget_usd is not None:  # the night's figures: every child's charges, as the ledger holds them
         summary.budget_usd, summary.budget_spent_usd = limits.budget_usd, round(spend[0], 6)
     if sample is not None:
-        summary.notes.extend(publish_sample_plan(settings, sample, parent, judged_by=children).notes())
+        judged_by = [report.flow_run_id for report in reports]
+        summary.notes.extend(publish_sample_plan(settings, sample, parent, judged_by=judged_by).notes())
     publish_run_summary(summary)
     return summary

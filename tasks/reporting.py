@@ -69,6 +69,8 @@ class RunSummary(BaseModel):
     left_pending: int | None = None
     # stopped on request (Ctrl-C in the command that runs it): no claims after it
     stopped: bool = False
+    # a sharded night's parent cancelled through Prefect (the UI's Cancel): stopped, and said so
+    cancelled: bool = False
 
     def budget_line(self) -> str | None:
         if self.budget_usd is None:
@@ -151,7 +153,10 @@ class RunSummary(BaseModel):
 
     def markdown(self) -> str:
         lines = ["# judgeflow run", ""]
-        if self.stopped:
+        if self.cancelled:
+            lines += ["**Cancelled.** The night's flow run was cancelled through Prefect: its shards were "
+                      "cancelled; what they stored stays, the rest is pending for the next run.", ""]
+        elif self.stopped:
             lines += ["**Stopped (Ctrl-C).** The run claimed no more; judge calls in flight finished and were "
                       "stored; pairs not started were given back: the next run scores them.", ""]
         if self.budget_exhausted:

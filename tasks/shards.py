@@ -51,17 +51,20 @@ def read_night_limits(settings: Settings, night_run_id: str) -> NightLimits:
 # retries=2: each child's idempotency key makes a retry find the children already started, not start more
 @task(name="start-shard-runs", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
 def start_shard_runs(deployment: str, shards: int, parameters: dict, *, parent_run_id: str,
-                     night: datetime) -> list[str]:
+                     night: datetime, takeover_of: list[int] | None = None) -> list[str]:
     """The night's ``shards`` child flow runs, started from ``deployment`` (flow/deployment) and not
-    waited for; started inside the parent's flow run, Prefect shows them under it."""
+    waited for; started inside the parent's flow run, Prefect shows them under it. ``takeover_of``:
+    instead, one take-over run for each of these (lost) shards."""
     started = []
-    for shard in range(1, shards + 1):
+    for shard in takeover_of or range(1, shards + 1):
+        takeover = takeover_of is not None
         child = run_deployment(
             deployment, parameters={**parameters, "shard": shard, "shards": shards}, timeout=0,
-            flow_run_name=shard_run_name(night, shard, shards),
-            idempotency_key=shard_key(parent_run_id, shard, shards),
+            flow_run_name=shard_run_name(night, shard, shards, takeover=takeover),
+            idempotency_key=shard_key(parent_run_id, shard, shards, takeover=takeover),
         )
-        log.info("shard %d of %d: flow run %s (%s)", shard, shards, child.id, child.name)
+        log.info("shard %d of %d%s: flow run %s (%s)", shard, shards, " take-over" if takeover else "",
+                 child.id, child.name)
         started.append(str(child.id))
     return started
 
@@ -107,19 +110,22 @@ def _cancel(client, flow_run_ids: list[str]) -> None:
 
 # retries=2: reads only
 @task(name="read-shard-results", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=1)
-def read_shard_results(settings: Settings, flow_run_ids: list[str], parent_run_id: str
+def read_shard_results(settings: Settings, children: list[tuple[int, str, bool]], parent_run_id: str
                        ) -> tuple[list[ShardReport], int, tuple[float, float]]:
-    """Each child's final state and run time (Prefect's), what it stored (judgeflow's database), the
-    distinct traces they stored results of together, and the night's (spent, in flight) in its ledger."""
+    """Each child's (shard, flow run id, take-over) final state and run time (Prefect's), what it stored
+    (judgeflow's database), the distinct traces they stored results of together, and the night's (spent,
+    in flight) in its ledger."""
+    flow_run_ids = [run_id for _, run_id, _ in children]
     with engine_for(settings).connect() as conn:
         stored = results_of_runs(conn, flow_run_ids)
         traces = traces_of_runs(conn, flow_run_ids)
         spend = night_spend(conn, parent_run_id)
     reports = []
     with get_client(sync_client=True) as client:
-        for shard, run_id in enumerate(flow_run_ids, start=1):
+        for shard, run_id, takeover in children:
             run = client.read_flow_run(run_id)
             duration = run.total_run_time.total_seconds() if run.total_run_time else None
             reports.append(ShardReport(shard=shard, flow_run_id=run_id, state=run.state.type.value,
-                                       state_name=run.state.name, duration_s=duration, **stored[run_id]))
+                                       state_name=run.state.name, duration_s=duration, takeover=takeover,
+                                       **stored[run_id]))
     return reports, traces, spend

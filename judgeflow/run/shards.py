@@ -33,14 +33,14 @@ def refusal(shards: int, **set_values: Any) -> str | None:
             "one run; run with one shard, or without it")
 
 
-def shard_run_name(night: datetime, shard: int, shards: int) -> str:
-    """What the UI calls a child: which night and which shard."""
-    return f"score-new-traces/{night:%Y-%m-%d} shard {shard} of {shards}"
+def shard_run_name(night: datetime, shard: int, shards: int, *, takeover: bool = False) -> str:
+    """What the UI calls a child: which night and which shard (and a lost shard's take-over)."""
+    return f"score-new-traces/{night:%Y-%m-%d} shard {shard} of {shards}" + (" take-over" if takeover else "")
 
 
-def shard_key(parent_run_id: str, shard: int, shards: int) -> str:
+def shard_key(parent_run_id: str, shard: int, shards: int, *, takeover: bool = False) -> str:
     """The child's idempotency key: a retried parent (same flow run id) gets its children back, not a second set."""
-    return f"judgeflow-shard:{parent_run_id}:{shard}-of-{shards}"
+    return f"judgeflow-shard:{parent_run_id}:{shard}-of-{shards}" + (":take-over" if takeover else "")
 
 
 @dataclass
@@ -57,6 +57,7 @@ class ShardReport:
     cost_usd: float = 0.0
     tokens: list[int] = field(default_factory=lambda: [0, 0, 0])  # prompt, completion, cached
     superseded: int = 0
+    takeover: bool = False  # started by the parent for a lost shard, once its children had ended
 
     @property
     def lost(self) -> bool:
@@ -64,7 +65,7 @@ class ShardReport:
 
     def row(self, shards: int) -> dict[str, Any]:
         return {
-            "shard": f"{self.shard} of {shards}", "flow run": self.flow_run_id, "state": self.state_name,
+            "shard": f"{self.shard} of {shards}" + (" take-over" if self.takeover else ""), "flow run": self.flow_run_id, "state": self.state_name,
             "scored": self.statuses.get("scored", 0), "skipped": self.statuses.get("skipped", 0),
             "failed": self.statuses.get("failed", 0), "judge calls": self.judge_calls,
             "cost usd": round(self.cost_usd, 6),
@@ -73,9 +74,11 @@ class ShardReport:
 
 
 def lost_note(report: ShardReport, shards: int) -> str:
-    return (f"shard {report.shard} of {shards} (flow run {report.flow_run_id}) ended {report.state_name}: "
-            f"the {sum(report.statuses.values())} result(s) it stored stay; the pairs it held were taken over "
-            "by the other shards or are left pending for the next run")
+    which = "take-over of shard" if report.takeover else "shard"
+    then = ("are left pending for the next run" if report.takeover else
+            "were taken over by the other shards or by a take-over run of this shard, started when they had ended")
+    return (f"{which} {report.shard} of {shards} (flow run {report.flow_run_id}) ended {report.state_name}: "
+            f"the {sum(report.statuses.values())} result(s) it stored stay; the pairs it held {then}")
 
 
 def night_totals(reports: list[ShardReport]) -> dict[str, Any]:

@@ -300,7 +300,7 @@ def test_cancelling_the_parent_in_prefect_cancels_the_shards_and_loses_no_pair(p
     assert parent_state.is_cancelled() or parent_state.is_cancelling(), parent_state.name
     first = results(db)
     assert 0 < len(first) < 120, out  # cancelled part-way
-    assert "the night's flow run was cancelled" in out, out
+    assert "the night's flow run was cancelled" in out and "**Cancelled.**" in out and "**Stopped (Ctrl-C).**" not in out, out
     # nothing paid and lost: every call the judge answered is on a stored row
     assert judge_server.calls() == _stored_judge_calls(db), out
 

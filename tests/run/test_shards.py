@@ -30,6 +30,8 @@ def test_a_childs_name_says_the_night_and_the_shard_and_its_key_the_parent():
     assert shard_key("parent-a", 2, 4) == shard_key("parent-a", 2, 4)
     keys = {shard_key(parent, shard, 4) for parent in ("parent-a", "parent-b") for shard in range(1, 5)}
     assert len(keys) == 8
+    assert shard_run_name(night, 2, 4, takeover=True) == "score-new-traces/2026-11-29 shard 2 of 4 take-over"
+    assert shard_key("parent-a", 2, 4, takeover=True) not in keys  # a take-over is a child of its own
 
 
 def _report(shard, state, statuses, calls, cost, tokens=(0, 0, 0), superseded=0):
@@ -53,3 +55,9 @@ def test_the_nights_figures_are_the_sums_of_its_childrens():
 def test_a_lost_child_is_named_with_what_it_stored():
     note = lost_note(_report(2, "CRASHED", {"scored": 3}, 6, 0.1), 2)
     assert note.startswith("shard 2 of 2 (flow run run-2) ended Crashed: the 3 result(s) it stored stay")
+    assert "take-over run of this shard" in note
+    again = ShardReport(shard=2, flow_run_id="run-3", state="CRASHED", state_name="Crashed", duration_s=1.0,
+                        takeover=True)
+    assert again.row(2)["shard"] == "2 of 2 take-over"
+    assert lost_note(again, 2).startswith("take-over of shard 2 of 2 (flow run run-3) ended Crashed")
+    assert lost_note(again, 2).endswith("are left pending for the next run")
