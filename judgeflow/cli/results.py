@@ -75,11 +75,11 @@ def outcome(row: dict) -> str:
 
 def render_results(rows: list[dict], *, limit: int, width: int | None = None) -> str:
     """One line per result, cut to the terminal's width (``show`` prints a result in full)."""
-    import shutil
+    from judgeflow.cli.layout import table_width
 
     if not rows:
         return "no result matches"
-    width = width or shutil.get_terminal_size((80, 24)).columns
+    width = width or table_width()
     lines = [_cut(f"{'trace created':<16}  {'metric':<14} {'outcome':<7} {'score':>5}  trace id / reason", width)]
     for r in rows:
         when = "-" if r["trace_created_at"] is None else f"{r['trace_created_at']:%Y-%m-%d %H:%M}"
