@@ -66,15 +66,23 @@ def test_sparkline_scale_and_gaps():
     assert sparkline([None, None], 0.0) == "··"
 
 
-def test_report_command(engine, database_url, monkeypatch, tmp_path):
+def _report_seeded(engine, database_url, monkeypatch, tmp_path, *args: str):
+    """`judgeflow report ARGS` over the seeded results: its output (exit 0 asserted)."""
     from judgeflow.cli import app
 
     _seed(engine)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", database_url)
-    result = CliRunner().invoke(app, ["report", "--since", "7d", "--segment", "app"])
+    result = CliRunner().invoke(app, ["report", *args])
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    return result.output
+
+
+def test_report_command(engine, database_url, monkeypatch, tmp_path):
+    from judgeflow.cli import app
+
+    lines = _report_seeded(engine, database_url, monkeypatch, tmp_path, "--since", "7d", "--segment", "app"
+                           ).splitlines()
     assert any(line.startswith("toxicity (sparkline") for line in lines)
     a = next(line for line in lines if line.startswith("app=a"))
     # 7 days: seven characters of sparkline
@@ -100,15 +108,9 @@ def test_a_long_period_is_bucketed_into_at_most_60_characters():
 
 
 def test_report_of_a_century_prints_no_line_wider_than_its_table(engine, database_url, monkeypatch, tmp_path):
-    from judgeflow.cli import app
-
-    _seed(engine)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("JUDGEFLOW_DATABASE_URL", database_url)
-    result = CliRunner().invoke(app, ["report", "--since", "36500d", "--segment", "app"])
-    assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    output = _report_seeded(engine, database_url, monkeypatch, tmp_path, "--since", "36500d", "--segment", "app")
+    lines = output.splitlines()
     assert max(map(len, lines)) < 200, max(lines, key=len)
     a = next(line for line in lines if line.startswith("app=a"))
     assert re.search(r"app=a\s+·{59}█\s", a), a  # 60 characters of 609 days; the newest holds the data
-    assert "per 609 days" in result.output
+    assert "per 609 days" in output
