@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from judgeflow.metrics.hallucination.metric import HallucinationMetric
 from judgeflow.metrics.toxicity.metric import ToxicityMetric
@@ -17,10 +18,12 @@ def test_pairs_on_the_loop_share_the_judges_slots_in_their_priority_order():
     assert judge_loop() is loop
     slots = CallSlots(4)
     running = peak = 0
+    arrived: list[int] = []
     order: list[int] = []
 
     async def pair(i: int) -> int:
         nonlocal running, peak
+        arrived.append(i)
         # as PairRun.priority gives it: odd pairs chain more calls
         await slots.acquire_async((-(i % 2), i))
         try:
@@ -33,12 +36,23 @@ def test_pairs_on_the_loop_share_the_judges_slots_in_their_priority_order():
             slots.release()
         return 1
 
+    # The test holds every slot until all 30 pairs wait, so the order they get
+    # them in is the slots' alone, not how far the loop got while they were
+    # being submitted (a busy machine let early even pairs in first).
+    for _ in range(4):
+        assert slots.acquire(blocking=False)
     futures = [loop.submit(pair, i) for i in range(30)]
+    deadline = time.monotonic() + 10
+    while len(arrived) < 30 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(arrived) == 30
+    for _ in range(4):
+        slots.release()
     assert sum(f.result(timeout=10) for f in futures) == 30
     assert peak == 4
-    waited = order[4:]  # the first four found a free slot; the others waited for one
-    assert [i for i in waited if i % 2] == sorted(i for i in waited if i % 2)
-    assert max(waited.index(i) for i in waited if i % 2) < min(waited.index(i) for i in waited if i % 2 == 0)
+    odd = [i for i in range(30) if i % 2]
+    even = [i for i in range(30) if not i % 2]
+    assert order == odd + even
 
 
 def test_toxicity_chains_more_judge_calls_than_hallucination():
