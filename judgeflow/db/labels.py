@@ -125,6 +125,21 @@ def scored_units(conn: Connection, source: str, metric: str, *, in_epoch: tuple[
     return [Unit(r.trace_id, r.judged_fail, float(r.weight), r.trace_created_at) for r in rows]
 
 
+def verdict_weights(conn: Connection, source: str, metric: str, *, in_epoch: tuple[str, dict],
+                    since: datetime | None = None, segment: dict[str, str] | None = None) -> dict[str, float]:
+    """``{FAIL: N_fail, PASS: N_pass}`` over the same results as :func:`scored_units`, each counted
+    with its weight on a sampled night: the strata's shares of the rate a correction estimates."""
+    where, params = _population_sql(source, metric, in_epoch=in_epoch, since=since, segment=segment)
+    rows = conn.execute(text(
+        f"SELECT NOT r.passed AS judged_fail, sum({_WEIGHT}) AS weight FROM judgeflow.eval_results r "
+        f"LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id WHERE {where} GROUP BY 1"
+    ), params)
+    out = {FAIL: 0.0, PASS: 0.0}
+    for r in rows:
+        out[FAIL if r.judged_fail else PASS] = float(r.weight)
+    return out
+
+
 def record_draw(conn: Connection, *, metric: str, source: str, epoch_id: int | None, since: datetime | None,
                 segment: dict[str, str] | None, requested: int, seed: int, strata: dict[str, dict[str, int]],
                 items: Sequence[tuple[Unit, str, float]]) -> int:
