@@ -199,3 +199,23 @@ def test_a_session_result_is_written_with_its_key(seeded, db, tmp_path):
     lines, _ = _sample(tmp_path, "--n", "5")
     assert lines == [{"id": sid, "session_key": "conversation-7", "conversation": None,
                       "labels": {"toxicity": None}}]
+
+
+def test_a_metrics_file_metric_is_sampled_and_labelled(seeded, db, tmp_path, monkeypatch):
+    metrics = tmp_path / "metrics.toml"
+    metrics.write_text('[metrics.helpful]\ncriteria = "the reply helps"\n')
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(metrics))
+    source, _ = seeded
+    with db.begin() as conn:
+        conn.execute(sa.text(
+            "INSERT INTO judgeflow.eval_results (trace_id, metric, status, passed, trace_created_at, source) "
+            "VALUES (:t, 'helpful', 'scored', :p, :at, :s)"),
+            [{"t": f"t{i:02}", "p": i > 0, "at": BASE_TIME + timedelta(minutes=i), "s": source} for i in range(10)])
+    out = tmp_path / "helpful.jsonl"
+    result = runner.invoke(app, ["labels", "sample", "--metric", "helpful", "--n", "4", "--out", str(out)])
+    assert result.exit_code == 0 and "fail 1 of 1, pass 3 of 9" in result.output, result.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {x["id"] for x in lines} >= {"t00"} and all(x["labels"] == {"helpful": None} for x in lines)
+    out.write_text("".join(json.dumps({"id": x["id"], "labels": {"helpful": "pass"}}) + "\n" for x in lines))
+    imported = runner.invoke(app, ["labels", "import", str(out)])
+    assert imported.exit_code == 0 and "stored 4 label(s): 4 from a draw" in imported.output, imported.output
