@@ -1,7 +1,7 @@
 """Reading a file of labels for `judgeflow labels import`: pure, the database's answers handed in.
 
 Each line's ``id`` and ``labels`` are read, anything else ignored (a line of the JSONL `labels sample`
-wrote, or just ``{"id": "t1", "labels": {"toxicity": true}}``). A label is true/false in any word
+wrote, or just ``{"id": "t1", "labels": {"METRIC": true}}``). A label is true/false in any word
 calibration reads (judgeflow/calibration/labelled.py); null is not labelled yet: skipped, counted.
 The whole file is checked before anything is stored; the first problem is one :class:`ConfigError`
 naming the file and line: not JSON, no id or labels, an unknown metric, a label that is not

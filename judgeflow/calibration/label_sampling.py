@@ -24,11 +24,9 @@ import math
 import random
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Sequence, TypeVar
+from typing import Sequence
 
 from judgeflow.db.labels import FAIL, PASS  # noqa: F401  (the strata, re-exported for callers)
-
-U = TypeVar("U")
 
 
 def allocate(n: int, populations: dict[str, int]) -> dict[str, int]:
@@ -47,11 +45,11 @@ def inclusion_prob(drawn: int, population: int) -> float:
     return drawn / population if population else 0.0
 
 
-def draw(strata: dict[str, Sequence[U]], n: int, rng: random.Random) -> tuple[dict[str, int], list[tuple[U, str]]]:
-    """The allocation and the drawn ``(unit, stratum)`` in a random order, strata mixed (so labellers
-    are not led). ``strata``' units must come in a fixed order (by id) for a seed to repeat a draw."""
-    sizes = allocate(n, {name: len(units) for name, units in strata.items()})
-    picked = [(unit, name) for name in sorted(strata) for unit in rng.sample(list(strata[name]), sizes[name])]
+def draw(populations: dict[str, int], n: int, rng: random.Random) -> tuple[dict[str, int], list[tuple[str, int]]]:
+    """The allocation and the drawn ``(stratum, position)`` (0-based within the stratum) in a random
+    order, strata mixed (so labellers are not led): simple random sampling without replacement in each."""
+    sizes = allocate(n, populations)
+    picked = [(name, i) for name in sorted(populations) for i in rng.sample(range(populations[name]), sizes[name])]
     rng.shuffle(picked)
     return sizes, picked
 

@@ -29,14 +29,17 @@ def _metric(name: str) -> str:
     return check_names([name.strip()])[0]
 
 
-def _scope(settings, conn, metric: str):
-    """The configured source's recorded name, the epoch in force for (source, metric) and its SQL."""
+def _scope(settings, conn, metric: str, **filters):
+    """The configured source's recorded name, the epoch in force for (source, metric), and the metric's
+    scored results in it (judgeflow/db/labels.py ResultScope) with ``filters`` (since, segment)."""
     from judgeflow.db.epochs import current_epochs, in_epoch_sql
+    from judgeflow.db.labels import ResultScope
     from judgeflow.sources.identity import result_source
 
     source = result_source(settings)
     epoch = current_epochs(conn, source).get(metric)
-    return source, epoch, in_epoch_sql({metric: epoch} if epoch else {}, [metric])
+    in_epoch = in_epoch_sql({metric: epoch} if epoch else {}, [metric])
+    return source, epoch, ResultScope(source, metric, in_epoch, **filters)
 
 
 def _engine(settings):
@@ -71,30 +74,31 @@ def sample(
     from judgeflow.cli.command import command_settings
     from judgeflow.cli.results import segment_values
     from judgeflow.cli.timeparse import parse_when
-    from judgeflow.db.labels import record_draw, scored_units
+    from judgeflow.db.labels import record_draw, units_at, verdict_totals
     from judgeflow.errors import ConfigError
 
     settings = command_settings()
     metric, start, seg = _metric(metric), parse_when(since), segment_values(segment)
     seed = secrets.randbits(62) if seed is None else seed
-    with _engine(settings).begin() as conn:
-        source, epoch, in_epoch = _scope(settings, conn, metric)
-        units = scored_units(conn, source, metric, in_epoch=in_epoch, since=start, segment=seg)
-        if not units:
+    # one snapshot: the strata's sizes and the rows at the positions drawn from them agree
+    with _engine(settings).connect().execution_options(isolation_level="REPEATABLE READ") as conn, conn.begin():
+        source, epoch, scope = _scope(settings, conn, metric, since=start, segment=seg)
+        populations = {h: count for h, (count, _) in verdict_totals(conn, scope).items()}
+        if not sum(populations.values()):
             raise ConfigError(f"no scored result of {metric} to draw from (of {source}"
                               f"{', in its judge epoch in force' if epoch else ''}, with these filters)")
-        strata = {FAIL: [u for u in units if u.judged_fail], PASS: [u for u in units if not u.judged_fail]}
-        sizes, picked = draw(strata, n, random.Random(seed))
-        populations = {h: len(strata[h]) for h in strata}
+        sizes, picked = draw(populations, n, random.Random(seed))
+        at = units_at(conn, scope, {h: [i for s, i in picked if s == h] for h in populations})
+        units = [(at[pick], pick[0], inclusion_prob(sizes[pick[0]], populations[pick[0]])) for pick in picked]
         draw_id = record_draw(
             conn, metric=metric, source=source, epoch_id=epoch.id if epoch else None, since=start, segment=seg,
-            requested=n, seed=seed, strata={h: {"population": populations[h], "drawn": sizes[h]} for h in strata},
-            items=[(u, h, inclusion_prob(sizes[h], populations[h])) for u, h in picked])
-        lines, missing = _lines(settings, conn, metric, [u for u, _ in picked])
+            requested=n, seed=seed, strata={h: {"population": populations[h], "drawn": sizes[h]} for h in sizes},
+            items=units)
+        lines, missing = _lines(settings, conn, metric, [u for u, _, _ in units])
         # written before the transaction commits: a file that cannot be written records no draw
         _write(lines, out)
     where = f" to {out}" if out else ""
-    typer.echo(f"draw {draw_id} of {metric} (seed {seed}): {len(picked)} result(s){where}: "
+    typer.echo(f"draw {draw_id} of {metric} (seed {seed}): {len(units)} result(s){where}: "
                + ", ".join(f"{h} {sizes[h]} of {populations[h]}" for h in (FAIL, PASS))
                + (f"; {missing} not found in the source (input/output null)" if missing else ""), err=True)
 
@@ -174,13 +178,13 @@ def plan(
     labels), allocated where they shrink the interval most (Neyman)."""
     from judgeflow.calibration.label_sampling import PRIOR, plan as plan_labels
     from judgeflow.cli.command import command_settings
-    from judgeflow.db.labels import labelled_sample, verdict_weights
+    from judgeflow.db.labels import labelled_sample, verdict_totals
 
     settings = command_settings()
     metric = _metric(metric)
     with _engine(settings).connect() as conn:
-        source, epoch, in_epoch = _scope(settings, conn, metric)
-        weights = verdict_weights(conn, source, metric, in_epoch=in_epoch)
+        source, epoch, scope = _scope(settings, conn, metric)
+        weights = {h: weight for h, (_, weight) in verdict_totals(conn, scope).items()}
         draws = labelled_sample(conn, source, metric, epoch.id if epoch else None)
     labelled = {h: (sum(1 for d in draws for i in d.items if i.stratum == h),
                     sum(1 for d in draws for i in d.items if i.stratum == h and i.label)) for h in weights}

@@ -97,47 +97,61 @@ class Draw:
         return sum(s.population for s in self.strata.values())
 
 
-def _population_sql(source: str, metric: str, *, in_epoch: tuple[str, dict], since: datetime | None,
-                    segment: dict[str, str] | None) -> tuple[str, dict]:
-    where = ["r.metric = :metric", "r.status = 'scored'", "r.passed IS NOT NULL", of_source("r.source"),
-             in_epoch[0]]
-    params: dict[str, Any] = {"metric": metric, "source": source, **in_epoch[1]}
-    if since is not None:
-        where.append("r.trace_created_at >= :since")
-        params["since"] = since
-    for i, (key, value) in enumerate(sorted((segment or {}).items())):
-        where.append(f"r.segment->>:seg_k{i} = :seg_v{i}")
-        params.update({f"seg_k{i}": key, f"seg_v{i}": value})
-    return " AND ".join(where), params
+@dataclass(frozen=True)
+class ResultScope:
+    """The scored results of a metric a draw is made from: of ``source``, in the epoch ``in_epoch`` says
+    (judgeflow/db/epochs.py in_epoch_sql's condition, over eval_results' unqualified columns, which no
+    other table read here has; ``("TRUE", {})``: every epoch), trace created at/after ``since``, with
+    every ``segment`` value (``segment->>k = v``)."""
+
+    source: str
+    metric: str
+    in_epoch: tuple[str, dict] = ("TRUE", {})
+    since: datetime | None = None
+    segment: dict[str, str] | None = None
+
+    def where(self) -> tuple[str, dict]:
+        where = ["r.metric = :metric", "r.status = 'scored'", "r.passed IS NOT NULL", of_source("r.source"),
+                 self.in_epoch[0]]
+        params: dict[str, Any] = {"metric": self.metric, "source": self.source, **self.in_epoch[1]}
+        if self.since is not None:
+            where.append("r.trace_created_at >= :since")
+            params["since"] = self.since
+        for i, (key, value) in enumerate(sorted((self.segment or {}).items())):
+            where.append(f"r.segment->>:seg_k{i} = :seg_v{i}")
+            params.update({f"seg_k{i}": key, f"seg_v{i}": value})
+        return " AND ".join(where), params
 
 
-def scored_units(conn: Connection, source: str, metric: str, *, in_epoch: tuple[str, dict],
-                 since: datetime | None = None, segment: dict[str, str] | None = None) -> list[Unit]:
-    """The scored results of ``metric`` of ``source`` a draw is made from, ordered by id (so a seed
-    draws the same sample from the same results). ``in_epoch``: judgeflow/db/epochs.py in_epoch_sql's
-    condition (over eval_results' unqualified columns, which no other table read here has)."""
-    where, params = _population_sql(source, metric, in_epoch=in_epoch, since=since, segment=segment)
-    rows = conn.execute(text(
-        f"SELECT r.trace_id, NOT r.passed AS judged_fail, {_WEIGHT} AS weight, r.trace_created_at "
-        f"FROM judgeflow.eval_results r "
-        f"LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id WHERE {where} ORDER BY r.trace_id"
-    ), params)
-    return [Unit(r.trace_id, r.judged_fail, float(r.weight), r.trace_created_at) for r in rows]
+_FROM = ("FROM judgeflow.eval_results r "
+         "LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id")
 
 
-def verdict_weights(conn: Connection, source: str, metric: str, *, in_epoch: tuple[str, dict],
-                    since: datetime | None = None, segment: dict[str, str] | None = None) -> dict[str, float]:
-    """``{FAIL: N_fail, PASS: N_pass}`` over the same results as :func:`scored_units`, each counted
-    with its weight on a sampled night: the strata's shares of the rate a correction estimates."""
-    where, params = _population_sql(source, metric, in_epoch=in_epoch, since=since, segment=segment)
-    rows = conn.execute(text(
-        f"SELECT NOT r.passed AS judged_fail, sum({_WEIGHT}) AS weight FROM judgeflow.eval_results r "
-        f"LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = r.trace_id WHERE {where} GROUP BY 1"
-    ), params)
-    out = {FAIL: 0.0, PASS: 0.0}
-    for r in rows:
-        out[FAIL if r.judged_fail else PASS] = float(r.weight)
+def verdict_totals(conn: Connection, scope: ResultScope) -> dict[str, tuple[int, float]]:
+    """Per stratum (:data:`FAIL`, :data:`PASS`): how many results (N_h) and their weights added (each
+    counted with its weight on a sampled night: the strata's shares of the rate a correction estimates)."""
+    where, params = scope.where()
+    out = {FAIL: (0, 0.0), PASS: (0, 0.0)}
+    for r in conn.execute(text(
+        f"SELECT NOT r.passed AS judged_fail, count(*) AS n, sum({_WEIGHT}) AS weight {_FROM} "
+        f"WHERE {where} GROUP BY 1"
+    ), params):
+        out[FAIL if r.judged_fail else PASS] = (int(r.n), float(r.weight))
     return out
+
+
+def units_at(conn: Connection, scope: ResultScope, positions: dict[str, Sequence[int]]) -> dict[tuple[str, int], Unit]:
+    """The results at ``positions`` (0-based, within each stratum ordered by id, so a seed draws the same
+    results from the same data) by ``(stratum, position)``: a draw reads the rows it picked, never the
+    population. Read in the same snapshot as :func:`verdict_totals` (a REPEATABLE READ transaction)."""
+    where, params = scope.where()
+    rows = conn.execute(text(
+        f"SELECT * FROM (SELECT r.trace_id, NOT r.passed AS judged_fail, {_WEIGHT} AS weight, r.trace_created_at, "
+        f"row_number() OVER (PARTITION BY r.passed ORDER BY r.trace_id) - 1 AS pos {_FROM} WHERE {where}) x "
+        "WHERE (x.judged_fail AND x.pos = ANY(:fail_at)) OR (NOT x.judged_fail AND x.pos = ANY(:pass_at))"
+    ), {**params, "fail_at": list(positions.get(FAIL, ())), "pass_at": list(positions.get(PASS, ()))})
+    return {(FAIL if r.judged_fail else PASS, r.pos): Unit(r.trace_id, r.judged_fail, float(r.weight),
+                                                           r.trace_created_at) for r in rows}
 
 
 def record_draw(conn: Connection, *, metric: str, source: str, epoch_id: int | None, since: datetime | None,

@@ -9,7 +9,9 @@ from datetime import datetime, timedelta, timezone
 import sqlalchemy as sa
 
 from judgeflow.db import migrate
-from judgeflow.db.labels import FAIL, PASS, labelled_sample, record_draw, scored_units, store_labels
+from judgeflow.db.labels import (
+    FAIL, PASS, ResultScope, labelled_sample, record_draw, store_labels, units_at, verdict_totals,
+)
 
 T0 = datetime(2026, 11, 20, tzinfo=timezone.utc)
 SOURCE = "table:llm_traces@results-db"
@@ -34,11 +36,15 @@ def test_population_filters_source_segment_and_weights(db):
         conn.execute(sa.text(
             "INSERT INTO judgeflow.sample_decisions (trace_id, night, stratum, inclusion_prob, selected) "
             "VALUES ('b', '2026-11-20', 's', 0.25, true)"))
-        everything = scored_units(conn, SOURCE, "toxicity", in_epoch=("TRUE", {}))
-        chat = scored_units(conn, SOURCE, "toxicity", in_epoch=("TRUE", {}), segment={"app": "chat"})
-    assert [(u.trace_id, u.judged_fail, u.result_weight) for u in everything] == [
-        ("a", True, 1.0), ("b", False, 4.0), ("c", False, 1.0)]
-    assert [u.trace_id for u in chat] == ["a", "b"]
+        scope, chat = ResultScope(SOURCE, "toxicity"), ResultScope(SOURCE, "toxicity", segment={"app": "chat"})
+        totals = verdict_totals(conn, scope), verdict_totals(conn, chat)
+        everything = units_at(conn, scope, {FAIL: [0], PASS: [0, 1]})
+        second_pass = units_at(conn, scope, {PASS: [1]})
+    assert totals == ({FAIL: (1, 1.0), PASS: (2, 5.0)}, {FAIL: (1, 1.0), PASS: (1, 4.0)})
+    # positions within a stratum, ordered by id
+    assert {k: (u.trace_id, u.judged_fail, u.result_weight) for k, u in everything.items()} == {
+        (FAIL, 0): ("a", True, 1.0), (PASS, 0): ("b", False, 4.0), (PASS, 1): ("c", False, 1.0)}
+    assert [u.trace_id for u in second_pass.values()] == ["c"]
 
 
 def test_labelled_sample_reads_one_epochs_draws_with_majority_labels(db):
@@ -49,7 +55,7 @@ def test_labelled_sample_reads_one_epochs_draws_with_majority_labels(db):
             "INSERT INTO judgeflow.judge_epochs (source, metric, metric_version, judge_model, started_at) "
             "VALUES (:s, 'toxicity', 'v1', :model, :at) RETURNING id"
         ), {"s": SOURCE, "model": model, "at": T0 - timedelta(days=d)}).scalar_one() for model, d in (("m1", 9), ("m2", 1))]
-        units = {u.trace_id: u for u in scored_units(conn, SOURCE, "toxicity", in_epoch=("TRUE", {}))}
+        units = {u.trace_id: u for u in units_at(conn, ResultScope(SOURCE, "toxicity"), {FAIL: [0], PASS: [0, 1]}).values()}
         old = record_draw(conn, metric="toxicity", source=SOURCE, epoch_id=epochs[0], since=None, segment=None,
                           requested=1, seed=1, strata={FAIL: {"population": 1, "drawn": 1}},
                           items=[(units["a"], FAIL, 1.0)])
