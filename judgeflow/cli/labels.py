@@ -197,6 +197,6 @@ def plan(
     now = "-" if result.current_half_width is None else f"±{result.current_half_width:.4f}"
     typer.echo(f"{metric}: {result.more} more label(s) for ±{half_width:g} at {confidence:.0%} (now {now})")
     for s in result.strata:
-        typer.echo(f"  judged {s.name}: {s.more} more (share {s.weight:.1%}, {s.labels} labelled, "
-                   f"{s.fails} of them fail by people, p={s.p:.3f})")
-    typer.echo(f"prior: {PRIOR}; `judgeflow labels sample --metric {metric} --n N` draws them")
+        typer.echo(f"  judged {s.name}: {s.more} more (share {s.weight:.1%}; {s.labels} labelled, people say "
+                   f"{s.fails} fail; p={s.p:.3f})")
+    typer.echo(f"prior: {PRIOR}")
