@@ -186,6 +186,11 @@ def plan(
         source, epoch, scope = _scope(settings, conn, metric)
         weights = {h: weight for h, (_, weight) in verdict_totals(conn, scope).items()}
         draws = labelled_sample(conn, source, metric, epoch.id if epoch else None)
+    if not sum(weights.values()):
+        from judgeflow.errors import ConfigError
+
+        raise ConfigError(f"no scored result of {metric} (of {source}) in its judge epoch in force: no rate to "
+                          "correct yet")
     labelled = {h: (sum(1 for d in draws for i in d.items if i.stratum == h),
                     sum(1 for d in draws for i in d.items if i.stratum == h and i.label)) for h in weights}
     result = plan_labels(weights, labelled, half_width_target=half_width, confidence=confidence)

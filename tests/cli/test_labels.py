@@ -181,6 +181,8 @@ def test_plan_from_the_prior_then_from_the_labels(seeded, tmp_path):
         "fail": (4, math.ceil(total * s_f / (s_f + s_p)) - 4), "pass": (4, math.ceil(total * s_p / (s_f + s_p)) - 4)}
     text = runner.invoke(app, ["labels", "plan", "--metric", "toxicity", "--half-width", "0.05"]).output
     assert f"{second['more']} more label(s) for ±0.05 at 95%" in text and "prior: Beta(1,1)" in text
+    nothing = runner.invoke(app, ["labels", "plan", "--metric", "hallucination", "--half-width", "0.05"])
+    assert nothing.exit_code == 2 and "no scored result of hallucination" in nothing.output
 
 
 def test_a_session_result_is_written_with_its_key(seeded, db, tmp_path):
