@@ -107,10 +107,15 @@ class _Run:
     session_metrics: list[str] = field(default_factory=list)  # level "session": judged over conversations
     quiet: list = field(default_factory=list)  # the sessions that went quiet and changed (tasks/sessions.py)
 
+    @property
+    def sessions_pending(self) -> int:
+        """(session, metric) pairs this run may judge: an upper bound, pairs done drop out as claimed."""
+        return len(self.quiet) * len(self.session_metrics)
+
 
 def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, until, sample_rate: float,
-           rescore: bool, retry_failed: bool, night_id: str | None = None, night: NightLimits | None = None
-           ) -> _Run:
+           rescore: bool, retry_failed: bool, night_id: str | None = None, night: NightLimits | None = None,
+           session_metrics: list[str] = ()) -> _Run:
     run_id = str(flow_run.get_id() or uuid.uuid4())
     run_started = datetime.now(timezone.utc)
     # run_started: a pair this run has written is done for this run whatever
@@ -145,6 +150,7 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     run.pending = count_pending_work(settings, metrics, run.filters, limit=limit)
     if not run.ranged:  # every nightly run finds them, with or without a session metric to judge them
         run.quiet = find_quiet_sessions(settings)
+        run.session_metrics = list(session_metrics) if run.quiet else []
     return run
 
 
@@ -240,29 +246,22 @@ def score_traces(
     limits = read_night_limits(settings, night) if night is not None else None
     limit = limits.trace_limit if limits is not None else limit
     run = _start(settings, metrics, limit=limit, since=since, until=until, sample_rate=sample_rate,
-                 rescore=rescore, retry_failed=retry_failed, night_id=night, night=limits)
-    run.session_metrics = session_metrics if run.quiet else []
-    sessions_pending = len(run.quiet) * len(run.session_metrics)  # an upper bound: pairs done drop out
+                 rescore=rescore, retry_failed=retry_failed, night_id=night, night=limits,
+                 session_metrics=session_metrics)
     get_run_logger().info("%d (trace, metric) pairs pending in %s", run.pending, trace_source(settings).display)
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
     keeper = LeaseKeeper(settings, run.owner, before_release=lambda: schedule.cancel_and_wait())
     policy = RunPolicy.for_run(settings, run.owner, deadline=run.deadline, keeper=keeper, budget=_budget(run))
     _prepare(run, limit, policy)
-    judging = run.pending or sessions_pending
+    judging = run.pending + run.sessions_pending
     # a new judge model or metric version starts a judge epoch: before the first result is written
-    run.epochs = record_judge_epochs(settings, run.metrics + run.session_metrics, flow_run_id=run.run_id) \
-        if judging else []
-    # the judge (litellm's import, judge worker processes: seconds) only when
-    # there is work for it, built while the first batch is claimed
-    judge_started = start_judge.submit(settings) if judging and not settings.judge_batch else None
+    every = run.metrics + run.session_metrics
+    run.epochs = record_judge_epochs(settings, every, flow_run_id=run.run_id) if judging else []
+    judge_started, batched = _judges(run, policy, judging, cancel_batches)
     totals = SummaryBuilder()
-    progress = Progress(run.pending + sessions_pending, every=batch_size, flow_run_id=run.run_id,
+    progress = Progress(judging, every=batch_size, flow_run_id=run.run_id,
                         budget_usd=policy.budget.limit_usd if policy.budget is not None else None)
-    batched = start_batch_judge(settings, policy, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
-        if settings.judge_batch and judging else None
-    if batched is not None:
-        watch_batches(batched.waits)  # while it waits on the provider no pair ends: the display shows the wait
     schedule = _schedule(run, batch_size, limit, policy, totals, progress, batched or judge_started)
     with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
@@ -283,6 +282,18 @@ def score_traces(
     totals.less_paid_before(prepaid)  # this run's cost is what it billed; the rows carry what they cost
     notes = [*_end_notes(run, ended, policy), *batches_left_out(batched), *prepaid_notes]
     return _finish(run, _summary(run, totals, left, notes), ended, policy.budget, progress)
+
+
+def _judges(run: _Run, policy: RunPolicy, judging: int, cancel_batches: bool):
+    """The run's judge (litellm's import, judge worker processes: seconds) only when there is work
+    for it, built while the first batch is claimed; or its batch judge (``JUDGEFLOW_JUDGE_BATCH``)."""
+    settings = run.settings
+    judge_started = start_judge.submit(settings) if judging and not settings.judge_batch else None
+    batched = start_batch_judge(settings, policy, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
+        if settings.judge_batch and judging else None
+    if batched is not None:
+        watch_batches(batched.waits)  # while it waits on the provider no pair ends: the display shows the wait
+    return judge_started, batched
 
 
 def _judge_sessions(run: _Run, schedule: RunSchedule, ended: str, keeper: LeaseKeeper) -> str:

@@ -54,9 +54,10 @@ def session_json(session: dict[str, Any], scores: dict[str, list[dict[str, Any]]
 
 def render_session(doc: dict[str, Any]) -> str:
     key = doc["session_key"] + ("..." if doc["session_key_chars"] > KEY_SHOWN_CHARS else "")
+    judged = "not judged yet" if doc["judged_turns"] is None else f"last judged at {doc['judged_turns']} turns"
     lines = [f"session {doc['session_id']} (key {key!r}, {doc['source']})",
-             f"  turns: {doc['turns']} ({doc['first_turn_at']:%Y-%m-%d %H:%M:%S} to {doc['last_turn_at']:%Y-%m-%d %H:%M:%S}"
-             f" UTC); judged at {doc['judged_turns'] if doc['judged_turns'] is not None else 'no'} turns"]
+             f"  turns: {doc['turns']} ({doc['first_turn_at']:%Y-%m-%d %H:%M:%S} to "
+             f"{doc['last_turn_at']:%Y-%m-%d %H:%M:%S} UTC); {judged}"]
     if not doc["metrics"]:
         lines.append("  no session metric has judged it yet")
     for metric, entry in doc["metrics"].items():
