@@ -102,3 +102,10 @@ def test_sessions_are_marked_without_a_session_metric(db):
     with db.begin() as conn:
         assert sessions.mark_judged(conn, quiet, [], max_failed_runs=3) == [session_result_id("src", "a")]
     assert _quiet(db) == {}
+
+
+def test_a_session_due_is_asked_by_the_database_clock(db):
+    _record(db, "src", [("t1", NOW - timedelta(minutes=10), "a")])
+    with db.connect() as conn:
+        assert not sessions.sessions_due(conn, "src", 1800)  # quiet for 10 minutes of the 30
+        assert sessions.sessions_due(conn, "src", 300) and not sessions.sessions_due(conn, "other", 300)
