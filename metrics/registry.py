@@ -336,6 +336,11 @@ def at_level(names: Sequence[str], level: Level) -> list[str]:
     return [name for name in names if specs[name].level == level]
 
 
+def trace_metric_names() -> list[str]:
+    """The registered metrics judged per trace: what the source's pending pairs and watermarks are of."""
+    return at_level(metric_names(), "trace")
+
+
 def chosen(names: Sequence[str] | None) -> list[str]:
     """The metrics a run or command was given (checked), or every registered one for None."""
     return list(metric_names()) if names is None else check_names(list(names))

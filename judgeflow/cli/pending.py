@@ -20,10 +20,12 @@ def anything_pending(settings: "Settings", *, since: datetime | None, until: dat
 
     from judgeflow.db.pending_work import anything_pending as run_has_pending
     from judgeflow.errors import JudgeflowError
-    from judgeflow.metrics.registry import chosen
+    from judgeflow.metrics.registry import at_level, chosen
 
+    # the source's pairs are of trace metrics; a session metric's wait on quiet sessions (_sessions_due)
+    traced = at_level(chosen(metrics), "trace")
     try:
-        return run_has_pending(settings, chosen(metrics), since=since, until=until, sample_rate=sample_rate,
+        return run_has_pending(settings, traced, since=since, until=until, sample_rate=sample_rate,
                                retry_failed=retry_failed) or _budget_raised(settings, ranged=since or until) \
             or _sessions_due(settings, ranged=since or until)
     except (SQLAlchemyError, JudgeflowError):
