@@ -31,8 +31,8 @@ def test_phoenix_reads_the_session_id_attribute_of_llm_spans(db):
         conn.exec_driver_sql("CREATE SCHEMA px")
         conn.exec_driver_sql("CREATE TABLE px.spans (span_id text, start_time timestamptz, span_kind text, "
                              "attributes jsonb)")
-        for i, (kind, attrs) in enumerate([("LLM", '{"session": {"id": "chat"}}'), ("CHAIN", '{"session": {"id": "chat"}}'),
-                                           ("LLM", '{"session": {}}'), ("LLM", '{"session": {"id": "chat"}}')]):
+        chat = '{"session": {"id": "chat"}}'
+        for i, (kind, attrs) in enumerate([("LLM", chat), ("CHAIN", chat), ("LLM", '{"session": {}}'), ("LLM", chat)]):
             conn.exec_driver_sql("INSERT INTO px.spans VALUES (%s, %s, %s, %s)", (f"s{i}", T + timedelta(seconds=i),
                                                                                 kind, attrs))
         rows = PhoenixSource("px").session_keys(conn, KeyFilter(), "ignored", 10)
