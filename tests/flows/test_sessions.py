@@ -77,17 +77,23 @@ def _first_night(db, database_url, judge_server) -> tuple[dict, int]:
     turns = [("a0", "a", old, "Hi, my order is late."), ("a1", "a", old + timedelta(seconds=1), "Sorry. [geval=4]"),
              ("a2", "a", old + timedelta(seconds=2), "Still waiting. [geval=6]"),
              ("b0", "b", old, INJECTION), ("b1", "b", old + timedelta(seconds=1), "Done."),
+             ("d0", "d", old, INJECTION), ("d1", "d", old + timedelta(seconds=1), "Done."),  # b's conversation again
              ("c0", "c", now - timedelta(minutes=1), "an open session"),
              ("n0", None, old, "no session key"), ("e0", "", old, "an empty key")]
-    insert_traces(db, [{"id": i, "created_at": at, "input": f"turn {i}", "output": out,
+    insert_traces(db, [{"id": i, "created_at": at, "input": f"turn {i[1:]}", "output": out,
                         "metadata": {} if key is None else {"session_id": key}} for i, key, at, out in turns])
-    sid = {k: session_result_id(_source_id(database_url), k) for k in "abc"}
+    sid = {k: session_result_id(_source_id(database_url), k) for k in "abcd"}
     before = judge_server.calls("GEvalScore")
     summary = _night()
-    assert judge_server.calls("GEvalScore") - before == 2  # a and b; c is not quiet; n0, e0 are in no session
+    # a and b; d's conversation is b's: copied, not judged (as d0, d1's hallucination pairs copy b0, b1's);
+    # c is not quiet; n0, e0 are in no session
+    assert judge_server.calls("GEvalScore") - before == 2 and summary.reused == 3
     rows = {r["trace_id"]: r for r in _rows(db, "SELECT trace_id, score, status, reason, details, trace_created_at "
                                                 "FROM judgeflow.eval_results WHERE metric = 'resolved'")}
-    assert set(rows) == {sid["a"], sid["b"]} and summary.failed == 0
+    assert set(rows) == {sid["a"], sid["b"], sid["d"]} and summary.failed == 0
+    copied = {sid[k]: rows[sid[k]]["details"].get("reused_from") for k in "bd"}
+    assert sorted(copied.values(), key=str) == sorted([None, sid["b"] if copied[sid["d"]] else sid["d"]], key=str)
+    assert rows[sid["d"]]["details"]["turns"] == 2
     assert (rows[sid["a"]]["score"], rows[sid["a"]]["details"]["turns"]) == (0.6, 3)  # the last marker of 3 turns
     assert rows[sid["a"]]["trace_created_at"] == old + timedelta(seconds=2)  # the session's last turn
     assert rows[sid["b"]]["details"]["turns"] == 2 and rows[sid["b"]]["reason"] == "Saw 2 turns."
@@ -96,7 +102,7 @@ def _first_night(db, database_url, judge_server) -> tuple[dict, int]:
     assert sent and sent[0].data["conversation"][0]["output"] == INJECTION
     marked = {r["session_id"]: r["judged_turns"] for r in _rows(db, "SELECT session_id, judged_turns "
                                                                     "FROM judgeflow.sessions")}
-    assert marked == {sid["a"]: 3, sid["b"]: 2, sid["c"]: None}
+    assert marked == {sid["a"]: 3, sid["b"]: 2, sid["c"]: None, sid["d"]: 2}
     return sid, before
 
 
@@ -229,3 +235,21 @@ def test_a_10000_turn_session_is_judged_within_its_budget(session_env, db, judge
     omitted = row["details"]["turns_omitted"]
     assert sent[0]["input"] == "question 0" and sent[1] == {"note": f"[{omitted} turns omitted]"}
     assert sent[-1]["input"] == "question 9999" and len(sent) == 10_000 - omitted + 1
+
+
+# ~15 s (a night through the batch API): the pair pipeline's batch judge is tests/flows/test_batch_night.py's
+@pytest.mark.slow
+def test_session_calls_go_through_the_batch_api(session_env, db, judge_server):
+    from judgeflow.flows.scoring import score_new_traces
+
+    old = datetime.now(timezone.utc) - timedelta(hours=2)
+    insert_traces(db, [{"id": f"b{i}", "created_at": old + timedelta(seconds=i), "output": f"reply {i} [geval=7]",
+                        "metadata": {"session_id": "batched"}} for i in range(3)])
+    summary = score_new_traces(metrics=["resolved"], batch=True, evaluate_alerts=False)
+    assert summary.scored == 1 and summary.failed == 0
+    # the session's result is written under the judge epoch its run recorded
+    assert [r["metric"] for r in _rows(db, "SELECT metric FROM judgeflow.judge_epochs")] == ["resolved"]
+    (line,) = _rows(db, "SELECT l.step, l.trace_id FROM judgeflow.judge_batch_lines l")
+    (row,) = _rows(db, "SELECT trace_id, score, details FROM judgeflow.eval_results")
+    assert (line["step"], line["trace_id"]) == ("resolved.geval", row["trace_id"])
+    assert (row["score"], row["details"]["turns"]) == (0.7, 3)
