@@ -70,10 +70,11 @@ from judgeflow.tasks.sampling import (
     reweigh_sampled_nights,
     top_up_night_sample,
 )
+from judgeflow.tasks.sessions import claim_sessions, find_quiet_sessions, mark_sessions_judged
 from judgeflow.tasks.shards import read_night_limits
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
-from judgeflow.metrics.registry import check_names, chosen
+from judgeflow.metrics.registry import at_level, check_names, chosen
 from judgeflow.model import ClaimedBatch, Cursor
 
 __all__ = ["MAX_THREADS", "default_batch_size", "score_new_traces", "score_traces"]
@@ -103,11 +104,18 @@ class _Run:
     sample: Any = None  # tonight's sample plan under a sample budget (judgeflow/sampling/), or None
     night_id: str | None = None  # a shard's: its parent's flow run id, the key of the night's shared ledger
     night: NightLimits | None = None  # a shard's: what its parent set for the whole night
+    session_metrics: list[str] = field(default_factory=list)  # level "session": judged over conversations
+    quiet: list = field(default_factory=list)  # the sessions that went quiet and changed (tasks/sessions.py)
+
+    @property
+    def sessions_pending(self) -> int:
+        """(session, metric) pairs this run may judge: an upper bound, pairs done drop out as claimed."""
+        return len(self.quiet) * len(self.session_metrics)
 
 
 def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, until, sample_rate: float,
-           rescore: bool, retry_failed: bool, night_id: str | None = None, night: NightLimits | None = None
-           ) -> _Run:
+           rescore: bool, retry_failed: bool, night_id: str | None = None, night: NightLimits | None = None,
+           session_metrics: list[str] = ()) -> _Run:
     run_id = str(flow_run.get_id() or uuid.uuid4())
     run_started = datetime.now(timezone.utc)
     # run_started: a pair this run has written is done for this run whatever
@@ -140,6 +148,9 @@ def _start(settings: Settings, metrics: list[str], *, limit: int | None, since, 
     window_start = plan.lo if plan.lo is not None else since
     run.unusable = count_unusable_rows.submit(settings, window_start, window_start is None)
     run.pending = count_pending_work(settings, metrics, run.filters, limit=limit)
+    if not run.ranged:  # every nightly run finds them, with or without a session metric to judge them
+        run.quiet = find_quiet_sessions(settings)
+        run.session_metrics = list(session_metrics) if run.quiet else []
     return run
 
 
@@ -229,33 +240,33 @@ def score_traces(
     shard's parent flow run id; the trace limit and the spend budget are then
     the night's, held with the sibling shards (judgeflow/db/night_ledger.py)."""
     check_names(metrics)  # an unknown one: one line naming the registered metrics
+    # trace metrics are paired with traces, session metrics with quiet sessions (_judge_sessions)
+    session_metrics, metrics = at_level(metrics, "session"), at_level(metrics, "trace")
     batch_size = checked_batch_size(settings, sample_rate, batch_size)
     limits = read_night_limits(settings, night) if night is not None else None
     limit = limits.trace_limit if limits is not None else limit
     run = _start(settings, metrics, limit=limit, since=since, until=until, sample_rate=sample_rate,
-                 rescore=rescore, retry_failed=retry_failed, night_id=night, night=limits)
+                 rescore=rescore, retry_failed=retry_failed, night_id=night, night=limits,
+                 session_metrics=session_metrics)
     get_run_logger().info("%d (trace, metric) pairs pending in %s", run.pending, trace_source(settings).display)
     # The keeper releases the run's claims on the way out, also when a task or
     # the database failed: only once nothing still judges or writes under them.
     keeper = LeaseKeeper(settings, run.owner, before_release=lambda: schedule.cancel_and_wait())
     policy = RunPolicy.for_run(settings, run.owner, deadline=run.deadline, keeper=keeper, budget=_budget(run))
     _prepare(run, limit, policy)
+    judging = run.pending + run.sessions_pending
     # a new judge model or metric version starts a judge epoch: before the first result is written
-    run.epochs = record_judge_epochs(settings, run.metrics, flow_run_id=run.run_id) if run.pending else []
-    # the judge (litellm's import, judge worker processes: seconds) only when
-    # there is work for it, built while the first batch is claimed
-    judge_started = start_judge.submit(settings) if run.pending and not settings.judge_batch else None
+    every = run.metrics + run.session_metrics
+    run.epochs = record_judge_epochs(settings, every, flow_run_id=run.run_id) if judging else []
+    judge_started, batched = _judges(run, policy, judging, cancel_batches)
     totals = SummaryBuilder()
-    progress = Progress(run.pending, every=batch_size, flow_run_id=run.run_id,
+    progress = Progress(judging, every=batch_size, flow_run_id=run.run_id,
                         budget_usd=policy.budget.limit_usd if policy.budget is not None else None)
-    batched = start_batch_judge(settings, policy, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
-        if settings.judge_batch and run.pending else None
-    if batched is not None:
-        watch_batches(batched.waits)  # while it waits on the provider no pair ends: the display shows the wait
     schedule = _schedule(run, batch_size, limit, policy, totals, progress, batched or judge_started)
     with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
         ended = _top_ups(run, schedule, policy, ended, functools.partial(_claim, run, keeper))
+        ended = _judge_sessions(run, schedule, ended, keeper)
         # what other live runs hold once this one claims no more: counted while its last batches finish
         left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)
         schedule.finish()
@@ -271,6 +282,36 @@ def score_traces(
     totals.less_paid_before(prepaid)  # this run's cost is what it billed; the rows carry what they cost
     notes = [*_end_notes(run, ended, policy), *batches_left_out(batched), *prepaid_notes]
     return _finish(run, _summary(run, totals, left, notes), ended, policy.budget, progress)
+
+
+def _judges(run: _Run, policy: RunPolicy, judging: int, cancel_batches: bool):
+    """The run's judge (litellm's import, judge worker processes: seconds) only when there is work
+    for it, built while the first batch is claimed; or its batch judge (``JUDGEFLOW_JUDGE_BATCH``)."""
+    settings = run.settings
+    judge_started = start_judge.submit(settings) if judging and not settings.judge_batch else None
+    batched = start_batch_judge(settings, policy, run.owner, run.run_id, cancel_on_stop=cancel_batches) \
+        if settings.judge_batch and judging else None
+    if batched is not None:
+        watch_batches(batched.waits)  # while it waits on the provider no pair ends: the display shows the wait
+    return judge_started, batched
+
+
+def _judge_sessions(run: _Run, schedule: RunSchedule, ended: str, keeper: LeaseKeeper) -> str:
+    """The quiet sessions' (session, metric) pairs, once the traces are claimed, through the same
+    schedule (budget, stop, time), batches and results store as trace pairs; then the sessions
+    whose pairs are all done are marked judged. A run that stopped early judges none: they stay due."""
+    if ended != DONE or not run.quiet:
+        return ended
+    if run.session_metrics:
+        schedule.again()
+        ended = schedule.run(lambda room, cursor: claim_sessions(
+            run.settings, run.owner, run.quiet, run.session_metrics, room, cursor, owner_key=keeper.owner_key))
+        schedule.finish()  # stored before they are marked: a stop here leaves them due, their pairs done
+    if ended == DONE:
+        # every session metric served, not only this run's (--metric): a session is judged once all have judged it
+        mark_sessions_judged(run.settings, run.quiet, at_level(chosen(None), "session"))
+        # session rates (tasks/session_rates.py) are stored here for the same sessions
+    return ended
 
 
 def _close_judges(run: _Run, judge_started, batched) -> None:
@@ -324,12 +365,15 @@ def _prepare(run: _Run, limit: int | None, policy: RunPolicy) -> None:
     """Metrics that need something from the judge once (G-Eval steps) get it before
     the run's epochs are recorded; one the judge could not prepare is left out of
     this run, its pairs pending (the watermark keeps waiting for them)."""
-    if not run.pending or not unprepared(run.metrics):
+    wanted = run.metrics + run.session_metrics
+    if not (run.pending or run.session_metrics) or not unprepared(wanted):
         return
-    prepared = prepare_metrics(run.settings, run.metrics, policy)
+    prepared = prepare_metrics(run.settings, wanted, policy)
     run.notes.extend(prepared.notes)
-    if prepared.ready != run.metrics:
-        run.metrics = prepared.ready
+    ready = set(prepared.ready)
+    run.session_metrics = [m for m in run.session_metrics if m in ready]
+    if [m for m in run.metrics if m in ready] != run.metrics:
+        run.metrics = [m for m in run.metrics if m in ready]
         run.pending = count_pending_work(run.settings, run.metrics, run.filters, limit=limit) if run.metrics else 0
 
 

@@ -30,6 +30,9 @@ class TraceWork(BaseModel):
     # the database's error when the source row could not be read: stored as a
     # failed result (invalid_trace) without a judge call
     read_error: str | None = None
+    # a session's pair (trace_id: its result id, judgeflow/sources/session_id.py): the turns it had
+    # when claimed; ``context`` then holds the conversation, [{"input", "output"}, ...] in turn order
+    turns: int | None = None
 
 
 class Cursor(BaseModel):
@@ -43,7 +46,7 @@ class Cursor(BaseModel):
     created_at: datetime
     trace_id: str
     metric: str = ""
-    phase: Literal["night", "earlier", "retry", "window"] = "window"
+    phase: Literal["night", "earlier", "retry", "window", "sessions"] = "window"
 
 
 class ClaimedBatch(BaseModel):

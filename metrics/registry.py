@@ -67,6 +67,9 @@ ENTRY_POINT_GROUP = "judgeflow.metrics"
 OWN_DISTRIBUTION = "judgeflow"
 Origin = Literal["built-in", "plugin", "file"]
 TraceField = Literal["input", "output", "context"]
+# what a metric judges: one trace, or a session's whole conversation (docs/metrics.md, "Conversations")
+Level = Literal["trace", "session"]
+LEVELS = ("trace", "session")
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 
 
@@ -120,6 +123,8 @@ class BuildOptions:
     include_reason: bool = True
     max_field_chars: int = 20_000
     max_repairs: int = 2
+    # a session metric's conversation budget (JUDGEFLOW_SESSION_MAX_CHARS, judgeflow/metrics/conversation.py)
+    session_max_chars: int = 60_000
 
 
 class ScoringMetric(Protocol):
@@ -171,8 +176,13 @@ class MetricSpec:
     prepare: Preparation | None = None
     judge_model: str | None = None
     segment_by: tuple[str, ...] | None = None
+    # "session": its ``ascore`` gets a session's conversation as ``context`` (a list of
+    # {"input", "output"} turns, judgeflow/metrics/conversation.py) and is never paired with a trace
+    level: Level = "trace"
 
     def __post_init__(self) -> None:
+        if self.level not in LEVELS:
+            raise MetricError(f"metric {self.name}: level must be one of {', '.join(LEVELS)}")
         if not self.name or not set(self.name) <= _NAME_CHARS or self.name[0].isdigit():
             raise MetricError(f"metric name {self.name!r}: lowercase letters, digits and '_' only")
         if self.segment_by is not None and (not isinstance(self.segment_by, tuple) or not all(
@@ -317,6 +327,18 @@ def check_names(names: Sequence[str]) -> list[str]:
 def current_versions() -> dict[str, str]:
     """Each registered metric's version as the code is now."""
     return {name: spec.version for name, spec in registered().items()}
+
+
+def at_level(names: Sequence[str], level: Level) -> list[str]:
+    """Those of ``names`` that judge at ``level``: a run pairs trace metrics with traces, session
+    metrics with sessions, never one with the other."""
+    specs = registered()
+    return [name for name in names if specs[name].level == level]
+
+
+def trace_metric_names() -> list[str]:
+    """The registered metrics judged per trace: what the source's pending pairs and watermarks are of."""
+    return at_level(metric_names(), "trace")
 
 
 def chosen(names: Sequence[str] | None) -> list[str]:

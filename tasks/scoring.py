@@ -76,7 +76,8 @@ def build_metrics(settings: Settings, judge: Judge) -> Metrics:
     one hashes its prompts and schemas for the metric version); a pair may hand
     its own judge to ``ascore(..., judge=...)``."""
     options = BuildOptions(include_reason=settings.include_reason, max_field_chars=settings.max_field_chars,
-                           max_repairs=RetryPolicy.from_settings(settings).repairs)
+                           max_repairs=RetryPolicy.from_settings(settings).repairs,
+                           session_max_chars=settings.session_max_chars)
     return {name: spec.build(BoundJudge(judge, None, own_judge_model(settings, name)),
                              settings.metric(name), options)
             for name, spec in registered().items()}
@@ -127,6 +128,10 @@ def _metric_call(work: TraceWork, metrics: Metrics, judge: Judge):
             name=work.metric, status="skipped", threshold=metric.effective_threshold,
             reason=work.skip_reason, details={"skipped_by_source": True}, metric_version=metric.metric_version,
         ))
+    if work.turns is not None:  # a session: its conversation is the context (judgeflow/metrics/conversation.py)
+        if not work.context:
+            raise InvalidTraceError("the session has no turns the source still shows: nothing to score")
+        return metric.ascore("", "", work.context, judge=judge)
     if work.output is None:
         raise InvalidTraceError("trace output is null: nothing to score")
     return metric.ascore(work.input or "", work.output, work.context, judge=judge)

@@ -20,11 +20,14 @@ def anything_pending(settings: "Settings", *, since: datetime | None, until: dat
 
     from judgeflow.db.pending_work import anything_pending as run_has_pending
     from judgeflow.errors import JudgeflowError
-    from judgeflow.metrics.registry import chosen
+    from judgeflow.metrics.registry import at_level, chosen
 
+    # the source's pairs are of trace metrics; a session metric's wait on quiet sessions (_sessions_due)
+    traced = at_level(chosen(metrics), "trace")
     try:
-        return run_has_pending(settings, chosen(metrics), since=since, until=until, sample_rate=sample_rate,
-                               retry_failed=retry_failed) or _budget_raised(settings, ranged=since or until)
+        return run_has_pending(settings, traced, since=since, until=until, sample_rate=sample_rate,
+                               retry_failed=retry_failed) or _budget_raised(settings, ranged=since or until) \
+            or _sessions_due(settings, ranged=since or until)
     except (SQLAlchemyError, JudgeflowError):
         return True
 
@@ -39,3 +42,16 @@ def _budget_raised(settings: "Settings", *, ranged) -> bool:
 
     with engine_for(settings).connect() as conn:
         return could_raise(conn, settings.sample_budget_usd)
+
+
+def _sessions_due(settings: "Settings", *, ranged) -> bool:
+    """A session gone quiet with turns no judging saw: a nightly run judges and marks it (docs/metrics.md,
+    "Conversations") even when no trace is pending."""
+    if ranged:
+        return False
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.sessions import sessions_due
+    from judgeflow.sources.identity import result_source
+
+    with engine_for(settings).connect() as conn:
+        return sessions_due(conn, result_source(settings), settings.session_idle_s)

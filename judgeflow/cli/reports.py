@@ -132,10 +132,32 @@ def _segment_notes(settings, conn, keys: tuple[str, ...] | None, trend) -> list[
     return missing_key_lines(settings, conn, keys, start)
 
 
+def _show_session(settings, wanted: str, as_json: bool) -> bool:
+    """A session (its result id, or its key's value in the configured source): its turns and each
+    session metric's scores, newest first; False when ``wanted`` is no session."""
+    from judgeflow.db.engine import engine_for
+    from judgeflow.db.session_history import find_session, render_session, session_json, session_scores
+    from judgeflow.sources.identity import result_source
+
+    with engine_for(settings).connect() as conn:
+        session = find_session(conn, result_source(settings), wanted)
+        if session is None:
+            return False
+        doc = session_json(session, session_scores(conn, session["session_id"]))
+    if as_json:
+        from judgeflow.cli.json_output import dumps
+
+        typer.echo(dumps(doc))
+    else:
+        typer.echo(render_session(doc))
+    return True
+
+
 @clear_errors
 def show(trace_id: str = typer.Argument(
         ..., help="the trace's id, as in the trace source; with JUDGEFLOW_SOURCE=phoenix also a Phoenix trace id "
-        "or the id of any span of the trace (its LLM spans are listed)"),
+        "or the id of any span of the trace (its LLM spans are listed); or a session: its key's value "
+        "(JUDGEFLOW_SESSION_KEY) or its result id (s:...), with its scores' history newest first"),
         as_json: bool = typer.Option(False, "--json", help="print the results as JSON")) -> None:
     """One trace's results per metric: score, pass/fail, reason, verdicts, judge and metric version,
     cost, when and by which flow run (with its Prefect UI link), and whether it was copied from an
@@ -148,7 +170,13 @@ def show(trace_id: str = typer.Argument(
 
     settings = command_settings()
     migrate.upgrade(engine_for(settings))
+    from judgeflow.sources.session_id import is_session_id
+
+    if is_session_id(trace_id) and _show_session(settings, trace_id, as_json):
+        return
     found = look_up(settings, trace_id)  # a Phoenix source: also a Phoenix trace id or any span id
+    if not found.known and _show_session(settings, trace_id, as_json):  # a session key's value
+        return
     if not found.known:
         where = "could not be asked in time" if found.views[0].in_source is None else "has no such id"
         typer.echo(f"judgeflow: no trace {trace_id!r}: judgeflow has no result or claim for it, and "

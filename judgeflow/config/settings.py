@@ -241,6 +241,20 @@ class Settings(BaseSettings):
     settle_delay: str = Field(
         "0s", description="only traces older than this are scored (e.g. '10m'): a trace still being written waits"
     )
+    # --- conversations (docs/metrics.md, "Conversations") ----------------------
+    session_key: str = Field(
+        "session_id", min_length=1, max_length=200,
+        description="the metadata key whose value makes traces one session (the table source's metadata; the "
+        "phoenix preset reads session.id, the litellm preset its session_id column, whatever this says)",
+    )
+    session_idle: str = Field(
+        "30m", description="a session is judged once its last turn is older than this, by the database's clock; "
+        "one that grows later is judged again at its next quiet point",
+    )
+    session_max_chars: int = Field(
+        60_000, ge=2_000, description="a judged conversation's size budget in characters of turn text: over it "
+        "the first turn and the latest turns are kept and the judge is told how many were left out",
+    )
     reuse_identical: bool = Field(
         True, description="a pair identical to an already-scored one (same metric version, judge, content) "
         "reuses its result instead of calling the judge"
@@ -502,7 +516,7 @@ class Settings(BaseSettings):
         return ",".join(dict.fromkeys(keys)) or None
 
     @field_validator("alert_window", "alert_renotify", "max_run_duration", "regression_baseline", "source_lookback",
-                     "judge_batch_window")
+                     "judge_batch_window", "session_idle")
     @classmethod
     def _check_duration(cls, value):
         if value is not None:
@@ -528,6 +542,10 @@ class Settings(BaseSettings):
     @property
     def source_lookback_s(self) -> float:
         return parse_duration(self.source_lookback)
+
+    @property
+    def session_idle_s(self) -> float:
+        return parse_duration(self.session_idle)
 
     @property
     def alert_window_s(self) -> float:

@@ -58,10 +58,14 @@ _UPSERT = text(
         scored_at = now(), source = excluded.source,
         failed_runs = r.failed_runs + excluded.failed_runs
     -- a done result is only replaced when re-scoring, and only by a new score:
-    -- never by a late duplicate, never by a failed re-score (see _NOTE_FAILED_RESCORE)
+    -- never by a late duplicate, never by a failed re-score (see _NOTE_FAILED_RESCORE);
+    -- a session's by the judging of the session grown since (another number of turns: its
+    -- earlier rows stay in session_scores, 25_session_scores.py)
     WHERE r.status = 'failed' OR (CAST(:rescore_before AS timestamptz) IS NOT NULL
                                   AND r.scored_at < CAST(:rescore_before AS timestamptz)
                                   AND excluded.status <> 'failed')
+       OR (excluded.trace_id LIKE 's:%' AND excluded.details ? 'turns'
+           AND (r.details -> 'turns') IS DISTINCT FROM (excluded.details -> 'turns'))
     RETURNING r.trace_id, r.metric
     """
 )

@@ -39,12 +39,17 @@ def storable_result(row: dict) -> dict:
     return row
 
 
+def _details(work: TraceWork, details: dict) -> dict:
+    """A session's row says how many turns the judging saw: what marks it judged, and its history."""
+    return details if work.turns is None else {**details, "turns": work.turns}
+
+
 def result_row(work: TraceWork, result: MetricResult, attempts: int, flow_run_id: str | None) -> dict:
     return storable_result({
         "trace_id": work.trace_id, "metric": work.metric, "metric_version": result.metric_version,
         "status": result.status, "score": result.score, "passed": result.passed,
         "threshold": result.threshold, "reason": result.reason,
-        "details": result.details, "judge_model": result.judge_model,
+        "details": _details(work, result.details), "judge_model": result.judge_model,
         "prompt_tokens": result.prompt_tokens, "completion_tokens": result.completion_tokens,
         "cached_tokens": result.cached_tokens, "cost_usd": result.cost_usd, "latency_ms": result.latency_ms, "judge_calls": result.judge_calls,
         "error": None, "error_kind": None, "attempts": attempts, "flow_run_id": flow_run_id,
@@ -59,7 +64,7 @@ def failure_row(work: TraceWork, error: Exception, kind: str, attempts: int, flo
     return storable_result({
         "trace_id": work.trace_id, "metric": work.metric, "metric_version": None, "status": "failed",
         "score": None, "passed": None, "threshold": None, "reason": None,
-        "details": details, "judge_model": None, "prompt_tokens": 0, "completion_tokens": 0,
+        "details": _details(work, details), "judge_model": None, "prompt_tokens": 0, "completion_tokens": 0,
         "cached_tokens": 0, "cost_usd": None, "latency_ms": None, "judge_calls": 0,
         "error": f"{type(error).__name__}: {error}"[:ERROR_TEXT_MAX], "error_kind": kind,
         "attempts": attempts, "flow_run_id": flow_run_id, "trace_created_at": work.created_at,

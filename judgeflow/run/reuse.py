@@ -59,7 +59,7 @@ _LOOKUP = text(
 
 # Settings a stored score depends on: each is in the content hash. A metric's own are
 # its settings model's ``score_fields`` (judgeflow/metrics/registry.py), hashed with its pairs only.
-SCORE_SETTINGS = frozenset({"judge_model", "judge_api_base", "include_reason", "max_field_chars"})
+SCORE_SETTINGS = frozenset({"judge_model", "judge_api_base", "include_reason", "max_field_chars", "session_max_chars"})
 # Settings that never change a score or its reason (how calls are made,
 # retried, paid for, bounded; where data lives; alerting; thresholds, which
 # decide ``passed`` afresh on every copy): left out of the hash on purpose.
@@ -90,6 +90,7 @@ SCORE_NEUTRAL_SETTINGS = frozenset({
     "metric_settings",  # each metric's own: its score_fields are hashed, the rest only decide passed or alert
     "phoenix_unwritten_max_age",  # an alert rule's age on the write-back, not a score
     "metrics_file",  # which metrics are served: each one's prompts are in its metric version, hashed
+    "session_key", "session_idle",  # which traces make a session and when it is judged: its turns are hashed
 })
 # whole groups that only alert on stored scores
 SCORE_NEUTRAL_PREFIXES = ("alert_", "regression_")
@@ -116,6 +117,8 @@ def content_hash(work: TraceWork, settings: Settings, metric_version: str) -> st
         **settings.metric(work.metric).content_key(),
         "include_reason": settings.include_reason,
         "max_field_chars": settings.max_field_chars,
+        # a session's conversation is fitted to this budget (a trace's hash stays as it was)
+        **({"session_max_chars": settings.session_max_chars} if work.turns is not None else {}),
         "input": work.input or "",
         "output": work.output,
         "context": work.context,
@@ -201,6 +204,8 @@ def copied_row(work: TraceWork, source: dict[str, Any], *, threshold: float, flo
     # before the batch that judged the original stores it, and a later look-up
     # then finds only a copy (tests/flows/test_spend_controls.py)
     details.setdefault("reused_from", source["trace_id"])
+    if work.turns is not None:  # a session's row says how many turns it stands for
+        details["turns"] = work.turns
     score = source["score"]
     scored = source["status"] == "scored" and score is not None
     passed = spec_of(work.metric).passes(score, threshold) if scored else None

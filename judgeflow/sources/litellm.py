@@ -179,6 +179,15 @@ class LiteLLMSource:
             params,
         )
 
+    def session_keys(self, conn: Connection, f: KeyFilter, key: str, limit: int) -> list:
+        """The proxy's ``session_id`` column (its ``litellm_session_id``; ``JUDGEFLOW_SESSION_KEY`` is the
+        table source's), its time as :meth:`keys_sql` reads it."""
+        clauses, params = utc_wall_filter(f, column='t."startTime"', id_sql="t.request_id")
+        sql = (f"""SELECT t.request_id AS id, (t."startTime" AT TIME ZONE 'UTC') AS created_at, t.session_id """
+               f"""FROM {self.table_sql} t WHERE {' AND '.join(clauses)} AND t.session_id <> '' """
+               f"""ORDER BY t."startTime", t.request_id LIMIT :limit""")
+        return [tuple(r) for r in conn.execute(text(sql), {**params, "limit": limit}).all()]
+
     def bodies(self, conn: Connection, keys: Sequence[TraceKey]) -> dict[str, TraceBody]:
         if not keys:
             return {}

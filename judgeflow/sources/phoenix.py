@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from sqlalchemy import Connection, text
 
-from judgeflow.sources.table import key_filter_sql
+from judgeflow.sources.table import key_filter_sql, session_rows
 from judgeflow.sources import catalog
 from judgeflow.sources.chat import MalformedChat, conversation, loads, reply_text
 from judgeflow.sources.preset_row import Reading, preset_body
@@ -191,6 +191,11 @@ class PhoenixSource:
             "LIMIT :limit",
             params,
         )
+
+    def session_keys(self, conn: Connection, f: KeyFilter, key: str, limit: int) -> list:
+        """OpenInference's ``session.id`` span attribute (``JUDGEFLOW_SESSION_KEY`` is the table source's)."""
+        return session_rows(conn, f"FROM {self.rel('spans')} t WHERE t.span_kind = 'LLM'", "t.start_time",
+                            "t.span_id::text", "t.attributes #>> '{session,id}'", f, limit, {})
 
     def bodies(self, conn: Connection, keys: Sequence[TraceKey]) -> dict[str, TraceBody]:
         if not keys:

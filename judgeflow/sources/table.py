@@ -108,6 +108,18 @@ DUPLICATE_TIE_BREAK = "md5(COALESCE(t.output::text, ''))"
 SAMPLE_SQL = "(('x' || substr(md5({id}), 1, 8))::bit(32)::bigint / 4294967296.0) < :rate"
 
 
+def session_rows(conn: Connection, relation: str, column: str, id_sql: str, value_sql: str, f, limit: int,
+                 params: dict[str, Any]) -> list:
+    """(id, created_at, session value) of a source's rows matching ``f`` with a non-empty value, in key order
+    (every source kind's ``session_keys``: ``relation`` is its FROM clause, with its own conditions)."""
+    clauses, key_params = key_filter_sql(f, column=column, id_sql=id_sql)
+    where = " AND ".join([*clauses, f"({value_sql}) <> ''"])
+    joiner = " AND " if " WHERE " in relation else " WHERE "
+    sql = (f"SELECT {id_sql} AS id, {column} AS created_at, {value_sql} AS session {relation}{joiner}{where} "
+           f"ORDER BY {column}, {id_sql} LIMIT :limit")
+    return [tuple(r) for r in conn.execute(text(sql), {**key_params, **params, "limit": limit}).all()]
+
+
 def key_filter_sql(f, *, column: str = "t.created_at", id_sql: str = "t.id::text") -> tuple[list[str], dict[str, Any]]:
     """The WHERE clauses of a :class:`~judgeflow.sources.trace_source.KeyFilter`
     over a time column and an id expression (shared by every source kind)."""
@@ -169,6 +181,12 @@ class TableSource:
             f"WHERE {' AND '.join(clauses)} ORDER BY t.created_at, t.id::text LIMIT :limit",
             params,
         )
+
+    def session_keys(self, conn: Connection, f, key: str, limit: int) -> list:
+        if "metadata" not in self.table.columns(conn):
+            return []
+        return session_rows(conn, f"FROM {self.table.sql} t", "t.created_at", "t.id::text",
+                            "to_jsonb(t.metadata) ->> :s_key", f, limit, {"s_key": key})
 
     def bodies(self, conn: Connection, keys: Sequence) -> dict[str, Any]:
         from judgeflow.sources.types import TraceBody

@@ -74,6 +74,13 @@ class TraceSource(Protocol):
         Raises the database's error (DBAPIError) when a row cannot be read."""
         ...
 
+    def session_keys(self, conn: Connection, f: KeyFilter, key: str, limit: int) -> list[tuple[str, datetime, str]]:
+        """Conversations (docs/metrics.md): ``(id, created_at, session value)`` of the rows that match
+        ``f`` and carry a non-empty session value (the table's ``metadata ->> key``; a preset's own
+        field), ``ORDER BY created_at, id``, at most ``limit``; served by the time column's index.
+        A source that cannot hold one (a table without metadata) gives none."""
+        ...
+
     def unusable(self, conn: Connection, *, lo: datetime | None, full: bool, timeout_s: float) -> Any:
         """Rows no run can use (a :class:`judgeflow.sources.unusable.UnusableRows`):
         with ``full``, over the whole source; else only rows with

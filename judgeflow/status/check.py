@@ -99,10 +99,10 @@ def check_database(settings: Settings, *, full: bool = False) -> CheckReport:
     lo = None  # the next nightly run's window: from its watermark, else the whole source
     try:
         from judgeflow.db.watermark import plan_reads
-        from judgeflow.metrics.registry import metric_names
+        from judgeflow.metrics.registry import trace_metric_names
 
         with engine.connect() as conn:
-            lo = plan_reads(conn, source, list(metric_names()), lookback_s=settings.source_lookback_s).lo
+            lo = plan_reads(conn, source, trace_metric_names(), lookback_s=settings.source_lookback_s).lo
     except DBAPIError:
         pass  # no schema yet (reported below): the whole source
     try:

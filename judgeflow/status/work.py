@@ -16,7 +16,7 @@ from judgeflow.db.work_counts import open_claims, preset_skips, superseded_count
 from judgeflow.errors import DatabaseError
 from judgeflow.config.judge_models import judge_models
 from judgeflow.config.settings import Settings
-from judgeflow.metrics.registry import metric_names
+from judgeflow.metrics.registry import metric_names, trace_metric_names
 
 
 def work_status(settings: Settings) -> dict:
@@ -56,7 +56,7 @@ def work_status(settings: Settings) -> dict:
     try:
         with engine.connect() as conn:
             read = _read_figures(conn, settings, sourced.source, done)
-        pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], list(metric_names()),
+        pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], trace_metric_names(),
                                      done=done)
     except DBAPIError as exc:
         raise DatabaseError(f"could not read results: {_first_line(exc.orig)}") from None
@@ -95,7 +95,7 @@ def _read_figures(conn, settings: Settings, source: str, done) -> dict:
         "write_back": _write_back_counts(conn, settings, source),
         "superseded": superseded_counts(conn),
         "claims": open_claims(conn, done),
-        "plan": plan_reads(conn, trace_source(settings), list(metric_names()), lookback_s=settings.source_lookback_s),
+        "plan": plan_reads(conn, trace_source(settings), trace_metric_names(), lookback_s=settings.source_lookback_s),
         "dead": dead_summary(conn, source),
         "not_sampled": not_sampled_waiting(conn),
         "rates": window_rates(conn, settings),

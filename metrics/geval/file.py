@@ -10,6 +10,10 @@
     segment_by = ["tier"]     # optional: its rules per value of these metadata keys, in place of
                               # JUDGEFLOW_ALERT_SEGMENT_BY's ([]: overall only)
 
+    [metrics.resolved]
+    level = "session"         # a rubric over a session's whole conversation (docs/metrics.md,
+    criteria = "By the end of the conversation the user's request was resolved."   # "Conversations")
+
 Every field is checked before anything is judged; a problem is one
 :class:`MetricError` line (docs/metrics.md) naming the file, the metric and the field.
 """
@@ -36,7 +40,7 @@ MAX_SEGMENT_KEYS = 8
 MAX_KEY_CHARS = 100
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
 FIELDS = frozenset({"criteria", "evaluation_steps", "inputs", "threshold", "rate_max", "regression", "strict_mode",
-                    "description", "model", "segment_by"})
+                    "description", "model", "segment_by", "level"})
 
 # the specs of a file's content, so a file read again (a second settings object in one process) keeps the
 # steps its metrics were handed
@@ -92,9 +96,13 @@ def _definition(where: _Where, name: str, table: Any, taken: set[str]) -> GEvalD
             raise where.error(key, f"unknown field; the fields are {', '.join(sorted(FIELDS))}")
     if "criteria" not in table:
         raise where.error("criteria", "missing: say what the judge is to check")
+    level = _level(where, table.get("level", "trace"))
+    if level == "session" and "inputs" in table:
+        raise where.error("inputs", 'a level = "session" metric reads the whole conversation (each turn\'s input '
+                                    "and output): leave inputs out")
     return GEvalDefinition(
         name=name, criteria=_text(where, "criteria", table["criteria"], MAX_CRITERIA_CHARS),
-        inputs=_inputs(where, table.get("inputs", ["input", "output"])),
+        inputs=_inputs(where, table.get("inputs", ["input", "output"])), level=level,
         evaluation_steps=_steps(where, table.get("evaluation_steps")),
         threshold=_share(where, "threshold", table.get("threshold", 0.5)),
         rate_max=None if "rate_max" not in table else _share(where, "rate_max", table["rate_max"]),
@@ -152,6 +160,13 @@ def segment_keys(where: _Where, value: Any) -> tuple[str, ...]:
     if len(set(value)) != len(value):
         raise where.error("segment_by", "names a key twice")
     return tuple(value)
+
+
+def _level(where: _Where, value: Any) -> str:
+    if value not in ("trace", "session"):
+        raise where.error("level", f'must be "trace" (each trace, the default) or "session" (a conversation), '
+                                   f"got {value!r}")
+    return value
 
 
 def _inputs(where: _Where, value: Any) -> tuple[str, ...]:

@@ -27,11 +27,12 @@ from pydantic import Field, create_model
 from judgeflow.errors import ConfigError, JudgeAbstained
 from judgeflow.judge.base import Judge, JudgeRequest
 from judgeflow.metrics.base import JudgeMetric, Outcome, keep_extras
+from judgeflow.metrics.conversation import fit_conversation
 from judgeflow.metrics.geval import template
 from judgeflow.metrics.geval.schema import GEvalScore, GEvalSteps
 from judgeflow.metrics.inputs import normalise_trace
-from judgeflow.metrics.registry import (BuildOptions, CostEstimate, MetricSettings, MetricSpec, Preparation,
-                                        TraceField)
+from judgeflow.metrics.registry import (BuildOptions, CostEstimate, Level, MetricSettings, MetricSpec,
+                                        Preparation, TraceField)
 from judgeflow.metrics.steps import Flow, ask
 from judgeflow.metrics.version import compute_version
 
@@ -62,11 +63,18 @@ class GEvalDefinition:
     # the metadata keys its own rules are segmented by, None: JUDGEFLOW_ALERT_SEGMENT_BY's (not in its version:
     # segments group scores, they never change one)
     segment_by: tuple[str, ...] | None = None
+    # "session": a rubric over a session's conversation (its ``inputs`` are not read)
+    level: Level = "trace"
+
+    @property
+    def prompt_fields(self) -> tuple[str, ...]:
+        """The fields its prompts show the judge: the conversation, or the trace fields it names."""
+        return ("conversation",) if self.level == "session" else tuple(self.inputs)
 
     @property
     def steps_key(self) -> str:
         """What generated steps depend on: the criteria and the fields they judge."""
-        payload = json.dumps({"criteria": self.criteria, "inputs": list(self.inputs)}, sort_keys=True)
+        payload = json.dumps({"criteria": self.criteria, "inputs": list(self.prompt_fields)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -115,9 +123,9 @@ def steps_step(name: str) -> str:
 
 def steps_request(definition: GEvalDefinition) -> JudgeRequest:
     return JudgeRequest(
-        step=steps_step(definition.name), messages=template.steps_messages(definition.criteria, definition.inputs),
-        response_format=GEvalSteps,
-        fields={"metric": definition.name, "criteria": definition.criteria, "inputs": list(definition.inputs)},
+        step=steps_step(definition.name),
+        messages=template.steps_messages(definition.criteria, definition.prompt_fields), response_format=GEvalSteps,
+        fields={"metric": definition.name, "criteria": definition.criteria, "inputs": list(definition.prompt_fields)},
     )
 
 
@@ -132,13 +140,15 @@ class GEvalMetric(JudgeMetric):
     higher_is_better = True
 
     def __init__(self, judge: Judge | None, definition: GEvalDefinition, steps: tuple[str, ...] | None, *,
-                 threshold: float, strict_mode: bool, max_field_chars: int, max_repairs: int) -> None:
+                 threshold: float, strict_mode: bool, max_field_chars: int, max_repairs: int,
+                 session_max_chars: int = 60_000) -> None:
         self.name = definition.name
         super().__init__(judge, threshold=threshold, max_field_chars=max_field_chars, max_repairs=max_repairs,
                          async_mode=False)
         self.definition = definition
         self.steps = steps
         self.strict_mode = strict_mode
+        self.session_max_chars = session_max_chars
         self._version = geval_version(definition, steps)
 
     @property
@@ -153,22 +163,31 @@ class GEvalMetric(JudgeMetric):
     def effective_threshold(self) -> float:
         return 1.0 if self.strict_mode else self.threshold
 
-    def flow(self, input: Any, output: Any, context: Any = None) -> Flow[Outcome]:
+    def _data(self, input: Any, output: Any, context: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The fields the judge is shown, and the notes on how they were fitted: a session metric's
+        ``context`` is the conversation (judgeflow/metrics/conversation.py)."""
+        if self.definition.level == "session":
+            conversation = fit_conversation(context if isinstance(context, list) else [], self.session_max_chars)
+            return {"conversation": conversation.turns}, {"turns": conversation.total, **conversation.notes}
         trace = normalise_trace(input, output, context, max_field_chars=self.max_field_chars)
+        return {"input": trace.input, "output": trace.output, "context": trace.context}, dict(trace.notes)
+
+    def flow(self, input: Any, output: Any, context: Any = None) -> Flow[Outcome]:
+        data, notes = self._data(input, output, context)
         steps = self.steps
         if steps is None:
             # steps are prepared before any run scores (the trunk's prepare step); a judge without a
             # rubric abstains on this request, and a judge that answers is told what was missed
             yield from generate_steps(self.definition, self.max_repairs)
             raise ConfigError(f"{self.name}: its evaluation steps were not prepared before scoring")
-        data = {"input": trace.input, "output": trace.output, "context": trace.context}
+        fields = self.definition.prompt_fields
         request = JudgeRequest(
             step=score_step(self.name), response_format=GEvalScore,
-            messages=template.score_messages(self.definition.criteria, steps, self.definition.inputs, data),
-            fields={name: data[name] for name in self.definition.inputs},
+            messages=template.score_messages(self.definition.criteria, steps, fields, data),
+            fields={name: data[name] for name in fields},
         )
         (reply,) = yield from ask([request], GEvalScore, shape=template.SHAPE, max_repairs=self.max_repairs)
-        details: dict[str, Any] = {**trace.notes, "raw_score": reply.score, "scale": SCALE,
+        details: dict[str, Any] = {**notes, "raw_score": reply.score, "scale": SCALE,
                                    "steps_generated": self.definition.evaluation_steps is None}
         keep_extras(details, score_step(self.name), reply)
         score = normalised(reply.score, strict_mode=self.strict_mode)
@@ -179,7 +198,7 @@ def geval_version(definition: GEvalDefinition, steps: tuple[str, ...] | None) ->
     """The prompt hash: the criteria, the steps (given or generated) and the fields read."""
     if steps is None:
         return f"{definition.name}/{MAJOR_VERSION}+steps-pending"
-    prompts = template.probe_prompts(definition.criteria, steps, definition.inputs)
+    prompts = template.probe_prompts(definition.criteria, steps, definition.prompt_fields)
     return compute_version(definition.name, MAJOR_VERSION, prompts, [GEvalScore])
 
 
@@ -190,10 +209,12 @@ def offline_abstains(fields: Any, step: str) -> tuple[dict[str, Any], None]:
 
 def _cost(definition: GEvalDefinition) -> CostEstimate:
     steps = definition.evaluation_steps or ("a generated evaluation step of about this length",) * 4
-    empty = {"input": "", "output": "", "context": None}
+    empty = {"input": "", "output": "", "context": None, "conversation": []}
     chars = sum(len(m["content"]) for m in template.score_messages(definition.criteria, steps,
-                                                                   definition.inputs, empty))
-    return CostEstimate(prompt_overhead_chars=chars, field_weights={name: 1 for name in definition.inputs},
+                                                                   definition.prompt_fields, empty))
+    # a session's conversation travels as its pair's context (judgeflow/metrics/conversation.py)
+    weights = {"context": 1} if definition.level == "session" else {name: 1 for name in definition.inputs}
+    return CostEstimate(prompt_overhead_chars=chars, field_weights=weights,
                         completion_overhead_tokens=60)
 
 
@@ -218,7 +239,7 @@ def geval_spec(definition: GEvalDefinition) -> MetricSpec:
     def build(judge: Judge, settings: GEvalSettings, options: BuildOptions) -> GEvalMetric:
         return GEvalMetric(judge, definition, steps.current(), threshold=settings.threshold,
                            strict_mode=settings.strict_mode, max_field_chars=options.max_field_chars,
-                           max_repairs=options.max_repairs)
+                           max_repairs=options.max_repairs, session_max_chars=options.session_max_chars)
 
     prepare = None
     if definition.evaluation_steps is None:
@@ -228,10 +249,11 @@ def geval_spec(definition: GEvalDefinition) -> MetricSpec:
         name=definition.name, description=definition.description or definition.criteria,
         steps={score_step(definition.name): GEvalScore, steps_step(definition.name): GEvalSteps},
         version_of=lambda: geval_version(definition, steps.current()),
-        fields=definition.inputs, cost=_cost(definition), settings=model, build=build,
+        fields=("input", "output", "context") if definition.level == "session" else definition.inputs,
+        cost=_cost(definition), settings=model, build=build,
         offline={score_step(definition.name): f"{__name__}:offline_abstains",
                  steps_step(definition.name): f"{__name__}:offline_abstains"},
         label_words={}, higher_is_better=True, prepare=prepare, judge_model=definition.model,
-        segment_by=definition.segment_by,
+        segment_by=definition.segment_by, level=definition.level,
     )
 

@@ -20,7 +20,13 @@ FIELD_NAMES = {
     "input": '"input" (what the user asked or sent)',
     "output": '"output" (the reply to evaluate)',
     "context": '"context" (the reference material the reply was given, a list of passages; null when none)',
+    # a session metric's one field (judgeflow/metrics/conversation.py)
+    "conversation": '"conversation" (a conversation between a user and an assistant: its turns in order, each '
+                    'with the user\'s "input" and the assistant\'s "output"; a turn {"note": "[N turns omitted]"} '
+                    'stands for turns left out to fit)',
 }
+# the probe conversation of a session metric's version
+PROBE_CONVERSATION = [{"input": "probe input", "output": "probe output"}, {"note": "[1 turn omitted]"}]
 
 SHAPE = '{"score": <integer from 0 to 10>, "reason": "<why, in one or two sentences>"}'
 
@@ -91,8 +97,10 @@ PROBE_TEXT = "проба 探针 🙂 بحث"
 
 def probe_prompts(criteria: str, steps: Sequence[str], inputs: Sequence[str]) -> list[list[dict[str, str]]]:
     """The score prompt rendered with fixed data, for the metric version."""
-    probe = {"input": "probe input", "output": "probe output", "context": ["probe context"]}
+    probe = {"input": "probe input", "output": "probe output", "context": ["probe context"],
+             "conversation": PROBE_CONVERSATION}
     return [
         score_messages(criteria, steps, inputs, probe),
-        score_messages(criteria, steps, inputs, {"input": PROBE_TEXT, "output": PROBE_TEXT, "context": None}),
+        score_messages(criteria, steps, inputs, {"input": PROBE_TEXT, "output": PROBE_TEXT, "context": None,
+                                                 "conversation": [{"input": PROBE_TEXT, "output": PROBE_TEXT}]}),
     ]

@@ -101,7 +101,8 @@ def test_each_setting_that_changes_scores_changes_the_hash():
         "judge_model": "openai/other", "judge_api_base": SecretStr("http://judge-b.internal/v1"),
         "include_reason": not base.include_reason, "max_field_chars": base.max_field_chars + 1,
     }
-    assert set(other) == SCORE_SETTINGS  # a new score setting needs its case here
+    # a new score setting needs its case here; a session's budget: its own test below
+    assert set(other) | {"session_max_chars"} == SCORE_SETTINGS
     own = {"toxicity_strict_mode": not tox.strict_mode, "max_opinions": tox.max_opinions + 1}
     assert {f"toxicity_{f}" if f != "max_opinions" else f for f in tox.score_fields} == set(own)
     neutral = {"toxicity_threshold": 0.9, "toxicity_rate_max": 0.5, "hallucination_threshold": 0.9}
@@ -200,3 +201,13 @@ def test_max_opinions_5_and_50_each_judge_identical_content_once(prefect_server,
     assert "reused_from" not in stored[("fifty-1", "toxicity")]["details"]
     assert stored[("five-2", "toxicity")]["details"]["reused_from"] == "five-1"
     assert stored[("fifty-2", "toxicity")]["details"]["reused_from"] == "fifty-1"
+
+
+def test_the_conversation_budget_changes_a_session_s_hash_and_no_trace_s():
+    base = Settings(_env_file=None)
+    smaller = base.model_copy(update={"session_max_chars": base.session_max_chars // 2})
+    trace = _work(metric="toxicity")
+    session = trace.model_copy(update={"trace_id": "s:" + "0" * 40, "input": "", "output": "", "turns": 1,
+                                       "context": [{"input": "hi", "output": "hello"}]})
+    assert content_hash(trace, smaller, "v1") == content_hash(trace, base, "v1")
+    assert content_hash(session, smaller, "v1") != content_hash(session, base, "v1")

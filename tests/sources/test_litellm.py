@@ -152,3 +152,18 @@ def test_keys_are_read_through_the_proxys_start_time_index(litellm_db):
     # one of the proxy's own "startTime" indexes, started at the bound: never the whole table
     assert "Seq Scan" not in plan and "Index Cond: " in plan and '"startTime" >= ' in plan, plan
     assert 'using "LiteLLM_SpendLogs_startTime_request_id_idx"' in plan or 'using "LiteLLM_SpendLogs_startTime_idx"' in plan
+
+
+def test_sessions_are_the_proxys_session_id_column(loaded, spend_log_rows):
+    """Conversations (docs/metrics.md): the preset's session is LiteLLM's session_id, empty or NULL none."""
+    engine, _ = loaded
+    with engine.begin() as conn:
+        ids = [k.id for k in _keys(conn)]
+        conn.execute(text('UPDATE "LiteLLM_SpendLogs" SET session_id = NULL'))
+        conn.execute(text('UPDATE "LiteLLM_SpendLogs" SET session_id = :s WHERE request_id = ANY(:ids)'),
+                     {"s": "chat-1", "ids": ids[:2]})
+        conn.execute(text('UPDATE "LiteLLM_SpendLogs" SET session_id = \'\' WHERE request_id = :id'), {"id": ids[2]})
+        rows = SOURCE.session_keys(conn, KeyFilter(), "session_id", 100)
+        after = SOURCE.session_keys(conn, KeyFilter(after=(rows[0][1], rows[0][0])), "session_id", 100)
+    assert [(r[0], r[2]) for r in rows] == [(ids[0], "chat-1"), (ids[1], "chat-1")]
+    assert [r[0] for r in after] == [ids[1]]

@@ -160,8 +160,16 @@ _CRITERIA = re.compile(r"Evaluation criteria:\n(.*?)\n\n", re.DOTALL)
 _FORCED = re.compile(r"\[judge-fail:(500|429|garbage|400)\]", re.IGNORECASE)
 
 
+def _output_text(data: dict) -> str:
+    """The reply text a rule reads: ``output``, or a session metric's conversation's outputs, in order."""
+    turns = data.get("conversation")
+    if isinstance(turns, list):
+        return " ".join(str(t.get("output") or "") for t in turns if isinstance(t, dict))
+    return str(data.get("output") or "")
+
+
 def _forced_failure(data: dict) -> Reply | None:
-    parts = [str(data.get("output") or "")]
+    parts = [_output_text(data)]
     opinions = data.get("opinions")
     if isinstance(opinions, list):
         parts.extend(str(o) for o in opinions)
@@ -221,7 +229,7 @@ def scripted_responder(req: ChatRequest) -> Reply:
     * ``ToxicityReason``: "The score is <score> because ...".
     * ``HallucinationJudgement``: score from a ``[halluc=0.75]`` marker in ``output``, else 0.0.
     * ``GEvalScore`` (a file metric): the score of a ``[geval=N]`` marker in ``output`` (11 and up: an invalid
-      reply), else 10; ``GEvalSteps``: two steps, the second quoting the criteria (a 400 for criteria
+      reply), else 10 (a session metric: the last marker in its turns' outputs, its reason "Saw N turns."); ``GEvalSteps``: two steps, the second quoting the criteria (a 400 for criteria
       holding ``[steps-fail]``).
     * ``RudenessJudgement`` (a test's own metric): 1.0 for ``[rude]`` in ``output``, else 0.0.
     * ``[judge-fail:500|429|garbage|400]`` in ``output`` (or in an opinion) always fails that way.
@@ -268,6 +276,13 @@ def scripted_responder(req: ChatRequest) -> Reply:
             else ["The output agrees with the context."]
         )
         return json_reply({"score": score, "reason": reasons})
+
+    if req.step == "GEvalScore" and isinstance(data.get("conversation"), list):
+        # a session metric: the last [geval=N] marker of the turns' outputs, else 10; the reason says how
+        # many turns (elision markers included) it was shown
+        turns = data["conversation"]
+        marks = _GEVAL.findall(_output_text(data))
+        return json_reply({"score": int(marks[-1]) if marks else 10, "reason": f"Saw {len(turns)} turns."})
 
     if req.step == "GEvalScore":  # a file metric (metrics/geval/): 0-10 from a [geval=N] marker, else 10
         match = _GEVAL.search(str(data.get("output") or ""))
