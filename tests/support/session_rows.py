@@ -29,9 +29,16 @@ def seed_session(conn, source: str, key: str, start: datetime, turns: dict[str, 
         "SELECT :source, t, :s, c FROM unnest(CAST(:t AS text[]), CAST(:c AS timestamptz[])) AS x(t, c)"),
         {"source": source, "s": session_id, "t": trace_ids, "c": times})
     for metric, passes in turns.items():
-        for trace_id, created, passed in zip(trace_ids, times, passes):
-            if passed is not None:
-                add_result(conn, trace_id, metric, passed, created, source=source, segment=segment)
+        scored = [(t, c, p) for t, c, p in zip(trace_ids, times, passes) if p is not None]
+        if scored:
+            conn.execute(sa.text(
+                "INSERT INTO judgeflow.eval_results (trace_id, metric, metric_version, status, score, passed, "
+                "threshold, judge_calls, cost_usd, trace_created_at, source, segment) "
+                "SELECT t, :m, 'v1', 'scored', CASE WHEN p THEN 0.1 ELSE 0.9 END, p, 0.5, 1, 0.001, c, :source, "
+                "CAST(:seg AS jsonb) FROM unnest(CAST(:t AS text[]), CAST(:c AS timestamptz[]), "
+                "CAST(:p AS boolean[])) AS x(t, c, p)"),
+                {"m": metric, "source": source, "seg": json.dumps(segment or {}), "t": [x[0] for x in scored],
+                 "c": [x[1] for x in scored], "p": [x[2] for x in scored]})
     return session_id
 
 
