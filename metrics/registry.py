@@ -199,6 +199,11 @@ class MetricSpec:
         records its epochs; a built metric holds its own)."""
         return self.version_of()
 
+    @property
+    def unit(self) -> str:
+        """What one of its results counts, as status, reports and the run's summary say: sessions or traces."""
+        return "sessions" if self.level == "session" else "traces"
+
     def passes(self, score: float, threshold: float) -> bool:
         """The metric's rule: at or below the threshold passes, or at or above it when higher is better."""
         return score >= threshold if self.higher_is_better else score <= threshold
@@ -387,6 +392,15 @@ def reported() -> dict[str, MetricSpec]:
 
 def reported_names() -> tuple[str, ...]:
     return tuple(reported())
+
+
+def unit_of(name: str) -> str:
+    """What one result of metric ``name`` counts: "sessions" or "traces" (a metric no longer served: traces,
+    unless its name is a session rate's)."""
+    spec = reported().get(name)
+    if spec is not None:
+        return spec.unit
+    return "sessions" if name.endswith(SESSION_RATE_SUFFIX) else "traces"
 
 
 def reported_spec(name: str) -> MetricSpec:

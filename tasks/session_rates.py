@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -36,6 +36,9 @@ class SessionRates:
     written: int = 0
     unchanged: int = 0
     no_scored_turn: int = 0
+    # the sessions a rate was computed for, and per rate (rows computed, of them passed): the run's summary
+    sessions: tuple[str, ...] = ()
+    by_metric: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def _trace_metrics(settings: Settings) -> dict[str, MetricSpec]:
@@ -70,6 +73,8 @@ def store_rates(settings: Settings, session_ids: Sequence[str], *, flow_run_id: 
     metrics = _trace_metrics(settings)
     written = unchanged = missing = 0
     ids = list(dict.fromkeys(session_ids))
+    computed: dict[str, None] = {}
+    by_metric: dict[str, tuple[int, int]] = {}
     for start in range(0, len(ids), SESSIONS_PER_QUERY):
         with engine_for(settings).begin() as conn:
             sessions = read_session_turns(conn, ids[start:start + SESSIONS_PER_QUERY], list(metrics))
@@ -78,11 +83,16 @@ def store_rates(settings: Settings, session_ids: Sequence[str], *, flow_run_id: 
                 made, none = rate_rows(settings, session, metrics, flow_run_id)
                 rows += made
                 missing += none
+            for row in rows:
+                computed[row["trace_id"]] = None
+                n, passed = by_metric.get(row["metric"], (0, 0))
+                by_metric[row["metric"]] = (n + 1, passed + bool(row["passed"]))
             stored = store_session_rows(conn, rows, owner=flow_run_id or "store-session-rates")
         written += len(stored)
         unchanged += len(rows) - len(stored)
     log.info("session rates: %d written, %d unchanged, %d with no scored turn", written, unchanged, missing)
-    return SessionRates(written=written, unchanged=unchanged, no_scored_turn=missing)
+    return SessionRates(written=written, unchanged=unchanged, no_scored_turn=missing, sessions=tuple(computed),
+                        by_metric=by_metric)
 
 
 # retries=1: the write is idempotent (an unchanged row is left alone)
