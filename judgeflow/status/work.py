@@ -1,6 +1,10 @@
 """`judgeflow status`'s figures: what is true in the database right now, per
 metric, and around it (the source, its preset's skips, the Phoenix write-back,
-the sample, the alert window's rates, the judge's batches out)."""
+the sample, the alert window's rates, the judge's batches out).
+
+A session metric's figures (``units``: ``sessions``) count sessions, each by its latest score; a trace
+metric's session rate is computed from its turns, never judged: never pending, in progress or stranded,
+and listed once something was computed for it."""
 
 from __future__ import annotations
 
@@ -37,9 +41,6 @@ def work_status(settings: Settings) -> dict:
     - ``superseded``: late results of runs that had lost the pair (recorded,
       never stored over the result).
 
-    A session metric's figures (``units``: ``sessions``) count sessions, each by its latest score;
-    a trace metric's session rate is computed, never judged: never pending, in progress or stranded.
-
     ``runs`` lists the runs holding claims: flow run, live or not, pairs per
     metric, and when their lease ends. ``dead_deliveries``: alert deliveries
     given up on (count, the latest, channels); judgeflow/status/notes.py words it.
@@ -67,10 +68,7 @@ def work_status(settings: Settings) -> dict:
     out, runs = _per_metric(read["results"], read["claims"], read["superseded"], pending)
     return {
         "metrics": out,
-        # what one result of each metric counts: "traces", or "sessions" (a session metric, a trace metric's
-        # session rate); its figures count those
-        "units": {metric: unit_of(metric) for metric in out},
-        "no_longer_scored": no_longer_scored(read["results"]),
+        "units": {metric: unit_of(metric) for metric in out}, "no_longer_scored": no_longer_scored(read["results"]),
         "dead_deliveries": read["dead"].as_json(),
         "source": sourced.source,
         "other_sources": sourced.others,
