@@ -342,8 +342,8 @@ def session_rate_of(spec: MetricSpec) -> MetricSpec:
     """Trace metric ``spec``'s session rate (``<name>_session``), the same object each time for the same
     spec. Judged by nobody: its results are computed from the session's turns' results of ``spec``
     (:mod:`judgeflow.metrics.session_rate`), at no judge cost. Its settings: ``threshold`` 0 (a session
-    passes while none of its turns failed), ``rate_max`` defaulting to the trace metric's own default
-    (a built-in's page on sessions as on traces unless told otherwise), no regression rule by default."""
+    passes while none of its turns failed), ``rate_max`` defaulting to a built-in trace metric's own default
+    (a plugin's or a file's: off), no regression rule by default."""
     made = _RATES.get(id(spec))
     if made is None or made[0] is not spec:
         made = (spec, _session_rate_spec(spec))
@@ -353,7 +353,10 @@ def session_rate_of(spec: MetricSpec) -> MetricSpec:
 
 def _session_rate_spec(spec: MetricSpec) -> MetricSpec:
     name = rate_name(spec.name)
-    rate_max = spec.settings.model_fields["rate_max"].default
+    # on by default only where judgeflow's own metric pages per trace by default (toxicity's): a plugin's or a
+    # metrics file's rate is the user's to turn on, as the issue asks (its rule "off by default")
+    own = _REGISTERED.get(spec.name) is spec and _ORIGINS.get(spec.name) == "built-in"
+    rate_max = spec.settings.model_fields["rate_max"].default if own else None
     settings = create_model(
         f"{''.join(part.title() for part in name.split('_'))}Settings", __base__=MetricSettings,
         threshold=(float, Field(0.0, ge=0, le=1, description="a session whose share of failed turns is above "

@@ -6,7 +6,7 @@ maximum. Every registered metric has a ``<name>_rate`` rule (its settings'
 (``regression_min_increase``); its spec's settings model holds their defaults.
 So has every trace metric's session rate ``<name>_session``
 (:mod:`judgeflow.metrics.session_rate`): ``<name>_session_rate`` (its
-default: the trace metric's own default maximum) and
+default: a built-in trace metric's own default maximum, a plugin's or file's off) and
 ``<name>_session_regression`` (off), counted over sessions, each by its
 last turn's time.
 The other rules are :data:`FAILURE_RULE` and :data:`DEAD_DELIVERY_RULE`.

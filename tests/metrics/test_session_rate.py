@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from judgeflow.errors import MetricError
-from judgeflow.metrics.registry import (MetricSpec, register, registered, reported, session_rate_of,
+from judgeflow.metrics.registry import (MetricSettings, MetricSpec, register, registered, reported, session_rate_of,
                                         unregister)
 from judgeflow.metrics.session_rate import TurnResult, session_rate
 
@@ -44,7 +44,7 @@ def test_every_trace_metric_has_a_session_rate_reported_after_it_but_never_judge
             rate.build(None, None, None)
 
 
-def test_a_metric_named_as_a_session_rate_is_refused_and_a_rate_cannot_be_registered():
+def test_a_metric_named_as_a_session_rate_is_refused_and_a_plugins_session_rule_is_off():
     first = next(iter(registered().values()))
     taken = MetricSpec(name=f"{first.name}_session", steps={}, version_of=lambda: "1", fields=("output",),
                        cost=first.cost, build=first.build)
@@ -52,10 +52,15 @@ def test_a_metric_named_as_a_session_rate_is_refused_and_a_rate_cannot_be_regist
         register(taken)
     with pytest.raises(MetricError, match="never registered"):
         register(session_rate_of(first))
+    class Paging(MetricSettings):
+        rate_max: float | None = 0.2
+
     plain = MetricSpec(name="plain_metric", steps={}, version_of=lambda: "1", fields=("output",), cost=first.cost,
-                       build=first.build)
+                       build=first.build, settings=Paging)
     register(plain)
     try:
+        # a plugin's session rule is off by default even when its per-trace rule is on (only built-ins inherit)
+        assert session_rate_of(plain).settings().rate_max is None
         clash = MetricSpec(name="plain_metric_session", steps={}, version_of=lambda: "1", fields=("output",),
                            cost=first.cost, build=first.build)
         with pytest.raises(MetricError, match="plain_metric"):
