@@ -406,14 +406,6 @@ def unit_of(name: str) -> str:
     return "sessions" if name.endswith(SESSION_RATE_SUFFIX) else "traces"
 
 
-def reported_spec(name: str) -> MetricSpec:
-    """The metric or session rate called ``name``."""
-    specs = reported()
-    if name not in specs:
-        raise MetricError(f"unknown metric {name!r}; choose from {', '.join(specs)}")
-    return specs[name]
-
-
 def spec_of(name: str) -> MetricSpec:
     """The metric called ``name``; an unknown one is a ConfigError naming the registered ones."""
     specs = registered()
