@@ -13,19 +13,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from judgeflow.metrics.geval.file import load_metrics_file
-from judgeflow.metrics.registry import MetricSpec, origin_of, registered, serve_file_metrics
+from judgeflow.metrics.registry import MetricSpec, origin_of, registered, serve_file_metrics, with_rates
 
 
 class RegistryCatalogue:
     """The metric registry, read only."""
 
     def fixed(self) -> dict[str, MetricSpec]:
-        """The built-ins and plugins, in registration order."""
-        return {name: spec for name, spec in registered().items() if origin_of(name) != "file"}
+        """The built-ins and plugins, in registration order, each trace metric followed by its session
+        rate (whose settings and rules are read as a metric's)."""
+        return with_rates({name: spec for name, spec in registered().items() if origin_of(name) != "file"})
 
     def file_metrics(self, path: str | Path) -> dict[str, MetricSpec]:
-        """Metrics file ``path``'s metrics, every field checked; nothing is served."""
-        return {spec.name: spec for spec in load_metrics_file(path)}
+        """Metrics file ``path``'s metrics, every field checked, with their session rates; nothing is served."""
+        return with_rates({spec.name: spec for spec in load_metrics_file(path)})
 
 
 CATALOGUE = RegistryCatalogue()

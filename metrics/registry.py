@@ -40,6 +40,15 @@ What a spec declares:
 - ``segment_by``: the metadata keys its own alert rules (``<name>_rate``,
   ``<name>_regression``) and its trend lines are segmented by, in place of
   ``JUDGEFLOW_ALERT_SEGMENT_BY`` (``()``: overall only); None: those global keys.
+- ``level``: what one result judges, a trace (the default) or a session.
+- ``rate_of``: a session rate's trace metric (:mod:`judgeflow.metrics.session_rate`):
+  every trace metric ``M`` yields ``M_session``, computed from its turns'
+  results, never judged; None for a judged metric.
+
+The session rates are not in :func:`registered` (the metrics a run judges):
+:func:`reported` adds them, each after its trace metric, for whatever reads
+results (settings, alert rules, status, reports, trend). :func:`register`
+refuses a metric named as another's session rate.
 
 Each metric has an origin: ``built-in`` (judgeflow's own entry point),
 ``plugin`` (another distribution's entry point, or :func:`register` from
@@ -53,7 +62,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from judgeflow.errors import ConfigError, MetricError
 from judgeflow.judge.base import Judge
@@ -179,6 +188,7 @@ class MetricSpec:
     # "session": its ``ascore`` gets a session's conversation as ``context`` (a list of
     # {"input", "output"} turns, judgeflow/metrics/conversation.py) and is never paired with a trace
     level: Level = "trace"
+    rate_of: str | None = None
 
     def __post_init__(self) -> None:
         if self.level not in LEVELS:
@@ -197,6 +207,11 @@ class MetricSpec:
         """The version of its prompts and schemas as the code is now (asked where a run starts and
         records its epochs; a built metric holds its own)."""
         return self.version_of()
+
+    @property
+    def unit(self) -> str:
+        """What one of its results counts, as status, reports and the run's summary say: sessions or traces."""
+        return "sessions" if self.level == "session" else "traces"
 
     def passes(self, score: float, threshold: float) -> bool:
         """The metric's rule: at or below the threshold passes, or at or above it when higher is better."""
@@ -219,6 +234,29 @@ _ORIGINS: dict[str, Origin] = {}
 # the file whose metrics are served now (None: none)
 _FILE: list[str | None] = [None]
 _loaded = [False]
+# a trace metric M's session rate is M + this (judgeflow/metrics/session_rate.py)
+SESSION_RATE_SUFFIX = "_session"
+# stored as each session rate result's metric_version: how the rate is computed
+SESSION_RATE_VERSION = "session-rate-1"
+# id(trace metric spec) -> (that spec, its session rate's spec): made once per spec
+_RATES: dict[int, tuple[MetricSpec, MetricSpec]] = {}
+
+
+def rate_name(name: str) -> str:
+    """The name of trace metric ``name``'s session rate."""
+    return name + SESSION_RATE_SUFFIX
+
+
+def _check_rate_names(spec: MetricSpec, taken: Mapping[str, MetricSpec]) -> None:
+    """A metric named as another's session rate, or whose own rate's name is taken, is refused."""
+    owners = {rate_name(name): name for name, other in taken.items()
+              if other.level == "trace" and other.rate_of is None and other is not spec}
+    if spec.name in owners:
+        raise MetricError(f"metric {spec.name!r} clashes with the session rate of metric {owners[spec.name]!r} "
+                          "(every trace metric M has M_session); choose another name")
+    if spec.level == "trace" and rate_name(spec.name) in taken and taken[rate_name(spec.name)] is not spec:
+        raise MetricError(f"metric {spec.name!r}: its session rate {rate_name(spec.name)!r} is the name of "
+                          "another metric; rename that one")
 
 
 def register(spec: MetricSpec, *, origin: Origin = "plugin", replace: bool = False) -> MetricSpec:
@@ -229,6 +267,9 @@ def register(spec: MetricSpec, *, origin: Origin = "plugin", replace: bool = Fal
     _load_entry_points()
     if spec.name in _REGISTERED and not replace and _REGISTERED[spec.name] is not spec:
         raise MetricError(f"metric {spec.name!r} is registered already")
+    if spec.rate_of is not None:
+        raise MetricError(f"metric {spec.name!r} is a session rate: rates are derived, never registered")
+    _check_rate_names(spec, {n: s for n, s in _REGISTERED.items() if n != spec.name})
     _REGISTERED[spec.name] = spec
     _ORIGINS[spec.name] = origin
     return spec
@@ -304,6 +345,74 @@ def registered() -> dict[str, MetricSpec]:
 
 def metric_names() -> tuple[str, ...]:
     return tuple(registered())
+
+
+def session_rate_of(spec: MetricSpec) -> MetricSpec:
+    """Trace metric ``spec``'s session rate (``<name>_session``), the same object each time for the same
+    spec. Judged by nobody: its results are computed from the session's turns' results of ``spec``
+    (:mod:`judgeflow.metrics.session_rate`), at no judge cost. Its settings: ``threshold`` 0 (a session
+    passes while none of its turns failed), ``rate_max`` defaulting to a built-in trace metric's own default
+    (a plugin's or a file's: off), no regression rule by default."""
+    made = _RATES.get(id(spec))
+    if made is None or made[0] is not spec:
+        made = (spec, _session_rate_spec(spec))
+        _RATES[id(spec)] = made
+    return made[1]
+
+
+def _session_rate_spec(spec: MetricSpec) -> MetricSpec:
+    name = rate_name(spec.name)
+    # on by default only where judgeflow's own metric pages per trace by default (toxicity's): a plugin's or a
+    # metrics file's rate is the user's to turn on, as the issue asks (its rule "off by default")
+    own = _REGISTERED.get(spec.name) is spec and _ORIGINS.get(spec.name) == "built-in"
+    rate_max = spec.settings.model_fields["rate_max"].default if own else None
+    settings = create_model(
+        f"{''.join(part.title() for part in name.split('_'))}Settings", __base__=MetricSettings,
+        threshold=(float, Field(0.0, ge=0, le=1, description="a session whose share of failed turns is above "
+                                "it does not pass (0: any failed turn fails the session)")),
+        rate_max=(float | None, Field(rate_max, ge=0, le=1, description=f"the {name}_rate alert rule's maximum "
+                                      "share of sessions not passed; unset: off")),
+    )
+
+    def never_built(judge: Judge, settings: Any, options: BuildOptions) -> ScoringMetric:
+        raise MetricError(f"{name} is computed from {spec.name}'s turn results; it is never judged")
+
+    return MetricSpec(
+        name=name, steps={}, version_of=lambda: SESSION_RATE_VERSION, fields=("output",),
+        cost=CostEstimate(0, {}, 0), build=never_built, settings=settings,
+        description=f"share of a session's turns that failed {spec.name} (no judge calls)",
+        segment_by=spec.segment_by, level="session", rate_of=spec.name,
+    )
+
+
+def with_rates(specs: Mapping[str, MetricSpec]) -> dict[str, MetricSpec]:
+    """``specs`` with each trace metric's session rate right after it."""
+    out: dict[str, MetricSpec] = {}
+    for name, spec in specs.items():
+        out[name] = spec
+        if spec.level == "trace" and spec.rate_of is None:
+            rate = session_rate_of(spec)
+            out[rate.name] = rate
+    return out
+
+
+def reported() -> dict[str, MetricSpec]:
+    """Every metric whose results are read (rules, status, reports, trend): the registered ones, each trace
+    metric followed by its session rate."""
+    return with_rates(registered())
+
+
+def reported_names() -> tuple[str, ...]:
+    return tuple(reported())
+
+
+def unit_of(name: str) -> str:
+    """What one result of metric ``name`` counts: "sessions" or "traces" (a metric no longer served: traces,
+    unless its name is a session rate's)."""
+    spec = reported().get(name)
+    if spec is not None:
+        return spec.unit
+    return "sessions" if name.endswith(SESSION_RATE_SUFFIX) else "traces"
 
 
 def spec_of(name: str) -> MetricSpec:

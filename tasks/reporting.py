@@ -19,12 +19,15 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel, Field
 
+from judgeflow.metrics.registry import unit_of
 from judgeflow.run.progress import RunReporter
 from judgeflow.model import ScoreOutcome
+from judgeflow.sources.session_id import is_session_id
 
 if TYPE_CHECKING:
     from judgeflow.judge.base import Usage
     from judgeflow.judge.pricing import Prices
+    from judgeflow.tasks.session_rates import SessionRates
 
 log = logging.getLogger("judgeflow.reporting")
 
@@ -41,6 +44,9 @@ class RunSummary(BaseModel):
     flow_run_id: str | None = None
     pending_at_start: int = 0
     traces: int = 0
+    # sessions whose results this run wrote (a session metric, a trace metric's session rate): counted apart
+    # from traces, each once
+    sessions: int = 0
     scored: int = 0
     skipped: int = 0
     failed: int = 0
@@ -111,6 +117,7 @@ class RunSummary(BaseModel):
 
         rows = [
             {"figure": "traces", "value": self.traces},
+            *([{"figure": "sessions", "value": self.sessions}] if self.sessions else []),
             {"figure": "scores written", "value": self.scored},
             {"figure": "skipped", "value": self.skipped},
             {"figure": "failed", "value": self.failed},
@@ -134,7 +141,8 @@ class RunSummary(BaseModel):
             rows.append({"figure": "duplicate ids (extra copies ignored)",
                          "value": f"{u.get('duplicate_ids', 0)} ({u.get('duplicate_copies', 0)})"})
         for metric, rate in self.pass_rate.items():
-            rows.append({"figure": f"{metric} pass rate", "value": pct(rate)})
+            unit = " (sessions)" if unit_of(metric) == "sessions" else ""
+            rows.append({"figure": f"{metric} pass rate{unit}", "value": pct(rate)})
         rows += [
             {"figure": "judge calls", "value": self.judge_calls},
             {"figure": "tokens (prompt / completion)", "value": f"{self.prompt_tokens} / {self.completion_tokens}"},
@@ -194,6 +202,7 @@ class SummaryBuilder:
 
     def __init__(self) -> None:
         self._trace_ids: set[str] = set()
+        self._session_ids: set[str] = set()  # a session's results: counted as sessions, not traces
         self._statuses: Counter = Counter()
         self._by_metric: dict[str, Counter] = {}
         self._judge_calls = self._prompt_tokens = self._completion_tokens = self._cached_tokens = 0
@@ -203,7 +212,7 @@ class SummaryBuilder:
 
     def add(self, outcomes: list[ScoreOutcome]) -> None:
         for o in outcomes:
-            self._trace_ids.add(o.trace_id)
+            (self._session_ids if is_session_id(o.trace_id) else self._trace_ids).add(o.trace_id)
             self._statuses[o.status] += 1
             if o.reused and o.status in ("scored", "skipped"):
                 self._statuses["reused"] += 1
@@ -225,6 +234,15 @@ class SummaryBuilder:
                 self._failures.append(
                     {"trace_id": o.trace_id, "metric": o.metric, "kind": o.error_kind, "error": (o.error or "")[:200]}
                 )
+
+    def add_session_rates(self, rates: "SessionRates") -> None:
+        """Fold in the session rates the run stored (:mod:`judgeflow.tasks.session_rates`): no judge calls."""
+        self._session_ids |= set(rates.sessions)
+        for metric, (scored, passed) in rates.by_metric.items():
+            counts = self._by_metric.setdefault(metric, Counter())
+            counts["scored"] += scored
+            counts["passed"] += passed
+            self._statuses["scored"] += scored
 
     def less_paid_before(self, prepaid: "dict[str, Usage]") -> None:
         """Leave out what earlier runs paid for (metric -> its usage): answers they collected that
@@ -264,6 +282,7 @@ class SummaryBuilder:
             flow_run_id=flow_run_id,
             pending_at_start=pending_at_start,
             traces=len(self._trace_ids),
+            sessions=len(self._session_ids),
             scored=self._statuses["scored"], skipped=self._statuses["skipped"], failed=self._statuses["failed"],
             superseded=self._statuses["superseded"], taken_over=self._statuses["taken_over"],
             deferred=self._statuses["deferred"],

@@ -47,6 +47,7 @@ from judgeflow.alerts.evaluation import iso_utc
 from judgeflow.judge.retry_after import parse_retry_after
 from judgeflow.config.scrub import scrub, without_endpoint_path
 from judgeflow.config.settings import Settings
+from judgeflow.metrics.registry import unit_of
 
 if TYPE_CHECKING:
     from judgeflow.alerts.evaluation import Figures
@@ -122,6 +123,8 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
         "alert_id": decision.alert_event_id,
         "rule": rule.name,
         "metric": rule.metric,
+        # what the rule's results count: "traces", or "sessions" (a session metric's rule); None: no metric's
+        "unit": None if rule.metric is None else unit_of(rule.metric),
         "description": rule.description,
         "kind": rule.kind,  # not_passed_rate | failure_rate | regression
         # {} over all results; {"app": "B"} for one segment ("other": the values
@@ -185,7 +188,7 @@ def _evidence(payload: dict[str, Any]) -> str:
     if not payload.get("sampled"):
         return f"{payload['sample_size']} results"
     return (f"95% CI {_pct(payload.get('ci_low'))}-{_pct(payload.get('ci_high'))}, {payload['judged']} judged of "
-            f"~{payload['traffic']} traces, effective n {payload['effective_n']:g}")
+            f"~{payload['traffic']} {payload.get('unit') or 'traces'}, effective n {payload['effective_n']:g}")
 
 
 def _adjusted(payload: dict[str, Any]) -> str:
@@ -301,7 +304,7 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
             + ")." + baseline,
         ]
     if payload["worst_traces"] and kind != "resolved":
-        lines.append("Worst traces:")
+        lines.append(f"Worst {payload.get('unit') or 'traces'}:")
         for w in payload["worst_traces"]:
             score = "" if w["score"] is None else f" ({w['score']:.2f})"
             reason = _slack_escape((w["reason"] or "")[:150])

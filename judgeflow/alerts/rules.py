@@ -4,6 +4,11 @@ A rule is a rate over the rolling window (by trace ``created_at``) and a
 maximum. Every registered metric has a ``<name>_rate`` rule (its settings'
 ``rate_max``, ``JUDGEFLOW_<NAME>_RATE_MAX``) and a ``<name>_regression`` rule
 (``regression_min_increase``); its spec's settings model holds their defaults.
+So has every trace metric's session rate ``<name>_session``
+(:mod:`judgeflow.metrics.session_rate`): ``<name>_session_rate`` (its
+default: a built-in trace metric's own default maximum, a plugin's or file's off) and
+``<name>_session_regression`` (off), counted over sessions, each by its
+last turn's time.
 The other rules are :data:`FAILURE_RULE` and :data:`DEAD_DELIVERY_RULE`.
 
 Kinds:
@@ -51,7 +56,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from judgeflow.config.settings import Settings
-from judgeflow.metrics.registry import registered
+from judgeflow.metrics.registry import reported
 
 RuleKind = Literal["not_passed_rate", "failure_rate", "regression", "dead_deliveries", "unwritten_results"]
 # counted apart from eval_results' rates: overall only, no minimum sample
@@ -94,7 +99,7 @@ PHOENIX_UNWRITTEN_RULE = RuleSpec(
 def _metric_rules(kind: RuleKind) -> list[RuleSpec]:
     suffix, field, description = METRIC_RULES[kind]
     return [RuleSpec(f"{name}_{suffix}", kind, name, spec.setting_name(field), description.format(name=name))
-            for name, spec in registered().items()]
+            for name, spec in reported().items()]
 
 
 def rule_specs() -> tuple[RuleSpec, ...]:

@@ -33,7 +33,7 @@ from judgeflow.sources.identity import result_source
 from judgeflow.db.epochs import Epoch, epoch_history, when
 from judgeflow.db.rollup import CountRow
 from judgeflow.config.settings import Settings
-from judgeflow.metrics.registry import metric_names
+from judgeflow.metrics.registry import reported, unit_of
 
 SPARKS = "▁▂▃▄▅▆▇█"
 NO_DATA = "·"
@@ -87,6 +87,9 @@ class Trend:
     series: list[Series] = field(default_factory=list)
     # the judge epochs in force during the period, oldest first
     epochs: list[Epoch] = field(default_factory=list)
+    # the metrics shown, in order: every metric served, and each trace metric's session rate that has
+    # results in the period
+    metrics: list[str] = field(default_factory=list)
 
     @property
     def dates(self) -> list[date]:
@@ -155,7 +158,9 @@ def compute_trend(
     counts = read_evaluation_counts(conn, list(rules.values()), now=now, since=start, sources=[source])
     lines = _per_day(counts.rows, start, index, source)
     empty = [WeightedCounts()] * len(index)
-    for metric in metric_names():
+    rates = {name for name, spec in reported().items() if spec.rate_of is not None}
+    trend.metrics = [m for m in reported() if m not in rates or (m, "", "") in lines]
+    for metric in trend.metrics:
         days_ = lines.get((metric, "", ""), empty)
         change = counts.figures(rules[metric])[0]
         trend.series.append(_series(metric, {}, days_, change))
@@ -423,8 +428,10 @@ def render_markdown(trend: Trend) -> str:
         "(1 unless a sample budget sampled its night) with a 95% interval; judged / traffic: the results "
         "judged in the window and the traffic they stand for.",
     ]
-    for metric in metric_names():
-        lines += ["", f"## {metric}", "", f"![{metric} trend]({svg_data_uri(svg_chart(trend, metric))})", ""]
+    if any(unit_of(m) == "sessions" for m in trend.metrics):
+        lines.append(f"\n{_SESSIONS_NOTE}")
+    for metric in trend.metrics:
+        lines += ["", f"## {_title(metric)}", "", f"![{metric} trend]({svg_data_uri(svg_chart(trend, metric))})", ""]
         lines.append("| " + " | ".join(headers(trend)) + " |")
         lines.append("|" + "---|" * len(HEADERS))
         for row in _rows(trend, metric):
@@ -448,14 +455,16 @@ def render_text(trend: Trend) -> str:
         f"change: last {trend.window} vs the {trend.baseline} before it; p: Fisher's exact test of a rise; "
         "rates are weighted by sample weights, with 95% intervals; judged / traffic: results judged in the "
         "window and the traffic they stand for", width=80, break_long_words=False, break_on_hyphens=False)
+    if any(unit_of(m) == "sessions" for m in trend.metrics):
+        out += textwrap.wrap(_SESSIONS_NOTE, width=80, break_long_words=False, break_on_hyphens=False)
     names = headers(trend)
-    for metric in metric_names():
+    for metric in trend.metrics:
         rows = _rows(trend, metric)
         cells = [names] + rows
         widths = [max(len(r[i]) for r in cells) for i in range(len(names))]
         if trend.epoch_days(metric):
             widths[0] = max(widths[0], len("judge changed"))
-        out += ["", f"{metric} (sparkline scale 0–{_pct(_scale(trend.for_metric(metric), size))})"]
+        out += ["", f"{_title(metric)} (sparkline scale 0–{_pct(_scale(trend.for_metric(metric), size))})"]
         out.append("  ".join(h.ljust(w) for h, w in zip(names, widths)).rstrip())
         out.append("  ".join("-" * w for w in widths))
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
@@ -465,11 +474,22 @@ def render_text(trend: Trend) -> str:
     return "\n".join(out)
 
 
+_SESSIONS_NOTE = ("A metric per session counts sessions, not traces: each session once, by its latest score, on "
+                  "the day of its last turn.")
+
+
+def _title(metric: str) -> str:
+    """A metric's heading: a session metric says its results count sessions (by each one's last turn's day)."""
+    return f"{metric}, per session" if unit_of(metric) == "sessions" else metric
+
+
 def _json_row(metric: str, segment: dict[str, str], e: Estimate | None) -> dict:
+    unit = unit_of(metric)  # "traces", or "sessions" for a session metric: what its traffic counts
     return {
         "metric": metric,
         "segment": dict(segment) or None,
-        "traces": round(e.traces) if e else 0,
+        "unit": unit,
+        unit: round(e.traces) if e else 0,
         "judged": e.judged if e else 0,
         "rate": e.rate if e else None,
         "ci_low": e.ci_low if e else None,

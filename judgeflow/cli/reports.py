@@ -62,6 +62,10 @@ def render_status(report: dict, width: int | None = None) -> str:
                   f"pending: in traces created since {window}, and failed pairs")
                  + "; `judgeflow status --help` says what each column counts")
     lines.extend(status_notes(report))
+    per_session = [m for m, unit in report.get("units", {}).items() if unit == "sessions"]
+    if per_session:
+        lines.append(f"{', '.join(per_session)}: counted in sessions, each by its latest score "
+                     "(a trace metric's session rate: a session fails when any of its turns failed)")
     lines.extend(_rate_line(metric, r) for metric, r in report.get("rates", {}).items())
     if report.get("not_sampled"):
         lines.append(f"{report['not_sampled']:,} traces not sampled under the budget (not pending; "
@@ -76,8 +80,9 @@ def render_status(report: dict, width: int | None = None) -> str:
 def _rate_line(metric: str, r: dict) -> str:
     if r["rate"] is None:
         return f"{metric} not-passed rate, last {r['window']}: no judged results"
+    unit = r.get("unit", "traces")
     return (f"{metric} not-passed rate, last {r['window']}: {r['rate']:.1%} (95% CI {r['ci_low']:.1%}-"
-            f"{r['ci_high']:.1%}; {r['judged']:,} judged of ~{r['traces']:,} traces)")
+            f"{r['ci_high']:.1%}; {r['judged']:,} judged of ~{r[unit]:,} {unit})")
 
 
 @clear_errors

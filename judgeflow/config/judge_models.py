@@ -30,7 +30,8 @@ def metric_judge_model(run_model: str, own_model: str | None) -> str:
 def judge_models(settings: "Settings", metrics: Iterable[str] | None = None) -> dict[str, str]:
     """``{metric: the model that judges it}``, every metric ``settings`` serve or ``metrics``."""
     specs = settings.metric_specs()
-    names = list(specs) if metrics is None else list(metrics)
+    # a session rate (rate_of: its trace metric) is computed from results, judged by no model
+    names = [n for n, spec in specs.items() if spec.rate_of is None] if metrics is None else list(metrics)
     unknown = [name for name in names if name not in specs]
     if unknown:
         raise MetricError(f"unknown metric {unknown[0]!r}; choose from {', '.join(specs)}")

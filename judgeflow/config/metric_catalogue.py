@@ -38,6 +38,9 @@ class CataloguedMetric(Protocol):
     @property
     def offline(self) -> Mapping[str, str]: ...
 
+    @property
+    def rate_of(self) -> str | None: ...  # a session rate's trace metric (judged by no model); None: judged
+
     def setting_name(self, field_name: str) -> str: ...
 
     def setting_names(self) -> dict[str, str]: ...

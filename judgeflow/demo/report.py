@@ -49,8 +49,15 @@ def _kind(rule: str) -> str | None:
 
 
 def _sample_unit(rule: str) -> str:
-    """What a rule's sample counts: alert deliveries for dead_delivery_rate, traces for the others."""
-    return "deliveries" if _kind(rule) == "dead_deliveries" else "traces"
+    """What a rule's sample counts: alert deliveries for dead_delivery_rate, sessions for a session metric's
+    rules, traces for the others."""
+    from judgeflow.alerts.rules import rule_specs
+    from judgeflow.metrics.registry import unit_of
+
+    if _kind(rule) == "dead_deliveries":
+        return "deliveries"
+    metric = {spec.name: spec.metric for spec in rule_specs()}.get(rule)
+    return "traces" if metric is None else unit_of(metric)
 
 
 def _limit(alert: dict, hysteresis: float) -> str:

@@ -1,5 +1,10 @@
 """Scores written to Arize Phoenix as span annotations, over Phoenix's public REST API.
 
+A session's result (issue 57; its trace_id a session result id) is written as a session
+annotation instead (``POST /v1/session_annotations``, Phoenix 12.0 and later: the version
+tested, 20.26, takes them), on the session whose ``session.id`` is the session's key, with
+the same name, identifier, label, score and reason, and the turns it saw in its metadata.
+
 With ``JUDGEFLOW_SOURCE=phoenix`` a judged trace is an LLM span; each of its scored
 results becomes one annotation on that span (``POST /v1/span_annotations``): name
 ``judgeflow.<metric>``, identifier ``judgeflow``, ``annotator_kind`` LLM, label ``pass``
@@ -18,9 +23,13 @@ from typing import Any
 import httpx
 
 from judgeflow.config.scrub import origin
+from judgeflow.sources.session_id import is_session_id
 
 IDENTIFIER = "judgeflow"
 BATCH = 100
+SPANS_PATH, SESSIONS_PATH = "/v1/span_annotations", "/v1/session_annotations"
+# Phoenix's refusal of a sync write naming sessions it does not hold (as it names spans)
+UNKNOWN_SESSIONS = "Sessions with IDs"
 # a refusal of the key: stop at once, no other write can succeed
 AUTH_REFUSED = (401, 403)
 # the request as a whole went nowhere (a wrong prefix: Phoenix answers 405 to a POST
@@ -61,10 +70,29 @@ def annotation_name(metric: str) -> str:
     return f"judgeflow.{metric}"
 
 
+def is_session_row(result: dict[str, Any]) -> bool:
+    """A session's result (its trace_id a session result id): written as a session annotation, never a span's."""
+    return is_session_id(str(result["trace_id"]))
+
+
+def target(result: dict[str, Any]) -> str:
+    """What Phoenix knows the row's annotation target by: the span id, or the session's ``session.id``."""
+    return str(result.get("session_key") if is_session_row(result) else result["trace_id"])
+
+
 def annotation(result: dict[str, Any]) -> dict[str, Any]:
-    """One eval_results row as Phoenix's span-annotation payload."""
+    """One eval_results row as Phoenix's annotation payload: a span's (``POST /v1/span_annotations``), or for a
+    session's result a session's (``POST /v1/session_annotations``, its ``session_id`` the session's
+    ``session.id`` value, with the turns it saw)."""
+    where = {"session_id": result.get("session_key")} if is_session_row(result) else {"span_id": result["trace_id"]}
+    metadata = {
+        "judge_model": result.get("judge_model"), "metric_version": result.get("metric_version"),
+        "threshold": result.get("threshold"), "flow_run_id": result.get("flow_run_id"),
+    }
+    if is_session_row(result):
+        metadata["turns"] = (result.get("details") or {}).get("turns")
     return {
-        "span_id": result["trace_id"],
+        **where,
         "name": annotation_name(result["metric"]),
         "annotator_kind": "LLM",
         "identifier": IDENTIFIER,
@@ -73,10 +101,7 @@ def annotation(result: dict[str, Any]) -> dict[str, Any]:
             "score": result["score"],
             "explanation": result.get("reason"),
         },
-        "metadata": {
-            "judge_model": result.get("judge_model"), "metric_version": result.get("metric_version"),
-            "threshold": result.get("threshold"), "flow_run_id": result.get("flow_run_id"),
-        },
+        "metadata": metadata,
     }
 
 
@@ -99,9 +124,12 @@ class Posted:
 
 
 def _named(reply: httpx.Response, results: list[dict[str, Any]], batch: list[int]) -> list[int]:
-    """The results of ``batch`` whose span Phoenix names in its refusal."""
-    words = set(re.split(r"[\s,;:'\"()\[\]]+|\.(?:\s|$)", _detail(reply)))
-    return [i for i in batch if str(results[i]["trace_id"]) in words]
+    """The results of ``batch`` whose span (or session) Phoenix names in its refusal."""
+    detail = _detail(reply)
+    words = set(re.split(r"[\s,;:'\"()\[\]]+|\.(?:\s|$)", detail))
+    # a session.id is the user's text (spaces, commas ...): found in the detail as it was sent
+    return [i for i in batch if target(results[i]) in words
+            or (is_session_row(results[i]) and detail.startswith(UNKNOWN_SESSIONS) and target(results[i]) in detail)]
 
 
 def _refusal(out: Posted, reply: httpx.Response, base_url: str) -> None:
@@ -118,19 +146,35 @@ def _refusal(out: Posted, reply: httpx.Response, base_url: str) -> None:
                     "path such as /v1); `judgeflow db check` tests it")
 
 
+def _batches(results: list[dict[str, Any]]) -> list[list[int]]:
+    """The results' indexes in batches of :data:`BATCH`, spans' and sessions' apart (two endpoints)."""
+    kinds = ([i for i, r in enumerate(results) if not is_session_row(r)],
+             [i for i, r in enumerate(results) if is_session_row(r) and r.get("session_key") is not None])
+    return [kind[start:start + BATCH] for kind in kinds for start in range(0, len(kind), BATCH)]
+
+
+def _gone(result: dict[str, Any], status: int) -> str:
+    what = "session" if is_session_row(result) else "span"
+    return f"Phoenix no longer holds {what} {target(result)} (HTTP {status})"
+
+
 def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Posted:
-    """POSTs ``results`` in batches of :data:`BATCH`. Spans Phoenix names as unknown
+    """POSTs ``results`` in batches of :data:`BATCH`: spans' to ``/v1/span_annotations``, sessions' to
+    ``/v1/session_annotations``. Spans (sessions) Phoenix names as unknown
     are refused alone and the rest of their batch posted again. A refusal of the
     whole request (the key, a URL that is not Phoenix's API) or an unreachable
     Phoenix stops at once: what was not tried is in no list. Never raises."""
     out = Posted()
     base = str(client.base_url)
-    todo = [list(range(start, min(start + BATCH, len(results)))) for start in range(0, len(results), BATCH)]
+    # a session's result whose session judgeflow does not hold: nothing to name it by in Phoenix
+    out.failed.update({i: "its session is not in judgeflow.sessions" for i, r in enumerate(results)
+                       if is_session_row(r) and r.get("session_key") is None})
+    todo = _batches(results)
     while todo and out.stop is None:
         batch = todo.pop(0)
+        path = SESSIONS_PATH if is_session_row(results[batch[0]]) else SPANS_PATH
         try:
-            reply = client.post("/v1/span_annotations", params={"sync": "true"},
-                                json={"data": [annotation(results[i]) for i in batch]})
+            reply = client.post(path, params={"sync": "true"}, json={"data": [annotation(results[i]) for i in batch]})
         except httpx.HTTPError as exc:
             error = _error(exc)
             if isinstance(exc, httpx.TransportError):
@@ -150,17 +194,17 @@ def post_annotations(client: httpx.Client, results: list[dict[str, Any]]) -> Pos
         elif status in AUTH_REFUSED:
             _refusal(out, reply, base)
         elif named := _named(reply, results, batch):
-            out.refused.update({i: f"Phoenix no longer holds span {results[i]['trace_id']} (HTTP {status})"
-                                for i in named})
+            out.refused.update({i: _gone(results[i], status) for i in named})
             rest = [i for i in batch if i not in named]
             todo = ([rest] if rest else []) + todo
-        elif status in REQUEST_REFUSED:
+        elif status in REQUEST_REFUSED and not _detail(reply).startswith(UNKNOWN_SESSIONS):
             _refusal(out, reply, base)
         elif len(batch) > 1:  # refused for one annotation it does not name: found one by one
             todo = [[i] for i in batch] + todo
         else:
             detail = _detail(reply)
-            out.refused[batch[0]] = f"span {results[batch[0]]['trace_id']}: HTTP {status}" + (
+            what = "session" if is_session_row(results[batch[0]]) else "span"
+            out.refused[batch[0]] = f"{what} {target(results[batch[0]])}: HTTP {status}" + (
                 f": {detail[:DETAIL_CHARS]}" if detail else "")
     return out
 

@@ -53,12 +53,16 @@ UNWRITTEN = ("status = 'scored' AND source LIKE 'phoenix:%' "
 GONE = "write_back_next_at = 'infinity'"
 NOT_GONE = "write_back_next_at IS DISTINCT FROM 'infinity'"
 
+# a session's result (its trace_id a session result id) carries its session's key: Phoenix's session.id
 _PAGE_OF = """
-    SELECT trace_id, metric, score, passed, reason, threshold, judge_model, metric_version, flow_run_id,
-           scored_at, write_back_tries
-    FROM judgeflow.eval_results
-    WHERE {which} AND source = :source AND (trace_id, metric) > (:after_id, :after_metric)
-    ORDER BY trace_id, metric LIMIT :page
+    SELECT p.*, s.session_key FROM (
+        SELECT trace_id, metric, score, passed, reason, threshold, judge_model, metric_version, flow_run_id,
+               scored_at, write_back_tries, details
+        FROM judgeflow.eval_results
+        WHERE {which} AND source = :source AND (trace_id, metric) > (:after_id, :after_metric)
+        ORDER BY trace_id, metric LIMIT :page) p
+    LEFT JOIN judgeflow.sessions s ON s.session_id = p.trace_id
+    ORDER BY p.trace_id, p.metric
     """
 _DUE = text(_PAGE_OF.format(which=f"""{UNWRITTEN} AND {NOT_GONE}
       AND (:everything OR write_back_next_at IS NULL OR write_back_next_at <= now())"""))

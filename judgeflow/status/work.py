@@ -1,6 +1,10 @@
 """`judgeflow status`'s figures: what is true in the database right now, per
 metric, and around it (the source, its preset's skips, the Phoenix write-back,
-the sample, the alert window's rates, the judge's batches out)."""
+the sample, the alert window's rates, the judge's batches out).
+
+A session metric's figures (``units``: ``sessions``) count sessions, each by its latest score; a trace
+metric's session rate is computed from its turns, never judged: never pending, in progress or stranded,
+and listed once something was computed for it."""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from judgeflow.db.work_counts import open_claims, preset_skips, superseded_count
 from judgeflow.errors import DatabaseError
 from judgeflow.config.judge_models import judge_models
 from judgeflow.config.settings import Settings
-from judgeflow.metrics.registry import metric_names, trace_metric_names
+from judgeflow.metrics.registry import metric_names, reported, reported_names, trace_metric_names, unit_of
 
 
 def work_status(settings: Settings) -> dict:
@@ -64,7 +68,7 @@ def work_status(settings: Settings) -> dict:
     out, runs = _per_metric(read["results"], read["claims"], read["superseded"], pending)
     return {
         "metrics": out,
-        "no_longer_scored": no_longer_scored(read["results"]),
+        "units": {metric: unit_of(metric) for metric in out}, "no_longer_scored": no_longer_scored(read["results"]),
         "dead_deliveries": read["dead"].as_json(),
         "source": sourced.source,
         "other_sources": sourced.others,
@@ -107,7 +111,7 @@ def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict,
     out = {
         m: {"scored": 0, "passed": 0, "skipped": 0, "failed": 0, "given_up": 0, "pending": pending.get(m, 0),
             "in_progress": 0, "stranded": 0, "superseded": superseded.get(m, 0)}
-        for m in metric_names()
+        for m in reported_names()  # each trace metric's session rate too (never pending: computed, not judged)
     }
     for metric, status, n, passed, given_up in results:
         if metric not in out:
@@ -116,6 +120,8 @@ def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict,
         out[metric]["given_up"] += given_up
         if status == "scored":
             out[metric]["passed"] = passed
+    # a session rate nothing was computed for yet is left out: no row of zeros per trace metric
+    out = {m: row for m, row in out.items() if m not in _rates() or any(row.values())}
     runs: dict[str, dict] = {}
     for metric, owner, is_held, n, lease_until in claims:
         if metric in out:
@@ -135,6 +141,11 @@ def _per_metric(results, claims, superseded: dict, pending: dict) -> tuple[dict,
     return out, ordered
 
 
+def _rates() -> set[str]:
+    """The session rates of the trace metrics served (computed from their turns, never judged)."""
+    return {name for name, spec in reported().items() if spec.rate_of is not None}
+
+
 def _first_line(error: BaseException) -> str:
     """PostgreSQL's first line says what is wrong; the rest quotes the SQL and points a caret at it."""
     return (str(error).strip().splitlines() or [type(error).__name__])[0]
@@ -142,7 +153,7 @@ def _first_line(error: BaseException) -> str:
 
 def no_longer_scored(results) -> dict[str, int]:
     """Results kept of metrics no longer served (removed from the metrics file, a plugin uninstalled)."""
-    served = set(metric_names())
+    served = set(reported_names())
     out: dict[str, int] = {}
     for metric, _status, n, _passed, _given_up in results:
         if metric not in served:
@@ -173,8 +184,11 @@ def window_rates(conn, settings: Settings) -> dict[str, dict]:
     counts = read_evaluation_counts(conn, rules, now=conn.execute(text("SELECT now()")).scalar_one())
     for rule in rules:
         e = counts.figures(rule)[0].estimate
+        if rule.metric in _rates() and not e.judged:
+            continue  # a session rate with nothing in the window: no line per trace metric
+        unit = unit_of(rule.metric)  # the traffic a session metric's results stand for is sessions
         out[rule.metric] = {"window": settings.alert_window, "rate": e.rate, "ci_low": e.ci_low,
-                            "ci_high": e.ci_high, "judged": e.judged, "traces": round(e.traces)}
+                            "ci_high": e.ci_high, "judged": e.judged, "unit": unit, unit: round(e.traces)}
     return out
 
 

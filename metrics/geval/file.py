@@ -29,7 +29,7 @@ from typing import Any
 from judgeflow.errors import MetricError
 from judgeflow.metrics.geval.metric import DEFAULT_REGRESSION_MIN_INCREASE, GEvalDefinition, geval_spec
 from judgeflow.metrics.geval.schema import MAX_STEP_CHARS, MAX_STEPS
-from judgeflow.metrics.registry import MetricSpec, origin_of, registered
+from judgeflow.metrics.registry import MetricSpec, origin_of, rate_name, registered
 
 ALLOWED_INPUTS = ("input", "output", "context")
 MAX_NAME_CHARS = 40
@@ -80,7 +80,18 @@ def definitions(path: str | Path, document: Mapping[str, Any]) -> list[GEvalDefi
     if not isinstance(metrics, dict):
         raise where.error("metrics", "must be tables: [metrics.<name>]")
     taken = {name for name in registered() if name not in _file_names()}
+    _check_rate_names(str(path), list(metrics), taken)
     return [_definition(_Where(str(path), name), name, table, taken) for name, table in metrics.items()]
+
+
+def _check_rate_names(path: str, names: list[str], taken: set[str]) -> None:
+    """Every trace metric M has a session rate M_session (judgeflow/metrics/registry.py): a file metric
+    may not take such a name, nor have its own rate's name taken."""
+    rates = {rate_name(name): name for name in [*taken, *names]}
+    for name in names:
+        if name in rates:
+            raise _Where(path, name).error(None, f"clashes with the session rate of metric {rates[name]!r} (every "
+                                                 "metric M has M_session); choose another name")
 
 
 def _file_names() -> set[str]:

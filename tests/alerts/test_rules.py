@@ -31,14 +31,22 @@ def figures(value, samples, *, base=None, p_value=None):
 def test_rules_from_settings():
     rules = {r.name: r for r in all_rules(settings(alert_window="6h", alert_min_samples=20, alert_renotify="2h"))}
     assert list(rules) == [
-        "toxicity_rate", "hallucination_rate", "judge_failure_rate", "toxicity_regression", "hallucination_regression",
-        "dead_delivery_rate", "phoenix_unwritten",
+        "toxicity_rate", "toxicity_session_rate", "hallucination_rate", "hallucination_session_rate",
+        "judge_failure_rate", "toxicity_regression", "toxicity_session_regression", "hallucination_regression",
+        "hallucination_session_regression", "dead_delivery_rate", "phoenix_unwritten",
     ]
     tox = rules["toxicity_rate"]
     assert (tox.kind, tox.metric, tox.maximum, tox.enabled) == ("not_passed_rate", "toxicity", 0.05, True)
     assert (tox.window, tox.window_s, tox.min_samples, tox.renotify_s) == ("6h", 21600, 20, 7200)
     assert tox.env_var == "JUDGEFLOW_TOXICITY_RATE_MAX" and tox.resource_id == "judgeflow.rule.toxicity_rate"
     assert not rules["hallucination_rate"].enabled and not rules["judge_failure_rate"].enabled
+    # each trace metric's session rate has rules of its own: the rate's maximum defaults to the trace metric's
+    # (toxicity's on, the others off); no session regression rule is on by default
+    session = rules["toxicity_session_rate"]
+    assert (session.kind, session.metric, session.maximum, session.env_var) == (
+        "not_passed_rate", "toxicity_session", 0.05, "JUDGEFLOW_TOXICITY_SESSION_RATE_MAX")
+    assert not rules["hallucination_session_rate"].enabled
+    assert not any(rules[f"{m}_session_regression"].enabled for m in ("toxicity", "hallucination"))
     assert (rules["judge_failure_rate"].kind, rules["judge_failure_rate"].metric) == ("failure_rate", None)
     # on by default: any dead delivery in the window fires it; no minimum sample, never per segment
     dead = rules["dead_delivery_rate"]
@@ -56,19 +64,23 @@ def test_rules_from_settings():
 
 
 def test_each_rule_is_enabled_by_its_own_maximum():
-    s = settings(toxicity_rate_max=None, hallucination_rate_max=0.2, failure_rate_max=0.1, dead_delivery_rate_max=0.5)
+    s = settings(toxicity_rate_max=None, hallucination_rate_max=0.2, failure_rate_max=0.1, dead_delivery_rate_max=0.5,
+                 toxicity_session_rate_max=None, hallucination_session_rate_max=0.3)
     assert [(r.name, r.maximum) for r in enabled_rules(s)] == [
-        ("hallucination_rate", 0.2), ("judge_failure_rate", 0.1), ("dead_delivery_rate", 0.5),
+        ("hallucination_rate", 0.2), ("hallucination_session_rate", 0.3), ("judge_failure_rate", 0.1),
+        ("dead_delivery_rate", 0.5),
     ]
-    assert enabled_rules(settings(toxicity_rate_max=None, dead_delivery_rate_max=None)) == []
+    assert enabled_rules(settings(toxicity_rate_max=None, dead_delivery_rate_max=None,
+                                  toxicity_session_rate_max=None)) == []
 
 
 def test_every_spec_names_a_setting():
     from judgeflow.config.settings import setting_fields
 
     assert [spec.name for spec in rule_specs()] == [
-        "toxicity_rate", "hallucination_rate", "judge_failure_rate", "toxicity_regression",
-        "hallucination_regression", "dead_delivery_rate", "phoenix_unwritten",
+        "toxicity_rate", "toxicity_session_rate", "hallucination_rate", "hallucination_session_rate",
+        "judge_failure_rate", "toxicity_regression", "toxicity_session_regression", "hallucination_regression",
+        "hallucination_session_regression", "dead_delivery_rate", "phoenix_unwritten",
     ]
     for spec in rule_specs():
         assert spec.setting in setting_fields()
@@ -80,7 +92,8 @@ def test_settings_from_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("JUDGEFLOW_ALERT_WINDOW", "7d")
     monkeypatch.setenv("JUDGEFLOW_ALERT_WEBHOOK_RETRIES", "5")
     s = Settings()
-    assert [r.name for r in enabled_rules(s)] == ["toxicity_rate", "hallucination_rate", "dead_delivery_rate"]
+    assert [r.name for r in enabled_rules(s)] == ["toxicity_rate", "toxicity_session_rate", "hallucination_rate",
+                                                  "dead_delivery_rate"]
     assert all_rules(s)[0].window_s == 7 * 86400 and s.alert_webhook_retries == 5
 
 
@@ -118,7 +131,7 @@ def test_decide_reminds_only_after_the_interval():
 
 def test_regression_rules_are_enabled_by_their_minimum_increase():
     s = settings(toxicity_rate_max=None, toxicity_regression_min_increase=0.02, regression_baseline="3d",
-                 dead_delivery_rate_max=None)
+                 dead_delivery_rate_max=None, toxicity_session_rate_max=None)
     [rule] = enabled_rules(s)
     assert (rule.name, rule.kind, rule.metric, rule.maximum, rule.min_increase) == (
         "toxicity_regression", "regression", "toxicity", None, 0.02,

@@ -173,6 +173,7 @@ def test_disabled_rules_are_skipped(engine, database_url, hook):
     settings = make_settings(
         database_url, alert_webhook_url=hook.url,
         toxicity_rate_max=None, hallucination_rate_max=None, failure_rate_max=None, dead_delivery_rate_max=None,
+        toxicity_session_rate_max=None,
     )
     add_results(engine, "toxicity", not_passed=100, failed=100)
     add_results(engine, "hallucination", not_passed=100)
@@ -182,16 +183,21 @@ def test_disabled_rules_are_skipped(engine, database_url, hook):
     everything = evaluate_rules(settings, engine=engine, include_disabled=True)
     assert [(r.rule, r.enabled, r.summary) for r in everything] == [
         ("toxicity_rate", False, "disabled"),
+        ("toxicity_session_rate", False, "disabled"),
         ("hallucination_rate", False, "disabled"),
+        ("hallucination_session_rate", False, "disabled"),
         ("judge_failure_rate", False, "disabled"),
         ("toxicity_regression", False, "disabled"),
+        ("toxicity_session_regression", False, "disabled"),
         ("hallucination_regression", False, "disabled"),
+        ("hallucination_session_regression", False, "disabled"),
         ("phoenix_unwritten", False, "disabled"),  # off: not a Phoenix source writing back
         ("dead_delivery_rate", False, "disabled"),  # evaluated after the others' deliveries
     ]
-    # by default toxicity and dead deliveries are on
+    # by default toxicity (per trace and per session) and dead deliveries are on
     default = make_settings(database_url, alert_webhook_url=hook.url)
-    assert [r.rule for r in evaluate_rules(default, engine=engine)] == ["toxicity_rate", "dead_delivery_rate"]
+    assert [r.rule for r in evaluate_rules(default, engine=engine)] == [
+        "toxicity_rate", "toxicity_session_rate", "dead_delivery_rate"]
 
 
 def test_no_channels_configured_is_recorded_as_skipped(engine, database_url):

@@ -54,7 +54,7 @@ def test_the_environment_wins_over_dotenv_and_arguments_over_both(monkeypatch, t
 
 def test_settings_of_an_unknown_metric_are_refused(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ConfigError, match="unknown metric.*nope.*registered: toxicity, hallucination"):
+    with pytest.raises(ConfigError, match="unknown metric.*nope.*registered: toxicity, toxicity_session, hallucination"):
         load_settings(metric_settings={"nope": {"threshold": 0.1}})
     with pytest.raises(ConfigError, match="no settings for metric 'nope'"):
         load_settings().metric("nope")

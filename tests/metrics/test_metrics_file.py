@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from judgeflow.errors import ConfigError
 from judgeflow.metrics.geval.file import load_metrics_file
 from judgeflow.run.metric_door import open_metrics
-from tests.support.builtins import BUILT_IN
+from tests.support.builtins import BUILT_IN, and_rates
 from judgeflow.metrics.registry import metric_names, origin_of, registered, served_file
 
 runner = CliRunner()
@@ -118,9 +118,11 @@ def test_a_metrics_own_segment_keys_replace_the_global_ones_for_its_rules_only(t
     assert registered()["helpfulness"].version == version
     assert {r.name: r.segment_by for r in all_rules(settings) if r.kind in ("not_passed_rate", "regression",
                                                                                 "failure_rate")} == {
-        **{f"{name}_{kind}": ("app", "tier") for name in BUILT_IN for kind in ("rate", "regression")},
-        "helpfulness_rate": ("tier", "plan"), "grounded_rate": (), "judge_failure_rate": ("app", "tier"),
-        "helpfulness_regression": ("tier", "plan"), "grounded_regression": ()}
+        **{f"{name}_{kind}": ("app", "tier") for name in and_rates(*BUILT_IN) for kind in ("rate", "regression")},
+        # a session rate's rules segment as its trace metric's
+        **{f"{name}_{kind}": ("tier", "plan") for name in and_rates("helpfulness") for kind in ("rate", "regression")},
+        **{f"{name}_{kind}": () for name in and_rates("grounded") for kind in ("rate", "regression")},
+        "judge_failure_rate": ("app", "tier")}
     assert settings.stored_segment_keys == ("app", "tier", "plan")
     assert settings.metric_segment_keys("toxicity") == ("app", "tier")
     # without the file: the global keys alone are stored
@@ -172,7 +174,7 @@ def test_the_door_serves_the_file_metrics_beside_the_built_ins_with_the_files_va
 
     path = write(tmp_path, GOOD)
     settings = Settings(metrics_file=path)
-    assert list(settings.metric_specs()) == [*BUILT_IN, "helpfulness", "grounded"]
+    assert list(settings.metric_specs()) == and_rates(*BUILT_IN, "helpfulness", "grounded")
     assert list(metric_names()) == [*BUILT_IN]  # building settings serves nothing
     open_metrics(path)
     assert list(metric_names()) == [*BUILT_IN, "helpfulness", "grounded"]
@@ -190,7 +192,7 @@ def test_the_door_serves_the_file_metrics_beside_the_built_ins_with_the_files_va
     # keyword arguments win over the file, as over the environment
     assert Settings(metrics_file=path, helpfulness_threshold=0.8).metric("helpfulness").threshold == 0.8
     # settings without the file read none of its metrics; the door opened without it serves none
-    assert list(Settings().metric_specs()) == [*BUILT_IN]
+    assert list(Settings().metric_specs()) == and_rates(*BUILT_IN)
     open_metrics(None)
     assert list(metric_names()) == [*BUILT_IN]
 
@@ -203,7 +205,7 @@ def test_a_metric_removed_from_the_file_is_no_longer_served(tmp_path):
     path.write_text(GOOD.split("[metrics.grounded]")[0], encoding="utf-8")
     open_metrics(path)
     assert list(metric_names()) == [*BUILT_IN, "helpfulness"]
-    assert list(Settings(metrics_file=path).metric_specs()) == [*BUILT_IN, "helpfulness"]
+    assert list(Settings(metrics_file=path).metric_specs()) == and_rates(*BUILT_IN, "helpfulness")
 
 
 def test_a_bad_file_stops_a_command_before_anything_is_judged(tmp_path, monkeypatch, judge_server):

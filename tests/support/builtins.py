@@ -20,3 +20,8 @@ def _builtin_names() -> tuple[str, ...]:
 
 # in the order the registry serves them
 BUILT_IN: tuple[str, ...] = _builtin_names()
+
+
+def and_rates(*names: str) -> list[str]:
+    """``names``, each followed by its session rate, as settings serve them (judgeflow/metrics/registry.py)."""
+    return [name for metric in names for name in (metric, f"{metric}_session")]

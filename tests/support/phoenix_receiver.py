@@ -10,6 +10,9 @@ ThreadingHTTPServer on 127.0.0.1 answering as Phoenix 20.26 does (probed against
   a batch naming spans the receiver does not know is refused whole with 404 and a plain
   text naming every one of them (``Spans with IDs a, b do not exist.``); no annotation
   at all: ``{"data": []}``;
+- ``POST /v1/session_annotations?sync=true``: the same for sessions (by ``session_id``, the session's
+  ``session.id``), kept in ``session_annotations``; a batch naming sessions it does not know (``sessions``;
+  None: every one) is refused whole with 404 ``{"detail": "Sessions with IDs a, b do not exist."}``;
 - a POST to any other path: 405 ``Method Not Allowed`` (plain text), or
   ``wrong_post_status`` (404: another server in front of Phoenix).
 
@@ -34,8 +37,10 @@ PAGE = b"<!DOCTYPE html>\n<html><head><title>Phoenix</title></head><body><div id
 class PhoenixReceiver:
     def __init__(self, *, spans: set[str] | None = None, api_key: str | None = None, port: int = 0,
                  status: int | None = None, read_only_key: str | None = None, wrong_post_status: int = 405,
-                 delay_s: float = 0.0):
+                 delay_s: float = 0.0, sessions: set[str] | None = None):
         self.spans = spans
+        self.sessions = sessions
+        self.session_annotations: dict[tuple[str, str, str], dict] = {}
         self.api_key = api_key
         self.read_only_key = read_only_key
         self.status = status
@@ -90,6 +95,8 @@ class PhoenixReceiver:
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 time.sleep(receiver.delay_s)  # a Phoenix that hangs a while
+                if urlparse(self.path).path == "/v1/session_annotations" and not self._refused(writing=True):
+                    return self._sessions(body.get("data") or [])
                 if urlparse(self.path).path != "/v1/span_annotations":
                     return self._text(receiver.wrong_post_status, "Method Not Allowed"
                                       if receiver.wrong_post_status == 405 else "Not Found")
@@ -102,6 +109,16 @@ class PhoenixReceiver:
                 with receiver._lock:
                     for a in data:
                         receiver.annotations[(a["span_id"], a["name"], a["identifier"])] = a
+                self._answer(200, {"data": [{"id": str(i)} for i in range(len(data))]})
+
+            def _sessions(self, data: list[dict]) -> None:
+                known = receiver.sessions
+                unknown = [a["session_id"] for a in data if known is not None and a["session_id"] not in known]
+                if unknown:
+                    return self._answer(404, {"detail": f"Sessions with IDs {', '.join(unknown)} do not exist."})
+                with receiver._lock:
+                    for a in data:
+                        receiver.session_annotations[(a["session_id"], a["name"], a["identifier"])] = a
                 self._answer(200, {"data": [{"id": str(i)} for i in range(len(data))]})
 
             def log_message(self, *args):  # quiet

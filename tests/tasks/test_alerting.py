@@ -23,8 +23,9 @@ def test_a_webhook_that_always_fails_leaves_the_run_green(prefect_server, db, da
         settings = make_settings(database_url, alert_webhook_url=hook.url, alert_webhook_retries=2)
         state = end_of_scoring_run(settings, return_state=True)
     assert state.is_completed(), state
-    result, dead = state.result()
+    result, session, dead = state.result()
     assert (result.rule, result.state, result.transition) == ("toxicity_rate", "firing", "fired")
+    assert (session.rule, session.outcome) == ("toxicity_session_rate", "not_enough_data")  # on by default
     assert (dead.rule, dead.state) == ("dead_delivery_rate", "ok")  # failing, not dead yet
     assert result.delivery_status == "failed"
     assert len(hook.requests) == 3
@@ -67,6 +68,7 @@ def test_publishes_the_alert_state_artifact(prefect_server, db, database_url):
     results = state.result()
     assert [(r.rule, r.outcome, r.transition) for r in results] == [
         ("toxicity_rate", "not_enough_data", None),
+        ("toxicity_session_rate", "not_enough_data", None),  # on by default; no session results
         ("hallucination_rate", "firing", "fired"),
         ("dead_delivery_rate", "ok", None),  # after the deliveries: the one just delivered counts
     ]
