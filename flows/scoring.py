@@ -70,6 +70,7 @@ from judgeflow.tasks.sampling import (
     reweigh_sampled_nights,
     top_up_night_sample,
 )
+from judgeflow.tasks.session_rates import store_session_rates
 from judgeflow.tasks.sessions import claim_sessions, find_quiet_sessions, mark_sessions_judged
 from judgeflow.tasks.shards import read_night_limits
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
@@ -266,7 +267,7 @@ def score_traces(
     with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
         ended = _top_ups(run, schedule, policy, ended, functools.partial(_claim, run, keeper))
-        ended = _judge_sessions(run, schedule, ended, keeper)
+        ended = _judge_sessions(run, schedule, ended, keeper, totals)
         # what other live runs hold once this one claims no more: counted while its last batches finish
         left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)
         schedule.finish()
@@ -296,10 +297,12 @@ def _judges(run: _Run, policy: RunPolicy, judging: int, cancel_batches: bool):
     return judge_started, batched
 
 
-def _judge_sessions(run: _Run, schedule: RunSchedule, ended: str, keeper: LeaseKeeper) -> str:
+def _judge_sessions(run: _Run, schedule: RunSchedule, ended: str, keeper: LeaseKeeper,
+                    totals: SummaryBuilder) -> str:
     """The quiet sessions' (session, metric) pairs, once the traces are claimed, through the same
     schedule (budget, stop, time), batches and results store as trace pairs; then the sessions
-    whose pairs are all done are marked judged. A run that stopped early judges none: they stay due."""
+    whose pairs are all done get their session rates (no judge call) and are marked judged. A run
+    that stopped early judges none: they stay due."""
     if ended != DONE or not run.quiet:
         return ended
     if run.session_metrics:
@@ -309,8 +312,10 @@ def _judge_sessions(run: _Run, schedule: RunSchedule, ended: str, keeper: LeaseK
         schedule.finish()  # stored before they are marked: a stop here leaves them due, their pairs done
     if ended == DONE:
         # every session metric served, not only this run's (--metric): a session is judged once all have judged it
+        # rates before the mark: a stop between the two leaves the sessions due, and storing the
+        # same rates again changes nothing (tasks/session_rates.py)
+        totals.add_session_rates(store_session_rates(run.settings, [q.session_id for q in run.quiet]))
         mark_sessions_judged(run.settings, run.quiet, at_level(chosen(None), "session"))
-        # session rates (tasks/session_rates.py) are stored here for the same sessions
     return ended
 
 

@@ -439,10 +439,11 @@ def current_versions() -> dict[str, str]:
 
 
 def at_level(names: Sequence[str], level: Level) -> list[str]:
-    """Those of ``names`` that judge at ``level``: a run pairs trace metrics with traces, session
-    metrics with sessions, never one with the other."""
+    """Those of ``names`` judged at ``level``: a run pairs trace metrics with traces, session
+    metrics with sessions, never one with the other. A session rate (``rate_of``) is judged at
+    neither: it is computed from its turns' results (tasks/session_rates.py)."""
     specs = registered()
-    return [name for name in names if specs[name].level == level]
+    return [name for name in names if specs[name].level == level and specs[name].rate_of is None]
 
 
 def trace_metric_names() -> list[str]:

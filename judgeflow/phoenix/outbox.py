@@ -45,10 +45,8 @@ GIVE_UP_AFTER = 8
 PAGE = 500
 
 # keep in step with the predicate of eval_results_unwritten_idx (migration 11_result_sources.py)
-# (and a session's result, trace_id 's:...', is no span: it is not written back, docs/metrics.md "Conversations";
-# a condition more than the index's predicate still lets the index serve)
 UNWRITTEN = ("status = 'scored' AND source LIKE 'phoenix:%' "
-             "AND (written_back_at IS NULL OR written_back_at < scored_at) AND trace_id NOT LIKE 's:%'")
+             "AND (written_back_at IS NULL OR written_back_at < scored_at)")
 # of those, final: Phoenix no longer holds their span (GIVE_UP_AFTER refusals naming it)
 GONE = "write_back_next_at = 'infinity'"
 NOT_GONE = "write_back_next_at IS DISTINCT FROM 'infinity'"
