@@ -17,7 +17,7 @@ within a stratum; draws of one judge epoch are pooled, as they estimate the same
   ``p̂_pass`` on judged passes).
 - Its interval combines per-stratum intervals of ``p_h`` by the method of variance estimates recovery
   (MOVER; Newcombe 2011, Zou and Donner 2008) for a weighted sum of proportions:
-  ``θ̂ ∓ sqrt(Σ_h Ŵ_h² (p̂_h - l_h)² + V1)`` (``u_h`` above). Each stratum's ``[l_h, u_h]`` is
+  ``θ̂ ∓ sqrt(Σ_h Ŵ_h² (p̂_h - l_h)² + z² V1)`` (``u_h`` above; ``z`` = 1.96). Each stratum's ``[l_h, u_h]`` is
   Wilson's on its labels' effective size, or the exact Clopper-Pearson interval where fewer than 5
   failing (or passing) labels are expected (the rule estimates.py uses), so a stratum where people
   found no failure still says how many it may hold: a Wald interval would say none, and small
@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from judgeflow.alerts.estimates import (
-    FEW_EVENTS, WeightedCounts, clopper_pearson, estimate, rate_variance, wilson,
+    FEW_EVENTS, Z95, WeightedCounts, clopper_pearson, estimate, rate_variance, wilson,
 )
 
 FAIL, PASS = "fail", "pass"  # the strata: the judge's verdict (as judgeflow/db/labels.py names them)
@@ -164,7 +164,8 @@ def corrected_rate(judged: WeightedCounts, fail: VerdictLabels, passed: VerdictL
     theta = math.fsum(weights[h] * rates[h] for h in (FAIL, PASS) if weights[h] > 0)
     theta = min(1.0, max(0.0, theta))
     spread = (rates[FAIL] or 0.0) - (rates[PASS] or 0.0) if None not in rates.values() else 0.0
-    v1 = spread**2 * rate_variance(judged)  # a sampled night's Ŵ is an estimate too
+    # a sampled night's Ŵ is an estimate too: its 95% half-width, squared, as the strata's terms are
+    v1 = (Z95 * spread) ** 2 * rate_variance(judged)
     low = max(0.0, min(theta, theta - math.sqrt(low_sq + v1)))
     high = min(1.0, max(theta, theta + math.sqrt(high_sq + v1)))
     return Corrected(theta, low, high, used, None, judged_fail_share=w_fail,
