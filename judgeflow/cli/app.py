@@ -8,6 +8,7 @@ from judgeflow.cli.alerts import alerts_app
 from judgeflow.cli import demo, judge_checks, metrics, reports, results, scoring, servers
 from judgeflow.cli.db import db_app
 from judgeflow.cli.errors import JudgeflowGroup
+from judgeflow.cli.labels import labels_app
 from judgeflow.cli.phoenix import phoenix_app
 from judgeflow.cli.runs import Program
 
@@ -19,6 +20,7 @@ app = typer.Typer(help="judgeflow: LLM-as-a-judge scoring of production traces."
 app.add_typer(db_app, name="db")
 app.add_typer(alerts_app, name="alerts", help="Alert rules: current state, history, evaluate now.")
 app.add_typer(phoenix_app, name="phoenix")
+app.add_typer(labels_app, name="labels", short_help="Labels by people: sample, import, plan how many.")
 
 
 @app.command()

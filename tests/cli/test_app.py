@@ -51,7 +51,7 @@ def test_no_summary_in_a_command_list_is_cut():
     """A group's `--help` lists its commands, one line each: click cuts a summary past its column with "...";
     every one is shown whole at 80 columns (the command's summary, ending as it does)."""
     groups = [(path, c) for path, c in _commands(typer.main.get_command(app)) if hasattr(c, "commands")]
-    assert len(groups) == 4  # judgeflow, db, alerts, phoenix
+    assert len(groups) == 5  # judgeflow, db, alerts, phoenix, labels
     for path, group in groups:
         result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": str(WIDTH)}, terminal_width=WIDTH)
         listed = result.output.split("Commands:\n", 1)[1].splitlines()
