@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Any, Iterable, Protocol
 
 from judgeflow.alerts.estimates import (
     FEW_EVENTS, Z95, WeightedCounts, clopper_pearson, estimate, rate_variance, wilson,
@@ -119,6 +119,36 @@ class Corrected:
     fail_given_pass: float | None = None  # p̂_pass: the share of judged passes people say fail
 
 
+class LabelledResult(Protocol):
+    """A labelled result of a draw (judgeflow/db/labels.py ``LabelledItem``)."""
+
+    stratum: str
+    label: bool
+    result_weight: float
+    segment: dict[str, Any]
+
+
+def in_segment(item: LabelledResult, key: str | None, value: str | None, others: tuple[str, ...] | None) -> bool:
+    """Whether ``item`` is in the segment ``key=value`` (``key`` None: overall; ``others`` not None:
+    the ``other`` group of ``key``, every value but those): a draw over every segment serves a
+    segment as a domain of its sample."""
+    if key is None:
+        return True
+    held = item.segment.get(key)
+    if held is None:
+        return False
+    return str(held) not in others if others is not None else str(held) == value
+
+
+def labels_by_verdict(items: Iterable[LabelledResult], key: str | None = None, value: str | None = None,
+                      others: tuple[str, ...] | None = None) -> tuple[VerdictLabels, VerdictLabels]:
+    """(fail, pass): the labels of the results the judge called fail and pass, of one segment
+    (:func:`in_segment`), pooled over the draws of the judge epoch in force."""
+    kept = [i for i in items if in_segment(i, key, value, others)]
+    return tuple(VerdictLabels.of((i.label, i.result_weight) for i in kept if i.stratum == h)  # type: ignore[return-value]
+                 for h in (FAIL, PASS))
+
+
 def stratum_bounds(rate: float, size: float) -> tuple[float, float]:
     """The 95% interval of one stratum's ``p_h``: Wilson's on ``size``, or Clopper-Pearson's where
     fewer than 5 events (or non-events) are expected (estimates.py's rule); exact on a census."""
@@ -132,12 +162,11 @@ def stratum_bounds(rate: float, size: float) -> tuple[float, float]:
 def _shortage(judged: WeightedCounts, strata: dict[str, VerdictLabels], min_labels: int) -> str | None:
     """Why the labels are not enough for this period (None: they are)."""
     held = {FAIL: judged.bad > 0, PASS: judged.n - judged.bad > 0}
-    short = [f"{strata[h].n} label{'' if strata[h].n == 1 else 's'} of results the judge called {h}"
-             for h in (FAIL, PASS) if held[h] and strata[h].n < min_labels]
+    short = [f"{h} {strata[h].n}" for h in (FAIL, PASS) if held[h] and strata[h].n < min_labels]
     if not short:
         return None
-    return (f"not enough labels: {' and '.join(short)} (at least {min_labels} in each verdict the period "
-            "holds, drawn in the judge epoch in force)")
+    return (f"not enough labels: {', '.join(short)} (at least {min_labels} per verdict the judge gave, "
+            "from the judge epoch in force)")
 
 
 def corrected_rate(judged: WeightedCounts, fail: VerdictLabels, passed: VerdictLabels, *,

@@ -62,7 +62,7 @@ def test_too_few_labels_give_no_rate_and_say_which_verdict_is_short():
     judged = WeightedCounts.unweighted(1000, 325)
     r = corrected_rate(judged, VerdictLabels.counted(3, 1), VerdictLabels.counted(50, 0))
     assert r.rate is None and r.ci_low is None and r.labels == 53
-    assert r.reason.startswith("not enough labels: 3 labels of results the judge called fail")
+    assert r.reason.startswith("not enough labels: fail 3 (at least 10 per verdict the judge gave")
     assert f"at least {MIN_LABELS}" in r.reason
     # a verdict the window does not hold needs no labels
     none_failed = corrected_rate(WeightedCounts.unweighted(500, 0), VerdictLabels(), VerdictLabels.counted(40, 1))
