@@ -384,8 +384,10 @@ def render_markdown(evaluations: list[RuleEvaluation]) -> str:
             note = "; ".join(([] if note == "-" else [note]) + earlier)
         limit = f"min rise +{_pct(e.threshold)}" if e.is_regression else f"max {_pct(e.threshold)}"
         held = f" ({e.held_note})" if e.held_until is not None else ""
+        if e.rate_on_note:  # a rule set to the corrected rate without enough labels: it read the judged one
+            outcome += f" ({e.rate_on_note})"
         cells = [
-            e.rule, e.segment_label, f"**{(e.state or '').upper()}**{held}", outcome, _pct(e.value), _pct(e.baseline_value),
+            e.rule, e.segment_label, f"**{(e.state or '').upper()}**{held}", outcome, e.rate_said, _pct(e.baseline_value),
             limit, _p(e.p_value), f"{e.sample_size} ({e.baseline_sample_size}; {e.min_samples})", str(e.failed_count),
             e.window, note,
         ]

@@ -72,7 +72,7 @@ def _label(tmp_path, metric: str, n: int, seed: int) -> None:
     assert imported.exit_code == 0, imported.output
 
 
-def test_report_and_status_show_the_corrected_rate_beside_the_judged_one(seeded, tmp_path):
+def test_report_and_status_show_the_corrected_rate_beside_the_judged_one(seeded, db, tmp_path):
     _label(tmp_path, "toxicity", 200, 58001)
     _label(tmp_path, "helpful", 200, 58002)
     result = runner.invoke(app, ["report", "--json", "--since", "2d"])
@@ -89,16 +89,25 @@ def test_report_and_status_show_the_corrected_rate_beside_the_judged_one(seeded,
     days = [d for d in json.loads(result.stdout)["days"] if d["metric"] == "toxicity" and d["judged"]]
     assert len(days) >= 1 and all(d["corrected_rate"] is not None for d in days)
 
-    text = runner.invoke(app, ["report", "--since", "2d"]).output
-    assert "corrected [95% CI]" in text
+    # the text `report` prints and the Prefect artifact judgeflow-trend (tasks/reporting.py), from one trend
+    from judgeflow.alerts.trend import compute_trend, render_markdown, render_text
+    from judgeflow.run.metric_door import entry_settings
+
+    with db.connect() as conn:
+        trend = compute_trend(conn, entry_settings(), days=2)
+    text, markdown = render_text(trend), render_markdown(trend)
+    assert "corrected [95% CI]" in text and "| corrected [95% CI] |" in markdown
     assert ("window: the judged rate, what the judge said; corrected: adjusted for the judge's error measured "
             "on 200 labels") in " ".join(text.split())
+    assert "measured on 200 labels" in markdown
 
     status = runner.invoke(app, ["status", "--json"])
     assert status.exit_code == 0, status.output
     rates = json.loads(status.stdout)["rates"]["toxicity"]
     assert (rates["rate"], rates["labels"], rates["corrected_rate"]) == (0.325, 200, tox["corrected_rate"])
-    said = " ".join(runner.invoke(app, ["status"]).output.split())
+    from judgeflow.cli.reports import render_status  # what `status` prints of the same figures
+
+    said = " ".join(render_status(json.loads(status.stdout), width=200).split())
     assert "judged: what the judge said; corrected: adjusted for the judge's error measured on 200 labels" in said
 
 
@@ -121,6 +130,9 @@ def test_a_maximum_rule_on_the_corrected_rate_and_its_fallback(seeded, db, tmp_p
     assert (corrected.state, corrected.transition, corrected.rate_on) == ("ok", "resolved", "corrected")
     assert corrected.corrected_ci_high <= 0.18 and corrected.labels == 200
     assert "corrected rate" in corrected.summary and "(judged 32.5%)" in corrected.summary
+    from judgeflow.alerts.service import render_markdown  # the judgeflow-alert-state artifact
+
+    assert "corrected rate" in render_markdown([corrected])
 
     with db.begin() as conn:  # all but 5 labels gone: not enough, the rule decides on the judged rate
         conn.execute(sa.text("DELETE FROM judgeflow.labels WHERE id NOT IN "
@@ -128,7 +140,7 @@ def test_a_maximum_rule_on_the_corrected_rate_and_its_fallback(seeded, db, tmp_p
     fallback = evaluate("corrected")
     assert (fallback.state, fallback.transition, fallback.rate_on) == ("firing", "fired", "judged")
     assert fallback.rate_on_note.startswith("decided on the judged rate: no corrected rate (not enough labels")
-    assert fallback.rate_on_note in fallback.summary
+    assert fallback.rate_on_note in fallback.summary and fallback.rate_on_note in render_markdown([fallback])
     with db.connect() as conn:
         payloads = [r.payload for r in conn.execute(sa.text(
             "SELECT payload FROM judgeflow.alert_events WHERE rule = 'toxicity_rate' ORDER BY id"))]
