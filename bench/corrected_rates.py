@@ -183,7 +183,13 @@ def summary(results: list[CellResult]) -> list[str]:
     lines = [f"cells: {len(results)}; windows with a corrected rate: "
              f"{sum(r.given for r in results)} of {sum(r.windows for r in results)}",
              f"coverage over cells: min {min(coverage):.1%}, median {statistics.median(coverage):.1%}, "
-             f"cells below 93%: {sum(c < 0.93 for c in coverage)} of {len(coverage)}", "",
+             f"cells below 93%: {sum(c < 0.93 for c in coverage)} of {len(coverage)}",
+             "corrected rate's mean error over cells: "
+             f"{min(r.corrected_bias for r in results if r.given):+.4f} to "
+             f"{max(r.corrected_bias for r in results if r.given):+.4f}",
+             "chance judges, width corrected / labels alone: "
+             f"{min(r.width / r.alone_width for r in chance):.2f} to {max(r.width / r.alone_width for r in chance):.2f}",
+             "",
              "| true rate | labels | night | coverage (mean, min over 25 judges) | width: corrected / labels alone"
              " (mean over judges) | labels alone: coverage | judged rate's bias (range over judges) |",
              "|---|---|---|---|---|---|---|"]
