@@ -44,7 +44,7 @@ says which stratum is short.
 When correction does not help: a judge no better than chance (false-positive rate + false-negative
 rate = 1) puts the same share of failures in both verdicts, so ``p_fail = p_pass = θ`` and the
 ``Ŵ_h`` carry no information: the corrected interval is then the labels' own, split in two strata,
-as wide as or wider than labels alone (bench/corrected_rates.py measures it).
+about as wide as labels alone or wider (bench/corrected_rates.py: 0.96 to 1.77 times as wide).
 """
 
 from __future__ import annotations
