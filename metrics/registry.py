@@ -98,6 +98,11 @@ class MetricSettings(BaseModel):
         description="the <name>_regression alert rule: absolute rise of the not-passed rate over baseline that "
         "pages; unset: off",
     )
+    rate_on: Literal["judged", "corrected"] = Field(
+        "judged",
+        description="the rate the <name>_rate rule decides on: judged (what the judge said) or corrected (for "
+        "the judge's error measured on people's labels; the judged rate while the labels are not enough)",
+    )
 
     # fields read without the metric's prefix (a name kept from before the metric had settings of its own)
     unprefixed: ClassVar[frozenset[str]] = frozenset()

@@ -196,6 +196,20 @@ def stratified_variance(strata: tuple[StratumCounts, ...], rate: float) -> float
     return v
 
 
+def rate_variance(counts: WeightedCounts) -> float:
+    """The variance of :func:`estimate`'s rate of ``counts`` as an estimate of the traffic's share: 0
+    when every weight is 1 (the period judged in full: the share is counted, not estimated), the
+    stratified variance over the sample classes when the read knows them, else ``rate (1 - rate) /
+    n_eff`` (what Wilson's interval on Kish's size assumes). The corrected rate's phase-1 term
+    (judgeflow/alerts/corrected.py) reads it."""
+    if counts.n == 0 or counts.sum_w <= 0 or not counts.weighted:
+        return 0.0
+    rate = min(1.0, max(0.0, counts.sum_w_bad / counts.sum_w))
+    if counts.strata:
+        return stratified_variance(counts.strata, rate)
+    return rate * (1 - rate) * counts.sum_w2 / counts.sum_w**2
+
+
 def _interval(counts: WeightedCounts, rate: float, n_kish: float) -> tuple[float, float, float]:
     """(low, high, the effective size they were computed on) of a stratified rate."""
     strata = counts.strata

@@ -36,11 +36,13 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import Connection, func, select, text
 
 from judgeflow.alerts.rules import Rule
+from judgeflow.alerts.corrected import Corrected, corrected_rate, labels_by_verdict
 from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
 from judgeflow.alerts.stats import fisher_greater
 from judgeflow.alerts.tally import Tally, ranked, tally
 from judgeflow.sources.identity import of_source
 from judgeflow.db.epochs import Epoch, current_epochs, in_epoch_sql, latest_start
+from judgeflow.db.labels import LabelledItem, labelled_sample
 from judgeflow.db.rollup import CountRow, read_counts
 from judgeflow.metrics.registry import metric_names
 
@@ -138,6 +140,9 @@ class Figures:
     # the rates as weighted estimates with their 95% intervals (judgeflow/alerts/estimates.py)
     estimate: Estimate | None = None
     baseline_estimate: Estimate | None = None
+    # the window's rate corrected for the judge's error (judgeflow/alerts/corrected.py), when the
+    # evaluation read the metric's labels; its reason says why it has no rate
+    corrected: Corrected | None = None
 
     @property
     def ci_low(self) -> float | None:
@@ -226,12 +231,18 @@ def figures_from_counts(
 
 
 def _figures(rule: Rule, t: Tally, segment: Segment, now: datetime, start: datetime, base_start: datetime,
-             epoch_started_at: datetime | None = None) -> Figures:
-    return figures_from_counts(
-        t.period(""), t.period("base_"), failed=t.failed, evaluated_at=now,
+             epoch_started_at: datetime | None = None, labelled: list[LabelledItem] | None = None) -> Figures:
+    window = t.period("")
+    figures = figures_from_counts(
+        window, t.period("base_"), failed=t.failed, evaluated_at=now,
         window_start=start, segment=segment, baseline_start=base_start, epoch_started_at=epoch_started_at,
         other_epoch=t.other_epoch, other_epoch_baseline=t.other_base,
     )
+    if labelled is None:
+        return figures
+    others = segment.named if segment.is_other else None
+    labels = labels_by_verdict(labelled, segment.key, segment.value, others)
+    return replace(figures, corrected=corrected_rate(window, *labels))
 
 
 _OVERALL_ONLY = ("dead_deliveries", "unwritten_results")  # not rates of eval_results; overall only
@@ -246,32 +257,53 @@ class Counts:
     now: datetime
     epochs: dict[str | None, dict[str, Epoch]]
     rows: list[CountRow]
+    # (source, metric) -> the labelled results of the draws of its judge epoch in force, for the
+    # metrics whose corrected rate was asked for (:func:`read_evaluation_counts`)
+    labels: dict[tuple[str | None, str], list[LabelledItem]] = field(default_factory=dict)
 
     def figures(self, rule: Rule, *, key: str | None = None, keep: tuple[str, ...] = ()) -> list[Figures]:
         start, base_start = _periods(rule, self.now)
         epochs = self.epochs.get(rule.source, {})
         epoch_start = latest_start(epochs, rule_metrics(rule))
+        labelled = self.labels.get((rule.source, rule.metric)) if rule.kind != "failure_rate" else None
         found = tally(self.rows, kind=rule.kind, metrics=rule_metrics(rule), source=rule.source, key=key,
                       start=start, base_start=base_start, epochs=epochs)
         if key is None:
-            return [_figures(rule, found.get("", Tally()), OVERALL, self.now, start, base_start, epoch_start)]
+            return [_figures(rule, found.get("", Tally()), OVERALL, self.now, start, base_start, epoch_start,
+                             labelled)]
         groups = ranked(found, top=rule.segment_top, keep=keep, other=OTHER)
         named = tuple(value for value, grouped, _ in groups if not grouped)
         return [
             _figures(rule, t, Segment(key, value, named=named if grouped else (), is_other=grouped),
-                     self.now, start, base_start, epoch_start)
+                     self.now, start, base_start, epoch_start, labelled)
             for value, grouped, t in groups
         ]
 
 
+def read_labels(conn: Connection, wanted: set[tuple[str | None, str]],
+                epochs: dict[str | None, dict[str, Epoch]]) -> dict[tuple[str | None, str], list[LabelledItem]]:
+    """Per (source, metric): the labelled results of the draws made over every segment in the judge
+    epoch in force (judgeflow/db/labels.py; labels count only for their epoch), pooled."""
+    found = {}
+    for source, metric in sorted(wanted, key=str):
+        if source is None:
+            continue
+        epoch = epochs.get(source, {}).get(metric)
+        draws = labelled_sample(conn, source, metric, epoch.id if epoch else None)
+        found[(source, metric)] = [item for d in draws for item in d.items]
+    return found
+
+
 def read_evaluation_counts(
     conn: Connection, rules: list[Rule], *, now: datetime, epochs: dict[str, Epoch] | None = None,
-    since: datetime | None = None, sources: list[str | None] | None = None,
+    since: datetime | None = None, sources: list[str | None] | None = None, corrected: bool = False,
 ) -> Counts:
     """The one read every rule of ``rules`` is evaluated from at ``now`` (and,
     with ``since``, the hours from then on too, per UTC day: the trend's days;
     ``sources``: also the results of those sources). ``epochs``: the epochs in
-    force for the rules' one source (default: each source's, read now)."""
+    force for the rules' one source (default: each source's, read now). The labels
+    of the metrics whose maximum rule decides on the corrected rate are read too
+    (``corrected``: of every rule's metric, for the report)."""
     counted = [r for r in rules if r.kind not in _OVERALL_ONLY]
     rule_sources = {r.source for r in counted}
     by_source = ({s: epochs for s in rule_sources} if epochs is not None
@@ -281,7 +313,9 @@ def read_evaluation_counts(
     start = min(bounds + ([since] if since is not None else []), default=now)
     rows = read_counts(conn, since=start, bounds=bounds, metrics=metrics,
                        sources=[r.source for r in counted] + list(sources or ()), by_day=since is not None)
-    return Counts(now, by_source, rows)
+    wanted = {(r.source, r.metric) for r in counted
+              if r.metric is not None and (corrected or r.rate_on == "corrected")}
+    return Counts(now, by_source, rows, read_labels(conn, wanted, by_source) if wanted else {})
 
 
 def _overall_only_figures(conn: Connection, rule: Rule, now: datetime, start: datetime) -> Figures:

@@ -9,7 +9,9 @@ Hysteresis keeps a rate that hovers at the line from paging on every run:
   when the lower bound is above the maximum and, once firing, resolves only
   when the upper bound is at or below the resolve line. A window judged in
   full has no such uncertainty, and the rule reads the rate itself, as it
-  always did;
+  always did. A rule set to the corrected rate (``JUDGEFLOW_<NAME>_RATE_ON=corrected``,
+  judgeflow/alerts/corrected.py) reads the corrected rate's interval the same way (fire on its
+  lower bound, stay firing on its upper), and the judged rate while its labels are not enough;
 - a regression rule fires when the increase over the baseline is at least
   ``min_increase`` *and* Fisher's one-sided p-value, Holm-adjusted over the
   rule's family, is at most ``JUDGEFLOW_REGRESSION_ALPHA``; once firing it
@@ -97,6 +99,19 @@ def correct_for_family(rule: Rule, figures: list[Figures]) -> list[Figures]:
     return [replace(f, p_adjusted=a, family_size=size) if t else f for f, a, t in zip(figures, adjusted, tested)]
 
 
+def rate_used(rule: Rule, figures: Figures) -> tuple[str, str | None]:
+    """(the rate a maximum rule decides on, "judged" or "corrected"; why it fell back, if it did). A
+    rule set to the corrected rate (``JUDGEFLOW_<NAME>_RATE_ON=corrected``) decides on the judged rate
+    while its labels are not enough, and says so."""
+    if rule.rate_on != "corrected" or rule.is_regression:
+        return "judged", None
+    c = figures.corrected
+    if c is None or c.rate is None:
+        why = c.reason if c is not None else "no labels read"
+        return "judged", f"decided on the judged rate: no corrected rate ({why})"
+    return "corrected", None
+
+
 def breaching(rule: Rule, figures: Figures, *, firing: bool) -> bool:
     """Whether the figures hold the rule's condition; ``firing`` applies the
     looser, staying-firing condition (hysteresis)."""
@@ -109,6 +124,11 @@ def breaching(rule: Rule, figures: Figures, *, firing: bool) -> bool:
         alpha = max(rule.resolve_alpha, rule.alpha) if firing else rule.alpha
         # a tiny epsilon: 0.03 - 0.01 is 0.019999999999999997 in floating point
         return increase + 1e-12 >= rule.limit * keep and p <= alpha
+    if rate_used(rule, figures)[0] == "corrected":
+        # the corrected rate is always an estimate (people labelled a sample): it pages on its
+        # interval as a sampled window's rate does
+        c = figures.corrected
+        return (c.ci_high if firing else c.ci_low) > rule.limit * keep
     e = figures.estimate
     if e is not None and e.sampled and e.ci_low is not None:
         # an estimate pages on evidence: fire on its lower bound, stay firing on its upper

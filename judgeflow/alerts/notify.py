@@ -44,6 +44,7 @@ import httpx
 
 from judgeflow import __version__
 from judgeflow.alerts.evaluation import iso_utc
+from judgeflow.alerts.lifecycle import rate_used
 from judgeflow.judge.retry_after import parse_retry_after
 from judgeflow.config.scrub import scrub, without_endpoint_path
 from judgeflow.config.settings import Settings
@@ -51,6 +52,7 @@ from judgeflow.metrics.registry import unit_of
 
 if TYPE_CHECKING:
     from judgeflow.alerts.evaluation import Figures
+    from judgeflow.alerts.rules import Rule
     from judgeflow.alerts.state import Decision
 
 log = logging.getLogger("judgeflow.alerts")
@@ -151,6 +153,7 @@ def build_payload(decision: "Decision", *, run_url: str | None = None) -> dict[s
         "sample_size": figures.sample_size,
         "violations": figures.violations,
         **sample_fields(figures),
+        **corrected_fields(decision.rule, figures),
         "baseline_sample_size": figures.baseline_sample_size,
         "baseline_violations": figures.baseline_violations,
         "failed_count": figures.failed,
@@ -180,6 +183,22 @@ def sample_fields(figures: "Figures") -> dict[str, Any]:
         "traffic": round(e.traces) if e else figures.sample_size,
         "effective_n": round(e.n_eff, 1) if e else float(figures.sample_size),
         "sampled": bool(e and e.sampled),
+    }
+
+
+def corrected_fields(rule: "Rule", figures: "Figures") -> dict[str, Any]:
+    """The window's corrected rate (judgeflow/alerts/corrected.py) beside the judged ``rate``, and
+    which of the two the rule decided on (``rate_on``; ``rate_on_note``: why it fell back to the
+    judged rate). Null where the evaluation read no labels for the rule."""
+    used, note = rate_used(rule, figures)
+    c = figures.corrected
+    return {
+        "rate_on": used,
+        "rate_on_note": note,
+        "corrected_rate": _rounded(c.rate) if c else None,
+        "corrected_ci_low": _rounded(c.ci_low) if c else None,
+        "corrected_ci_high": _rounded(c.ci_high) if c else None,
+        "labels": c.labels if c else None,
     }
 
 

@@ -140,6 +140,10 @@ class Rule:
     # the results counted: those read from this source (judgeflow/sources/identity.py)
     source: str | None = None
     max_age_s: float | None = None  # unwritten_results: how long a failed write-back may stay unwritten
+    # a metric's maximum rule: the rate it decides on, "judged" (what the judge said) or "corrected"
+    # (for the judge's error on people's labels, judgeflow/alerts/corrected.py; the judged rate while
+    # the labels are not enough); its metric's `rate_on` setting, JUDGEFLOW_<NAME>_RATE_ON
+    rate_on: str = "judged"
 
     @property
     def is_regression(self) -> bool:
@@ -206,6 +210,7 @@ def all_rules(settings: Settings) -> list[Rule]:
             segment_top=settings.alert_segment_top,
             source=result_source(settings),
             max_age_s=settings.phoenix_unwritten_max_age_s if spec.kind == "unwritten_results" else None,
+            rate_on=settings.metric(spec.metric).rate_on if spec.kind == "not_passed_rate" else "judged",
         )
         for spec in rule_specs()
     ]

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, func, select
 
 from judgeflow.alerts.evaluation import Counts, read_evaluation_counts
 from judgeflow.alerts.lifecycle import evidence
-from judgeflow.alerts.notify import Notifier, configured_channels
+from judgeflow.alerts.notify import Notifier, configured_channels, corrected_fields
 from judgeflow.alerts.outbox import Sent, deliver_pending
 from judgeflow.alerts.rules import Rule, all_rules
 from judgeflow.alerts.state import Decision, evaluate_rule_segments
@@ -59,6 +59,14 @@ class RuleEvaluation(BaseModel):
     # a maximum rule firing at or below its maximum is held by hysteresis: it resolves at or below this
     # (maximum * (1 - JUDGEFLOW_ALERT_HYSTERESIS); over sampled results, its 95% interval's upper bound)
     held_until: float | None = None
+    # the window's corrected rate (judgeflow/alerts/corrected.py) and which rate the rule decided on:
+    # "judged", or "corrected" (JUDGEFLOW_<NAME>_RATE_ON); rate_on_note: why it fell back to the judged
+    corrected_rate: float | None = None
+    corrected_ci_low: float | None = None
+    corrected_ci_high: float | None = None
+    labels: int | None = None
+    rate_on: str = "judged"
+    rate_on_note: str | None = None
     evaluated_at: datetime | None = None
     # when the judge epoch counted started (None: no epoch recorded yet)
     epoch_started_at: datetime | None = None
@@ -102,6 +110,7 @@ class RuleEvaluation(BaseModel):
             p_adjusted=f.decision_p if d.rule.is_regression else None,
             tests=f.family_size if d.rule.is_regression else None,
             held_until=_held_until(d),
+            **corrected_fields(d.rule, f),
             evaluated_at=f.evaluated_at,
             epoch_started_at=f.epoch_started_at,
             alert_event_id=d.alert_event_id,
@@ -155,8 +164,17 @@ class RuleEvaluation(BaseModel):
                 f"min increase {_pct(self.threshold)}, p {_p(self.p_value)}{self.adjusted_note}, "
                 f"{self.sample_size}/{self.baseline_sample_size} samples)"
             )
-        return (f"{self.state.upper()} ({_pct(self.value)} vs max {_pct(self.threshold)}"
-                f"{'; ' + self.held_note if self.held_until is not None else ''}, {self.sample_size} samples)")
+        return (f"{self.state.upper()} ({self.rate_said} vs max {_pct(self.threshold)}"
+                f"{'; ' + self.held_note if self.held_until is not None else ''}, {self.sample_size} samples)"
+                + (f"; {self.rate_on_note}" if self.rate_on_note else ""))
+
+    @property
+    def rate_said(self) -> str:
+        """The rate a maximum rule decided on, named when it is the corrected one."""
+        if self.rate_on != "corrected":
+            return _pct(self.value)
+        return (f"corrected rate {_pct(self.corrected_rate)} [{_pct(self.corrected_ci_low)}-"
+                f"{_pct(self.corrected_ci_high)}] on {self.labels} labels (judged {_pct(self.value)})")
 
     @property
     def held_note(self) -> str:
@@ -366,8 +384,10 @@ def render_markdown(evaluations: list[RuleEvaluation]) -> str:
             note = "; ".join(([] if note == "-" else [note]) + earlier)
         limit = f"min rise +{_pct(e.threshold)}" if e.is_regression else f"max {_pct(e.threshold)}"
         held = f" ({e.held_note})" if e.held_until is not None else ""
+        if e.rate_on_note:  # a rule set to the corrected rate without enough labels: it read the judged one
+            outcome += f" ({e.rate_on_note})"
         cells = [
-            e.rule, e.segment_label, f"**{(e.state or '').upper()}**{held}", outcome, _pct(e.value), _pct(e.baseline_value),
+            e.rule, e.segment_label, f"**{(e.state or '').upper()}**{held}", outcome, e.rate_said, _pct(e.baseline_value),
             limit, _p(e.p_value), f"{e.sample_size} ({e.baseline_sample_size}; {e.min_samples})", str(e.failed_count),
             e.window, note,
         ]

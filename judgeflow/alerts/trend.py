@@ -26,6 +26,7 @@ from datetime import date, datetime, timedelta, timezone
 
 from sqlalchemy import Connection, func, select
 
+from judgeflow.alerts.corrected import Corrected, VerdictLabels, corrected_rate, labels_by_verdict
 from judgeflow.alerts.estimates import Estimate, WeightedCounts, estimate
 from judgeflow.alerts.evaluation import Figures, read_evaluation_counts
 from judgeflow.alerts.rules import all_rules
@@ -40,6 +41,8 @@ NO_DATA = "·"
 TOP_SEGMENTS = 5  # per key, besides overall
 # a sparkline has at most this many characters: a longer period gives each several days
 MAX_BUCKETS = 60
+NO_LABELS_READ = "no labels read"
+BEFORE_EPOCH = "the day began before the judge epoch in force; labels count only for their epoch"
 COLOURS = ("#1f2937", "#2563eb", "#dc2626", "#16a34a", "#d97706", "#7c3aed", "#0891b2")
 
 
@@ -53,6 +56,10 @@ class Series:
     change: Figures | None = None  # window vs baseline
     # per day, the judged results with their sample weights (None: every weight 1)
     weights: list[WeightedCounts] | None = None
+    # the line's labels by verdict (fail, pass) in the judge epoch in force, and when that epoch
+    # started: a day's corrected rate uses them for the days wholly in it (judgeflow/alerts/corrected.py)
+    labels: tuple[VerdictLabels, VerdictLabels] | None = None
+    epoch_start: datetime | None = None
 
     @property
     def label(self) -> str:
@@ -76,6 +83,21 @@ class Series:
     @property
     def total(self) -> int:
         return sum(n for _, n in self.days)
+
+    def corrected_days(self, dates: list[date]) -> list[Corrected]:
+        """Per day, its rate corrected for the judge's error; none for a day that began before the
+        judge epoch in force (labels count only for their epoch: the day's results may be another's)."""
+        counts = self.weights or [WeightedCounts.unweighted(n, bad) for bad, n in self.days]
+        out = []
+        for d, c in zip(dates, counts):
+            start = datetime.combine(d, datetime.min.time(), tzinfo=timezone.utc)
+            if self.labels is None:
+                out.append(Corrected(None, None, None, 0, NO_LABELS_READ))
+            elif self.epoch_start is not None and start < self.epoch_start:
+                out.append(Corrected(None, None, None, 0, BEFORE_EPOCH))
+            else:
+                out.append(corrected_rate(c, *self.labels))
+        return out
 
 
 @dataclass
@@ -155,7 +177,8 @@ def compute_trend(
 
     source = result_source(settings)  # the configured source's results only
     # one read: the days of every line, and each line's window against its baseline
-    counts = read_evaluation_counts(conn, list(rules.values()), now=now, since=start, sources=[source])
+    counts = read_evaluation_counts(conn, list(rules.values()), now=now, since=start, sources=[source],
+                                    corrected=True)
     lines = _per_day(counts.rows, start, index, source)
     empty = [WeightedCounts()] * len(index)
     rates = {name for name, spec in reported().items() if spec.rate_of is not None}
@@ -163,18 +186,25 @@ def compute_trend(
     for metric in trend.metrics:
         days_ = lines.get((metric, "", ""), empty)
         change = counts.figures(rules[metric])[0]
-        trend.series.append(_series(metric, {}, days_, change))
+        labelled = counts.labels.get((source, metric))
+        epoch = counts.epochs.get(source, {}).get(metric)
+        series = _series(metric, {}, days_, change, labelled, epoch.started_at if epoch else None)
+        trend.series.append(series)
         for key in rules[metric].segment_by if segment_keys is None else segment_keys:
             by_value = {v: d for (m, k, v), d in lines.items() if m == metric and k == key}
             chosen = sorted(by_value, key=lambda v: (-sum(c.n for c in by_value[v]), v))[:top]
             changes = {f.segment.value: f for f in counts.figures(rules[metric], key=key, keep=tuple(chosen))}
             for value in chosen:
-                trend.series.append(_series(metric, {key: value}, by_value[value], changes.get(value)))
+                trend.series.append(_series(metric, {key: value}, by_value[value], changes.get(value), labelled,
+                                            series.epoch_start))
     return trend
 
 
-def _series(metric: str, segment: dict[str, str], days: list[WeightedCounts], change: Figures | None) -> Series:
-    return Series(metric, segment, [(c.bad, c.n) for c in days], change, days)
+def _series(metric: str, segment: dict[str, str], days: list[WeightedCounts], change: Figures | None,
+            labelled: list | None = None, epoch_start: datetime | None = None) -> Series:
+    key, value = next(iter(segment.items()), (None, None))
+    labels = None if labelled is None else labels_by_verdict(labelled, key, value)
+    return Series(metric, segment, [(c.bad, c.n) for c in days], change, days, labels, epoch_start)
 
 
 def _per_day(rows: list[CountRow], start: datetime, index: dict[date, int],
@@ -257,6 +287,7 @@ def _rows(trend: Trend, metric: str) -> list[list[str]]:
             sparkline(s.bucket_rates(size), top),
             _pct(next((r for r in reversed(s.rates) if r is not None), None)),
             _with_interval(c),
+            _corrected_cell(c.corrected if c else None),
             _pct(c.baseline_value if c else None),
             _signed_pts(c.increase if c else None),
             _p(c.p_value if c else None),
@@ -288,8 +319,24 @@ def headers(trend: Trend) -> list[str]:
     return HEADERS if size == 1 else [HEADERS[0], f"per {size} days", *HEADERS[2:]]
 
 
-HEADERS = ["segment", "per day", "last day", "window [95% CI]", "baseline", "change", "p (rise)",
-           "n (window / baseline)", "judged / traffic (window)"]
+HEADERS = ["segment", "per day", "last day", "window [95% CI]", "corrected [95% CI]", "baseline", "change",
+           "p (rise)", "n (window / baseline)", "judged / traffic (window)"]
+
+
+def _corrected_cell(c: Corrected | None) -> str:
+    if c is None or c.rate is None:
+        return "–"
+    return f"{_pct(c.rate)} [{_pct(c.ci_low)}–{_pct(c.ci_high)}]"
+
+
+def corrected_note(trend: Trend, metric: str) -> str:
+    """The line saying which rate is which, under a metric's table."""
+    overall = next((s for s in trend.for_metric(metric) if not s.segment), None)
+    c = overall.change.corrected if overall is not None and overall.change is not None else None
+    said = "window: the judged rate, what the judge said; corrected: "
+    if c is not None and c.rate is not None:
+        return said + f"adjusted for the judge's error measured on {c.labels} labels (`judgeflow labels`)"
+    return said + f"none overall ({c.reason if c is not None else NO_LABELS_READ})"
 
 
 def _with_interval(c: Figures | None) -> str:
@@ -439,9 +486,8 @@ def render_markdown(trend: Trend) -> str:
             lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
         if trend.epoch_days(metric):
             lines.append("| judge changed | `" + epoch_marks(trend, metric) + "` |" + " |" * (len(HEADERS) - 2))
-        marks = epoch_lines(trend, metric)
-        if marks:
-            lines += [""] + [f"- {_md_cell(m)}" for m in marks]
+        marks = [corrected_note(trend, metric)] + epoch_lines(trend, metric)
+        lines += [""] + [f"- {_md_cell(m)}" for m in marks]
     return "\n".join(lines)
 
 
@@ -470,6 +516,7 @@ def render_text(trend: Trend) -> str:
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
         if trend.epoch_days(metric):
             out.append(("judge changed".ljust(widths[0]) + "  " + epoch_marks(trend, metric)).rstrip())
+        out += textwrap.wrap(corrected_note(trend, metric), width=80, break_long_words=False)
         out += epoch_lines(trend, metric)
     return "\n".join(out)
 
@@ -483,7 +530,7 @@ def _title(metric: str) -> str:
     return f"{metric}, per session" if unit_of(metric) == "sessions" else metric
 
 
-def _json_row(metric: str, segment: dict[str, str], e: Estimate | None) -> dict:
+def _json_row(metric: str, segment: dict[str, str], e: Estimate | None, c: Corrected | None) -> dict:
     unit = unit_of(metric)  # "traces", or "sessions" for a session metric: what its traffic counts
     return {
         "metric": metric,
@@ -494,17 +541,25 @@ def _json_row(metric: str, segment: dict[str, str], e: Estimate | None) -> dict:
         "rate": e.rate if e else None,
         "ci_low": e.ci_low if e else None,
         "ci_high": e.ci_high if e else None,
+        # the rate corrected for the judge's error (judgeflow/alerts/corrected.py); null with a note
+        # saying why where the labels are not enough
+        "corrected_rate": c.rate if c else None,
+        "corrected_ci_low": c.ci_low if c else None,
+        "corrected_ci_high": c.ci_high if c else None,
+        "labels": c.labels if c and c.rate is not None else None,
+        "corrected_note": (c.reason if c else NO_LABELS_READ) if c is None or c.rate is None else None,
     }
 
 
 def trend_json(trend: Trend) -> dict:
     """`judgeflow report --json`: the alert window's rows (one per metric and
     segment, overall with ``segment`` null) and the same fields per day."""
-    window = [_json_row(s.metric, s.segment, s.change.estimate if s.change else None) for s in trend.series]
+    window = [_json_row(s.metric, s.segment, s.change.estimate if s.change else None,
+                        s.change.corrected if s.change else None) for s in trend.series]
     days = [
-        {"day": d.isoformat(), **_json_row(s.metric, s.segment, e)}
+        {"day": d.isoformat(), **_json_row(s.metric, s.segment, e, c)}
         for s in trend.series
-        for d, e in zip(trend.dates, s.estimates)
+        for d, e, c in zip(trend.dates, s.estimates, s.corrected_days(trend.dates))
     ]
     return {"since": trend.since.isoformat(), "until": trend.until.isoformat(), "alert_window": trend.window,
             "window": window, "days": days}

@@ -320,6 +320,19 @@ def list_alerts(
     _print_history(reading.history, limit=limit, rule=rule)
 
 
+def _rate_on_lines(results: list) -> list[str]:
+    """A line per maximum rule set to the corrected rate (JUDGEFLOW_<NAME>_RATE_ON=corrected): the rate it
+    decided on, or why it fell back to the judged rate."""
+    lines = []
+    for r in results:
+        if not r.enabled or (r.rate_on != "corrected" and not r.rate_on_note):
+            continue
+        name = r.rule + (f" [{r.segment_label}]" if r.segment else "")
+        lines.append(f"{name}: decided on the {r.rate_said}" if r.rate_on == "corrected"
+                     else f"{name}: {r.rate_on_note}")
+    return lines
+
+
 @alerts_app.command("check", short_help="Evaluate every enabled rule now; send the notifications due.")
 @clear_errors
 def check(
@@ -357,6 +370,8 @@ def check(
             for r in results
         ],
     ))
+    for line in _rate_on_lines(results):
+        typer.echo(line)
     for r in results:
         for again in r.redelivered:
             line = (f"{r.rule}: earlier {again['notification']} (#{again['alert_id']}) via {again['channel']}: "

@@ -81,8 +81,13 @@ def _rate_line(metric: str, r: dict) -> str:
     if r["rate"] is None:
         return f"{metric} not-passed rate, last {r['window']}: no judged results"
     unit = r.get("unit", "traces")
-    return (f"{metric} not-passed rate, last {r['window']}: {r['rate']:.1%} (95% CI {r['ci_low']:.1%}-"
-            f"{r['ci_high']:.1%}; {r['judged']:,} judged of ~{r[unit]:,} {unit})")
+    judged = (f"{metric} not-passed rate, last {r['window']}: judged {r['rate']:.1%} (95% CI {r['ci_low']:.1%}-"
+              f"{r['ci_high']:.1%}; {r['judged']:,} judged of ~{r[unit]:,} {unit})")
+    if r.get("corrected_rate") is None:
+        return judged + f"; corrected: none ({r.get('corrected_note') or 'no labels read'})"
+    return (judged + f"; corrected {r['corrected_rate']:.1%} (95% CI {r['corrected_ci_low']:.1%}-"
+            f"{r['corrected_ci_high']:.1%}). judged: what the judge said; corrected: adjusted for the judge's "
+            f"error measured on {r['labels']:,} labels")
 
 
 @clear_errors

@@ -174,21 +174,28 @@ def _write_back_counts(conn, settings: Settings, source: str) -> dict[str, int |
 
 def window_rates(conn, settings: Settings) -> dict[str, dict]:
     """Per metric, its not-passed rate over the alert window: a weighted
-    estimate with its 95% interval, the results judged and the traffic they stand for."""
+    estimate with its 95% interval, the results judged and the traffic they stand for; and
+    the same rate corrected for the judge's error on people's labels (null with a note why)."""
     from judgeflow.alerts.evaluation import read_evaluation_counts
     from judgeflow.alerts.rules import all_rules
 
     out = {}
     rules = [r for r in all_rules(settings) if r.kind == "regression" and r.metric is not None]
     # every metric's rate from one read of the result rollup
-    counts = read_evaluation_counts(conn, rules, now=conn.execute(text("SELECT now()")).scalar_one())
+    counts = read_evaluation_counts(conn, rules, now=conn.execute(text("SELECT now()")).scalar_one(),
+                                    corrected=True)
     for rule in rules:
-        e = counts.figures(rule)[0].estimate
+        figures = counts.figures(rule)[0]
+        e, c = figures.estimate, figures.corrected
         if rule.metric in _rates() and not e.judged:
             continue  # a session rate with nothing in the window: no line per trace metric
         unit = unit_of(rule.metric)  # the traffic a session metric's results stand for is sessions
         out[rule.metric] = {"window": settings.alert_window, "rate": e.rate, "ci_low": e.ci_low,
-                            "ci_high": e.ci_high, "judged": e.judged, "unit": unit, unit: round(e.traces)}
+                            "ci_high": e.ci_high, "judged": e.judged, "unit": unit, unit: round(e.traces),
+                            # the rate corrected for the judge's error (judgeflow/alerts/corrected.py)
+                            "corrected_rate": c.rate, "corrected_ci_low": c.ci_low, "corrected_ci_high": c.ci_high,
+                            "labels": c.labels if c.rate is not None else None,
+                            "corrected_note": c.reason}
     return out
 
 

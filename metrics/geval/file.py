@@ -6,6 +6,7 @@
     inputs = ["input", "output"]
     threshold = 0.5
     rate_max = 0.10
+    rate_on = "corrected"     # optional: its rate rule decides on the rate corrected for the judge's error
     model = "gpt-4o"          # optional: judged by this litellm model (same endpoint and key as the run's)
     segment_by = ["tier"]     # optional: its rules per value of these metadata keys, in place of
                               # JUDGEFLOW_ALERT_SEGMENT_BY's ([]: overall only)
@@ -39,8 +40,8 @@ MAX_MODEL_CHARS = 200
 MAX_SEGMENT_KEYS = 8
 MAX_KEY_CHARS = 100
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789_")
-FIELDS = frozenset({"criteria", "evaluation_steps", "inputs", "threshold", "rate_max", "regression", "strict_mode",
-                    "description", "model", "segment_by", "level"})
+FIELDS = frozenset({"criteria", "evaluation_steps", "inputs", "threshold", "rate_max", "rate_on", "regression",
+                    "strict_mode", "description", "model", "segment_by", "level"})
 
 # the specs of a file's content, so a file read again (a second settings object in one process) keeps the
 # steps its metrics were handed
@@ -117,6 +118,7 @@ def _definition(where: _Where, name: str, table: Any, taken: set[str]) -> GEvalD
         evaluation_steps=_steps(where, table.get("evaluation_steps")),
         threshold=_share(where, "threshold", table.get("threshold", 0.5)),
         rate_max=None if "rate_max" not in table else _share(where, "rate_max", table["rate_max"]),
+        rate_on=_rate_on(where, table.get("rate_on", "judged")),
         regression_min_increase=_regression(where, table.get("regression", False)),
         strict_mode=_strict(where, table.get("strict_mode", 0)),
         description=_text(where, "description", table.get("description", ""), 500, empty=True),
@@ -227,6 +229,12 @@ def _strict(where: _Where, value: Any) -> bool:
     if value in (0, 1) and isinstance(value, (bool, int)):
         return bool(value)
     raise where.error("strict_mode", f"must be 0 or 1, got {value!r}")
+
+
+def _rate_on(where: _Where, value: Any) -> str:
+    if value in ("judged", "corrected"):
+        return value
+    raise where.error("rate_on", f"must be \"judged\" or \"corrected\", got {value!r}")
 
 
 def _kind(value: Any) -> str:

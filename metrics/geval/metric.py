@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, create_model
 
@@ -56,6 +56,7 @@ class GEvalDefinition:
     evaluation_steps: tuple[str, ...] | None = None
     threshold: float = 0.5
     rate_max: float | None = None
+    rate_on: str = "judged"  # the rate its maximum rule decides on: judged or corrected (for the judge's error)
     regression_min_increase: float | None = None
     strict_mode: bool = False
     description: str = ""
@@ -101,6 +102,7 @@ def settings_model(definition: GEvalDefinition) -> type[GEvalSettings]:
         f"GEval_{definition.name}_Settings", __base__=GEvalSettings,
         threshold=(float, Field(definition.threshold, ge=0, le=1, description="passes at this score or above")),
         rate_max=(float | None, Field(definition.rate_max, ge=0, le=1)),
+        rate_on=(Literal["judged", "corrected"], Field(definition.rate_on)),
         regression_min_increase=(float | None, Field(definition.regression_min_increase, ge=0, le=1)),
         strict_mode=(bool, Field(definition.strict_mode)),
     )

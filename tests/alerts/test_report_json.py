@@ -33,8 +33,11 @@ def test_report_json_rows_carry_weighted_rates_and_intervals(engine, database_ur
     assert (big["judged"], big["traces"], big["rate"]) == (100, 1000, pytest.approx(0.01))
     small = window[("toxicity", json.dumps({"app": "small"}))]
     assert (small["judged"], small["traces"], small["rate"]) == (100, 100, 0.3)
-    assert set(overall) == {"metric", "segment", "unit", "traces", "judged", "rate", "ci_low", "ci_high"}
+    assert set(overall) == {"metric", "segment", "unit", "traces", "judged", "rate", "ci_low", "ci_high",
+                            "corrected_rate", "corrected_ci_low", "corrected_ci_high", "labels", "corrected_note"}
     assert overall["unit"] == "traces"
+    # nobody labelled: no corrected rate, and the note says why
+    assert overall["corrected_rate"] is None and overall["corrected_note"].startswith("not enough labels: fail 0, pass 0")
     days = [r for r in report["days"] if r["metric"] == "toxicity" and r["segment"] == {"app": "small"}]
     assert len(days) == 3 and sum(d["judged"] for d in days) == 140
     assert all(set(d) == {"day", *overall} for d in days)

@@ -64,6 +64,7 @@ def with_field(field: str, value: str, *, drop: str | None = None) -> str:
     (with_field("threshold", '"high"'), "metric helpfulness: threshold: must be a number from 0 to 1, got text"),
     (with_field("rate_max", "2"), "metric helpfulness: rate_max: must be from 0 to 1, got 2"),
     (with_field("strict_mode", "2"), "metric helpfulness: strict_mode: must be 0 or 1, got 2"),
+    (with_field("rate_on", '"truth"'), 'metric helpfulness: rate_on: must be "judged" or "corrected", got \'truth\''),
     (with_field("regression", "0"), "metric helpfulness: regression: a rise of 0 would page on noise"),
     (with_field("evaluation_steps", "[]"), "metric helpfulness: evaluation_steps: must be a list of non-empty"),
     (with_field("evaluation_steps", '"one step"'), "metric helpfulness: evaluation_steps: must be a list"),
@@ -363,3 +364,16 @@ def test_metrics_lists_the_version_runs_score_with_once_the_judge_wrote_the_step
     grounded = GEvalDefinition(name="grounded", criteria="Every claim of the reply is supported by the context.",
                                inputs=("output", "context"))
     assert version == geval_version(grounded, tuple(steps)) != geval_version(grounded, ("another step",))
+
+
+def test_a_file_metrics_rate_rule_may_decide_on_the_corrected_rate(tmp_path):
+    """rate_on: the file's, as its other rule fields are (default judged); every other rule stays judged."""
+    from judgeflow.alerts.rules import all_rules
+    from judgeflow.config.settings import Settings
+
+    path = write(tmp_path, GOOD.replace("rate_max = 0.10\n", 'rate_max = 0.10\nrate_on = "corrected"\n'))
+    open_metrics(path)
+    settings = Settings(_env_file=None, metrics_file=path, toxicity_rate_on="corrected")
+    on = {r.name: r.rate_on for r in all_rules(settings)}
+    assert (on["helpfulness_rate"], on["grounded_rate"], on["toxicity_rate"]) == ("corrected", "judged", "corrected")
+    assert on["helpfulness_regression"] == on["hallucination_rate"] == "judged"
