@@ -9,7 +9,6 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, text
 
-from judgeflow.db.session_rates import SESSION_REPLACED
 
 _RESULTS = text(
     "SELECT flow_run_id, status, count(*), coalesce(sum(judge_calls), 0), coalesce(sum(cost_usd), 0), "
@@ -21,8 +20,8 @@ _TRACES = text(
 ).bindparams(bindparam("ids", expanding=True))
 _SUPERSEDED = text(
     "SELECT flow_run_id, count(*), coalesce(sum(judge_calls), 0), coalesce(sum(cost_usd), 0) "
-    "FROM judgeflow.superseded_results WHERE flow_run_id IN :ids AND why <> :history GROUP BY 1"
-).bindparams(bindparam("ids", expanding=True), history=SESSION_REPLACED)
+    "FROM judgeflow.superseded_results WHERE flow_run_id IN :ids GROUP BY 1"
+).bindparams(bindparam("ids", expanding=True))
 
 
 def results_of_runs(conn: Connection, flow_run_ids: list[str]) -> dict[str, dict[str, Any]]:

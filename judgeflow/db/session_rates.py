@@ -1,11 +1,11 @@
 """The session rates' SQL: the turns' results of given sessions, read in one query per batch, and the
-rates written as eval_results rows, the row each replaces kept as history.
+rates written as eval_results rows.
 
 A session rate's row is a session's result like any other (trace_id = the session's result id,
-judgeflow/sources/session_id.py; trace_created_at = its last turn; the session's source). A row replaced
-by a different one (the session grew, or a turn's score changed) is first copied into
-``judgeflow.superseded_results`` with why = :data:`SESSION_REPLACED`, as every replaced session score is
-kept: those are history, not late results, and the counts of late results leave them out.
+judgeflow/sources/session_id.py; trace_created_at = its last turn; the session's source). A row written
+(new, or different from the stored one: the session grew, or a turn's score changed) is appended to the
+session's history, ``judgeflow.session_scores``, by that table's trigger (migration 25_session_scores.py),
+as every session score is; an equal row is left alone and adds no entry.
 """
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, text
-
-SESSION_REPLACED = "replaced by a later score of the session"
 
 # Every turn of each session, in turn order, with its results of the given trace metrics (a turn
 # without one: a row of NULLs). Reads the turns through session_turns' (session_id, created_at,
@@ -37,18 +35,6 @@ _TURN_RESULTS = text(
 )
 _ROW = ("trace_id text, metric text, metric_version text, score float8, passed boolean, threshold float8, "
         "reason text, details jsonb, trace_created_at timestamptz, segment jsonb, source text, flow_run_id text")
-# the rows about to be replaced by a different one: kept as history first
-_KEEP_REPLACED = text(
-    f"""
-    INSERT INTO judgeflow.superseded_results
-        (trace_id, metric, status, score, judge_calls, cost_usd, flow_run_id, why, owner)
-    SELECT r.trace_id, r.metric, r.status, r.score, r.judge_calls, r.cost_usd, r.flow_run_id, :why, :owner
-    FROM judgeflow.eval_results r JOIN jsonb_to_recordset(CAST(:rows AS jsonb)) AS x({_ROW})
-      ON r.trace_id = x.trace_id AND r.metric = x.metric
-    WHERE (r.score, r.passed, r.threshold, r.details, r.status)
-          IS DISTINCT FROM (x.score, x.passed, x.threshold, x.details, 'scored')
-    """
-)
 _UPSERT = text(
     f"""
     INSERT INTO judgeflow.eval_results AS r
@@ -102,10 +88,9 @@ def read_session_turns(conn: Connection, session_ids: Sequence[str], metrics: Se
 
 
 def store_session_rows(conn: Connection, rows: list[dict[str, Any]], *, owner: str) -> set[tuple[str, str]]:
-    """Upsert session rate rows (keys as in ``_ROW``), keeping each different row they replace as history;
-    returns the (session id, metric) pairs written (a row equal to the stored one is left alone)."""
+    """Upsert session rate rows (keys as in ``_ROW``; each one written enters the session's history by
+    the trigger); returns the (session id, metric) pairs written (a row equal to the stored one is left alone)."""
     if not rows:
         return set()
     params = {"rows": json.dumps(rows, default=str)}
-    conn.execute(_KEEP_REPLACED, {**params, "why": SESSION_REPLACED, "owner": owner})
     return {(t, m) for t, m in conn.execute(_UPSERT, params).all()}

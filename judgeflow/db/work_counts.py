@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from sqlalchemy import Connection, text
 
-from judgeflow.db.session_rates import SESSION_REPLACED
 from judgeflow.db.pairs import Done
 from judgeflow.db.pending import held
 
@@ -36,10 +35,8 @@ def open_claims(conn: Connection, done: Done) -> list[tuple]:
 
 
 def superseded_counts(conn: Connection) -> dict[str, int]:
-    """Per metric, the late results of runs that had lost the pair (not a session's replaced scores, kept there
-    as its history)."""
-    return dict(conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results WHERE why <> :history "
-                                  "GROUP BY metric"), {"history": SESSION_REPLACED}).all())
+    """Per metric, the late results of runs that had lost the pair."""
+    return dict(conn.execute(text("SELECT metric, count(*) FROM judgeflow.superseded_results GROUP BY metric")).all())
 
 
 def preset_skips(conn: Connection, source: str) -> dict[str, dict[str, int]]:

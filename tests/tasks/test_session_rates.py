@@ -9,7 +9,6 @@ from datetime import datetime, timezone
 import sqlalchemy as sa
 
 from judgeflow.config.settings import Settings
-from judgeflow.db.session_rates import SESSION_REPLACED
 from judgeflow.metrics.registry import metric_names
 from judgeflow.sources.identity import result_source
 from tasks.session_rates import store_rates
@@ -60,10 +59,14 @@ def test_session_rates_are_stored_from_the_turns_with_history_and_one_read_per_b
     grown = _rows(db, f"{m}_session")[good]
     assert (grown.passed, grown.details["failed_turns"], grown.details["turns"]) == (False, 1, 3)
     with db.connect() as conn:
-        history = conn.execute(sa.text("SELECT trace_id, metric, score, why, owner FROM judgeflow.superseded_results "
-                                       "ORDER BY metric")).all()
-    assert sorted(tuple(h) for h in history) == sorted([(good, f"{m}_session", 0.0, SESSION_REPLACED, "run-2"),
-                                                        (good, f"{other}_session", 0.0, SESSION_REPLACED, "run-2")])
+        history = conn.execute(sa.text("SELECT metric, score, turns, flow_run_id FROM judgeflow.session_scores "
+                                       "WHERE session_id = :s ORDER BY metric, id"), {"s": good}).all()
+    # the session's history (judgeflow.session_scores): both rates of run-1, then the two run-2 changed
+    assert sorted((metric, round(score, 6), turns, run) for metric, score, turns, run in history) == sorted([
+        (f"{m}_session", 0.0, 2, "run-1"), (f"{m}_session", round(1 / 3, 6), 3, "run-2"),
+        (f"{other}_session", 0.0, 2, "run-1"), (f"{other}_session", 0.0, 3, "run-2")])
+    with db.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM judgeflow.superseded_results")).scalar_one() == 0
 
 
 def test_sessions_are_read_in_one_query_per_batch_not_per_session(database_url, db, monkeypatch):
