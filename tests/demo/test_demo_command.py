@@ -134,10 +134,11 @@ def test_demo_command_scores_everything_fires_the_alert_and_reports_the_database
         with sqlite3.connect(home / "prefect" / "prefect.db") as prefect_db:
             recorded = dict(prefect_db.execute("SELECT state_type, count(*) FROM task_run GROUP BY 1").fetchall())
         # the default fan-out's task runs, as the README states them: claim-traces and
-        # score-batch per batch of 100 pairs, one more claim-traces, twelve once per run (record-judge-epochs,
-        # plan-source-reads and advance-watermark among them, as tests/flows/test_scoring_flow.py counts them)
+        # score-batch per batch of 100 pairs, one more claim-traces, thirteen once per run (record-judge-epochs,
+        # plan-source-reads, find-quiet-sessions and advance-watermark among them, as
+        # tests/flows/test_scoring_flow.py counts them; the demo's traces are in no session)
         # three metrics: the built-ins and the demo's file metric (judgeflow/demo/metrics.toml)
-        assert set(recorded) == {"COMPLETED"} and recorded["COMPLETED"] == 2 * math.ceil(3 * traces / 100) + 12
+        assert set(recorded) == {"COMPLETED"} and recorded["COMPLETED"] == 2 * math.ceil(3 * traces / 100) + 13
 
         # idempotent: nothing re-scored, same figures
         second_run = _run_demo(home)

@@ -266,8 +266,8 @@ def test_a_default_run_writes_the_task_runs_the_readme_states_and_each_trace_is_
                          "count-unusable-rows": 1, "start-judge": 1, "record-judge-epochs": 1,
                          "count-pairs-left-to-other-runs": 1,
                          "publish-run-summary": 1, "publish-trend": 1, "evaluate-alert-rules": 1,
-                         "plan-source-reads": 1, "advance-watermark": 1}
-        assert len(task_runs) == 2 * 3 + 12  # 0.15 per trace here; 0.04 per trace at 100k traces
+                         "plan-source-reads": 1, "advance-watermark": 1, "find-quiet-sessions": 1}
+        assert len(task_runs) == 2 * 3 + 13  # 0.15 per trace here; 0.04 per trace at 100k traces
 
         batch_ids = {t["id"] for t in task_runs if t["name"].startswith("score-batch")}
         artifacts = client.request(

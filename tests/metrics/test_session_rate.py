@@ -68,3 +68,15 @@ def test_a_metric_named_as_a_session_rate_is_refused_and_a_plugins_session_rule_
     finally:
         unregister("plain_metric")
     assert "plain_metric" not in registered()
+
+
+def test_a_metrics_file_may_not_name_a_metric_as_a_session_rate(tmp_path):
+    from judgeflow.metrics.geval.file import load_metrics_file
+
+    first = next(iter(registered()))
+    for names, culprit in (([f"{first}_session"], first), (["helpful", "helpful_session"], "helpful")):
+        path = tmp_path / "metrics.toml"
+        path.write_text("".join(f'[metrics.{name}]\ncriteria = "Is it helpful?"\n' for name in names),
+                        encoding="utf-8")
+        with pytest.raises(MetricError, match=f"clashes with the session rate of metric '{culprit}'"):
+            load_metrics_file(path)
