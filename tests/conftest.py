@@ -167,11 +167,67 @@ def _fresh_database(pg_server, template: str | None):
     drop_database(pg_server, name)
 
 
+class _MigratedDatabases:
+    """The copies of the migrated template the tests get, one each, made and dropped
+    on a thread of their own: a test's database was copied while the test before it
+    ran, and its drop runs while the next one starts (a copy and a drop take 0.2-0.5 s
+    on a busy 2-core machine, paid by ~330 tests a session). One copy is made ahead,
+    no more; each test still gets a database no other test has touched. A copy made
+    ahead that failed (a test restarted the server under it) is made again, here."""
+
+    def __init__(self, pg_server, template: str):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._server, self._template = pg_server, template
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-databases")
+        self._drops: list = []
+        self._ahead = self._copy()
+
+    def _copy(self):
+        return self._thread.submit(create_database, self._server, self._template)
+
+    def take(self) -> tuple[str, str]:
+        ahead, self._ahead = self._ahead, None
+        try:
+            name, url = ahead.result()
+        except Exception:  # noqa: BLE001 - the server was down or restarted meanwhile: copy it now
+            name, url = create_database(self._server, self._template)
+        self._ahead = self._copy()
+        return name, url
+
+    def give_back(self, name: str) -> None:
+        self._drops.append(self._thread.submit(drop_database, self._server, name))
+
+    def close(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            try:
+                self.give_back(ahead.result()[0])
+            except Exception:  # noqa: BLE001 - never made: nothing to drop
+                pass
+        self._thread.shutdown(wait=True)
+        failed = [repr(drop.exception()) for drop in self._drops if drop.exception() is not None]
+        if failed:  # as a drop in the test's own teardown would have failed it: said, not lost
+            warnings.warn(f"{len(failed)} test database(s) could not be dropped: {failed[:3]}")
+
+
+@pytest.fixture(scope="session")
+def migrated_databases(pg_server, migrated_template):
+    databases = _MigratedDatabases(pg_server, migrated_template)
+    yield databases
+    databases.close()
+
+
 @pytest.fixture
-def database_url(pg_server, migrated_template):
+def database_url(migrated_databases):
     """A fresh database for one test, with judgeflow's schema at head (as
     every judgeflow command leaves it) and no rows."""
-    yield from _fresh_database(pg_server, migrated_template)
+    from judgeflow.db.engine import dispose_engines
+
+    name, url = migrated_databases.take()
+    yield url
+    dispose_engines()
+    migrated_databases.give_back(name)
 
 
 @pytest.fixture
