@@ -23,17 +23,11 @@ def run(prefect_server, judgeflow_env):
     return _run
 
 
-@pytest.mark.parametrize(
-    "judge_processes", [None, 2], ids=["batch", "batch-2procs"]
-)
-def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, judge_server, judge_processes):
-    rows, expected = zip(*(scripted_trace(i) for i in range(200)))
-    insert_traces(db, rows)
-
-    summary = run(batch_size=50, max_concurrency=8, judge_processes=judge_processes)
-
+def _each_scored_exactly_once(db, judge_server, summary, rows, expected) -> dict:
+    """Every pair stored once, scored with the scripted judge's score on the first attempt, and
+    asked of the judge once: the stored results."""
     stored = results(db)
-    assert len(stored) == 400
+    assert len(stored) == 2 * len(rows)
     for row, want in zip(rows, expected):
         for metric in ("toxicity", "hallucination"):
             got = stored[(row["id"], metric)]
@@ -43,10 +37,21 @@ def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, j
             assert got["attempts"] == 1
             assert got["judge_model"] == "openai/judge-test"
             assert got["trace_created_at"] == row["created_at"]
-    assert summary.scored == 400 and summary.failed == 0 and summary.traces == 200
+    assert summary.scored == 2 * len(rows) and summary.failed == 0 and summary.traces == len(rows)
     # every trace reached the judge once per metric, never twice
     assert set(first_step_calls(judge_server).values()) == {1}
-    assert len(first_step_calls(judge_server)) == 400
+    assert len(first_step_calls(judge_server)) == 2 * len(rows)
+    return stored
+
+
+# in the run's process; in two judge worker processes: test_calls_queued_ahead_never_exceed_max_concurrency_at_the_judge
+def test_200_traces_each_scored_exactly_once_with_the_scripted_scores(run, db, judge_server):
+    rows, expected = zip(*(scripted_trace(i) for i in range(200)))
+    insert_traces(db, rows)
+
+    summary = run(batch_size=50, max_concurrency=8)
+
+    stored = _each_scored_exactly_once(db, judge_server, summary, rows, expected)
     # toxicity details carry the intermediate steps
     first = stored[("tr-0000", "toxicity")]
     assert len(first["details"]["opinions"]) == 2
@@ -84,11 +89,9 @@ def test_calls_queued_ahead_never_exceed_max_concurrency_at_the_judge(run, db, j
 
     summary = run(batch_size=40, max_concurrency=4, judge_processes=judge_processes)
 
-    assert summary.scored == 120 and summary.failed == 0
     assert judge_server.max_in_flight == 4
-    stored = results(db)
-    assert all(stored[(row["id"], "toxicity")]["score"] == pytest.approx(want["toxicity"])
-               for row, want in zip(rows, expected))
+    # and each pair scored exactly once (the calls of the 2procs case made in two worker processes)
+    _each_scored_exactly_once(db, judge_server, summary, rows, expected)
 
 
 def test_judge_faults_are_absorbed_and_a_hopeless_trace_is_stored_as_failed(

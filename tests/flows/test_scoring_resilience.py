@@ -155,18 +155,33 @@ def _wait_for(predicate, what: str, timeout: float = 120) -> None:
         time.sleep(0.1)
 
 
+def _release_until(judge_server, proc: subprocess.Popen, predicate, what: str, timeout: float = 120) -> None:
+    """The judge holding its replies (``judge_server.hold()``): let the calls held go, a few at a
+    time, until ``predicate()`` holds, then until the run has a call held again. The run is then
+    mid-way by construction, with judge calls in flight, whatever the machine's speed: no
+    latency set to make it last long enough."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert proc.poll() is None, f"the run ended before {what}: {proc.communicate()[0][-3000:]}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if judge_server.held:
+            judge_server.release(judge_server.held)  # and hold on
+        time.sleep(0.05)
+    judge_server.wait_until(lambda s: s.held > 0, f"a judge call held after {what}", timeout)
+
+
 def test_a_killed_runs_pairs_are_taken_over_at_once_and_status_tells_the_truth_throughout(
     prefect_server, judgeflow_env, db, judge_server
 ):
-    judge_server.latency_mean_s = 0.15
     _prepare(db, 60)
     # the default 15-minute lease: the rerun must not wait for it
     env = _env(judgeflow_env, prefect_server)
     before = _assert_status_is_true(env, db)
     assert before["toxicity"]["pending"] == 60 and before["toxicity"]["in_progress"] == 0
 
+    judge_server.hold()  # the run goes as far as the test lets its judge calls go
     proc = _start_score(env, "--batch-size", "10", "--max-concurrency", "3")
-    _wait_for(lambda: _count(db) >= 30 or proc.poll() is not None, "a third of the pairs")
+    _release_until(judge_server, proc, lambda: _count(db) >= 30, "a third of the pairs")
     os.kill(proc.pid, signal.SIGSTOP)  # hold the run still while status and the truth are compared
     try:
         during = _assert_status_is_true(env, db)
@@ -174,9 +189,10 @@ def test_a_killed_runs_pairs_are_taken_over_at_once_and_status_tells_the_truth_t
         os.kill(proc.pid, signal.SIGCONT)
     assert sum(m["in_progress"] for m in during.values()) > 0, during
 
-    _wait_for(lambda: _count(db) >= 72 or proc.poll() is not None, "60% of the pairs")
+    _release_until(judge_server, proc, lambda: _count(db) >= 72, "60% of the pairs")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    judge_server.release()  # the killed run's held calls answer no one; the rerun's are not held
     _wait_for(lambda: _run_locks(db) == 0, "the server to end the killed run's session")
     done_before = {k for k, v in results(db).items() if v["status"] == "scored"}
     assert 72 <= len(done_before) < 120, "the kill must land mid-run"
@@ -276,16 +292,15 @@ def _live_leases(db) -> int:
 
 
 def test_database_going_away_mid_run_loses_nothing(prefect_server, judgeflow_env, db, judge_server, pg_server):
-    judge_server.latency_mean_s = 0.1
     _prepare(db, 60)
     env = _env(judgeflow_env, prefect_server, JUDGEFLOW_LEASE_TIMEOUT_S="3")
 
+    judge_server.hold()  # the run goes as far as the test lets its judge calls go
     proc = _start_score(env, "--batch-size", "10", "--max-concurrency", "2")
-    deadline = time.monotonic() + 120
-    while _count(db) < 10 and time.monotonic() < deadline:
-        time.sleep(0.2)
+    _release_until(judge_server, proc, lambda: _count(db) >= 10, "the first results")
     db.dispose()
     pg_server.kill()  # as a crash would: no clean shutdown
+    judge_server.release()  # the calls in flight answer while the database is gone: their results meet the outage
     time.sleep(2)
     pg_server.start()
     out = proc.communicate(timeout=300)[0]

@@ -85,9 +85,11 @@ def test_show_on_a_terminal_prints_no_colour_from_the_trace(judgeflow_env, db, p
     row = dict(scripted_trace(0)[0], output=f"visible text {HOSTILE} more [toxic]. Fact: x [halluc=0.0].")
     insert_traces(db, [row])
     env = _env(judgeflow_env, prefect_server, TERM="xterm-256color")
-    scored = subprocess.run([sys.executable, "-m", "judgeflow", "score", "--no-alerts"], env=env, cwd=os.getcwd(),
-                            capture_output=True, timeout=400)
-    assert scored.returncode == 0, scored.stderr[-3000:]
+    # scored in this process (a run's own output is the piped tests' above): `show` is what meets the terminal
+    from judgeflow.flows.scoring import score_new_traces
+
+    scored = score_new_traces(evaluate_alerts=False)
+    assert scored.scored == 2 and scored.failed == 0, scored
     leader, follower = pty.openpty()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "judgeflow", "show", row["id"]], env=env, cwd=os.getcwd(),
