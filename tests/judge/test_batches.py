@@ -126,7 +126,8 @@ def test_a_line_whose_round_could_not_read_the_record_keeps_its_custom_id_so_the
 def test_a_batch_whose_answers_could_not_be_read_is_read_again_not_sent_again(settings):
     """The provider answered the line, but reading its output failed (a 503): the next attempt waits
     on the same batch and reads it again; the line went out, and was billed, once. (Three reads
-    fail: litellm's client may retry a 503 itself, so that the judge's attempt fails all the same.)"""
+    fail: one 503 was once absorbed below the adapter, the judge seeing no failure; with three, its
+    attempt fails whatever the client below does.)"""
     with JudgeServer() as server:
         server.batch_api.fail_file_reads(3)
         judge = batch_judge(server, Ledger(settings, "run-a"))
