@@ -1,13 +1,17 @@
 """The lines of a batch: each request's deterministic ``custom_id``, and what the record says of one.
 
 A line's ``custom_id`` is a hash of the pair (trace, metric), the step, the
-attempt and the request body the provider receives: the same request of the
-same pair, asked by another run (after this one was killed, stopped or ran out
-of time), has the same id, which is how that run finds it in a batch already
-out (judgeflow/db/judge_batches.py) instead of paying for it again. The body
-holds the prompt, so a new metric version or judge model is another id. The
-attempt is in it because a line that failed is asked again in the next round,
-a new line beside the failed one. Nothing here does I/O.
+line's number and the request body the provider receives: the same request of
+the same pair, asked by another run (after this one was killed, stopped or ran
+out of time), has the same id, which is how that run finds it in a batch
+already out (judgeflow/db/judge_batches.py) instead of paying for it again. The
+body holds the prompt, so a new metric version or judge model is another id.
+The number is in it because a line the provider answered with an error is
+asked again in the next round (``JUDGEFLOW_JUDGE_BATCH_LINE_RETRY=batch``), a
+new line beside the failed one: it counts those errors, not the retry loop's
+attempts, so an attempt that failed on the run's side is the same line again
+and every run numbers a request's lines alike (judgeflow/judge/batches.py).
+Nothing here does I/O.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ DEAD = ("expired", "cancelled", "failed", LOST := "lost")
 ENDED = ("completed", *DEAD)  # the provider's last word on a batch
 
 
-def custom_id(pair: tuple[str, str] | None, step: str, body: dict[str, Any], attempt: int) -> str:
-    """The line's id (the module doc): at most 64 characters, whatever the trace id."""
+def custom_id(pair: tuple[str, str] | None, step: str, body: dict[str, Any], line_no: int) -> str:
+    """The line's id (the module doc): at most 64 characters, whatever the trace id. ``line_no``:
+    the lines of the same call the provider answered with an error before this one."""
     digest = hashlib.sha256()
-    for part in (json.dumps(list(pair or ()), ensure_ascii=False), step, str(attempt)):
+    for part in (json.dumps(list(pair or ()), ensure_ascii=False), step, str(line_no)):
         digest.update(part.encode("utf-8"))
         digest.update(b"\0")
     digest.update(json.dumps(body, sort_keys=True, ensure_ascii=False, default=str).encode("utf-8"))

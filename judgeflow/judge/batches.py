@@ -37,9 +37,14 @@ same calls made online.
   online endpoint under the same retry loop, not into another turnaround; a
   permanent error (an invalid request, 400-class) is not retried at all (the
   loop's rule). Set to ``batch``, the next attempt is a new line of the next
-  round. A line the provider never answered because its batch expired or was
-  cancelled is sent again once, in the next round; a second time, its call
-  fails with that reason.
+  round: the only case of a call's next attempt being a new line (a new
+  ``custom_id``). An attempt that failed on the run's side (the record could
+  not be read, a batch could not be followed or its output read) is the same
+  line again, which finds itself on record (waited on, or read again), so a
+  line out or answered is not paid for twice, in this run or the next. A
+  line the provider never answered because its batch expired or was
+  cancelled is sent again once (the same line), in the next round; a second
+  time, its call fails with that reason.
 * **Waiting** is a poll of each batch out, with backoff from
   ``JUDGEFLOW_JUDGE_BATCH_POLL_S`` doubling up to ``_POLL_MAX_S``, each answer
   recorded and shown (the run's table of batches). It ends when the run's
@@ -176,6 +181,12 @@ class LineFailed(AttemptFailed):
 class _CallState:
     online: bool = False  # a line of the call failed in a batch: its next attempts go online
     failed: _Line | None = None  # that line: its online answer is recorded under its custom_id
+    # the lines of the call the provider answered with an error: the next line's number in its custom_id.
+    # Not the retry loop's attempt: an attempt that failed on the run's side (the record unreadable, a
+    # batch not followed) leaves its line where it is, maybe out and answered, so the next attempt is
+    # that line again and finds it on record; numbered by attempts, it would be a new line, and a
+    # later run (which numbers from 0 again) another: one request paid twice (issue 59)
+    line_no: int = 0
 
 
 class BatchJudge(JudgeBase):
@@ -227,12 +238,11 @@ class BatchJudge(JudgeBase):
         model = request.model or self._model
         # a line is billed only when answered, and its reply is priced at the batch rate by the adapter
         spend = CallSpend(model, None, request)
-        attempts = iter(range(1_000_000))
         state = _CallState()
-        return await send_with_retries(lambda: self._attempt(request, call, model, next(attempts), state),
+        return await send_with_retries(lambda: self._attempt(request, call, model, state),
                                        policy=self.retry, spend=spend, pace=self._pace)
 
-    async def _attempt(self, request: JudgeRequest, call: Call, model: str, attempt: int, state: _CallState
+    async def _attempt(self, request: JudgeRequest, call: Call, model: str, state: _CallState
                        ) -> JudgeReply | AttemptFailed:
         if state.online:  # the online adapter asks the call's gate itself, once it holds a slot
             reply = await self.api.online_attempt(request, call)
@@ -242,11 +252,13 @@ class BatchJudge(JudgeBase):
         if not await call.may_send():
             return AttemptFailed(CallWithheld(f"judge {model}: not sent, the pair may not go on"))
         pair = getattr(call.gate, "pair", None)
-        line = _Line(custom_id(pair, request.step, self.api.line_body(request), attempt), pair, request, model)
+        line_id = custom_id(pair, request.step, self.api.line_body(request), state.line_no)
+        line = _Line(line_id, pair, request, model)
         future = asyncio.get_running_loop().create_future()
         line.futures.append(future)
         self._join_round(line)
         outcome = await future
+        state.line_no += isinstance(outcome, LineFailed)
         state.online = isinstance(outcome, LineFailed) and self.waiting.line_retry_online
         state.failed = line if state.online else None
         return outcome

@@ -36,8 +36,9 @@ until :meth:`release`; :meth:`hold_from` only the n-th batch created and the
 later ones (a night's later rounds); :meth:`answer_held` lets a held batch answer
 its first lines (one part-way through when it is cancelled); :meth:`hide_from` runs them to the end
 but tells a client they are still in progress (a run that has not seen the
-completion yet) until :meth:`release`; :meth:`expire`; the counters
-``batches_created``, ``files_uploaded``, ``lines_received`` (per batch), also in
+completion yet) until :meth:`release`; :meth:`expire`; :meth:`fail_file_reads` answers the
+next reads of a file's content with a 503 (the provider's outage as a run collects); the counters
+``batches_created``, ``files_uploaded``, ``lines_received`` (per batch), ``file_reads_failed``, also in
 ``GET /stats``, and :meth:`custom_ids_received` (how often each ``custom_id``
 came in, over every batch).
 """
@@ -150,6 +151,7 @@ class BatchAPI:
         self._hold_from: int | None = None  # hold the batches created as this one (1-based) or later
         self._hide_from: int | None = None  # report them in progress though they ended
         self._held_answers = 0  # the lines a held batch answers all the same
+        self._failing_reads = 0  # the next reads of a file's content that answer 503
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, dict] = {}  # id -> the batch object as served
         self._lines: dict[str, list[_Line]] = {}
@@ -163,6 +165,7 @@ class BatchAPI:
             self.batches_created = 0
             self.files_uploaded = 0
             self.lines_received: dict[str, int] = {}  # batch id -> lines in its input file
+            self.file_reads_failed = 0  # reads of a file's content answered 503 (fail_file_reads)
 
     def stats(self) -> dict[str, Any]:
         with self._changed:
@@ -170,7 +173,8 @@ class BatchAPI:
             for batch in self.batches.values():
                 statuses[batch["status"]] = statuses.get(batch["status"], 0) + 1
             return {"batches_created": self.batches_created, "files_uploaded": self.files_uploaded,
-                    "lines_received": dict(self.lines_received), "batch_statuses": statuses}
+                    "lines_received": dict(self.lines_received), "batch_statuses": statuses,
+                    "file_reads_failed": self.file_reads_failed}
 
     def hold(self) -> None:
         """Keep every batch in progress, answering nothing, until :meth:`release`."""
@@ -192,6 +196,11 @@ class BatchAPI:
         """Run the ``n``-th batch created and the later ones, but report them ``in_progress`` until :meth:`release`."""
         with self._changed:
             self._hide_from = n
+
+    def fail_file_reads(self, n: int) -> None:
+        """The next ``n`` reads of a file's content answer 503, as a provider's outage does."""
+        with self._changed:
+            self._failing_reads = n
 
     def release(self) -> None:
         with self._changed:
@@ -264,6 +273,10 @@ class BatchAPI:
                 return 200, _public(batch)
             if parts[0] == "files" and len(parts) >= 2 and parts[1] in self.files:
                 stored = self.files[parts[1]]
+                if parts[2:] == ["content"] and self._failing_reads > 0:
+                    self._failing_reads -= 1
+                    self.file_reads_failed += 1
+                    return _error(503, "the service is temporarily unavailable")
                 if parts[2:] == ["content"]:
                     return 200, stored.data
                 if len(parts) == 2:
