@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 
 from judgeflow.db.pending import held
 from judgeflow.db.schema import DONE_STATUSES
 from judgeflow.sources.session_id import session_result_id
-from judgeflow.sources.types import TraceKey
+from judgeflow.sources.trace_source import read_bodies
+from judgeflow.sources.types import TraceKey, TraceSource
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,21 @@ def turn_keys(conn: Connection, session_ids: Sequence[str]) -> dict[str, list[Tr
     ), {"ids": list(session_ids)}).all()
     for sid, trace_id, at in rows:
         out[sid].append(TraceKey(trace_id, at))
+    return out
+
+
+def conversations(conn: Connection, source: TraceSource, source_engine: Engine,
+                  session_ids: Sequence[str]) -> dict[str, list[dict]]:
+    """Each session's turns, read from ``source`` by key in turn order, as the conversation a session
+    metric reads (``[{"input", "output"}, ...]``): what session judging, ``labels sample`` and shadow
+    scoring all show, so a labeller and a candidate judge see what the judge in force saw. A turn the
+    source no longer shows or cannot read is left out."""
+    keys = turn_keys(conn, session_ids)
+    read = read_bodies(source, source_engine, [k for ks in keys.values() for k in ks])
+    out = {}
+    for sid, ks in keys.items():
+        bodies = [read.bodies.get(k.id) for k in ks]
+        out[sid] = [{"input": b.input, "output": b.output} for b in bodies if b is not None]
     return out
 
 
