@@ -86,14 +86,19 @@ def set_scanned_to(conn: Connection, source: str, at: datetime) -> None:
     ), {"source": source, "at": at})
 
 
+# a session of :source with turns no judging saw (``sessions_due_idx``: its predicate as written), and
+# quiet: its last turn older than :idle seconds by the database's clock
+_DUE_SESSION = "source = :source AND (judged_turns IS NULL OR judged_turns <> turns)"
+_QUIET = "last_turn_at < now() - make_interval(secs => :idle)"
+
+
 def quiet_sessions(conn: Connection, source: str, idle_s: float) -> list[QuietSession]:
     """The sessions of ``source`` whose turns no judging saw and whose last turn is older than
     ``idle_s`` by the database's clock, oldest first (``sessions_due_idx``: its predicate as written)."""
     rows = conn.execute(text(
-        """
+        f"""
         SELECT session_id, turns, last_turn_at FROM judgeflow.sessions
-        WHERE source = :source AND (judged_turns IS NULL OR judged_turns <> turns)
-          AND last_turn_at < now() - make_interval(secs => :idle)
+        WHERE {_DUE_SESSION} AND {_QUIET}
         ORDER BY last_turn_at, session_id
         """
     ), {"source": source, "idle": float(idle_s)}).all()
@@ -211,9 +216,15 @@ def conversations(conn: Connection, source: TraceSource, source_engine: Engine,
 def sessions_due(conn: Connection, source: str, idle_s: float) -> bool:
     """Whether any session of ``source`` is quiet and due (`judgeflow score`'s "anything to do")."""
     return bool(conn.execute(text(
-        """
-        SELECT EXISTS (SELECT 1 FROM judgeflow.sessions
-                       WHERE source = :source AND (judged_turns IS NULL OR judged_turns <> turns)
-                         AND last_turn_at < now() - make_interval(secs => :idle))
-        """
+        f"SELECT EXISTS (SELECT 1 FROM judgeflow.sessions WHERE {_DUE_SESSION} AND {_QUIET})"
     ), {"source": source, "idle": float(idle_s)}).scalar())
+
+
+def sessions_waiting(conn: Connection, source: str, idle_s: float) -> dict[str, int]:
+    """The sessions of ``source`` with turns no judging saw: ``quiet`` (the next run judges them) and
+    ``open`` (their last turn is not ``idle_s`` old yet: a later run judges them); `judgeflow status`."""
+    quiet, open_ = conn.execute(text(
+        f"SELECT count(*) FILTER (WHERE {_QUIET}), count(*) FILTER (WHERE NOT ({_QUIET})) "
+        f"FROM judgeflow.sessions WHERE {_DUE_SESSION}"
+    ), {"source": source, "idle": float(idle_s)}).one()
+    return {"quiet": quiet, "open": open_}
