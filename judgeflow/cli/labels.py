@@ -100,7 +100,8 @@ def sample(
     where = f" to {out}" if out else ""
     typer.echo(f"draw {draw_id} of {metric} (seed {seed}): {len(units)} result(s){where}: "
                + ", ".join(f"{h} {sizes[h]} of {populations[h]}" for h in (FAIL, PASS))
-               + (f"; {missing} not found in the source (input/output or conversation null)" if missing else ""), err=True)
+               + (f"; {missing} not found in the source (input/output or conversation null)" if missing else ""),
+               err=True)
 
 
 def _lines(settings, conn, metric: str, units) -> tuple[list[dict], int]:

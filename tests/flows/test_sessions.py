@@ -255,8 +255,8 @@ def test_session_calls_go_through_the_batch_api(session_env, db, judge_server):
     assert (row["score"], row["details"]["turns"]) == (0.7, 3)
 
 
-# 25 s alone, 5 s after another night in the process (two nights): the marking a stopped run leaves is tests/db/test_sessions.py's
-# (a session with a pair left stays due, only that pair claimed again), by default
+# 25 s alone, 5 s after another night in the process (two nights): the marking a stopped run leaves
+# is tests/db/test_sessions.py's (a session with a pair left stays due, only that pair claimed again)
 @pytest.mark.slow
 def test_a_stop_during_session_judging_leaves_them_due_and_the_next_run_judges_only_the_unanswered(
         session_env, db, judge_server):
