@@ -22,7 +22,7 @@ from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.errors import DatabaseError
 from judgeflow.model import ClaimedBatch, Cursor, TraceWork
 from judgeflow.sources.identity import result_source
-from judgeflow.sources.trace_source import KeyFilter, TraceKey, read_bodies, trace_source
+from judgeflow.sources.trace_source import KeyFilter, trace_source
 
 log = logging.getLogger("judgeflow.sessions")
 
@@ -73,17 +73,8 @@ def find_quiet_sessions(settings: Settings) -> list[db.QuietSession]:
 
 
 def _conversations(settings: Settings, session_ids: list[str]) -> dict[str, list[dict]]:
-    """Each session's turns, read from the source by key, as the conversation a session metric
-    reads; a turn the source no longer shows or cannot read is left out."""
     with engine_for(settings).connect() as conn:
-        keys = db.turn_keys(conn, session_ids)
-    wanted: list[TraceKey] = [k for ks in keys.values() for k in ks]
-    read = read_bodies(trace_source(settings), source_engine(settings), wanted)
-    out = {}
-    for sid, ks in keys.items():
-        bodies = [read.bodies.get(k.id) for k in ks]
-        out[sid] = [{"input": b.input, "output": b.output} for b in bodies if b is not None]
-    return out
+        return db.conversations(conn, trace_source(settings), source_engine(settings), session_ids)
 
 
 # retries: the task level, for the database (a claim is one statement: a failed one claimed nothing)

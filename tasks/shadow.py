@@ -25,7 +25,7 @@ from judgeflow.run.progress import RunReporter
 from judgeflow.config.scrub import scrub
 from judgeflow.config.settings import Settings
 from judgeflow.shadow.report import ShadowReport, build_report
-from judgeflow.shadow.sample import ShadowPair, select_sample
+from judgeflow.shadow.sample import ShadowPair, add_conversations, select_sample
 from judgeflow.sources.identity import result_source
 from judgeflow.judge.judge_loop import judge_loop
 from judgeflow.tasks.scoring import build_metrics, judge_pair
@@ -63,14 +63,16 @@ _INSERT = text(
 def select_shadow_sample(
     settings: Settings, metrics: list[str], since: datetime, segment_by: str | None, per_segment: int, seed: str
 ) -> list[ShadowPair]:
-    """The stratified sample of recent results of the judge in force (judgeflow.shadow.sample)."""
+    """The stratified sample of recent results of the judge in force (judgeflow.shadow.sample), each
+    sampled session with its conversation."""
     if settings.source != "table":
         # the sample joins JUDGEFLOW_TRACES_TABLE in judgeflow's shape; a preset is not read here
         raise ConfigError(f"judgeflow shadow reads JUDGEFLOW_SOURCE=table only, not {settings.source}")
     with engine_for(settings).connect() as conn:
-        return select_sample(conn, SourceTable.parse(settings.traces_table), metrics=metrics, since=since,
-                             segment_by=segment_by, per_segment=per_segment, seed=seed,
-                             result_source=result_source(settings))
+        pairs = select_sample(conn, SourceTable.parse(settings.traces_table), metrics=metrics, since=since,
+                              segment_by=segment_by, per_segment=per_segment, seed=seed,
+                              result_source=result_source(settings))
+        return add_conversations(conn, settings, pairs)
 
 
 def _row(pair: ShadowPair, result: dict, shadow_run_id: str) -> dict:

@@ -7,6 +7,13 @@ A labelled set is JSON Lines, one trace per line::
 
 ``labels`` maps registered metrics (judgeflow/metrics/registry.py) to labels.
 
+A line labelling a session metric (``level = "session"``) carries the conversation instead of one
+trace: ``"turns": [{"input": "...", "output": "..."}, ...]`` in order (or ``"conversation"``, the
+name `judgeflow labels sample` writes it under); the metric judges it as it judges a session's
+(its ``ascore`` gets it as ``context``). A conversation labelled for a trace metric, a trace for a
+session metric, and a label of a session rate (``M_session``: computed from the turns' results of
+``M``, never judged) are refused, naming the line.
+
 A label says whether a person judged the trace to *fail* the metric;
 ``1``/``0``, ``"yes"``/``"no"``, ``"fail"``/``"pass"`` are read too, and the
 words each registered metric declares (its spec's ``label_words``).
@@ -27,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from judgeflow.errors import ConfigError
-from judgeflow.metrics.registry import registered, spec_of
+from judgeflow.metrics.registry import SESSION_RATE_SUFFIX, registered, spec_of
 
 _WORDS = {"true": True, "1": True, "yes": True, "fail": True, "failed": True,
           "false": False, "0": False, "no": False, "pass": False, "passed": False}
@@ -39,8 +46,9 @@ class LabelledItem:
     id: str
     input: str
     output: str
-    context: Any
+    context: Any  # a session line's: its conversation, as a session metric reads it
     labels: dict[str, bool]
+    session: bool = False  # a conversation (``turns``), for session metrics
 
 
 def label_words() -> dict[str, bool]:
@@ -72,6 +80,43 @@ def only_metrics(items: list[LabelledItem], metrics: list[str] | None) -> list[L
     return [item for item in kept if item.labels]
 
 
+def _check_metrics(labels: dict, where: str, names: tuple[str, ...]) -> None:
+    rates = sorted(m for m in labels if m.endswith(SESSION_RATE_SUFFIX) and m[:-len(SESSION_RATE_SUFFIX)] in names)
+    if rates:
+        raise ConfigError(f"{where}: {', '.join(rates)} is a session rate, computed from its turns' results of "
+                          f"{rates[0][:-len(SESSION_RATE_SUFFIX)]} and never judged: there is no judge to calibrate; "
+                          "label the turns for the trace metric instead")
+    unknown = set(labels) - set(names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown metric(s) in labels: {', '.join(sorted(unknown))}; "
+                          f"registered: {', '.join(names)}")
+
+
+def _turns(raw: dict, where: str) -> list[dict] | None:
+    """A session line's conversation (``turns``, or ``conversation`` as `labels sample` writes it); None
+    for a trace's line."""
+    name = "turns" if raw.get("turns") is not None else "conversation"
+    turns = raw.get(name)
+    if turns is None:
+        return None
+    if (not isinstance(turns, list) or not turns
+            or not all(isinstance(t, dict) and {"input", "output"} <= set(t) for t in turns)):
+        raise ConfigError(f"{where}: '{name}' must be a non-empty list of turns, each "
+                          '{"input": ..., "output": ...}')
+    return [{"input": t["input"], "output": t["output"]} for t in turns]
+
+
+def _check_levels(labels: dict, where: str, *, session: bool) -> None:
+    specs = registered()
+    wrong = sorted(m for m in labels if (specs[m].level == "session") != session)
+    if wrong and session:
+        raise ConfigError(f"{where}: a conversation ('turns') is judged by session metrics only; "
+                          f"{', '.join(wrong)} judge{'s' if len(wrong) == 1 else ''} one trace")
+    if wrong:
+        raise ConfigError(f"{where}: {', '.join(wrong)} judge{'s' if len(wrong) == 1 else ''} a session: the line "
+                          "needs its conversation as 'turns': [{\"input\": ..., \"output\": ...}, ...]")
+
+
 def load_labelled(path: str | Path) -> list[LabelledItem]:
     """Read a labelled set; a malformed line is an error naming its line number."""
     try:
@@ -94,19 +139,23 @@ def load_labelled(path: str | Path) -> list[LabelledItem]:
             raise ConfigError(f"{where}: not JSON ({error.msg})") from None
         except RecursionError:  # the decoder recurses once per nested list or object
             raise ConfigError(f"{where}: JSON nested too deeply to read") from None
-        if not isinstance(raw, dict) or not isinstance(raw.get("output"), str):
-            raise ConfigError(f"{where}: each line needs an object with a string 'output'")
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: each line needs an object with a string 'output' (or a session's 'turns')")
         labels = raw.get("labels")
         if not isinstance(labels, dict) or not labels:
             raise ConfigError(f"{where}: 'labels' must map metrics ({', '.join(names)}) to labels")
-        unknown = set(labels) - set(names)
-        if unknown:
-            raise ConfigError(f"{where}: unknown metric(s) in labels: {', '.join(sorted(unknown))}; "
-                              f"registered: {', '.join(names)}")
+        _check_metrics(labels, where, names)
+        turns = _turns(raw, where)
+        _check_levels(labels, where, session=turns is not None)
+        if turns is None and not isinstance(raw.get("output"), str):
+            raise ConfigError(f"{where}: each line needs an object with a string 'output' (or a session's 'turns')")
         items.append(LabelledItem(
-            id=str(raw.get("id", number)), input=str(raw.get("input") or ""), output=raw["output"],
-            context=raw.get("context"),
+            id=str(raw.get("id", number)),
+            input="" if turns is not None else str(raw.get("input") or ""),
+            output="" if turns is not None else raw["output"],
+            context=turns if turns is not None else raw.get("context"),
             labels={m: _label(v, where=f"{where} ({m})", words=words) for m, v in labels.items() if v is not None},
+            session=turns is not None,
         ))
     if not items:
         raise ConfigError(f"{path}: no labelled items")

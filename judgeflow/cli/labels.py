@@ -65,8 +65,8 @@ def sample(
 ) -> None:
     """A probability sample of the metric's scored results in the judge epoch in force, stratified by
     the judge's verdict (half to each verdict, so the rarer one is oversampled), recorded with each
-    result's inclusion probability. Writes JSONL to label: id, input, output, context and
-    labels {METRIC: null}, in a random order and with nothing of the judge's."""
+    result's inclusion probability. Writes JSONL to label: id, input, output, context (a session's:
+    id, session_key, conversation) and labels {METRIC: null}, in a random order and with nothing of the judge's."""
     import random
     import secrets
 
@@ -100,24 +100,32 @@ def sample(
     where = f" to {out}" if out else ""
     typer.echo(f"draw {draw_id} of {metric} (seed {seed}): {len(units)} result(s){where}: "
                + ", ".join(f"{h} {sizes[h]} of {populations[h]}" for h in (FAIL, PASS))
-               + (f"; {missing} not found in the source (input/output null)" if missing else ""), err=True)
+               + (f"; {missing} not found in the source (input/output or conversation null)" if missing else ""),
+               err=True)
 
 
 def _lines(settings, conn, metric: str, units) -> tuple[list[dict], int]:
-    """The JSONL lines: each result read back from the source (a session: its key, conversation null)."""
+    """The JSONL lines: each result read back from the source; a session's as its key and conversation
+    (the turns session judging reads, judgeflow/db/sessions.py conversations)."""
     from judgeflow.db.engine import source_engine
     from judgeflow.db.labels import session_keys
+    from judgeflow.db.sessions import conversations
     from judgeflow.sources.session_id import is_session_id
     from judgeflow.sources.trace_source import TraceKey, read_bodies, trace_source
 
+    source, engine = trace_source(settings), source_engine(settings)
     keys = [TraceKey(u.trace_id, u.trace_created_at) for u in units
             if not is_session_id(u.trace_id) and u.trace_created_at is not None]
-    bodies = read_bodies(trace_source(settings), source_engine(settings), keys).bodies if keys else {}
-    sessions = session_keys(conn, [u.trace_id for u in units if is_session_id(u.trace_id)])
+    bodies = read_bodies(source, engine, keys).bodies if keys else {}
+    session_ids = [u.trace_id for u in units if is_session_id(u.trace_id)]
+    sessions = session_keys(conn, session_ids)
+    turns = conversations(conn, source, engine, session_ids) if session_ids else {}
     lines, missing = [], 0
     for u in units:
         if is_session_id(u.trace_id):
-            lines.append({"id": u.trace_id, "session_key": sessions.get(u.trace_id), "conversation": None,
+            conversation = turns.get(u.trace_id) or None
+            missing += conversation is None
+            lines.append({"id": u.trace_id, "session_key": sessions.get(u.trace_id), "conversation": conversation,
                           "labels": {metric: None}})
             continue
         body = bodies.get(u.trace_id)

@@ -21,7 +21,9 @@ def status(
     the traces created since the window's start (the watermark minus JUDGEFLOW_SOURCE_LOOKBACK; the
     whole source before the first run) and failed pairs older than that. Older traces without a result
     are not counted: `judgeflow backfill` scores them. in progress / stranded: claims held by a live run /
-    by a run that is gone or stopped renewing its lease (the next run takes those over at once)."""
+    by a run that is gone or stopped renewing its lease (the next run takes those over at once).
+    sessions waiting: sessions with turns no judging saw, quiet (JUDGEFLOW_SESSION_IDLE since their last
+    turn: the next run judges them) or still open."""
     import json
 
     from judgeflow.status.notes import dead_delivery_line
@@ -70,6 +72,10 @@ def render_status(report: dict, width: int | None = None) -> str:
     if report.get("not_sampled"):
         lines.append(f"{report['not_sampled']:,} traces not sampled under the budget (not pending; "
                      "`judgeflow backfill` can still judge them)")
+    waiting = report.get("sessions_waiting") or {}
+    if waiting.get("quiet") or waiting.get("open"):
+        lines.append(f"sessions waiting: {waiting['quiet']:,} quiet (the next run judges them), {waiting['open']:,} "
+                     f"still open (judged once quiet for {waiting['idle']})")
     for run in report["runs"]:
         pairs = ", ".join(f"{m} {n}" for m, n in run["pairs"].items())
         state = f"in progress, lease until {run['lease_expires_at']}" if run["live"] else "stranded (run is gone)"

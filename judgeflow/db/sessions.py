@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Sequence
 
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection, Engine, text
 
 from judgeflow.db.pending import held
 from judgeflow.db.schema import DONE_STATUSES
 from judgeflow.sources.session_id import session_result_id
-from judgeflow.sources.types import TraceKey
+from judgeflow.sources.trace_source import read_bodies
+from judgeflow.sources.types import TraceKey, TraceSource
 
 
 @dataclass(frozen=True)
@@ -85,14 +86,19 @@ def set_scanned_to(conn: Connection, source: str, at: datetime) -> None:
     ), {"source": source, "at": at})
 
 
+# a session of :source with turns no judging saw (``sessions_due_idx``: its predicate as written), and
+# quiet: its last turn older than :idle seconds by the database's clock
+_DUE_SESSION = "source = :source AND (judged_turns IS NULL OR judged_turns <> turns)"
+_QUIET = "last_turn_at < now() - make_interval(secs => :idle)"
+
+
 def quiet_sessions(conn: Connection, source: str, idle_s: float) -> list[QuietSession]:
     """The sessions of ``source`` whose turns no judging saw and whose last turn is older than
     ``idle_s`` by the database's clock, oldest first (``sessions_due_idx``: its predicate as written)."""
     rows = conn.execute(text(
-        """
+        f"""
         SELECT session_id, turns, last_turn_at FROM judgeflow.sessions
-        WHERE source = :source AND (judged_turns IS NULL OR judged_turns <> turns)
-          AND last_turn_at < now() - make_interval(secs => :idle)
+        WHERE {_DUE_SESSION} AND {_QUIET}
         ORDER BY last_turn_at, session_id
         """
     ), {"source": source, "idle": float(idle_s)}).all()
@@ -192,12 +198,33 @@ def turn_keys(conn: Connection, session_ids: Sequence[str]) -> dict[str, list[Tr
     return out
 
 
+def conversations(conn: Connection, source: TraceSource, source_engine: Engine,
+                  session_ids: Sequence[str]) -> dict[str, list[dict]]:
+    """Each session's turns, read from ``source`` by key in turn order, as the conversation a session
+    metric reads (``[{"input", "output"}, ...]``): what session judging, ``labels sample`` and shadow
+    scoring all show, so a labeller and a candidate judge see what the judge in force saw. A turn the
+    source no longer shows or cannot read is left out."""
+    keys = turn_keys(conn, session_ids)
+    read = read_bodies(source, source_engine, [k for ks in keys.values() for k in ks])
+    out = {}
+    for sid, ks in keys.items():
+        bodies = [read.bodies.get(k.id) for k in ks]
+        out[sid] = [{"input": b.input, "output": b.output} for b in bodies if b is not None]
+    return out
+
+
 def sessions_due(conn: Connection, source: str, idle_s: float) -> bool:
     """Whether any session of ``source`` is quiet and due (`judgeflow score`'s "anything to do")."""
     return bool(conn.execute(text(
-        """
-        SELECT EXISTS (SELECT 1 FROM judgeflow.sessions
-                       WHERE source = :source AND (judged_turns IS NULL OR judged_turns <> turns)
-                         AND last_turn_at < now() - make_interval(secs => :idle))
-        """
+        f"SELECT EXISTS (SELECT 1 FROM judgeflow.sessions WHERE {_DUE_SESSION} AND {_QUIET})"
     ), {"source": source, "idle": float(idle_s)}).scalar())
+
+
+def sessions_waiting(conn: Connection, source: str, idle_s: float) -> dict[str, int]:
+    """The sessions of ``source`` with turns no judging saw: ``quiet`` (the next run judges them) and
+    ``open`` (their last turn is not ``idle_s`` old yet: a later run judges them); `judgeflow status`."""
+    quiet, open_ = conn.execute(text(
+        f"SELECT count(*) FILTER (WHERE {_QUIET}), count(*) FILTER (WHERE NOT ({_QUIET})) "
+        f"FROM judgeflow.sessions WHERE {_DUE_SESSION}"
+    ), {"source": source, "idle": float(idle_s)}).one()
+    return {"quiet": quiet, "open": open_}

@@ -14,7 +14,7 @@ from judgeflow.db.epochs import configured, current_epochs
 from judgeflow.errors import ConfigError
 from judgeflow.config.key_transport import allowed_hosts, check_judge_destination, litellm_environment
 from judgeflow.config.settings import Settings
-from judgeflow.shadow.sample import select_sample, strata
+from judgeflow.shadow.sample import add_conversations, select_sample, strata
 from judgeflow.sources.identity import result_source
 
 
@@ -96,6 +96,7 @@ def plan_shadow(
         pairs = select_sample(conn, SourceTable.parse(settings.traces_table), metrics=metrics, since=since,
                               segment_by=segment_by, per_segment=per_segment, seed=seed,
                               result_source=result_source(settings))
+        pairs = add_conversations(conn, settings, pairs)
         in_force = current_epochs(conn, result_source(settings))
     wanted = configured(candidate.judge_model, metrics, own_models=False)
     same = [m for m in metrics if m in in_force and in_force[m].combination == wanted[m]]

@@ -76,6 +76,8 @@ def work_status(settings: Settings) -> dict:
         "skipped_by_preset": read["preset_skips"],
         "phoenix_write_back": read["write_back"],
         "not_sampled": read["not_sampled"],
+        # sessions with turns no judging saw: quiet (the next run judges them) or still open
+        "sessions_waiting": {**read["sessions_waiting"], "idle": settings.session_idle},
         "rates": read["rates"],
         "window_start": None if plan.lo is None else plan.lo.isoformat(),
         "watermarks": {m: None if w is None else w.isoformat() for m, w in plan.watermarks.items()},
@@ -89,6 +91,7 @@ def _read_figures(conn, settings: Settings, source: str, done) -> dict:
     """Everything `status` reads in one connection (the pending count aside)."""
     from judgeflow.alerts.dead_letters import dead_summary
     from judgeflow.db.result_counts import result_counts
+    from judgeflow.db.sessions import sessions_waiting
     from judgeflow.sources.trace_source import trace_source
     from judgeflow.db.watermark import plan_reads
     from judgeflow.sampling.decisions import not_sampled_waiting
@@ -102,6 +105,7 @@ def _read_figures(conn, settings: Settings, source: str, done) -> dict:
         "plan": plan_reads(conn, trace_source(settings), trace_metric_names(), lookback_s=settings.source_lookback_s),
         "dead": dead_summary(conn, source),
         "not_sampled": not_sampled_waiting(conn),
+        "sessions_waiting": sessions_waiting(conn, source, settings.session_idle_s),
         "rates": window_rates(conn, settings),
     }
 

@@ -111,3 +111,64 @@ def test_calibrate_on_the_shipped_set_with_the_offline_judge(monkeypatch, tmp_pa
     # the figures the README quotes
     assert "items labelled: 36; judged: 36" in result.output and "items labelled: 29; judged: 29" in result.output
     assert "kappa 0.889, precision 0.889, recall 1.000" in result.output
+
+
+SESSION_FILE = '''
+[metrics.resolved]
+level = "session"
+criteria = "By the end of the conversation the user's request was resolved."
+evaluation_steps = ["Read what the user wanted.", "Decide whether the last turns resolve it."]
+'''
+
+
+@pytest.fixture
+def session_metric(monkeypatch, tmp_path):
+    """The session metric ``resolved`` served from a metrics file (the CLI opens it from the env)."""
+    from judgeflow.run.metric_door import open_metrics
+
+    path = tmp_path / "metrics.toml"
+    path.write_text(SESSION_FILE, encoding="utf-8")
+    monkeypatch.setenv("JUDGEFLOW_METRICS_FILE", str(path))
+    open_metrics(path)
+    yield path
+    open_metrics(None)
+
+
+def test_a_session_metric_is_calibrated_over_the_lines_conversations(session_metric, judgeflow_env, judge_server,
+                                                                      tmp_path):
+    # (the last turn's [geval=N]: score N/10, passes at 0.5 or more; people say it fails): tn, tp, fn
+    lines = [(9, False), (2, True), (8, True)]
+    path = tmp_path / "sessions.jsonl"
+    path.write_text("".join(json.dumps({
+        "id": f"s{i}", ("turns" if i != 1 else "conversation"): [
+            {"input": f"s{i} order late?", "output": "Checking."},
+            {"input": "and?", "output": f"s{i} done [geval={n}]"}],
+        "labels": {"resolved": "fail" if fails else "pass"}}) + "\n" for i, (n, fails) in enumerate(lines)))
+    before = judge_server.calls("GEvalScore")
+
+    result = runner.invoke(app, ["calibrate", str(path), "--yes"])
+
+    assert result.exit_code == 0, result.output
+    # tp 1, fp 0, tn 1, fn 1: observed 2/3, chance (1*2 + 2*1)/9 = 4/9, kappa (2/9)/(5/9) = 0.4
+    assert ("kappa 0.400, precision 1.000, recall 0.500, F1 0.667, accuracy 0.667 (tp 1, fp 0, tn 1, fn 1)"
+            in result.output)
+    assert judge_server.calls("GEvalScore") - before == 3
+    sent = [r.data["conversation"] for r in judge_server.requests if r.step == "GEvalScore"][-3:]
+    assert sorted(c[0]["input"] for c in sent) == ["s0 order late?", "s1 order late?", "s2 order late?"]
+    assert all(len(c) == 2 for c in sent)
+
+
+@pytest.mark.parametrize("line, message", [
+    ({"turns": [{"input": "a", "output": "b"}], "labels": {"toxicity": True}},
+     "a conversation ('turns') is judged by session metrics only; toxicity judges one trace"),
+    ({"output": "b", "labels": {"resolved": True}}, "resolved judges a session: the line needs its conversation"),
+    ({"turns": [{"input": "a"}], "labels": {"resolved": True}}, "'turns' must be a non-empty list of turns"),
+    ({"output": "b", "labels": {"toxicity_session": True}},
+     "toxicity_session is a session rate, computed from its turns' results of toxicity and never judged"),
+])
+def test_a_session_line_and_a_trace_metric_do_not_mix(session_metric, tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")) as info:
+        load_labelled(path)
+    assert "bad.jsonl:1" in str(info.value) and "\n" not in str(info.value)

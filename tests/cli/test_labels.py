@@ -185,21 +185,23 @@ def test_plan_from_the_prior_then_from_the_labels(seeded, tmp_path):
     assert nothing.exit_code == 2 and "no scored result of hallucination" in nothing.output
 
 
-def test_a_session_result_is_written_with_its_key(seeded, db, tmp_path):
-    from judgeflow.sources.session_id import session_result_id
+def test_a_session_result_is_written_with_its_key_and_conversation(seeded, db, tmp_path):
+    from tests.support.session_rows import seed_session
 
     source, _ = seeded
-    sid = session_result_id(source, "conversation-7")
+    start = BASE_TIME + timedelta(days=2)
+    # turn 1 is created first in the source but ordered by created_at: the line keeps turn order
+    insert_traces(db, [{"id": f"conversation-7-t{i}", "created_at": start + timedelta(minutes=i),
+                        "input": f"user {i}", "output": f"bot {i}"} for i in (2, 0, 1)])
     with db.begin() as conn:
         conn.execute(sa.text("DELETE FROM judgeflow.eval_results"))
-        conn.execute(sa.text(
-            "INSERT INTO judgeflow.sessions (session_id, source, session_key, first_turn_at, last_turn_at, turns) "
-            "VALUES (:id, :s, 'conversation-7', :at, :at, 3)"), {"id": sid, "s": source, "at": BASE_TIME})
+        sid = seed_session(conn, source, "conversation-7", start, {"toxicity": [None, None, None]})
         conn.execute(sa.text(
             "INSERT INTO judgeflow.eval_results (trace_id, metric, status, passed, trace_created_at, source) "
-            "VALUES (:id, 'toxicity', 'scored', false, :at, :s)"), {"id": sid, "s": source, "at": BASE_TIME})
+            "VALUES (:id, 'toxicity', 'scored', false, :at, :s)"), {"id": sid, "s": source, "at": start})
     lines, _ = _sample(tmp_path, "--n", "5")
-    assert lines == [{"id": sid, "session_key": "conversation-7", "conversation": None,
+    assert lines == [{"id": sid, "session_key": "conversation-7",
+                      "conversation": [{"input": f"user {i}", "output": f"bot {i}"} for i in range(3)],
                       "labels": {"toxicity": None}}]
 
 

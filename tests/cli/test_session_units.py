@@ -55,3 +55,28 @@ def test_status_and_report_count_a_session_rate_in_sessions(judgeflow_env, db, d
     # a rate nothing was computed for is not listed
     other = metric_names()[1]
     assert f"{other}_session" not in status["metrics"] and f"{other}_session" not in shown
+
+
+def test_status_counts_the_sessions_waiting_quiet_and_open(judgeflow_env, db, database_url):
+    import sqlalchemy as sa
+
+    from judgeflow.db.sessions import quiet_sessions
+
+    insert_traces(db, [scripted_trace(0)[0]])
+    migrate.upgrade(db)
+    settings = Settings(database_url=database_url)
+    source, metric = result_source(settings), metric_names()[0]
+    old, now = datetime.now(timezone.utc) - timedelta(hours=3), datetime.now(timezone.utc)
+    with db.begin() as conn:
+        for key, start in [("quiet-1", old), ("quiet-2", old), ("judged", old), ("grown", old),
+                           ("open", now - timedelta(minutes=2))]:
+            seed_session(conn, source, key, start, {metric: [True, True]})
+        seed_session(conn, "another-source", "elsewhere", old, {metric: [True]})
+        conn.execute(sa.text("UPDATE judgeflow.sessions SET judged_turns = turns WHERE session_key = 'judged'"))
+        conn.execute(sa.text("UPDATE judgeflow.sessions SET judged_turns = 1 WHERE session_key = 'grown'"))
+        due_now = len(quiet_sessions(conn, source, settings.session_idle_s))
+
+    status = json.loads(runner.invoke(app, ["status", "--json"]).stdout)
+    assert status["sessions_waiting"] == {"quiet": 3, "open": 1, "idle": "30m"} and due_now == 3
+    text = runner.invoke(app, ["status"], env={"COLUMNS": "200"}).stdout
+    assert "sessions waiting: 3 quiet (the next run judges them), 1 still open (judged once quiet for 30m)" in text

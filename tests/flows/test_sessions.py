@@ -253,3 +253,55 @@ def test_session_calls_go_through_the_batch_api(session_env, db, judge_server):
     (row,) = _rows(db, "SELECT trace_id, score, details FROM judgeflow.eval_results")
     assert (line["step"], line["trace_id"]) == ("resolved.geval", row["trace_id"])
     assert (row["score"], row["details"]["turns"]) == (0.7, 3)
+
+
+# 25 s alone, 5 s after another night in the process (two nights): the marking a stopped run leaves
+# is tests/db/test_sessions.py's (a session with a pair left stays due, only that pair claimed again)
+@pytest.mark.slow
+def test_a_stop_during_session_judging_leaves_them_due_and_the_next_run_judges_only_the_unanswered(
+        session_env, db, judge_server):
+    """Ctrl-C (the entry's stop request) with session calls held at the judge: the calls in flight
+    finish and are stored, the sessions not answered stay due, and the next run asks the judge only
+    for the sessions whose conversation it never answered."""
+    import threading
+
+    from judgeflow.run.entry import StopRequest, entered
+    from judgeflow.run.metric_door import entry_settings
+
+    old = datetime.now(timezone.utc) - timedelta(hours=2)
+    insert_traces(db, [{"id": f"s{n}-{i}", "created_at": old + timedelta(seconds=i), "output": f"s{n} reply {i}",
+                        "metadata": {"session_id": f"s{n}"}} for n in range(8) for i in range(2)])
+    stop = StopRequest()
+    judge_server.hold()
+
+    def stop_mid_way() -> None:  # two calls answered, then Ctrl-C with a call held, then the held ones answer
+        for _ in range(2):
+            judge_server.wait_until(lambda s: s.held > 0, "a session call held")
+            judge_server.release(1)
+        judge_server.wait_until(lambda s: s.held > 0, "a third session call held")
+        stop.request()
+        judge_server.release()
+
+    controller = threading.Thread(target=stop_mid_way, daemon=True)
+    controller.start()
+    from judgeflow.flows.scoring import score_new_traces
+
+    with entered(entry_settings(), stop=stop):
+        first = score_new_traces(metrics=["resolved"], max_concurrency=2, evaluate_alerts=False)
+    controller.join(timeout=5)
+    asked_first = _calls_per_session(judge_server)
+    stored = {r["session_key"] for r in _rows(db, "SELECT s.session_key FROM judgeflow.eval_results r "
+                                                  "JOIN judgeflow.sessions s ON s.session_id = r.trace_id")}
+    assert first.stopped and 3 <= len(asked_first) < 8, (first, asked_first)
+    assert stored == set(asked_first)  # every call the judge received was answered and stored
+    # every session the judge did not answer is still due; an answered one is marked or due (a stop seen
+    # after the schedule's last batch still marks the sessions whose pairs are all done)
+    due = {r["session_key"] for r in _rows(db, "SELECT session_key FROM judgeflow.sessions "
+                                                "WHERE judged_turns IS NULL")}
+    assert {f"s{n}" for n in range(8)} - stored <= due
+
+    second = _night(metrics=("resolved",))
+    calls = _calls_per_session(judge_server)
+    assert set(calls) == {f"s{n}" for n in range(8)} and set(calls.values()) == {1}  # none asked twice
+    assert second.scored == 8 - len(asked_first) and not second.stopped
+    assert [r["n"] for r in _rows(db, "SELECT count(*) AS n FROM judgeflow.sessions WHERE judged_turns = 2")] == [8]
