@@ -301,8 +301,10 @@ def _judge_sessions(run: _Run, schedule: RunSchedule, ended: str, keeper: LeaseK
                     totals: SummaryBuilder) -> str:
     """The quiet sessions' (session, metric) pairs, once the traces are claimed, through the same
     schedule (budget, stop, time), batches and results store as trace pairs; then the sessions
-    whose pairs are all done get their session rates (no judge call) and are marked judged. A run
-    that stopped early judges none: they stay due."""
+    whose pairs are all done get their session rates (no judge call) and are marked judged. A run that
+    ended before it claimed them (a stop, the time or spend budget, during the traces or the session
+    pairs) marks none; a stop after the last claim leaves a session whose pairs were not all answered
+    due (mark_sessions_judged marks only a session every session metric has a result for)."""
     if ended != DONE or not run.quiet:
         return ended
     if run.session_metrics:
