@@ -22,7 +22,7 @@ from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.errors import DatabaseError
 from judgeflow.model import ClaimedBatch, Cursor, TraceWork
 from judgeflow.sources.identity import result_source
-from judgeflow.sources.trace_source import KeyFilter, trace_source
+from judgeflow.sources.trace_source import KeyFilter, read_session_rows, trace_source
 
 log = logging.getLogger("judgeflow.sessions")
 
@@ -38,18 +38,22 @@ def record_new_turns(settings: Settings) -> int:
     with engine.connect() as conn:
         last = db.scanned_to(conn, identity)
     lo = None if last is None else last - timedelta(seconds=settings.source_lookback_s)
-    after, read, newest = None, 0, None
+    after, read, newest, unreadable = None, 0, None, 0
     while True:
-        with source_engine(settings).connect() as conn:
-            rows = source.session_keys(conn, KeyFilter(lo=lo, after=after), settings.session_key, SCAN_PAGE)
-        if rows:
+        page = read_session_rows(source, source_engine(settings), KeyFilter(lo=lo, after=after),
+                                 settings.session_key, SCAN_PAGE)
+        if page.rows:
             with engine.begin() as conn:
-                db.record_turns(conn, identity, rows)
-            read += len(rows)
-            after = (rows[-1][1], rows[-1][0])
-            newest = rows[-1][1]
-        if len(rows) < SCAN_PAGE:
+                db.record_turns(conn, identity, page.rows)
+            read += len(page.rows)
+        unreadable += len(page.unreadable)
+        if page.last is not None:
+            after, newest = page.last, page.last[0]
+        if not page.full:
             break
+    if unreadable:
+        log.warning("%d source row(s) whose session value could not be read joined no session "
+                    "(each is failed as invalid_trace when scored)", unreadable)
     if newest is not None:
         with engine.begin() as conn:
             db.set_scanned_to(conn, identity, newest)

@@ -37,10 +37,11 @@ two are never joined in one statement.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Callable, Sequence
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
 # the interface lives in trace_types (sources import it from there); re-exported for callers
@@ -134,3 +135,57 @@ def read_bodies(source: TraceSource, engine: Engine, keys: Sequence[TraceKey]) -
             half = len(part) // 2
             todo.extend([part[half:], part[:half]])
     return out
+
+
+@dataclass
+class SessionPage:
+    """One page of :func:`read_session_rows`: the rows with a session value, the last key the page
+    covered (where the next page starts; None: the source had nothing more) and the keys whose row
+    could not be read, left out."""
+
+    rows: list = field(default_factory=list)
+    last: tuple | None = None
+    full: bool = False  # the page was as long as asked: there may be more
+    unreadable: list[TraceKey] = field(default_factory=list)
+
+
+def read_session_rows(source: TraceSource, engine: Engine, f: KeyFilter, key: str, limit: int) -> SessionPage:
+    """A page of ``source.session_keys`` from ``f``. A page that fails because of some row's values
+    (a view's column failing for that row: the same errors :func:`read_bodies` splits on) is read
+    again from its keys alone (``keys_sql`` computes no column of the row) in halves until each
+    failing row is alone; that row joins no session (its trace gets its own ``invalid_trace``
+    result when it is scored), and the night goes on."""
+    try:
+        with engine.connect() as conn:
+            rows = source.session_keys(conn, f, key, limit)
+        last = (rows[-1][1], rows[-1][0]) if rows else None
+        return SessionPage(rows=rows, last=last, full=len(rows) == limit)
+    except DBAPIError as exc:
+        if not row_error(exc):
+            raise
+    sql, params = source.keys_sql(f)
+    with engine.connect() as conn:
+        keys = [TraceKey(str(r[0]), r[1]) for r in conn.execute(text(sql), {**params, "limit": limit}).all()]
+    page = SessionPage(last=(keys[-1].created_at, keys[-1].id) if keys else None, full=len(keys) == limit)
+    todo = [(0, len(keys))] if keys else []
+    while todo:
+        i, j = todo.pop()
+        start = f.after if i == 0 else (keys[i - 1].created_at, keys[i - 1].id)
+        end = keys[j - 1]
+        # bounded by the part's last time, so a probe reads no further than the part (and its ties)
+        part = replace(f, after=start, before=end.created_at + timedelta(microseconds=1))
+        try:
+            with engine.connect() as conn:
+                got = source.session_keys(conn, part, key, j - i)
+        except DBAPIError as exc:
+            if not row_error(exc):
+                raise
+            if j - i == 1:
+                page.unreadable.append(keys[i])
+                continue
+            half = (i + j) // 2
+            todo.extend([(half, j), (i, half)])
+            continue
+        page.rows.extend(r for r in got if (r[1], r[0]) <= (end.created_at, end.id))
+    page.rows.sort(key=lambda r: (r[1], r[0]))
+    return page

@@ -134,7 +134,7 @@ def test_a_registered_metric_is_scored_alerted_on_and_reported(prefect_server, j
     lines = text.splitlines()
     assert any(re.match(r"metric\s+toxicity\s+hallucination\s+rudeness$", line) for line in lines), text
     assert any(re.match(r"passed\s+6\s+6\s+4$", line) for line in lines), text
-    assert any(line.startswith("rudeness not-passed rate, last 24h: 33.3%") for line in lines), text
+    assert any(line.startswith("rudeness not-passed rate, last 24h: judged 33.3%") for line in lines), text
 
 
 def test_an_unknown_metric_is_one_line_naming_the_registered_ones(prefect_server, judgeflow_env, monkeypatch):

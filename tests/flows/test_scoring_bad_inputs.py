@@ -153,7 +153,9 @@ def _raising_view(db, n: int = 40) -> dict[str, str]:
             """
             CREATE VIEW llm_traces AS
             SELECT id, created_at, prompt::int::text AS input, checked(completion) AS output,
-                   (chunks::jsonb) -> 'docs' AS context, jsonb_build_object('share', 10 / divisor) AS metadata
+                   (chunks::jsonb) -> 'docs' AS context,
+                   jsonb_build_object('share', 10 / divisor, 'session_id', 'chat-' || mod(right(id, 1)::int, 2))
+                       AS metadata
             FROM raw_logs
             """
         )
@@ -178,7 +180,15 @@ def test_rows_a_view_cannot_read_are_failed_alone_and_the_rest_are_scored(
                 assert row["judge_calls"] == 0
             else:
                 assert row["status"] in ("scored", "skipped"), row["error"]
-    assert summary.failed == 2 * len(bad) and summary.scored + summary.skipped == 2 * (40 - len(bad))
+    # and the two sessions' two session rates (toxicity_session, hallucination_session), no judge call
+    assert summary.sessions == 2
+    assert summary.failed == 2 * len(bad) and summary.scored + summary.skipped == 2 * (40 - len(bad)) + 2 * 2
+    # the turns of the sessions were recorded around the row whose metadata cannot be read: it joins
+    # no session, the night went on (judgeflow/sources/trace_source.py read_session_rows)
+    with db.connect() as conn:
+        turns = dict(conn.execute(sa.text("SELECT trace_id, session_id FROM judgeflow.session_turns")).all())
+    assert set(turns) == {f"v-{i:02d}" for i in range(40)} - {"v-17"}
+    assert len(set(turns.values())) == 2
     # no bad row reached the judge; every good one did
     outputs = {req.data["output"] for req in judge_server.requests if req.data and "output" in req.data}
     assert not any("NO-AMOUNT" in o for o in outputs)
