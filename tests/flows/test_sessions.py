@@ -266,6 +266,9 @@ def _session_cost(turns: list[dict]) -> float:
                               context=turns, max_field_chars=settings.max_field_chars)
 
 
+# ~13 s (three nights): the default suite's representative is tests/sampling/test_sessions.py (the decision
+# on the database); this one holds it through the real flow and counts the judge server's calls
+@pytest.mark.slow
 def test_a_sampled_night_judges_a_sample_of_whole_sessions_with_their_weights(session_env, db, database_url,
                                                                                judge_server, monkeypatch):
     """Issue 57, item 5: under a sample budget for about half of the quiet sessions, a simple random
