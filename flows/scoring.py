@@ -71,7 +71,7 @@ from judgeflow.tasks.sampling import (
     top_up_night_sample,
 )
 from judgeflow.tasks.session_rates import store_session_rates
-from judgeflow.tasks.sessions import claim_sessions, find_quiet_sessions, mark_sessions_judged
+from judgeflow.tasks.sessions import claim_sessions, find_quiet_sessions, mark_sessions_judged, sample_quiet_sessions
 from judgeflow.tasks.shards import read_night_limits
 from judgeflow.tasks.scoring import close_judge, score_batch, start_judge
 from judgeflow.tasks.source_rows import count_unusable_rows
@@ -266,8 +266,10 @@ def score_traces(
     schedule = _schedule(run, batch_size, limit, policy, totals, progress, batched or judge_started)
     with keeper, _summary_if_stopped(run, totals, schedule):
         ended = schedule.run(functools.partial(_claim, run, keeper))
+        # the quiet sessions before the top-ups: under a sample budget they are sampled to what the
+        # night's selected traces left (judgeflow/sampling/sessions.py), and the top-ups spend the rest
+        ended = _judge_sessions(run, schedule, ended, keeper, totals, policy)
         ended = _top_ups(run, schedule, policy, ended, functools.partial(_claim, run, keeper))
-        ended = _judge_sessions(run, schedule, ended, keeper, totals)
         # what other live runs hold once this one claims no more: counted while its last batches finish
         left_counted = count_left_to_other_runs.submit(settings, run.owner, metrics, run.filters)
         schedule.finish()
@@ -298,26 +300,35 @@ def _judges(run: _Run, policy: RunPolicy, judging: int, cancel_batches: bool):
 
 
 def _judge_sessions(run: _Run, schedule: RunSchedule, ended: str, keeper: LeaseKeeper,
-                    totals: SummaryBuilder) -> str:
+                    totals: SummaryBuilder, policy: RunPolicy) -> str:
     """The quiet sessions' (session, metric) pairs, once the traces are claimed, through the same
-    schedule (budget, stop, time), batches and results store as trace pairs; then the sessions
-    whose pairs are all done get their session rates (no judge call) and are marked judged. A run that
-    ended before it claimed them (a stop, the time or spend budget, during the traces or the session
-    pairs) marks none; a stop after the last claim leaves a session whose pairs were not all answered
-    due (mark_sessions_judged marks only a session every session metric has a result for)."""
+    schedule (budget, stop, time), batches and results store as trace pairs; under a sample budget
+    a sample of the sessions, fitted to what the run's budget has left (judgeflow/sampling/sessions.py).
+    Then the sessions whose pairs are all done get their session rates (no judge call) and are marked
+    judged. A run that ended before it claimed them (a stop, the time or spend budget, during the traces
+    or the session pairs) marks none; a stop after the last claim leaves a session whose pairs were not
+    all answered due (mark_sessions_judged marks only a session every session metric has a result for)."""
     if ended != DONE or not run.quiet:
         return ended
+    judged = run.quiet
     if run.session_metrics:
+        sampled = run.sample is not None and run.sample.budget_usd is not None and policy.budget is not None
+        if sampled:
+            schedule.finish()  # what the traces in flight billed is spent before what is left is sampled
+        judged = sample_quiet_sessions(run.settings, run.quiet, run.session_metrics,
+                                       budget=policy.budget if sampled else None,
+                                       night=run.sample.night if sampled else None, flow_run_id=run.run_id)
         schedule.again()
         ended = schedule.run(lambda room, cursor: claim_sessions(
-            run.settings, run.owner, run.quiet, run.session_metrics, room, cursor, owner_key=keeper.owner_key))
+            run.settings, run.owner, judged, run.session_metrics, room, cursor, owner_key=keeper.owner_key))
         schedule.finish()  # stored before they are marked: a stop here leaves them due, their pairs done
     if ended == DONE:
         # every session metric served, not only this run's (--metric): a session is judged once all have judged it
         # rates before the mark: a stop between the two leaves the sessions due, and storing the
         # same rates again changes nothing (tasks/session_rates.py)
         totals.add_session_rates(store_session_rates(run.settings, [q.session_id for q in run.quiet]))
-        mark_sessions_judged(run.settings, run.quiet, at_level(chosen(None), "session"))
+        # the sessions a sample left out are decided out already (sample_quiet_sessions)
+        mark_sessions_judged(run.settings, judged, at_level(chosen(None), "session"))
     return ended
 
 

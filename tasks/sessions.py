@@ -10,7 +10,7 @@ history; what it reads of judgeflow's tables is the sessions that changed (judge
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import date, timedelta
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -21,6 +21,9 @@ from judgeflow.db import sessions as db
 from judgeflow.db.engine import engine_for, source_engine
 from judgeflow.errors import DatabaseError
 from judgeflow.model import ClaimedBatch, Cursor, TraceWork
+from judgeflow.run.budget import RunBudget
+from judgeflow.sampling import decisions
+from judgeflow.sampling import sessions as sampling
 from judgeflow.sources.identity import result_source
 from judgeflow.sources.trace_source import KeyFilter, read_session_rows, trace_source
 
@@ -79,6 +82,47 @@ def find_quiet_sessions(settings: Settings) -> list[db.QuietSession]:
 def _conversations(settings: Settings, session_ids: list[str]) -> dict[str, list[dict]]:
     with engine_for(settings).connect() as conn:
         return db.conversations(conn, trace_source(settings), source_engine(settings), session_ids)
+
+
+# retries: the task level, for the database (deciding is one transaction; a decision made stands on a retry)
+@task(name="sample-quiet-sessions", cache_policy=NO_CACHE, persist_result=False, retries=2, retry_delay_seconds=2)
+def sample_quiet_sessions(settings: Settings, sessions: list[db.QuietSession], metrics: list[str], *,
+                          budget: RunBudget | None, night: date | None, flow_run_id: str | None
+                          ) -> list[db.QuietSession]:
+    """The quiet sessions this run judges. Under a sample budget (``night``, ``budget``: the run's one
+    budget, once the night's traces are judged) a sample of the sessions not decided yet for their
+    turns, as many as fit what ``budget`` has left (judgeflow/sampling/sessions.py), with those an
+    earlier run selected and left unjudged; else all of them. A grown session's earlier decision
+    is dropped either way: its new result is not weighed by the turns it had."""
+    ids = [s.session_id for s in sessions]
+    try:
+        with engine_for(settings).begin() as conn:
+            prior = decisions.decided(conn, ids)
+            current = {s.session_id for s in sessions if prior.get(s.session_id, (None,))[0] == s.last_turn_at}
+            if budget is None or night is None:
+                decisions.forget(conn, [i for i in prior if i not in current])
+                return list(sessions)
+            # decided for these turns by an earlier run: a selected one is judged, one left out stays out
+            db.decide_out(conn, [s for s in sessions if s.session_id in current and not prior[s.session_id][1]])
+            new = [s for s in sessions if s.session_id not in current]
+            costs = _costs(settings, new, metrics, budget)
+            chosen = set(i.session_id for i in sampling.decide(conn, night, new, costs, budget.left_usd(), flow_run_id)
+                         ) if new else set()
+    except DBAPIError as exc:
+        raise DatabaseError(f"could not sample the quiet sessions: {type(exc.orig).__name__}: {exc.orig}") from None
+    judged = [s for s in sessions if s.session_id in chosen or (s.session_id in current and prior[s.session_id][1])]
+    log.info("sample budget: judging %d of %d quiet session(s)", len(judged), len(sessions))
+    return judged
+
+
+def _costs(settings: Settings, sessions: list[db.QuietSession], metrics: list[str], budget: RunBudget
+           ) -> dict[str, float]:
+    """Each session's estimated cost: every session metric over its whole conversation, as the budget counts it."""
+    conversations = _conversations(settings, [s.session_id for s in sessions])
+    return {s.session_id: sum(budget.estimate(TraceWork(trace_id=s.session_id, metric=m, created_at=s.last_turn_at,
+                                                        input="", output="", context=conversations[s.session_id],
+                                                        turns=s.turns))[1] for m in metrics)
+            for s in sessions}
 
 
 # retries: the task level, for the database (a claim is one statement: a failed one claimed nothing)

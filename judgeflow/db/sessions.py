@@ -184,6 +184,23 @@ def mark_judged(conn: Connection, sessions: Sequence[QuietSession], metrics: lis
     return [r[0] for r in rows]
 
 
+def decide_out(conn: Connection, sessions: Sequence[QuietSession]) -> list[str]:
+    """Sessions a sampled night left out (judgeflow/sampling/sessions.py): not due again for the
+    turns they have (``judged_turns``), without a judging (``judged_at`` stays); due again once they
+    grow. A session that grew meanwhile stays due. The ids decided out."""
+    if not sessions:
+        return []
+    rows = conn.execute(text(
+        f"""
+        WITH {_DUE}
+        UPDATE judgeflow.sessions s SET judged_turns = s.turns, judged_last_turn_at = s.last_turn_at
+        FROM due d WHERE s.session_id = d.id AND s.turns = d.turns
+        RETURNING s.session_id
+        """
+    ), {"ids": [s.session_id for s in sessions], "turns": [s.turns for s in sessions]}).all()
+    return [r[0] for r in rows]
+
+
 def turn_keys(conn: Connection, session_ids: Sequence[str]) -> dict[str, list[TraceKey]]:
     """Each session's turns as source keys, in turn order (``created_at``, then id)."""
     out: dict[str, list[TraceKey]] = {sid: [] for sid in session_ids}

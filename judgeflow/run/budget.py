@@ -111,6 +111,11 @@ class RunBudget:
             return sum(self.night.totals(fresh=True))
         return self.spent_usd + self.in_flight_usd
 
+    def left_usd(self) -> float:
+        """What the budget has left for pairs not started yet: the limit less spend and estimates in flight."""
+        with self._lock:
+            return max(self.limit_usd - self._committed(), 0.0)
+
     def admit(self, work: TraceWork, reservation: Reservation, finish_one: Callable[[], bool] | None = None
               ) -> bool:
         """Whether ``work`` may start; if so its estimate is reserved. While it

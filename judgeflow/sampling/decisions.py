@@ -19,6 +19,9 @@ the night; ``judgeflow.sample_ledger``: what each run of a night billed.
   the stratum stays a sample at its own probability. Giving the whole stratum
   one new probability instead would weigh a backfilled hour like the night.
 - Traces never planned have no row and weigh 1.
+- A sampled night's quiet sessions are decided on here too, in the phase
+  'session' (judgeflow/sampling/sessions.py): the trace strata's queries below
+  read the phases 'sample' and 'certainty' only.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ WEIGHT_JOIN = " LEFT JOIN judgeflow.sample_decisions d ON d.trace_id = judgeflow
 
 
 def record(conn: Connection, night: date, stratum: str, keys: Sequence[TraceKey], selected: set[str], *,
-           inclusion_prob: float, cost_per_trace: float, flow_run_id: str | None) -> int:
+           inclusion_prob: float, cost_per_trace: float, flow_run_id: str | None, phase: str = "sample") -> int:
     """Insert the decisions of one stratum; a trace already decided keeps its
     first decision. Returns the rows written."""
     if not keys:
@@ -47,14 +50,14 @@ def record(conn: Connection, night: date, stratum: str, keys: Sequence[TraceKey]
         text(
             """
             INSERT INTO judgeflow.sample_decisions
-                (trace_id, night, stratum, inclusion_prob, selected, est_cost_usd, created_at, planned_by)
-            SELECT k.id, :night, :stratum, :p, k.id = ANY(CAST(:selected AS text[])), :cost, k.at, :run
+                (trace_id, night, stratum, inclusion_prob, selected, est_cost_usd, created_at, planned_by, phase)
+            SELECT k.id, :night, :stratum, :p, k.id = ANY(CAST(:selected AS text[])), :cost, k.at, :run, :phase
             FROM unnest(CAST(:ids AS text[]), CAST(:ats AS timestamptz[])) AS k(id, at)
             ON CONFLICT (trace_id) DO NOTHING
             """
         ),
         {"night": night, "stratum": stratum, "p": inclusion_prob, "selected": sorted(selected),
-         "cost": cost_per_trace, "run": flow_run_id, "ids": [k.id for k in keys],
+         "cost": cost_per_trace, "run": flow_run_id, "phase": phase, "ids": [k.id for k in keys],
          "ats": [k.created_at for k in keys]},
     )
     return result.rowcount or 0
@@ -70,7 +73,7 @@ def reweigh(conn: Connection) -> int:
             """
             WITH judged AS (
                 UPDATE judgeflow.sample_decisions d SET selected = true, phase = 'certainty', inclusion_prob = 1.0
-                WHERE NOT d.selected
+                WHERE NOT d.selected AND d.phase <> 'session'
                   AND EXISTS (SELECT 1 FROM judgeflow.eval_results r
                               WHERE r.trace_id = d.trace_id AND r.status = 'scored')
                 RETURNING night, stratum, created_at
@@ -121,6 +124,38 @@ def settle(conn: Connection, nights: Sequence[date]) -> None:
         ),
         {"nights": sorted(set(nights))},
     )
+    # the sessions each run decided on (judgeflow/sampling/sessions.py), likewise: a session counts as
+    # judged when a result scored it at the turns it was decided with (its last turn's time)
+    conn.execute(
+        text(
+            """
+            UPDATE judgeflow.sample_decisions d SET inclusion_prob = s.p
+            FROM (SELECT x.night, x.planned_by,
+                         (count(*) FILTER (WHERE x.selected AND EXISTS (
+                             SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = x.trace_id
+                             AND r.status = 'scored' AND r.trace_created_at = x.created_at)))::float / count(*) AS p
+                  FROM judgeflow.sample_decisions x
+                  WHERE x.night = ANY(CAST(:nights AS date[])) AND x.phase = 'session'
+                  GROUP BY 1, 2) s
+            WHERE d.night = s.night AND d.planned_by IS NOT DISTINCT FROM s.planned_by AND d.phase = 'session'
+              AND s.p > 0 AND d.inclusion_prob IS DISTINCT FROM s.p
+            """
+        ),
+        {"nights": sorted(set(nights))},
+    )
+
+
+def forget(conn: Connection, ids: Sequence[str]) -> None:
+    """Drop the decisions on ``ids``: a session decided again once it grew (its latest turns are a new unit)."""
+    conn.execute(text("DELETE FROM judgeflow.sample_decisions WHERE trace_id = ANY(CAST(:ids AS text[]))"),
+                 {"ids": list(ids)})
+
+
+def decided(conn: Connection, ids: Sequence[str]) -> dict[str, tuple[datetime | None, bool]]:
+    """The decisions on ``ids``: (the decided unit's time, selected)."""
+    rows = conn.execute(text("SELECT trace_id, created_at, selected FROM judgeflow.sample_decisions "
+                             "WHERE trace_id = ANY(CAST(:ids AS text[]))"), {"ids": list(ids)}).all()
+    return {t: (at, bool(sel)) for t, at, sel in rows}
 
 
 def stratum_probs(conn: Connection, night: date) -> dict[str, float]:
@@ -350,7 +385,7 @@ def late_committed_usd(conn: Connection, night: date) -> float:
         text(
             f"""
             SELECT coalesce(sum(d.est_cost_usd), 0) FROM judgeflow.sample_decisions d
-            WHERE d.night = :n AND d.selected AND d.planned_by IS DISTINCT FROM {_FIRST_RUN}
+            WHERE d.night = :n AND d.selected AND d.phase <> 'session' AND d.planned_by IS DISTINCT FROM {_FIRST_RUN}
             """
         ),
         {"n": night},
@@ -376,7 +411,7 @@ def not_sampled_waiting(conn: Connection) -> int:
     """Traces not selected and still without a result: what `judgeflow status` reports."""
     return int(conn.execute(
         text(
-            "SELECT count(*) FROM judgeflow.sample_decisions d WHERE NOT d.selected "
+            "SELECT count(*) FROM judgeflow.sample_decisions d WHERE NOT d.selected AND d.phase <> 'session' "
             "AND NOT EXISTS (SELECT 1 FROM judgeflow.eval_results r WHERE r.trace_id = d.trace_id)"
         )
     ).scalar_one())

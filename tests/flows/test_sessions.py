@@ -305,3 +305,76 @@ def test_a_stop_during_session_judging_leaves_them_due_and_the_next_run_judges_o
     assert set(calls) == {f"s{n}" for n in range(8)} and set(calls.values()) == {1}  # none asked twice
     assert second.scored == 8 - len(asked_first) and not second.stopped
     assert [r["n"] for r in _rows(db, "SELECT count(*) AS n FROM judgeflow.sessions WHERE judged_turns = 2")] == [8]
+
+
+def _session_cost(turns: list[dict]) -> float:
+    """One session's estimated cost, as the run's budget counts it (every session metric, whole conversation)."""
+    from judgeflow.judge.pricing import require_prices
+    from judgeflow.metrics.cost import estimate_pair_cost
+    from judgeflow.run.metric_door import entry_settings
+
+    settings = entry_settings()  # the metrics file opened: "resolved" registered
+    return estimate_pair_cost(require_prices(settings, why="a test"), "resolved", input="", output="",
+                              context=turns, max_field_chars=settings.max_field_chars)
+
+
+# ~13 s (three nights): the default suite's representative is tests/sampling/test_sessions.py (the decision
+# on the database); this one holds it through the real flow and counts the judge server's calls
+@pytest.mark.slow
+def test_a_sampled_night_judges_a_sample_of_whole_sessions_with_their_weights(session_env, db, database_url,
+                                                                               judge_server, monkeypatch):
+    """Issue 57, item 5: under a sample budget for about half of the quiet sessions, a simple random
+    sample of them is judged, each whole (every turn), its result weighing 1 / its inclusion
+    probability; the rest are decided out: not judged by the next run, reconsidered once they grow."""
+    from judgeflow.flows.scoring import score_new_traces
+    from judgeflow.sampling.decisions import WEIGHT_JOIN, WEIGHT_SQL
+
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_INPUT_COST_PER_MTOK", "100")
+    monkeypatch.setenv("JUDGEFLOW_JUDGE_OUTPUT_COST_PER_MTOK", "200")
+    old = datetime.now(timezone.utc) - timedelta(hours=2)
+    # eight sessions of three turns, the same length each (their conversations differ: no reuse)
+    traces = [{"id": f"s{k}-{t}", "created_at": old + timedelta(seconds=10 * k + t), "input": f"question {k}.{t}",
+               "output": f"answer {k}.{t}", "metadata": {"session_id": f"k{k}"}} for k in range(8) for t in range(3)]
+    insert_traces(db, traces)
+    cost = _session_cost([{"input": f"question 0.{t}", "output": f"answer 0.{t}"} for t in range(3)])
+    sid = {session_result_id(_source_id(database_url), f"k{k}"): k for k in range(8)}
+
+    def night() -> None:
+        score_new_traces(metrics=["resolved"], evaluate_alerts=False, sample_budget_usd=4.5 * cost)
+
+    before = judge_server.calls("GEvalScore")
+    night()
+    decided = {r["trace_id"]: r for r in _rows(db, "SELECT * FROM judgeflow.sample_decisions")}
+    assert set(decided) == set(sid) and {r["phase"] for r in decided.values()} == {"session"}
+    chosen = {t for t, r in decided.items() if r["selected"]}
+    assert len(chosen) == 4  # as many as fit at their mean cost: 4.5 sessions' worth
+    # judged: exactly the chosen sessions, once each, whole (every turn sent, every session metric)
+    sent = [r for r in judge_server.requests if r.step == "GEvalScore"]
+    assert judge_server.calls("GEvalScore") - before == len(chosen) == len(sent)
+    assert all(len(r.data["conversation"]) == 3 for r in sent)
+    weighed = _rows(db, f"SELECT judgeflow.eval_results.trace_id, details, status, {WEIGHT_SQL} AS w FROM judgeflow.eval_results"
+                        f"{WEIGHT_JOIN} WHERE metric = 'resolved'")
+    assert {r["trace_id"] for r in weighed} == chosen
+    assert all(r["status"] == "scored" and r["details"]["turns"] == 3 for r in weighed)
+    # settled on what was judged: 8 sessions stand for themselves through the 4 judged
+    assert [r["w"] for r in weighed] == pytest.approx([2.0] * 4)
+    marked = {r["session_id"]: r for r in _rows(db, "SELECT * FROM judgeflow.sessions")}
+    assert all(marked[t]["judged_turns"] == 3 for t in sid)  # the rest decided out for their three turns
+    assert {t for t in sid if marked[t]["judged_at"] is not None} == chosen
+
+    # the next run judges none of them: nothing changed
+    night()
+    assert judge_server.calls("GEvalScore") - before == 4
+    # one left out grows: it is considered again, for its four turns; the night's budget has about one
+    # session's worth left (0.5 of its estimate, plus what the judged ones billed under it), so it fits
+    # and is judged whole, its stale decision (for three turns) dropped: it weighs 1, as a session judged in full
+    out = min(set(sid) - chosen)
+    k = sid[out]
+    insert_traces(db, [{"id": f"s{k}-late", "created_at": old + timedelta(seconds=10 * k + 5), "input": "more",
+                        "output": "more", "metadata": {"session_id": f"k{k}"}}])
+    night()
+    assert judge_server.calls("GEvalScore") - before == 5
+    assert len(judge_server.requests[-1].data["conversation"]) == 4
+    grown = _rows(db, f"SELECT details, {WEIGHT_SQL} AS w FROM judgeflow.eval_results{WEIGHT_JOIN} "
+                      "WHERE judgeflow.eval_results.trace_id = :t", t=out)
+    assert [(g["details"]["turns"], g["w"]) for g in grown] == [(4, 1.0)]
