@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy import Connection, text
 
+from judgeflow.metrics.registry import registered
 from judgeflow.sources.session_id import is_session_id
 
 # a key's value printed at most this long (a value may be 10 KB)
@@ -48,13 +49,28 @@ def session_json(session: dict[str, Any], scores: dict[str, list[dict[str, Any]]
         "session_key": key[:KEY_SHOWN_CHARS], "session_key_chars": len(key), "turns": session["turns"],
         "first_turn_at": session["first_turn_at"], "last_turn_at": session["last_turn_at"],
         "judged_turns": session["judged_turns"], "judged_at": session["judged_at"],
+        "left_out": _left_out(session, scores),
         "metrics": {metric: {"latest": entries[0], "history": entries} for metric, entries in scores.items()},
     }
 
 
+def _left_out(session: dict[str, Any], scores: dict[str, list[dict[str, Any]]]) -> bool:
+    """A sampled night decided it out at its turns: marked, yet judged by no session metric at them
+    (judgeflow/sampling/sessions.py). Session rates, computed for every quiet session, do not count;
+    with no session metric served, a marked session was never to be judged."""
+    judged = {name for name, spec in registered().items() if spec.level == "session"}
+    seen = {h["turns"] for metric, entries in scores.items() if metric in judged for h in entries}
+    return session["judged_turns"] is not None and bool(judged) and session["judged_turns"] not in seen
+
+
 def render_session(doc: dict[str, Any]) -> str:
     key = doc["session_key"] + ("..." if doc["session_key_chars"] > KEY_SHOWN_CHARS else "")
-    judged = "not judged yet" if doc["judged_turns"] is None else f"last judged at {doc['judged_turns']} turns"
+    if doc["judged_turns"] is None:
+        judged = "not judged yet"
+    elif doc.get("left_out"):
+        judged = f"left out of a sampled night at {doc['judged_turns']} turns (considered again once it grows)"
+    else:
+        judged = f"last judged at {doc['judged_turns']} turns"
     lines = [f"session {doc['session_id']} (key {key!r}, {doc['source']})",
              f"  turns: {doc['turns']} ({doc['first_turn_at']:%Y-%m-%d %H:%M:%S} to "
              f"{doc['last_turn_at']:%Y-%m-%d %H:%M:%S} UTC); {judged}"]

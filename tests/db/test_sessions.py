@@ -109,3 +109,24 @@ def test_a_session_due_is_asked_by_the_database_clock(db):
     with db.connect() as conn:
         assert not sessions.sessions_due(conn, "src", 1800)  # quiet for 10 minutes of the 30
         assert sessions.sessions_due(conn, "src", 300) and not sessions.sessions_due(conn, "other", 300)
+
+
+def test_show_tells_a_session_a_sampled_night_left_out_from_one_it_judged(monkeypatch):
+    from types import SimpleNamespace
+
+    import judgeflow.db.session_history as history
+
+    monkeypatch.setattr(history, "registered", lambda: {"resolved": SimpleNamespace(level="session")})
+    at = datetime(2026, 11, 28, 10, tzinfo=timezone.utc)
+    session = {"session_id": "s:" + "0" * 40, "source": "table:llm_traces", "session_key": "chat-1", "turns": 4,
+               "first_turn_at": at, "last_turn_at": at, "judged_turns": 4, "judged_at": None}
+    rate = {"status": "scored", "score": 0.0, "passed": True, "reason": None, "error": None, "turns": 4,
+            "metric_version": "v", "flow_run_id": "r", "judged_at": at}
+    judged = dict(rate, score=0.8, turns=3)
+    # decided out at 4 turns: only the session rate (no judge) saw them; the metric's score saw 3
+    left = history.session_json(session, {"toxicity_session": [rate], "resolved": [judged]})
+    assert left["left_out"] is True
+    assert "left out of a sampled night at 4 turns" in history.render_session(left)
+    # judged at its 4 turns
+    seen = history.session_json(session, {"toxicity_session": [rate], "resolved": [dict(judged, turns=4)]})
+    assert seen["left_out"] is False and "last judged at 4 turns" in history.render_session(seen)
