@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Protocol
 
 from judgeflow.judge.pricing import Prices, require_prices
 from judgeflow.metrics.cost import estimate_pair_cost
+from judgeflow.metrics.registry import spec_of
 from judgeflow.model import ScoreOutcome, TraceWork
 
 if TYPE_CHECKING:
@@ -79,10 +80,12 @@ class NightLedger(Protocol):
 
 class RunBudget:
     def __init__(self, limit_usd: float, prices: Prices, *, max_field_chars: int | None = None,
-                 night: NightLedger | None = None):
+                 night: NightLedger | None = None, session_max_chars: int | None = None):
         self.limit_usd = float(limit_usd)
         self.prices = prices
         self.max_field_chars = max_field_chars
+        # a session metric's conversation is cut to this, not to max_field_chars (metrics/conversation.py)
+        self.session_max_chars = session_max_chars
         self.night = night
         self.spent_usd = 0.0
         self.in_flight_usd = 0.0
@@ -101,8 +104,9 @@ class RunBudget:
 
     def estimate(self, work: TraceWork) -> tuple[float, float]:
         """(the cost model's estimate, the estimate this run counts) for one pair."""
-        raw = estimate_pair_cost(self.prices, work.metric, input=work.input, output=work.output,
-                                 context=work.context, max_field_chars=self.max_field_chars)
+        session = self.session_max_chars is not None and spec_of(work.metric).level == "session"
+        raw = estimate_pair_cost(self.prices, work.metric, input=work.input, output=work.output, context=work.context,
+                                 max_field_chars=self.session_max_chars if session else self.max_field_chars)
         return raw, raw * self._scale()
 
     def _committed(self) -> float:
@@ -234,6 +238,7 @@ def spend_budget(settings: "Settings", limit_usd: float | None, *, why: str, nig
     if limit_usd is None:
         return None
     return RunBudget(limit_usd, require_prices(settings, why=why), max_field_chars=settings.max_field_chars,
+                     session_max_chars=settings.session_max_chars,
                      night=night)
 
 

@@ -59,3 +59,29 @@ def test_calls_billed_at_an_unknown_price_are_charged_at_the_estimate():
     budget.reserve(w, Reservation())
     assert budget.charge_retry(w, 0.0, 1)
     assert budget.spent_usd == pytest.approx(budget.estimate(w)[1])
+
+
+@pytest.fixture
+def session_metric(monkeypatch, tmp_path):
+    from judgeflow.run.metric_door import entry_settings
+    from tests.support.session_rows import serve_session_metric
+
+    served = serve_session_metric(monkeypatch, tmp_path)
+    next(served)
+    entry_settings()  # serves the file's session metric `resolved`
+    yield
+    next(served, None)
+
+
+def test_a_session_metric_is_estimated_over_the_conversation_its_metric_sends(session_metric):
+    """A session's conversation is cut at JUDGEFLOW_SESSION_MAX_CHARS, not at the per-field budget: a
+    budget that cut it at the field budget would admit long sessions at a third of what they bill."""
+    turns = [{"input": "q" * 900, "output": "a" * 900} for _ in range(30)]  # ~54,000 characters
+    work = TraceWork(trace_id="s:" + "0" * 40, metric="resolved", created_at=datetime.now(timezone.utc),
+                     context=turns)
+    capped = RunBudget(10.0, PRICES, max_field_chars=20_000).estimate(work)[0]
+    whole = RunBudget(10.0, PRICES, max_field_chars=20_000, session_max_chars=60_000).estimate(work)[0]
+    assert whole > 2.5 * capped
+    short = work.model_copy(update={"context": turns[:2]})
+    assert RunBudget(10.0, PRICES, max_field_chars=20_000, session_max_chars=60_000).estimate(short)[0] == \
+        RunBudget(10.0, PRICES, max_field_chars=20_000).estimate(short)[0]
