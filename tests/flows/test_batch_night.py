@@ -637,3 +637,37 @@ def test_the_time_budget_ending_while_a_later_round_is_out_sends_no_line_twice(r
     assert set(sent.values()) == {1} and sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
     assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
     assert first.cost_usd + second.cost_usd == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+
+
+# slow: two `judgeflow score` runs (~15 s quiet, up to a minute loaded); the default suite kills a run on
+# either side of a batch's creation in process (tests/judge/test_batches.py)
+@pytest.mark.slow
+def test_a_run_killed_as_the_provider_creates_its_batch_leaves_it_to_the_next_which_sends_nothing_again(
+        prefect_server, batch_env, db, judge_server, monkeypatch):
+    """SIGKILL while round 2's batch is created at the provider and its creation's reply has not reached
+    the run (the test server keeps it back): the run never learnt the batch's id. The next run finds the
+    batch by the token its intent on record gave it, waits on it, and sends no line twice."""
+    from judgeflow.db import migrate
+
+    _priced_to_read_in_a_summary(judge_server, monkeypatch)
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    judge_server.batch_api.mute_creation_from(2)
+    proc = _score_process(prefect_server, "--batch")
+    try:
+        wait_for("round 2's batch created", lambda: judge_server.batches_created == 2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, err[-3000:]
+    creating = [b for b in batches_on_record(db) if b["status"] == "creating"]
+    assert [(b["round"], b["lines"]) for b in creating] == [(2, NIGHT_LINES[1])]  # its intent, no id
+
+    summary, stored, sent, twice = _resumed(db, judge_server, rows, expected)
+
+    assert not twice, f"{len(twice)} line(s) sent again: {twice}"
+    assert sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
+    assert judge_server.batches_created == 3
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    assert not [b for b in batches_on_record(db) if b["status"] == "creating"]
