@@ -23,8 +23,8 @@ from prefect.cache_policies import NO_CACHE
 from judgeflow.config.settings import Settings
 from judgeflow.db import judge_batches
 from judgeflow.judge.base import JudgeReply
-from judgeflow.judge.batch_lines import BatchLine, LineOnRecord
-from judgeflow.judge.batches import SUBMITTED, BatchJudge, Waiting
+from judgeflow.judge.batch_lines import CREATING, BatchLine, LineOnRecord
+from judgeflow.judge.batches import BatchJudge, Waiting
 from judgeflow.judge.factory import batch_api, judge_config
 from judgeflow.run.policy import RunPolicy
 
@@ -39,11 +39,17 @@ class RunBatchLedger:
     def __init__(self, settings: Settings, owner: str, flow_run_id: str | None, provider: str) -> None:
         self.settings, self.owner, self.flow_run_id, self.provider = settings, owner, flow_run_id, provider
 
-    def record(self, batch_id: str, round_no: int, model: str, lines: list[BatchLine]) -> None:
+    def intend(self, token: str, round_no: int, model: str, lines: list[BatchLine]) -> None:
         expires = datetime.now(timezone.utc) + timedelta(seconds=self.settings.judge_batch_window_s)
         judge_batches.record_batch(self.settings, judge_batches.BatchRecord(
-            batch_id=batch_id, provider=self.provider, model=model, round=round_no, owner=self.owner,
-            status=SUBMITTED, expires_at=expires), lines)
+            batch_id=token, provider=self.provider, model=model, round=round_no, owner=self.owner,
+            status=CREATING, expires_at=expires), lines)
+
+    def adopt(self, token: str, batch_id: str) -> None:
+        judge_batches.adopt_batch(self.settings, token, batch_id)
+
+    def drop(self, token: str) -> None:
+        judge_batches.drop_intent(self.settings, token)
 
     def lines_on_record(self, custom_ids: list[str]) -> dict[str, LineOnRecord]:
         return judge_batches.lines_on_record(self.settings, custom_ids)

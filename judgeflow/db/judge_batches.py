@@ -3,7 +3,13 @@ migration 19_judge_batches.py): what a run sent through the provider's batch API
 that nothing is paid twice.
 
 A batch is recorded, with each of its lines (pair, step, ``custom_id``), in its own
-transaction before the run waits on it. A batch is **alive** while its status is not
+transaction before it is created: under its token, status ``creating`` (its intent), the
+provider's id put in its place once the creation returned (:func:`adopt_batch`), in one
+transaction, before the run waits on it. An intent left ``creating`` (its run killed
+between the two, or the creation's reply lost) is found at the provider by its token,
+which the batch carries in its metadata, and adopted; or dropped (:func:`drop_intent`)
+when the provider has no such batch (the creation never happened): nothing created is
+left unknown, nothing sent twice. A batch is **alive** while its status is not
 one of :data:`DEAD` and it is younger than the provider's completion window
 (``JUDGEFLOW_JUDGE_BATCH_WINDOW``): its lines are answered, or will be, and a run that
 asks the same line (the same ``custom_id``) waits on that batch instead of submitting
@@ -33,7 +39,7 @@ from judgeflow.config.settings import Settings
 from judgeflow.db.engine import engine_for
 from judgeflow.db.schema import SCHEMA
 from judgeflow.judge.base import JudgeReply
-from judgeflow.judge.batch_lines import DEAD, ENDED, BatchLine, LineOnRecord
+from judgeflow.judge.batch_lines import CREATING, DEAD, ENDED, SUBMITTED, BatchLine, LineOnRecord
 
 
 _LIVE = "b.status <> ALL(CAST(:dead AS text[])) AND b.created_at > now() - make_interval(secs => :window_s)"
@@ -101,6 +107,30 @@ def record_batch(settings: Settings, batch: BatchRecord, lines: list[BatchLine])
             f"INSERT INTO {SCHEMA}.judge_batch_lines (batch_id, custom_id, trace_id, metric, step) "
             "VALUES (:batch_id, :custom_id, :trace_id, :metric, :step) ON CONFLICT DO NOTHING"
         ), [{"batch_id": batch.batch_id, **line.__dict__} for line in lines])
+
+
+def adopt_batch(settings: Settings, token: str, batch_id: str) -> None:
+    """The intent ``token`` is batch ``batch_id`` (its lines move to it), status ``submitted``."""
+    with engine_for(settings).begin() as conn:
+        conn.execute(text(
+            f"INSERT INTO {SCHEMA}.judge_batches "
+            "(batch_id, provider, model, round, owner, status, lines, expires_at, created_at) "
+            "SELECT :b, provider, model, round, owner, :status, lines, expires_at, created_at "
+            f"FROM {SCHEMA}.judge_batches WHERE batch_id = :t ON CONFLICT (batch_id) DO NOTHING"
+        ), {"b": batch_id, "t": token, "status": SUBMITTED})
+        conn.execute(text(
+            f"INSERT INTO {SCHEMA}.judge_batch_lines (batch_id, custom_id, trace_id, metric, step) "
+            f"SELECT :b, custom_id, trace_id, metric, step FROM {SCHEMA}.judge_batch_lines WHERE batch_id = :t "
+            "ON CONFLICT DO NOTHING"
+        ), {"b": batch_id, "t": token})
+        conn.execute(text(f"DELETE FROM {SCHEMA}.judge_batches WHERE batch_id = :t"), {"t": token})
+
+
+def drop_intent(settings: Settings, token: str) -> None:
+    """The intent ``token`` goes with its lines: the provider has no batch of it (never created)."""
+    with engine_for(settings).begin() as conn:
+        conn.execute(text(f"DELETE FROM {SCHEMA}.judge_batches WHERE batch_id = :t AND status = :creating"),
+                     {"t": token, "creating": CREATING})
 
 
 def lines_on_record(settings: Settings, custom_ids: list[str]) -> dict[str, LineOnRecord]:

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +29,28 @@ ID_PREFIX = "jf-"
 # the provider will not answer the rest of such a batch ("lost": it does not know the batch at all)
 DEAD = ("expired", "cancelled", "failed", LOST := "lost")
 ENDED = ("completed", *DEAD)  # the provider's last word on a batch
+# a batch on record before it is created (its intent): its id on record is its token, which the batch carries
+# in its metadata under TOKEN_KEY, so that a run finds it at the provider if its creator died before learning it
+CREATING = "creating"
+SUBMITTED = "submitted"  # a batch's status on record from its creation until the provider's first word on it
+TOKEN_KEY = "judgeflow_token"
+_TOKEN_PREFIX = "jf-batch-"
+
+
+def intent_token() -> str:
+    """A new batch's token: unique, and saying when it was made (epoch seconds), so that a run looking
+    for its batch at the provider looks no further back than that (:func:`token_time`)."""
+    return f"{_TOKEN_PREFIX}{int(time.time())}-{uuid.uuid4().hex[:16]}"
+
+
+def is_token(batch_id: str | None) -> bool:
+    """``batch_id`` on record is an intent's token (the provider's id not known yet), not a batch's id."""
+    return bool(batch_id) and batch_id.startswith(_TOKEN_PREFIX)
+
+
+def token_time(token: str) -> float:
+    """When ``token`` was made (epoch seconds)."""
+    return float(token.removeprefix(_TOKEN_PREFIX).split("-", 1)[0])
 
 
 def custom_id(pair: tuple[str, str] | None, step: str, body: dict[str, Any], line_no: int) -> str:

@@ -13,7 +13,10 @@ same calls made online.
 
 * **Nothing paid twice.** Each batch is recorded with its lines (the ledger,
   judgeflow/db/judge_batches.py, through the run's tasks: tasks/batches.py)
-  before the run waits on it. A line whose ``custom_id`` is in a live batch
+  before it is created, under a token its metadata carries, and its id put
+  in the token's place before the run waits on it: a run killed in between
+  leaves a record the next run finds the batch by at the provider (adopted,
+  waited on), or learns it was never created (its lines sent). A line whose ``custom_id`` is in a live batch
   already (a run killed, stopped or out of time left it there) is waited on
   in that batch, not sent again. A line a run collected from a completed
   batch but whose pair it never stored (it was killed, stopped or out of time
@@ -70,7 +73,8 @@ from typing import Any, Callable, Protocol
 
 from judgeflow.errors import CallWithheld, JudgeError, PermanentJudgeError, TransientJudgeError
 from judgeflow.judge.base import JudgeBase, JudgeReply, JudgeRequest, Usage
-from judgeflow.judge.batch_lines import DEAD, ENDED, LOST, BatchLine, LineOnRecord, custom_id
+from judgeflow.judge.batch_lines import (DEAD, ENDED, LOST, SUBMITTED, TOKEN_KEY, BatchLine, LineOnRecord, custom_id,
+                                        intent_token, is_token, token_time)
 from judgeflow.judge.retry import AttemptFailed, CallRetry, Pace, send_with_retries
 from judgeflow.judge.send_gate import ANY_CALL, Call
 from judgeflow.judge.spend import CallSpend
@@ -78,7 +82,7 @@ from judgeflow.judge.spend import CallSpend
 log = logging.getLogger("judgeflow.batches")
 
 _STOP_CHECK_S = 0.2  # how soon a wait notices a stop or the end of the time budget
-SUBMITTED = "submitted"  # a batch's status on record until the provider's first word on it
+_CLOCK_SLACK_S = 600.0  # how far the provider's clock may be behind this host's, looking for an intent's batch
 
 
 class BatchApi(Protocol):
@@ -96,6 +100,9 @@ class BatchApi(Protocol):
 
     async def retrieve(self, batch_id: str, model: str | None = None) -> Any: ...
 
+    async def find(self, key: str, value: str, since: float, model: str | None = None) -> str | None:
+        """The id of the batch created since ``since`` (epoch s) whose metadata says ``key``: ``value``; None: none."""
+
     async def results(self, status: Any, model: str | None = None) -> dict[str, JudgeReply | JudgeError]:
         """Each answered line's reply (priced at the batch rate), or its error."""
 
@@ -108,7 +115,14 @@ class BatchApi(Protocol):
 class BatchLedger(Protocol):
     """The record of the batches (judgeflow/db/judge_batches.py, bound to a run by tasks/batches.py)."""
 
-    def record(self, batch_id: str, round_no: int, model: str, lines: list[BatchLine]) -> None: ...
+    def intend(self, token: str, round_no: int, model: str, lines: list[BatchLine]) -> None:
+        """A batch about to be created, and its lines, on record under ``token`` (status ``creating``)."""
+
+    def adopt(self, token: str, batch_id: str) -> None:
+        """The batch of intent ``token`` is ``batch_id``."""
+
+    def drop(self, token: str) -> None:
+        """The intent ``token`` was never created: it goes, with its lines."""
 
     def lines_on_record(self, custom_ids: list[str]) -> dict[str, LineOnRecord]: ...
 
@@ -315,10 +329,13 @@ class BatchJudge(JudgeBase):
         except Exception as error:  # noqa: BLE001 - the record could not be read: nothing is sent
             return _fail_all(lines.values(), TransientJudgeError(f"the batches on record could not be read: {error}"))
         fresh: list[_Line] = []
+        intents: dict[str, list[_Line]] = {}  # token -> the lines of a batch on record whose id is not known
         for line_id, line in lines.items():
             record = on_record.get(line_id)
             if record is not None and record.answered_online is not None:
                 line.settle(self._hand(line, record.answered_online, prepaid=True))
+            elif record is not None and is_token(record.live_batch):
+                intents.setdefault(record.live_batch, []).append(line)
             elif record is not None and record.live_batch is not None:
                 self._wait_on(record.live_batch, line.model, line)
             elif record is not None and record.answered_in is not None:
@@ -328,20 +345,56 @@ class BatchJudge(JudgeBase):
                 line.settle(AttemptFailed(_died_twice(record.dead_status)))
             else:
                 fresh.append(line)
+        for token, waiting in intents.items():
+            fresh.extend(await self._find_intent(token, waiting))
         for packed in self.api.pack([(line.custom_id, line.request) for line in fresh]):
             chosen = [lines[line_id] for line_id, _ in packed]
             await self._submit(round_no, chosen[0].model, chosen)
 
+    async def _find_intent(self, token: str, lines: list[_Line]) -> list[_Line]:
+        """The lines of intent ``token`` (a batch on record before its creation, whose id its run never
+        recorded: killed in between, or the creation's reply lost) that are to be sent: none when the
+        provider has its batch (adopted and waited on), all when it has none (never created); none, each
+        failed (its next attempt is the same line), when the provider or the record cannot say."""
+        model = lines[0].model
+        try:
+            batch_id = await self.api.find(TOKEN_KEY, token, token_time(token) - _CLOCK_SLACK_S, model)
+        except JudgeError as error:
+            _fail_all(lines, error)
+            return []
+        try:
+            if batch_id is None:
+                await asyncio.to_thread(self.ledger.drop, token)
+            else:
+                await asyncio.to_thread(self.ledger.adopt, token, batch_id)
+        except Exception as error:  # noqa: BLE001 - not sent while its intent stays on record
+            _fail_all(lines, TransientJudgeError(f"batch intent {token} could not be recorded: {error}"))
+            return []
+        if batch_id is None:
+            log.info("batch intent %s was never created at the provider: its %d line(s) are sent", token, len(lines))
+            return lines
+        log.info("batch %s (intent %s, its creator gone before recording it) adopted", batch_id, token)
+        for line in lines:
+            self._wait_on(batch_id, model, line)
+        return []
+
     async def _submit(self, round_no: int, model: str, lines: list[_Line]) -> None:
+        # on record before it is created, under a token it carries: a run killed before it knows the id
+        # leaves a record a later run finds the batch by (:meth:`_find_intent`), not a batch nobody knows of
+        token = intent_token()
+        try:
+            await asyncio.to_thread(self.ledger.intend, token, round_no, model, [
+                BatchLine(line.custom_id, *(line.pair or ("", "")), line.request.step) for line in lines])
+        except Exception as error:  # noqa: BLE001 - not on record: not sent (the next attempt is the same line)
+            return _fail_all(lines, TransientJudgeError(f"the batch could not be recorded before its creation: {error}"))
         try:
             batch_id = await self.api.submit([(line.custom_id, line.request) for line in lines],
-                                             metadata={"judgeflow_round": str(round_no)})
-        except JudgeError as error:
+                                             metadata={"judgeflow_round": str(round_no), TOKEN_KEY: token})
+        except JudgeError as error:  # its intent stays: the next attempt finds whether it was created after all
             return _fail_all(lines, error)
         try:
-            await asyncio.to_thread(self.ledger.record, batch_id, round_no, model, [
-                BatchLine(line.custom_id, *(line.pair or ("", "")), line.request.step) for line in lines])
-        except Exception as error:  # noqa: BLE001 - out but not on record: wait on it all the same
+            await asyncio.to_thread(self.ledger.adopt, token, batch_id)
+        except Exception as error:  # noqa: BLE001 - out, its intent on record: wait on it all the same
             log.warning("batch %s could not be recorded (%s); waiting on it all the same", batch_id, error)
         self.shown[batch_id] = {"batch": batch_id, "round": round_no, "model": model, "lines": len(lines),
                                 "completed": 0, "failed": 0, "status": SUBMITTED}

@@ -26,6 +26,10 @@ reuses): a run uses :class:`LiteLLMBatches` without knowing litellm.
 * **Limits.** One file holds at most ``max_lines`` requests and ``max_bytes``
   bytes (OpenAI's: 50,000 and 200 MB); :meth:`LiteLLMBatches.pack` splits a
   round's lines into as few files as that allows, and ``submit`` refuses more.
+* **Found by its token.** A batch is created with its run's token in its
+  ``metadata``; :meth:`LiteLLMBatches.find` looks it up in the provider's list
+  of batches (a run that never learnt its id). A provider litellm cannot list
+  (``alist_batches``: not bedrock, mistral) finds none.
 * **No retries here.** Every litellm call passes ``max_retries=0``: a retried
   ``create`` after a lost reply could start a batch twice and bill it twice.
   The run owns what is tried again.
@@ -41,6 +45,7 @@ apply_environment_defaults()
 
 import inspect  # noqa: E402
 import json  # noqa: E402
+import logging  # noqa: E402
 import typing  # noqa: E402
 import uuid  # noqa: E402
 from dataclasses import replace  # noqa: E402
@@ -63,6 +68,8 @@ if TYPE_CHECKING:
 
 __all__ = ["BatchStatus", "LiteLLMBatches", "batch_providers"]
 
+log = logging.getLogger("judgeflow.batches")
+
 CHAT_ENDPOINT = "/v1/chat/completions"
 COMPLETION_WINDOW = "24h"
 # OpenAI's limits on one batch's input file
@@ -70,6 +77,7 @@ MAX_LINES = 50_000
 MAX_FILE_BYTES = 200 * 1024 * 1024
 # the batch functions a run needs; a provider must be accepted by each
 _RUN_FUNCTIONS = ("acreate_file", "acreate_batch", "aretrieve_batch", "afile_content")
+_LIST_PAGE = 100  # batches per page of the provider's list (OpenAI's most)
 # providers whose batch files and calls are OpenAI's own shape; the others need the model to find litellm's config
 _OPENAI_SHAPED = frozenset({"openai", "hosted_vllm", "litellm_proxy", "azure"})
 _TRANSIENT_STATUSES = frozenset({408, 409, 425, 429})
@@ -82,10 +90,15 @@ def batch_providers() -> frozenset[str]:
     a run calls accepts, read from their signatures (litellm's public API)."""
     accepted = None
     for name in _RUN_FUNCTIONS:
-        annotation = inspect.signature(getattr(litellm, name)).parameters["custom_llm_provider"].annotation
-        values = frozenset(v for v in typing.get_args(annotation) if isinstance(v, str))
+        values = _accepted(getattr(litellm, name))
         accepted = values if accepted is None else accepted & values
     return accepted or frozenset()
+
+
+def _accepted(function: Any) -> frozenset[str]:
+    """The ``custom_llm_provider`` values one of litellm's batch functions accepts (its signature)."""
+    annotation = inspect.signature(function).parameters["custom_llm_provider"].annotation
+    return frozenset(v for v in typing.get_args(annotation) if isinstance(v, str))
 
 
 def _status_error(status: int, message: str, where: str) -> JudgeError:
@@ -230,6 +243,31 @@ class LiteLLMBatches:
         except Exception as exc:
             raise self._error(exc, model) from None
         return str(batch.id)
+
+    async def find(self, key: str, value: str, since: float, model: str | None = None) -> str | None:
+        """The id of the batch (of ``model``; None: the judge's) created at ``since`` (epoch s) or later whose
+        metadata says ``key``: ``value``; None: none. Pages through the provider's list of batches, newest
+        first, no further back than ``since``."""
+        model = model or self._config.model
+        provider = self._provider(model)[1]
+        if provider not in _accepted(litellm.alist_batches):  # a batch it cannot look up: sent again, as before
+            log.warning("litellm cannot list the batches of provider %r: the batch of intent %s=%s is not "
+                        "looked for (if it was created, its lines are paid for twice)", provider, key, value)
+            return None
+        kwargs = self._kwargs(provider, model)
+        after = None
+        try:
+            while True:
+                page = await litellm.alist_batches(after=after, limit=_LIST_PAGE, **kwargs)
+                batches = list(getattr(page, "data", None) or [])
+                for batch in batches:
+                    if batch.created_at >= since and (getattr(batch, "metadata", None) or {}).get(key) == value:
+                        return str(batch.id)
+                if not batches or not getattr(page, "has_more", False) or batches[-1].created_at < since:
+                    return None
+                after = batches[-1].id
+        except Exception as exc:
+            raise self._error(exc, model) from None
 
     async def retrieve(self, batch_id: str, model: str | None = None) -> BatchStatus:
         """Where batch ``batch_id`` (of ``model``; None: the judge's) stands."""

@@ -42,13 +42,16 @@ def run(prefect_server, batch_env):
     return _run
 
 
-def batches_on_record(db) -> list[dict]:
+def batches_on_record(db, intents: bool = False) -> list[dict]:
+    """The batches on record with their ids (``intents``: and those recorded before their creation, whose
+    ids are not known yet: status ``creating``)."""
     with db.connect() as conn:
         return [dict(r) for r in conn.execute(text(
             "SELECT b.batch_id, b.round, b.status, b.lines, b.completed_lines, b.failed_lines, "
             "       array_agg(DISTINCT l.step ORDER BY l.step) AS steps "
             "FROM judgeflow.judge_batches b JOIN judgeflow.judge_batch_lines l USING (batch_id) "
-            "GROUP BY b.batch_id ORDER BY b.round, b.batch_id")).mappings()]
+            "WHERE :intents OR b.status <> 'creating' "
+            "GROUP BY b.batch_id ORDER BY b.round, b.batch_id"), {"intents": intents}).mappings()]
 
 
 def test_a_night_through_batches_has_the_scores_of_the_same_night_online(run, db, judge_server, monkeypatch):
@@ -344,8 +347,8 @@ def _stopped_once_batches_are_on_record(prefect_url: str, db, judge_server, n: i
 
 def _newest_on_record(db) -> dict:
     with db.connect() as conn:
-        newest = conn.execute(text("SELECT batch_id FROM judgeflow.judge_batches ORDER BY created_at DESC LIMIT 1"
-                                   )).scalar_one()
+        newest = conn.execute(text("SELECT batch_id FROM judgeflow.judge_batches WHERE status <> 'creating' "
+                                   "ORDER BY created_at DESC LIMIT 1")).scalar_one()
     return next(b for b in batches_on_record(db) if b["batch_id"] == newest)
 
 
@@ -637,3 +640,37 @@ def test_the_time_budget_ending_while_a_later_round_is_out_sends_no_line_twice(r
     assert set(sent.values()) == {1} and sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
     assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
     assert first.cost_usd + second.cost_usd == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+
+
+# slow: two `judgeflow score` runs (~15 s quiet, up to a minute loaded); the default suite kills a run on
+# either side of a batch's creation in process (tests/judge/test_batches.py)
+@pytest.mark.slow
+def test_a_run_killed_as_the_provider_creates_its_batch_leaves_it_to_the_next_which_sends_nothing_again(
+        prefect_server, batch_env, db, judge_server, monkeypatch):
+    """SIGKILL while round 2's batch is created at the provider and its creation's reply has not reached
+    the run (the test server keeps it back): the run never learnt the batch's id. The next run finds the
+    batch by the token its intent on record gave it, waits on it, and sends no line twice."""
+    from judgeflow.db import migrate
+
+    _priced_to_read_in_a_summary(judge_server, monkeypatch)
+    rows, expected = zip(*(scripted_trace(i) for i in range(6)))
+    insert_traces(db, rows)
+    migrate.upgrade(db)
+    judge_server.batch_api.mute_creation_from(2)
+    proc = _score_process(prefect_server, "--batch")
+    try:
+        wait_for("round 2's batch created", lambda: judge_server.batches_created == 2)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGKILL, err[-3000:]
+    creating = [b for b in batches_on_record(db, intents=True) if b["status"] == "creating"]
+    assert [(b["round"], b["lines"]) for b in creating] == [(2, NIGHT_LINES[1])]  # its intent, no id
+
+    summary, stored, sent, twice = _resumed(db, judge_server, rows, expected)
+
+    assert not twice, f"{len(twice)} line(s) sent again: {twice}"
+    assert sum(sent.values()) == len(judge_server.requests) == sum(NIGHT_LINES)
+    assert judge_server.batches_created == 3
+    assert sum(r["cost_usd"] for r in stored.values()) == pytest.approx(judge_server.billed_batch_usd, rel=1e-3)
+    assert not [b for b in batches_on_record(db, intents=True) if b["status"] == "creating"]

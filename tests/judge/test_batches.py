@@ -11,9 +11,12 @@ import math
 import socket
 
 import pytest
+from sqlalchemy import text
 
 from judgeflow.config.settings import Settings
 from judgeflow.db import judge_batches, migrate
+from judgeflow.db.engine import engine_for
+from judgeflow.db.schema import SCHEMA
 from judgeflow.judge.base import JudgeReply, JudgeRequest
 from judgeflow.judge.batch_lines import LineOnRecord
 from judgeflow.judge.batches import BatchJudge, Waiting
@@ -29,13 +32,33 @@ PAIR = ("tr-1", "toxicity")
 OUTPUT = "I think cats rule. Fact: water is wet."
 
 
+class Killed(BaseException):
+    """The run's death (SIGKILL) at a point of its own: nothing after it runs."""
+
+
 class Ledger(RunBatchLedger):
     """The record of one run's batches (tasks/batches.py), without its table in the Prefect UI; its first
-    ``unreadable`` reads of the record go to a database that refuses the connection."""
+    ``unreadable`` reads of the record go to a database that refuses the connection; ``dies``: the run
+    dies right after recording a batch's intent (``"intended"``: before its creation is asked) or right
+    before recording the id of the batch the provider created (``"created"``)."""
 
-    def __init__(self, settings: Settings, owner: str, unreadable: int = 0) -> None:
+    def __init__(self, settings: Settings, owner: str, unreadable: int = 0, dies: str | None = None) -> None:
         super().__init__(settings, owner, None, "openai")
         self.unreadable = unreadable
+        self.dies, self.died = dies, False
+
+    def intend(self, token, round_no, model, lines) -> None:
+        super().intend(token, round_no, model, lines)
+        self._die("intended")
+
+    def adopt(self, token, batch_id) -> None:
+        self._die("created")
+        super().adopt(token, batch_id)
+
+    def _die(self, at: str) -> None:
+        if self.dies == at:
+            self.died = True
+            raise Killed(at)
 
     def lines_on_record(self, custom_ids: list[str]) -> dict[str, LineOnRecord]:
         if self.unreadable <= 0:
@@ -138,3 +161,36 @@ def test_a_batch_whose_answers_could_not_be_read_is_read_again_not_sent_again(se
     assert server.batch_api.file_reads_failed == 3
     assert server.batch_api.batches_created == 1 and list(sent.values()) == [1], sent
     assert billed == 1
+
+
+@pytest.mark.parametrize("dies", ["created", "intended"])
+def test_a_run_killed_around_a_batchs_creation_leaves_it_known_so_the_next_run_sends_it_once(settings, dies):
+    """The run dies right after the provider created its batch, before it recorded the batch's id
+    (``created``), or right after recording its intent, before the creation was asked (``intended``).
+    The next run finds the intent on record: it looks the batch up at the provider by the token in its
+    metadata and waits on it (``created``), or, the provider having none, sends the line (``intended``).
+    Either way the line came in once and was billed once, and no intent is left on record."""
+    with JudgeServer() as server:
+
+        async def night() -> tuple[JudgeReply, bool]:
+            killed = batch_judge(server, Ledger(settings, "run-a", dies=dies))
+            call = asyncio.ensure_future(killed.acomplete(request(), Call(PairGate())))
+            await _until(lambda: killed.ledger.died)
+            call.cancel()
+            killed.close()
+            created_before = server.batch_api.batches_created
+            resumed = batch_judge(server, Ledger(settings, "run-b"))
+            return await resumed.acomplete(request(), Call(PairGate())), created_before
+
+        reply, created_before = asyncio.run(night())
+        sent = server.batch_api.custom_ids_received()
+        billed = len(server.requests)
+        created = server.batch_api.batches_created
+    assert created_before == (1 if dies == "created" else 0)
+    assert json.loads(reply.content) == {"opinions": ["I think cats rule"]}
+    assert created == 1 and len(sent) == 1 and set(sent.values()) == {1}, sent
+    assert billed == 1
+    with engine_for(settings).connect() as conn:
+        statuses = conn.execute(text(f"SELECT b.status, count(l.custom_id) FROM {SCHEMA}.judge_batches b "
+                                     f"JOIN {SCHEMA}.judge_batch_lines l USING (batch_id) GROUP BY b.status")).all()
+    assert statuses == [("completed", 1)]

@@ -194,3 +194,22 @@ def test_pack_splits_by_model_lines_and_bytes_and_submit_refuses_more():
         asyncio.run(LiteLLMBatches(cfg, max_lines=2).submit(own))
     with pytest.raises(ValueError, match="alone is"):
         LiteLLMBatches(cfg, max_bytes=10).pack(own)
+
+
+def test_find_looks_a_batch_up_by_its_metadata_page_by_page_no_further_back_than_asked(monkeypatch):
+    """A run that never learnt its batch's id finds it by the token in its metadata: through the
+    provider's list of batches (newest first, a page at a time), none created before ``since``."""
+    monkeypatch.setattr("judgeflow.judge.litellm_batches._LIST_PAGE", 1)
+    with JudgeServer() as server:
+        batches = LiteLLMBatches.from_config(config(server))
+
+        async def look() -> tuple:
+            ids = [await batches.submit([(f"pair-{i}", opinions_request(OUTPUTS[0]))], {"tok": f"t{i}"})
+                   for i in range(3)]
+            found = [await batches.find("tok", f"t{i}", since=0) for i in range(3)]
+            return ids, found, await batches.find("tok", "t9", since=0), \
+                await batches.find("tok", "t0", since=server.batch_api.batches[ids[0]]["created_at"] + 1)
+
+        ids, found, unknown, too_old = asyncio.run(look())
+    assert found == ids
+    assert unknown is None and too_old is None

@@ -36,7 +36,8 @@ until :meth:`release`; :meth:`hold_from` only the n-th batch created and the
 later ones (a night's later rounds); :meth:`answer_held` lets a held batch answer
 its first lines (one part-way through when it is cancelled); :meth:`hide_from` runs them to the end
 but tells a client they are still in progress (a run that has not seen the
-completion yet) until :meth:`release`; :meth:`expire`; :meth:`fail_file_reads` answers the
+completion yet) until :meth:`release`; :meth:`mute_creation_from` creates the n-th batch and the later
+ones but replies to their creation only at :meth:`release` (a client killed in between); :meth:`expire`; :meth:`fail_file_reads` answers the
 next reads of a file's content with a 503 (the provider's outage as a run collects); the counters
 ``batches_created``, ``files_uploaded``, ``lines_received`` (per batch), ``file_reads_failed``, also in
 ``GET /stats``, and :meth:`custom_ids_received` (how often each ``custom_id``
@@ -152,6 +153,7 @@ class BatchAPI:
         self._hide_from: int | None = None  # report them in progress though they ended
         self._held_answers = 0  # the lines a held batch answers all the same
         self._failing_reads = 0  # the next reads of a file's content that answer 503
+        self._mute_from: int | None = None  # the batches created as this one (1-based) or later get no reply
         self.files: dict[str, StoredFile] = {}
         self.batches: dict[str, dict] = {}  # id -> the batch object as served
         self._lines: dict[str, list[_Line]] = {}
@@ -197,6 +199,12 @@ class BatchAPI:
         with self._changed:
             self._hide_from = n
 
+    def mute_creation_from(self, n: int) -> None:
+        """Create the ``n``-th batch and the later ones, but keep back the reply to their creation until
+        :meth:`release`: the client is left not knowing a batch the provider has (killed meanwhile)."""
+        with self._changed:
+            self._mute_from = n
+
     def fail_file_reads(self, n: int) -> None:
         """The next ``n`` reads of a file's content answer 503, as a provider's outage does."""
         with self._changed:
@@ -205,7 +213,7 @@ class BatchAPI:
     def release(self) -> None:
         with self._changed:
             self._holding = False
-            self._hold_from = self._hide_from = None
+            self._hold_from = self._hide_from = self._mute_from = None
             self._held_answers = 0
             self._changed.notify_all()
 
@@ -343,6 +351,8 @@ class BatchAPI:
             self.lines_received[batch["id"]] = len(lines)
             self._start_worker()
             self._changed.notify_all()
+            self._changed.wait_for(lambda: self._mute_from is None or batch["_ordinal"] < self._mute_from
+                                   or self.judge._stopping.is_set())
             return 200, _public(batch)
 
     def _cancel(self, batch_id: str) -> tuple[int, dict]:
