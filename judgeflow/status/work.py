@@ -45,25 +45,12 @@ def work_status(settings: Settings) -> dict:
     metric, and when their lease ends. ``dead_deliveries``: alert deliveries
     given up on (count, the latest, channels); judgeflow/status/notes.py words it.
     ``batches_out``: the judge's batches out (judgeflow/db/judge_batches.py)."""
-    from judgeflow.db.pairs import Done
-    from judgeflow.db.pending_work import count_plan_pending
     from judgeflow.db.result_sources import adopt_configured_source
-    from judgeflow.sources.trace_source import trace_source
 
     engine = engine_for(settings)
     migrate.upgrade(engine)
     sourced = adopt_configured_source(engine, settings)
-    source = trace_source(settings)
-    # a given-up pair is neither pending nor in progress: no nightly run takes it
-    # ... and a trace a sample budget did not select is not pending either (counted as not sampled)
-    done = Done(max_failed_runs=settings.max_runs_per_pair, not_sampled_done=True)
-    try:
-        with engine.connect() as conn:
-            read = _read_figures(conn, settings, sourced.source, done)
-        pending = count_plan_pending(source, source_engine(settings), engine, read["plan"], trace_metric_names(),
-                                     done=done)
-    except DBAPIError as exc:
-        raise DatabaseError(f"could not read results: {_first_line(exc.orig)}") from None
+    read, pending = _read_all(settings, engine, sourced.source)
     plan = read["plan"]
     out, runs = _per_metric(read["results"], read["claims"], read["superseded"], pending)
     return {
@@ -85,6 +72,25 @@ def work_status(settings: Settings) -> dict:
         "judge_models": judge_models(settings),  # the model that judges each metric now
         "batches_out": [asdict(batch) for batch in batches_out(settings)],
     }
+
+
+def _read_all(settings: Settings, engine, source: str) -> tuple[dict, dict]:
+    """The figures of :func:`_read_figures` and the pending count, a database error in one line."""
+    from judgeflow.db.pairs import Done
+    from judgeflow.db.pending_work import count_plan_pending
+    from judgeflow.sources.trace_source import trace_source
+
+    # a given-up pair is neither pending nor in progress: no nightly run takes it
+    # ... and a trace a sample budget did not select is not pending either (counted as not sampled)
+    done = Done(max_failed_runs=settings.max_runs_per_pair, not_sampled_done=True)
+    try:
+        with engine.connect() as conn:
+            read = _read_figures(conn, settings, source, done)
+        pending = count_plan_pending(trace_source(settings), source_engine(settings), engine, read["plan"],
+                                     trace_metric_names(), done=done)
+    except DBAPIError as exc:
+        raise DatabaseError(f"could not read results: {_first_line(exc.orig)}") from None
+    return read, pending
 
 
 def _read_figures(conn, settings: Settings, source: str, done) -> dict:
