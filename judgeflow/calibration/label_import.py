@@ -10,12 +10,11 @@ true/false, an id never scored for the metric, an id drawn only for other metric
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from judgeflow.calibration.labelled import _label, label_words
+from judgeflow.calibration.labelled import _label, json_lines, label_words
 from judgeflow.db.labels import Standing
 from judgeflow.errors import ConfigError
 from judgeflow.metrics.registry import registered
@@ -32,20 +31,9 @@ class LabelLine:
 
 def read_label_lines(path: str | Path) -> list[LabelLine]:
     """Every line's id and labels, each label read as true/false/None."""
-    try:
-        content = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ConfigError(f"cannot read labels file {path}: {getattr(error, 'strerror', None) or error}") from None
     names, words = set(registered()), label_words()
     lines = []
-    for number, line in enumerate(content.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{number}"
-        try:
-            raw = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as error:
-            raise ConfigError(f"{where}: not JSON ({getattr(error, 'msg', 'nested too deeply')})") from None
+    for _, where, raw in json_lines(path, "labels file"):
         if not isinstance(raw, dict) or not isinstance(raw.get("id"), (str, int)) or isinstance(raw.get("id"), bool):
             raise ConfigError(f"{where}: each line needs an object with an 'id'")
         labels = raw.get("labels")

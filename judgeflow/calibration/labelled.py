@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from judgeflow.errors import ConfigError
 from judgeflow.metrics.registry import SESSION_RATE_SUFFIX, registered, spec_of
@@ -117,28 +117,35 @@ def _check_levels(labels: dict, where: str, *, session: bool) -> None:
                           "needs its conversation as 'turns': [{\"input\": ..., \"output\": ...}, ...]")
 
 
-def load_labelled(path: str | Path) -> list[LabelledItem]:
-    """Read a labelled set; a malformed line is an error naming its line number."""
+def json_lines(path: str | Path, what: str) -> Iterator[tuple[int, str, Any]]:
+    """Each non-blank line of a JSON Lines file (a labelled set, a labels file) as ``(line number,
+    "path:line", value)``. An unreadable file, a byte that is not UTF-8 or a line that is not JSON is
+    one error naming its line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as error:
-        raise ConfigError(f"cannot read labelled set {path}: {error.strerror or error}") from None
+        raise ConfigError(f"cannot read {what} {path}: {error.strerror or error}") from None
     except UnicodeDecodeError as error:
         line = error.object[: error.start].count(b"\n") + 1
         raise ConfigError(f"{path}:{line}: not UTF-8 text (byte 0x{error.object[error.start]:02x} at offset "
-                          f"{error.start}); save the labelled set as UTF-8") from None
-    items: list[LabelledItem] = []
-    names, words = tuple(registered()), label_words()
+                          f"{error.start}); save the {what} as UTF-8") from None
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{number}"
         try:
-            raw = json.loads(line)
+            yield number, where, json.loads(line)
         except json.JSONDecodeError as error:
             raise ConfigError(f"{where}: not JSON ({error.msg})") from None
         except RecursionError:  # the decoder recurses once per nested list or object
             raise ConfigError(f"{where}: JSON nested too deeply to read") from None
+
+
+def load_labelled(path: str | Path) -> list[LabelledItem]:
+    """Read a labelled set; a malformed line is an error naming its line number."""
+    items: list[LabelledItem] = []
+    names, words = tuple(registered()), label_words()
+    for number, where, raw in json_lines(path, "labelled set"):
         if not isinstance(raw, dict):
             raise ConfigError(f"{where}: each line needs an object with a string 'output' (or a session's 'turns')")
         labels = raw.get("labels")
