@@ -111,29 +111,43 @@ class ReadBodies:
     statements: int = 0  # reads made (1 when nothing failed)
 
 
-def read_bodies(source: TraceSource, engine: Engine, keys: Sequence[TraceKey]) -> ReadBodies:
-    """Bodies of ``keys``; a read that fails because of some row's values is
-    split in halves until each failing key is alone (about 2·log2(n) reads per
-    bad row). Each read is its own statement: a failed one aborts nothing else."""
-    out = ReadBodies()
-    keys = list(dict.fromkeys(keys))
-    todo = [keys] if keys else []
+def split_on_row_errors(n: int, read: Callable[[int, int], None]) -> dict[int, DBAPIError]:
+    """Call ``read(i, j)`` for the parts of ``range(n)``, first the whole; a part whose read fails because
+    of some row's values (:func:`row_error`) is split in halves until each failing index is alone
+    (about 2·log2(n) reads per bad row). Returns each failing index's error; any other error is raised."""
+    failed: dict[int, DBAPIError] = {}
+    todo = [(0, n)] if n else []
     while todo:
-        part = todo.pop()
-        out.statements += 1
+        i, j = todo.pop()
         try:
-            with engine.connect() as conn:
-                conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-                out.bodies.update(source.bodies(conn, part))
+            read(i, j)
         except DBAPIError as exc:
             if not row_error(exc):
                 raise
-            if len(part) == 1:
-                orig = exc.orig
-                out.errors[part[0].id] = f"{type(orig).__name__}: {str(orig).strip()}"
+            if j - i == 1:
+                failed[i] = exc
                 continue
-            half = len(part) // 2
-            todo.extend([part[half:], part[:half]])
+            half = (i + j) // 2
+            todo.extend([(half, j), (i, half)])
+    return failed
+
+
+def read_bodies(source: TraceSource, engine: Engine, keys: Sequence[TraceKey]) -> ReadBodies:
+    """Bodies of ``keys``; a read that fails because of some row's values is split
+    (:func:`split_on_row_errors`) until each failing key is alone. Each read is its own
+    statement: a failed one aborts nothing else."""
+    out = ReadBodies()
+    keys = list(dict.fromkeys(keys))
+
+    def read(i: int, j: int) -> None:
+        out.statements += 1
+        with engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            out.bodies.update(source.bodies(conn, keys[i:j]))
+
+    for i, exc in split_on_row_errors(len(keys), read).items():
+        orig = exc.orig
+        out.errors[keys[i].id] = f"{type(orig).__name__}: {str(orig).strip()}"
     return out
 
 
@@ -152,8 +166,8 @@ class SessionPage:
 def read_session_rows(source: TraceSource, engine: Engine, f: KeyFilter, key: str, limit: int) -> SessionPage:
     """A page of ``source.session_keys`` from ``f``. A page that fails because of some row's values
     (a view's column failing for that row: the same errors :func:`read_bodies` splits on) is read
-    again from its keys alone (``keys_sql`` computes no column of the row) in halves until each
-    failing row is alone; that row joins no session (its trace gets its own ``invalid_trace``
+    again from its keys alone (``keys_sql`` computes no column of the row), split
+    (:func:`split_on_row_errors`) until each failing row is alone; that row joins no session (its trace gets its own ``invalid_trace``
     result when it is scored), and the night goes on."""
     try:
         with engine.connect() as conn:
@@ -167,25 +181,16 @@ def read_session_rows(source: TraceSource, engine: Engine, f: KeyFilter, key: st
     with engine.connect() as conn:
         keys = [TraceKey(str(r[0]), r[1]) for r in conn.execute(text(sql), {**params, "limit": limit}).all()]
     page = SessionPage(last=(keys[-1].created_at, keys[-1].id) if keys else None, full=len(keys) == limit)
-    todo = [(0, len(keys))] if keys else []
-    while todo:
-        i, j = todo.pop()
+
+    def read(i: int, j: int) -> None:
         start = f.after if i == 0 else (keys[i - 1].created_at, keys[i - 1].id)
         end = keys[j - 1]
         # bounded by the part's last time, so a probe reads no further than the part (and its ties)
         part = replace(f, after=start, before=end.created_at + timedelta(microseconds=1))
-        try:
-            with engine.connect() as conn:
-                got = source.session_keys(conn, part, key, j - i)
-        except DBAPIError as exc:
-            if not row_error(exc):
-                raise
-            if j - i == 1:
-                page.unreadable.append(keys[i])
-                continue
-            half = (i + j) // 2
-            todo.extend([(half, j), (i, half)])
-            continue
+        with engine.connect() as conn:
+            got = source.session_keys(conn, part, key, j - i)
         page.rows.extend(r for r in got if (r[1], r[0]) <= (end.created_at, end.id))
+
+    page.unreadable = [keys[i] for i in sorted(split_on_row_errors(len(keys), read))]
     page.rows.sort(key=lambda r: (r[1], r[0]))
     return page
